@@ -1,0 +1,16 @@
+import zoneinfo
+
+from django import forms
+
+from accounts.models import User
+
+
+class ProfileForm(forms.ModelForm):
+    timezone = forms.ChoiceField(
+        choices=[(name, name) for name in sorted(zoneinfo.available_timezones())],
+        help_text="Times are shown and entered in this zone.",
+    )
+
+    class Meta:
+        model = User
+        fields = ["first_name", "last_name", "email", "timezone", "email_opt_out"]

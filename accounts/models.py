@@ -1,0 +1,151 @@
+import zoneinfo
+
+from django.contrib.auth.models import AbstractUser
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+
+from gpuquota.core.constraints import NoOverlap
+from gpuquota.core.fields import WholeSecondDateTimeField
+
+
+def validate_timezone(value: str) -> None:
+    if value not in zoneinfo.available_timezones():
+        raise ValidationError(f"{value!r} is not a known IANA time zone (e.g. Europe/Berlin)")
+
+
+class User(AbstractUser):
+    """A person. Platform admins are staff users."""
+
+    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
+    email_opt_out = models.BooleanField(
+        default=False, help_text="Receive no email from gpuquota (statements still reach leads' peers)."
+    )
+
+
+class Team(models.Model):
+    name = models.CharField(max_length=120, unique=True)
+    slug = models.SlugField(max_length=64, unique=True)
+    cost_center = models.CharField("cost-center code", max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user in a team with a role over [valid_from, valid_until); at most one billing
+    team per user at any instant."""
+
+    class Role(models.TextChoices):
+        LEAD = "lead", "Team lead"
+        MEMBER = "member", "Member"
+
+    user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    is_billing = models.BooleanField(
+        "billing team", default=False, help_text="Unreserved usage of this user is billed to this team."
+    )
+    valid_from = WholeSecondDateTimeField()
+    valid_until = WholeSecondDateTimeField(null=True, blank=True, help_text="Empty: open-ended.")
+
+    class Meta:
+        ordering = ["team__name", "user__username", "valid_from"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(role__in=["lead", "member"]), name="membership_role_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(valid_until__isnull=True) | Q(valid_until__gt=F("valid_from")),
+                name="membership_interval_valid",
+            ),
+            NoOverlap(name="membership_no_overlap", key=["user", "team"]),
+            NoOverlap(
+                name="membership_one_billing_team",
+                key=["user"],
+                condition=Q(is_billing=True),
+                violation_error_message="A user has at most one billing team at any instant.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class ClusterIdentity(models.Model):
+    """What an agent sees on one cluster, mapped to a user or a team over an interval."""
+
+    class Kind(models.TextChoices):
+        UNIX_USER = "unix_user", "Unix user name"
+        UNIX_UID = "unix_uid", "Unix uid"
+        SLURM_ACCOUNT = "slurm_account", "Slurm account"
+        K8S_NAMESPACE = "k8s_namespace", "Kubernetes namespace"
+
+    USER_KINDS = (Kind.UNIX_USER, Kind.UNIX_UID)
+
+    cluster = models.ForeignKey(
+        "inventory.Cluster", on_delete=models.PROTECT, related_name="identities"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    key = models.CharField(max_length=256, help_text="The user name, uid, account or namespace.")
+    user = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.PROTECT, related_name="cluster_identities"
+    )
+    team = models.ForeignKey(
+        Team, null=True, blank=True, on_delete=models.PROTECT, related_name="cluster_identities"
+    )
+    valid_from = WholeSecondDateTimeField()
+    valid_until = WholeSecondDateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "cluster identities"
+        ordering = ["cluster__name", "kind", "key", "valid_from"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["unix_user", "unix_uid", "slurm_account", "k8s_namespace"]),
+                name="identity_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(kind__in=["unix_user", "unix_uid"], user__isnull=False, team__isnull=True)
+                    | Q(
+                        kind__in=["slurm_account", "k8s_namespace"],
+                        user__isnull=True,
+                        team__isnull=False,
+                    )
+                ),
+                name="identity_maps_user_or_team",
+                violation_error_message="Unix users and uids map to a user; Slurm accounts and "
+                "Kubernetes namespaces map to a team.",
+            ),
+            models.CheckConstraint(
+                condition=Q(valid_until__isnull=True) | Q(valid_until__gt=F("valid_from")),
+                name="identity_interval_valid",
+            ),
+            NoOverlap(name="identity_no_overlap", key=["cluster", "kind", "key"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.get_kind_display()} {self.key} → {self.user or self.team}"
+
+
+class ApiToken(models.Model):
+    """A personal API token (Authorization: Token <key>), stored hashed."""
+
+    user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="api_tokens")
+    name = models.CharField(max_length=120)
+    prefix = models.CharField(max_length=12, help_text="First characters, to recognise it.")
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"

@@ -1,0 +1,70 @@
+from datetime import datetime
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from accounts.models import ClusterIdentity, Membership, Team, User
+
+
+def _valid_at(at: datetime) -> Q:
+    return Q(valid_from__lte=at) & (Q(valid_until__isnull=True) | Q(valid_until__gt=at))
+
+
+def memberships_current(*, user: User, at: datetime | None = None) -> QuerySet[Membership]:
+    """The user's memberships in force at `at` (default now)."""
+    if not user.is_authenticated:
+        return Membership.objects.none()
+    return Membership.objects.filter(_valid_at(at or timezone.now()), user=user)
+
+
+def teams_visible(*, user: User) -> QuerySet[Team]:
+    """Teams whose data the user may read: all for admins, else current memberships."""
+    if not user.is_authenticated:
+        return Team.objects.none()
+    if user.is_staff:
+        return Team.objects.all()
+    ids = memberships_current(user=user).values("team_id")
+    return Team.objects.filter(id__in=ids)
+
+
+def teams_led(*, user: User) -> QuerySet[Team]:
+    """Teams the user may act for: all for admins, else those they currently lead."""
+    if not user.is_authenticated:
+        return Team.objects.none()
+    if user.is_staff:
+        return Team.objects.all()
+    ids = memberships_current(user=user).filter(role=Membership.Role.LEAD).values("team_id")
+    return Team.objects.filter(id__in=ids)
+
+
+def team_members(*, team: Team, at: datetime | None = None) -> QuerySet[Membership]:
+    """Memberships of the team in force at `at` (default now), leads first."""
+    return (
+        Membership.objects.filter(_valid_at(at or timezone.now()), team=team)
+        .select_related("user")
+        .order_by("role", "user__username")
+    )
+
+
+def team_leads(*, team: Team, at: datetime | None = None) -> list[User]:
+    """The team's leads at `at` (default now)."""
+    return [m.user for m in team_members(team=team, at=at).filter(role=Membership.Role.LEAD)]
+
+
+def billing_team(*, user: User, at: datetime) -> Team | None:
+    """The user's billing team at `at`, if any (at most one by constraint)."""
+    membership = (
+        Membership.objects.filter(_valid_at(at), user=user, is_billing=True)
+        .select_related("team")
+        .first()
+    )
+    return membership.team if membership else None
+
+
+def identity_resolve(*, cluster_id: int, kind: str, key: str, at: datetime) -> ClusterIdentity | None:
+    """The cluster identity mapping `key` of `kind` on that cluster at `at`, if any."""
+    return (
+        ClusterIdentity.objects.filter(_valid_at(at), cluster_id=cluster_id, kind=kind, key=key)
+        .select_related("user", "team")
+        .first()
+    )

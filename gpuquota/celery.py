@@ -1,0 +1,37 @@
+"""The Celery app. Times are UTC; each Django app declares its own beat schedule
+as `BEAT_SCHEDULE` in its `tasks` module, collected here."""
+
+import os
+from importlib import import_module
+from importlib.util import find_spec
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuquota.settings")
+
+app = Celery("gpuquota")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.timezone = "UTC"
+app.conf.enable_utc = True
+app.autodiscover_tasks()
+
+
+def collect_beat_schedule() -> dict:
+    """The beat schedules of every installed app, merged; entry names must be unique."""
+    from django.apps import apps
+
+    schedule: dict = {}
+    for config in apps.get_app_configs():
+        module_name = f"{config.name}.tasks"
+        if find_spec(module_name) is None:
+            continue
+        for name, entry in getattr(import_module(module_name), "BEAT_SCHEDULE", {}).items():
+            if name in schedule:
+                raise RuntimeError(f"beat entry {name!r} is declared twice")
+            schedule[name] = entry
+    return schedule
+
+
+@app.on_after_finalize.connect
+def _install_beat_schedule(sender: Celery, **_kwargs) -> None:
+    sender.conf.beat_schedule = collect_beat_schedule()

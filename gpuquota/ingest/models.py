@@ -1,0 +1,135 @@
+"""What agents send, stored as received (agent-protocol.md).
+
+Identities: a sample is (gpu, window_start); a process record is
+(gpu, window_start, pid, pid_start); an event is its event_id. The first stored
+wins. `gpu` may be a MIG device: accounting rolls it into its parent.
+"""
+
+from django.conf import settings
+from django.db import models
+
+from gpuquota.core.fields import WholeSecondDateTimeField
+
+
+class NodeToken(models.Model):
+    """The bearer secret of one node's agent, stored hashed; rotated and revoked by admins."""
+
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="tokens")
+    prefix = models.CharField(max_length=12)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class AgentBatch(models.Model):
+    """A batch accepted from a node, remembered (with its response) for replays."""
+
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="batches")
+    batch_id = models.UUIDField()
+    agent_instance_id = models.UUIDField()
+    seq_first = models.BigIntegerField(null=True)
+    seq_last = models.BigIntegerField(null=True)
+    sent_at = models.DateTimeField(null=True)
+    received_at = models.DateTimeField(db_index=True)
+    clock_skew_s = models.FloatField(null=True)
+    response_body = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "batch_id"], name="agent_batch_unique")
+        ]
+
+
+class Sample(models.Model):
+    """One GPU's state over [window_start, window_end)."""
+
+    pk = models.CompositePrimaryKey("gpu_id", "window_start")
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="+")
+    window_start = WholeSecondDateTimeField()
+    window_end = WholeSecondDateTimeField()
+    readings = models.IntegerField()
+    util_gpu_avg = models.DecimalField(max_digits=5, decimal_places=2, null=True)
+    util_gpu_max = models.DecimalField(max_digits=5, decimal_places=2, null=True)
+    util_mem_avg = models.DecimalField(max_digits=5, decimal_places=2, null=True)
+    memory_used_bytes_avg = models.BigIntegerField(null=True)
+    memory_used_bytes_max = models.BigIntegerField(null=True)
+    power_w_avg = models.FloatField(null=True)
+    energy_j = models.FloatField(null=True)
+    temp_c_max = models.SmallIntegerField(null=True)
+    clock_event_reasons = models.BigIntegerField(null=True)
+    ecc_uncorrected = models.BigIntegerField(null=True)
+    ecc_corrected = models.BigIntegerField(null=True)
+    received_at = models.DateTimeField()
+
+
+class ProcessRecord(models.Model):
+    """Who used a GPU in a window: one process."""
+
+    class JobSource(models.TextChoices):
+        SLURM = "slurm", "Slurm"
+        KUBERNETES = "kubernetes", "Kubernetes"
+        DOCKER = "docker", "Docker"
+        UNIX = "unix", "Unix"
+
+    pk = models.CompositePrimaryKey("gpu_id", "window_start", "pid", "pid_start")
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="+")
+    window_start = WholeSecondDateTimeField()
+    window_end = WholeSecondDateTimeField()
+    pid = models.IntegerField()
+    pid_start = models.BigIntegerField()
+    uid = models.BigIntegerField(null=True)
+    user = models.CharField(max_length=256, null=True)
+    command = models.CharField(max_length=256, null=True)
+    job_source = models.CharField(max_length=16, choices=JobSource.choices, null=True)
+    job_id = models.CharField(max_length=256, null=True)
+    job_account = models.CharField(max_length=256, null=True)
+    memory_used_bytes_max = models.BigIntegerField(null=True)
+    util_sm_avg = models.DecimalField(max_digits=5, decimal_places=2, null=True)
+    received_at = models.DateTimeField()
+
+
+class EventType(models.TextChoices):
+    XID = "xid", "XID error"
+    GPU_LOST = "gpu_lost", "GPU lost"
+    ECC_UNCORRECTED = "ecc_uncorrected", "Uncorrected ECC error"
+    REMAP_PENDING = "remap_pending", "Row remap pending"
+    COUNTER_RESET = "counter_reset", "Energy counter reset"
+    NVML_UNAVAILABLE = "nvml_unavailable", "NVML unavailable"
+    AGENT_RESTART = "agent_restart", "Agent restart"
+    DATA_DROPPED = "data_dropped", "Agent dropped data"
+    CLOCK_SKEW = "clock_skew", "Clock skew"
+
+
+class GpuEvent(models.Model):
+    """Something that happened on a node or GPU (XID, lost GPU, agent restart...)."""
+
+    Type = EventType
+
+    event_id = models.UUIDField(primary_key=True)
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="events")
+    gpu = models.ForeignKey(
+        "inventory.Gpu", null=True, on_delete=models.PROTECT, related_name="events"
+    )
+    ts = WholeSecondDateTimeField(db_index=True)
+    type = models.CharField(max_length=32, choices=Type.choices)
+    xid = models.IntegerField(null=True)
+    detail = models.CharField(max_length=256, null=True)
+    received_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-ts"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(type__in=EventType.values), name="gpu_event_type_valid"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(type="xid") | models.Q(xid__isnull=False),
+                name="gpu_event_xid_required",
+            ),
+        ]

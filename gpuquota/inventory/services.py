@@ -1,0 +1,85 @@
+from datetime import datetime
+
+from django.db import transaction
+
+from gpuquota.core.fields import whole_second
+from gpuquota.inventory.models import (
+    Gpu,
+    GpuClass,
+    GpuClassInterval,
+    GpuModelMapping,
+    GpuNodeInterval,
+    Node,
+    gpu_uuid_normalize,
+)
+
+
+def gpu_class_for_model(*, model_name: str) -> GpuClass:
+    """The class mapped from an NVML model name; unmapped models get a class named
+    after the model until an admin maps it."""
+    mapping = GpuModelMapping.objects.select_related("gpu_class").filter(model_name=model_name)
+    if (found := mapping.first()) is not None:
+        return found.gpu_class
+    gpu_class, _ = GpuClass.objects.get_or_create(
+        name=(model_name or "unknown")[:64], defaults={"description": "Unmapped NVML model"}
+    )
+    return gpu_class
+
+
+@transaction.atomic
+def gpu_register(
+    *,
+    node: Node,
+    uuid: str,
+    model_name: str,
+    at: datetime,
+    parent: Gpu | None = None,
+    index: int | None = None,
+    pci_bus_id: str = "",
+    memory_total_bytes: int | None = None,
+    power_limit_w: float | None = None,
+) -> Gpu:
+    """A new GPU on `node` from `at`, with its first node and class intervals."""
+    at = whole_second(at)
+    gpu_class = parent.gpu_class if parent else gpu_class_for_model(model_name=model_name)
+    gpu = Gpu.objects.create(
+        uuid=gpu_uuid_normalize(uuid),
+        parent=parent,
+        node=node,
+        gpu_class=gpu_class,
+        model_name=model_name,
+        index=index,
+        pci_bus_id=pci_bus_id,
+        memory_total_bytes=memory_total_bytes,
+        power_limit_w=power_limit_w,
+        commissioned_at=at,
+    )
+    GpuNodeInterval.objects.create(gpu=gpu, node=node, valid_from=at)
+    GpuClassInterval.objects.create(gpu=gpu, gpu_class=gpu_class, valid_from=at)
+    return gpu
+
+
+@transaction.atomic
+def gpu_move(*, gpu: Gpu, node: Node, at: datetime) -> Gpu:
+    """Move a GPU (and its MIG devices) to another node from `at`, closing the
+    current node interval."""
+    at = whole_second(at)
+    for device in [gpu, *gpu.mig_devices.all()]:
+        GpuNodeInterval.objects.filter(gpu=device, valid_until__isnull=True).update(valid_until=at)
+        GpuNodeInterval.objects.create(gpu=device, node=node, valid_from=at)
+        device.node = node
+        device.save(update_fields=["node"])
+    return gpu
+
+
+@transaction.atomic
+def gpu_reclassify(*, gpu: Gpu, gpu_class: GpuClass, at: datetime) -> Gpu:
+    """Price a GPU as another class from `at`; seconds before stay in the old class."""
+    at = whole_second(at)
+    if gpu.gpu_class_id == gpu_class.id:
+        return gpu
+    GpuClassInterval.objects.filter(gpu=gpu, valid_until__isnull=True).update(valid_until=at)
+    GpuClassInterval.objects.create(gpu=gpu, gpu_class=gpu_class, valid_from=at)
+    gpu.gpu_class = gpu_class
+    gpu.save(update_fields=["gpu_class"])
+    return gpu

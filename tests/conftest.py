@@ -1,0 +1,89 @@
+"""Test configuration shared by every area.
+
+Tests marked `postgres`, `redis` or `browser` need the real service and are
+skipped, with the reason, when it is not there; CI sets GPUQUOTA_FAIL_ON_SKIP=1
+so that a skip there fails the run.
+"""
+
+import os
+import shutil
+import socket
+from urllib.parse import urlparse
+
+import pytest
+
+# Playwright's sync API runs an event loop in the test thread; Django's ORM is
+# called from the same thread between page actions, which is safe here.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+def _redis_reachable() -> bool:
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        return False
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname, parsed.port or 6379), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _browser_available() -> bool:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which(CHROMIUM) is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    on_postgres = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
+    needs = {
+        "postgres": (on_postgres, "needs PostgreSQL: set DATABASE_URL=postgres://..."),
+        "redis": (_redis_reachable(), "needs a reachable Redis: set REDIS_URL=redis://..."),
+        "browser": (_browser_available(), f"needs {CHROMIUM} and the playwright package"),
+    }
+    for item in items:
+        for marker, (available, reason) in needs.items():
+            if marker in item.keywords and not available:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("GPUQUOTA_FAIL_ON_SKIP") != "1":
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if skipped:
+        reporter.write_line(f"GPUQUOTA_FAIL_ON_SKIP: {len(skipped)} test(s) skipped", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture
+def roles(db):
+    """The role matrix: admin, lead of `team`, lead of another team, member of
+    `team`, and an outsider with no team."""
+    from tests.factories import RoleMatrix
+
+    return RoleMatrix.create()
+
+
+@pytest.fixture
+def browser_page(live_server):
+    """A Playwright page in Debian's chromium, with `base_url` set to the live server."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(base_url=live_server.url, viewport={"width": 1366, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        try:
+            yield page
+        finally:
+            context.close()
+            browser.close()
