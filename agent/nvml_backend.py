@@ -86,7 +86,7 @@ class NvmlBackend:
             try:
                 device = Device(pynvml.nvmlDeviceGetHandleByIndex(index))
                 gpu = self._info(device, index, None)
-            except pynvml.NVMLError as exc:
+            except (pynvml.NVMLError, GpuLost) as exc:
                 log.error("event=gpu_unreadable index=%d error=%r", index, str(exc))
                 continue
             gpus.append(gpu)
@@ -112,13 +112,14 @@ class NvmlBackend:
         if not mode or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
             return []
         migs = []
-        for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(parent.handle)):
+        slots = self._call(parent, "mig_count", pynvml.nvmlDeviceGetMaxMigDeviceCount) or 0
+        for slot in range(slots):
             try:
                 device = Device(pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, slot))
                 migs.append(self._info(device, slot, parent_uuid))
             except pynvml.NVMLError_NotFound:
                 continue  # an empty slot
-            except pynvml.NVMLError as exc:
+            except (pynvml.NVMLError, GpuLost) as exc:
                 log.error("event=mig_unreadable parent=%s slot=%d error=%r", parent_uuid, slot,
                           str(exc))
         return migs
@@ -152,8 +153,12 @@ class NvmlBackend:
             processes=self._processes(device),
         )
 
-    def _call(self, device: Device, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(handle, *args)`, or None when unsupported or failing; GpuLost when lost."""
+    def _call(self, device: Device, name: str, fn: Callable[..., Any], *args: Any,
+              not_found: Any = None) -> Any:
+        """`fn(handle, *args)`, or None when unsupported or failing; GpuLost when lost.
+
+        `not_found` is what NVML's NotFound means for this call (an empty sample buffer).
+        """
         if name in device.unsupported:
             return None
         try:
@@ -163,6 +168,8 @@ class NvmlBackend:
         except UNSUPPORTED:
             device.unsupported.add(name)  # a capability does not come back: stop asking
         except pynvml.NVMLError as exc:
+            if not_found is not None and isinstance(exc, pynvml.NVMLError_NotFound):
+                return not_found
             if name not in device.warned:
                 device.warned.add(name)
                 log.warning("event=nvml_error gpu=%s field=%s error=%r", device.uuid, name,
@@ -185,11 +192,9 @@ class NvmlBackend:
         return temp
 
     def _util_samples(self, device: Device) -> list[float] | None:
-        try:
-            result = self._call(device, "samples", pynvml.nvmlDeviceGetSamples,
-                                pynvml.NVML_GPU_UTILIZATION_SAMPLES, device.last_sample_us)
-        except pynvml.NVMLError_NotFound:
-            return []  # NVML's way of saying the buffer holds nothing newer
+        result = self._call(device, "samples", pynvml.nvmlDeviceGetSamples,
+                            pynvml.NVML_GPU_UTILIZATION_SAMPLES, device.last_sample_us,
+                            not_found=(pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, []))
         if result is None:
             return None
         value_type, samples = result
@@ -204,11 +209,8 @@ class NvmlBackend:
         if not running:
             return []
         util_by_pid: dict[int, list[float]] | None = None
-        try:
-            samples = self._call(device, "process_util", pynvml.nvmlDeviceGetProcessUtilization,
-                                 device.last_process_us)
-        except pynvml.NVMLError_NotFound:
-            samples = []
+        samples = self._call(device, "process_util", pynvml.nvmlDeviceGetProcessUtilization,
+                             device.last_process_us, not_found=[])
         if samples is not None:
             util_by_pid = {}
             for s in samples:

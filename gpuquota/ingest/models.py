@@ -33,6 +33,7 @@ class AgentBatch(models.Model):
     node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="batches")
     batch_id = models.UUIDField()
     agent_instance_id = models.UUIDField()
+    boot_id = models.CharField(max_length=64, blank=True)
     seq_first = models.BigIntegerField(null=True)
     seq_last = models.BigIntegerField(null=True)
     sent_at = models.DateTimeField(null=True)
