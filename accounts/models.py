@@ -19,7 +19,8 @@ class User(AbstractUser):
 
     timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
     email_opt_out = models.BooleanField(
-        default=False, help_text="Receive no email from gpuquota (statements still reach leads' peers)."
+        default=False,
+        help_text="Receive no email from gpuquota (statements still reach leads' peers).",
     )
 
 
@@ -48,7 +49,9 @@ class Membership(models.Model):
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
     is_billing = models.BooleanField(
-        "billing team", default=False, help_text="Unreserved usage of this user is billed to this team."
+        "billing team",
+        default=False,
+        help_text="Unreserved usage of this user is billed to this team.",
     )
     valid_from = WholeSecondDateTimeField()
     valid_until = WholeSecondDateTimeField(null=True, blank=True, help_text="Empty: open-ended.")

@@ -61,7 +61,9 @@ def billing_team(*, user: User, at: datetime) -> Team | None:
     return membership.team if membership else None
 
 
-def identity_resolve(*, cluster_id: int, kind: str, key: str, at: datetime) -> ClusterIdentity | None:
+def identity_resolve(
+    *, cluster_id: int, kind: str, key: str, at: datetime
+) -> ClusterIdentity | None:
     """The cluster identity mapping `key` of `kind` on that cluster at `at`, if any."""
     return (
         ClusterIdentity.objects.filter(_valid_at(at), cluster_id=cluster_id, kind=kind, key=key)

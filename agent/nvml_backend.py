@@ -1,4 +1,4 @@
-"""The real GPUs, read through NVML (`pynvml` from nvidia-ml-py), each behind its own error handling.
+"""The real GPUs, read through NVML (`pynvml` from nvidia-ml-py), each behind its own error guard.
 
 A field a GPU does not support is null and is not asked again; a lost GPU raises GpuLost for that
 GPU alone; any other NVML error nulls that one field and is logged once.
@@ -91,7 +91,8 @@ class NvmlBackend:
                 continue
             gpus.append(gpu)
             gpus.extend(self._mig_devices(device, gpu.uuid))
-        self._start_events([g for g in gpus if g.mig_parent_uuid is None])
+        if self._thread is None:
+            self._start_events([g for g in gpus if g.mig_parent_uuid is None])
         return gpus
 
     def _info(self, device: Device, index: int, parent: str | None) -> GpuInfo:
@@ -102,7 +103,7 @@ class NvmlBackend:
         return GpuInfo(
             uuid=device.uuid, index=index,
             name=self._call(device, "name", pynvml.nvmlDeviceGetName),
-            pci_bus_id=pci.busId.decode() if pci is not None else None,
+            pci_bus_id=pci.busId if pci is not None else None,
             memory_total_bytes=memory.total if memory is not None else None,
             power_limit_w=limit_mw / 1000 if limit_mw else None,
             mig_parent_uuid=parent, key=device)

@@ -16,7 +16,7 @@ from agent.model import Owner
 K8S_POD_RE = re.compile(r"kubepods.*?pod([0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}"
                         r"[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})")
 DOCKER_RE = re.compile(r"(?:/docker/|docker-)([0-9a-f]{64})")
-SLURM_CGROUP_RE = re.compile(r"/slurm[^/]*/uid_\d+/job_(\d+)")
+SLURM_CGROUP_RE = re.compile(r"(?:/slurm[^/]*/uid_\d+|/slurmstepd\.scope)/job_(\d+)")
 ENV_KEYS = (b"SLURM_JOB_ID", b"SLURM_JOBID", b"SLURM_JOB_ACCOUNT", b"HOSTNAME", b"POD_NAMESPACE")
 MAX_COMMAND = 256
 
@@ -88,7 +88,8 @@ class OwnerResolver:
 
     def _pod_namespace(self, pod_uid: str) -> str | None:
         # The service-account volume the kubelet projects into every pod carries its namespace.
-        for path in self.kubelet_pods.glob(f"{pod_uid}/volumes/kubernetes.io~projected/*/namespace"):
+        pattern = f"{pod_uid}/volumes/kubernetes.io~projected/*/namespace"
+        for path in self.kubelet_pods.glob(pattern):
             return self._text(path)
         return None
 

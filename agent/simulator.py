@@ -61,7 +61,8 @@ class Simulator:
                  profiles: tuple[str, ...] = (), users: tuple[str, ...] = DEFAULT_USERS,
                  accounts: tuple[str, ...] = DEFAULT_ACCOUNTS, fail_after_s: float = 600.0,
                  clock: Callable[[], float] = time.time) -> None:
-        unknown = [m for m in models if m not in MODELS] + [p for p in profiles if p not in PROFILES]
+        unknown = [m for m in models if m not in MODELS]
+        unknown += [p for p in profiles if p not in PROFILES]
         if unknown or not models or not users or not accounts:
             raise ValueError(f"unknown simulated models or profiles: {', '.join(unknown)}; "
                              f"models: {', '.join(MODELS)}; profiles: {', '.join(PROFILES)}")

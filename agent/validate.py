@@ -75,9 +75,12 @@ def process_is_valid(process: Record) -> bool:
     return bool(UUID_RE.match(process["gpu_uuid"])) and 1 <= process["pid"] <= MAX_PID
 
 
-def clean_process(process: Record) -> None:
-    """Null a user name the server would refuse, cut the command to 256 characters."""
+def clean_process(process: Record) -> list[str]:
+    """Null what the server would refuse in a process record; cut the command to 256 chars."""
+    nulled: list[str] = []
     clean_strings(process, ("command",))
+    _percent(process, "util_sm_avg", nulled)
+    _within(process, "memory_used_bytes_max", 0, None, nulled)
     user = process.get("user")
-    if user is not None and len(user) > MAX_STRING:
-        process["user"] = None
+    _null_unless(process, "user", user is None or len(user) <= MAX_STRING, nulled)
+    return nulled

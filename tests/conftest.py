@@ -63,6 +63,11 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def roles(db):
     """The role matrix: admin, lead of `team`, lead of another team, member of
@@ -79,7 +84,9 @@ def browser_page(live_server):
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(base_url=live_server.url, viewport={"width": 1366, "height": 900})
+        context = browser.new_context(
+            base_url=live_server.url, viewport={"width": 1366, "height": 900}
+        )
         page = context.new_page()
         page.set_default_timeout(15_000)
         try:

@@ -83,14 +83,25 @@ def gpu_uuid() -> str:
     return "GPU-" + str(uuid.uuid4())
 
 
-def make_gpu(*, node: Node | None = None, gpu_class: GpuClass | None = None, index: int = 0,
-             at: datetime = EPOCH, uuid_: str | None = None) -> Gpu:
+def make_gpu(
+    *,
+    node: Node | None = None,
+    gpu_class: GpuClass | None = None,
+    index: int = 0,
+    at: datetime = EPOCH,
+    uuid_: str | None = None,
+) -> Gpu:
     """A physical GPU registered through the inventory service (with its intervals)."""
     gpu_class = gpu_class or GpuClassFactory()
     model_name = f"NVIDIA {gpu_class.name}"
     GpuModelMapping.objects.get_or_create(model_name=model_name, defaults={"gpu_class": gpu_class})
-    return gpu_register(node=node or NodeFactory(), uuid=uuid_ or gpu_uuid(),
-                        model_name=model_name, at=at, index=index)
+    return gpu_register(
+        node=node or NodeFactory(),
+        uuid=uuid_ or gpu_uuid(),
+        model_name=model_name,
+        at=at,
+        index=index,
+    )
 
 
 class QuotaFactory(factory.django.DjangoModelFactory):

@@ -26,7 +26,9 @@ def _flatten(detail, prefix: str | None = None) -> list[dict]:
         out = []
         for key, value in detail.items():
             field = None if key in ("non_field_errors", "__all__") else key
-            out.extend(_flatten(value, f"{prefix}.{field}" if prefix and field else field or prefix))
+            out.extend(
+                _flatten(value, f"{prefix}.{field}" if prefix and field else field or prefix)
+            )
         return out
     if isinstance(detail, list):
         out = []

@@ -32,9 +32,7 @@ class NoOverlap(ExclusionConstraint):
     ):
         if expressions is None:
             expressions = [(field, RangeOperators.EQUAL) for field in key]
-            expressions.append(
-                (TsTzRange(start, end, RangeBoundary()), RangeOperators.OVERLAPS)
-            )
+            expressions.append((TsTzRange(start, end, RangeBoundary()), RangeOperators.OVERLAPS))
         super().__init__(
             name=name,
             expressions=expressions,
@@ -49,7 +47,9 @@ class NoOverlap(ExclusionConstraint):
         return schema_editor.connection.vendor == "postgresql"
 
     def constraint_sql(self, model, schema_editor):
-        return super().constraint_sql(model, schema_editor) if self._postgres(schema_editor) else None
+        return (
+            super().constraint_sql(model, schema_editor) if self._postgres(schema_editor) else None
+        )
 
     def create_sql(self, model, schema_editor):
         return super().create_sql(model, schema_editor) if self._postgres(schema_editor) else None

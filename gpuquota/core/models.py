@@ -9,8 +9,12 @@ class AuditEntry(models.Model):
 
     at = WholeSecondDateTimeField(db_index=True)
     actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
-        related_name="+", help_text="Empty for the system (scheduled jobs).",
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        help_text="Empty for the system (scheduled jobs).",
     )
     action = models.CharField(max_length=64, db_index=True)
     object_type = models.CharField(max_length=64)

@@ -26,6 +26,10 @@ class NodeToken(models.Model):
     class Meta:
         ordering = ["-created_at"]
 
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.node_id})"
+
+
 
 class AgentBatch(models.Model):
     """A batch accepted from a node, remembered (with its response) for replays."""
@@ -46,12 +50,22 @@ class AgentBatch(models.Model):
             models.UniqueConstraint(fields=["node", "batch_id"], name="agent_batch_unique")
         ]
 
+    def __str__(self) -> str:
+        return str(self.batch_id)
+
+
 
 class Sample(models.Model):
-    """One GPU's state over [window_start, window_end)."""
+    """One GPU's state over [window_start, window_end).
+
+    On PostgreSQL this table (and ProcessRecord's) is range-partitioned by day on
+    window_start (migration 0001, `partitions.py`)."""
 
     pk = models.CompositePrimaryKey("gpu_id", "window_start")
-    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="+")
+    # The primary key starts with gpu_id: no separate index (it would slow every insert).
+    gpu = models.ForeignKey(
+        "inventory.Gpu", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     window_start = WholeSecondDateTimeField()
     window_end = WholeSecondDateTimeField()
     readings = models.IntegerField()
@@ -68,6 +82,10 @@ class Sample(models.Model):
     ecc_corrected = models.BigIntegerField(null=True)
     received_at = models.DateTimeField()
 
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} @ {self.window_start:%Y-%m-%dT%H:%M:%SZ}"
+
+
 
 class ProcessRecord(models.Model):
     """Who used a GPU in a window: one process."""
@@ -79,7 +97,10 @@ class ProcessRecord(models.Model):
         UNIX = "unix", "Unix"
 
     pk = models.CompositePrimaryKey("gpu_id", "window_start", "pid", "pid_start")
-    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="+")
+    # The primary key starts with gpu_id: no separate index (it would slow every insert).
+    gpu = models.ForeignKey(
+        "inventory.Gpu", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
     window_start = WholeSecondDateTimeField()
     window_end = WholeSecondDateTimeField()
     pid = models.IntegerField()
@@ -93,6 +114,19 @@ class ProcessRecord(models.Model):
     memory_used_bytes_max = models.BigIntegerField(null=True)
     util_sm_avg = models.DecimalField(max_digits=5, decimal_places=2, null=True)
     received_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(job_source__isnull=True)
+                | models.Q(job_source__in=["slurm", "kubernetes", "docker", "unix"]),
+                name="process_record_job_source_valid",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on gpu {self.gpu_id} @ {self.window_start:%Y-%m-%dT%H:%M:%SZ}"
+
 
 
 class EventType(models.TextChoices):
@@ -134,3 +168,7 @@ class GpuEvent(models.Model):
                 name="gpu_event_xid_required",
             ),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.type} @ {self.ts:%Y-%m-%dT%H:%M:%SZ}"
+

@@ -167,6 +167,9 @@ class GpuNodeInterval(models.Model):
             NoOverlap(name="gpu_node_no_overlap", key=["gpu"]),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.gpu} on {self.node} from {self.valid_from:%Y-%m-%d %H:%M}"
+
 
 class GpuClassInterval(models.Model):
     """Which class a GPU was priced as, over [valid_from, valid_until)."""
@@ -183,6 +186,9 @@ class GpuClassInterval(models.Model):
             NoOverlap(name="gpu_class_no_overlap", key=["gpu"]),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.gpu} as {self.gpu_class} from {self.valid_from:%Y-%m-%d %H:%M}"
+
 
 class GpuHealthInterval(models.Model):
     """A GPU not healthy over [valid_from, valid_until): `degraded` or `failed`.
@@ -198,6 +204,12 @@ class GpuHealthInterval(models.Model):
     valid_until = WholeSecondDateTimeField(null=True, blank=True)
     reason = models.CharField(max_length=256, help_text="What opened it: `xid 79`, `gpu_lost`...")
     closed_reason = models.CharField(max_length=256, blank=True)
+    boot_id = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The node's boot when it opened: a failed "
+        "interval closes after a new boot reports a good sample.",
+    )
     closed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
@@ -211,6 +223,9 @@ class GpuHealthInterval(models.Model):
             _interval_valid("gpu_health_interval_valid"),
             NoOverlap(name="gpu_health_no_overlap", key=["gpu"]),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} {self.state} from {self.valid_from:%Y-%m-%d %H:%M}"
 
 
 class MaintenanceBlock(models.Model):
@@ -228,3 +243,6 @@ class MaintenanceBlock(models.Model):
     class Meta:
         ordering = ["-valid_from"]
         constraints = [_interval_valid("maintenance_interval_valid")]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} blocked from {self.valid_from:%Y-%m-%d %H:%M}: {self.reason}"

@@ -90,7 +90,9 @@ class Reservation(models.Model):
                 condition=Q(placement__in=["any", "same_node"]), name="reservation_placement_valid"
             ),
             models.CheckConstraint(condition=Q(count__gte=1), name="reservation_count_positive"),
-            models.CheckConstraint(condition=Q(end__gt=F("start")), name="reservation_window_valid"),
+            models.CheckConstraint(
+                condition=Q(end__gt=F("start")), name="reservation_window_valid"
+            ),
         ]
         indexes = [models.Index(fields=["gpu_class", "start", "end"])]
 

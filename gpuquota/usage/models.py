@@ -1,4 +1,6 @@
 from django.db import models
+from django.db.models import Value
+from django.db.models.functions import Coalesce
 
 from gpuquota.core.fields import WholeSecondDateTimeField
 
@@ -18,3 +20,85 @@ class DirtyGpuHour(models.Model):
             models.UniqueConstraint(fields=["gpu", "hour"], name="dirty_gpu_hour_unique")
         ]
         indexes = [models.Index(fields=["marked_at"])]
+
+
+class GpuHourUsage(models.Model):
+    """What one physical GPU did in one UTC hour, per attribution bucket.
+
+    A bucket is (kind, assignment, owner team, split_ways, failed, gpu class).
+    Every second in a row is a whole second: the row's `covered_s` and `busy_s`
+    are the seconds of the windows that fell in the bucket. A window of
+    unreserved time with processes of n distinct owner teams gives n rows with
+    `split_ways = n`, each holding the window's full seconds: a team's exact
+    share is `busy_s / split_ways`. Sums group by `split_ways` and divide once
+    (see `selectors`), so nothing is rounded before an amount is computed.
+    Rows of one GPU-hour are replaced together by `gpu_hour_recompute`.
+    """
+
+    class Kind(models.TextChoices):
+        RESERVED = "reserved", "Reserved (an assignment)"
+        UNRESERVED = "unreserved", "Unreserved"
+
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="+")
+    hour = WholeSecondDateTimeField()
+    gpu_class = models.ForeignKey("inventory.GpuClass", on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    assignment = models.ForeignKey(
+        "reservations.Assignment", null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    reservation = models.ForeignKey(
+        "reservations.Reservation", null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    team = models.ForeignKey(
+        "accounts.Team", null=True, on_delete=models.PROTECT, related_name="+",
+        help_text="Reserved: the reservation's team. Unreserved: the owner team; "
+        "empty = unattributed.",
+    )
+    split_ways = models.PositiveSmallIntegerField(default=1)
+    failed = models.BooleanField(default=False, help_text="Seconds while the GPU was failed.")
+    covered_s = models.IntegerField(default=0)
+    busy_s = models.IntegerField(default=0)
+    util_weighted = models.DecimalField(
+        max_digits=14, decimal_places=2, default=0, help_text="Σ util_gpu_avg × covered seconds"
+    )
+    energy_j = models.FloatField(default=0)
+    memory_used_bytes_max = models.BigIntegerField(null=True)
+    process_count = models.IntegerField(default=0)
+    users_seen = models.JSONField(default=list, help_text="Unix user names seen, sorted.")
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(kind__in=["reserved", "unreserved"]), name="usage_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=(
+                    models.Q(kind="reserved", assignment__isnull=False, split_ways=1)
+                    | models.Q(kind="unreserved", assignment__isnull=True)
+                ),
+                name="usage_reserved_has_assignment",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(split_ways__gte=1)
+                & models.Q(covered_s__gte=models.F("busy_s"))
+                & models.Q(busy_s__gte=0),
+                name="usage_seconds_valid",
+            ),
+            models.UniqueConstraint(
+                "gpu",
+                "hour",
+                "gpu_class",
+                "kind",
+                Coalesce("assignment", Value(0)),
+                Coalesce("team", Value(0)),
+                "split_ways",
+                "failed",
+                name="usage_bucket_unique",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["hour", "kind"]),
+            models.Index(fields=["reservation", "hour"]),
+            models.Index(fields=["team", "hour"]),
+        ]

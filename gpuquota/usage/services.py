@@ -1,11 +1,16 @@
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
+from django.db.models import QuerySet
+from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from gpuquota.core.timeutil import hour_floor, hours_between
-from gpuquota.usage.models import DirtyGpuHour
+from gpuquota.ingest.models import ProcessRecord
+from gpuquota.inventory.models import Gpu
+from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
+from gpuquota.usage.rollup import usage_buckets, usage_inputs_load
 
 _MARK_SQL = (
     f"INSERT INTO {DirtyGpuHour._meta.db_table} (gpu_id, hour, generation, marked_at) "
@@ -38,3 +43,119 @@ def gpu_interval_mark_dirty(*, gpu_ids: Iterable[int], start: datetime, end: dat
     or identity change that alters how their past seconds are attributed)."""
     hours = hours_between(start, end)
     return gpu_hours_mark_dirty(marks=[(gpu_id, hour) for gpu_id in gpu_ids for hour in hours])
+
+
+# --- Rollups --------------------------------------------------------------------
+
+
+def _gpu_lock(gpu_id: int) -> None:
+    """Serialise recomputes of one GPU between workers (PostgreSQL; SQLite writes are
+    serial anyway). An advisory lock, so ingestion, which never takes it, is not held up."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, gpu_id])
+
+
+_LOCK_NAMESPACE = 0x75736167  # "usag"
+
+
+def _physical_gpu_id(gpu_id: int) -> int:
+    parent_id = Gpu.objects.filter(id=gpu_id).values_list("parent_id", flat=True).first()
+    return parent_id or gpu_id
+
+
+@transaction.atomic
+def gpu_hour_recompute(*, gpu_id: int, hour: datetime) -> int:
+    """Replace the rollup rows of one physical GPU-hour with rows computed from the
+    current inputs; running it twice gives the same rows. Returns the row count."""
+    gpu_id = _physical_gpu_id(gpu_id)
+    hour = hour_floor(hour)
+    _gpu_lock(gpu_id)
+    inputs = usage_inputs_load(gpu_ids=[gpu_id], start=hour, end=hour + timedelta(hours=1))
+    buckets = usage_buckets(inputs=inputs, gpu_id=gpu_id)
+    now = timezone.now()
+    GpuHourUsage.objects.filter(gpu_id=gpu_id, hour=hour).delete()
+    GpuHourUsage.objects.bulk_create(
+        GpuHourUsage(
+            gpu_id=gpu_id, hour=hour, gpu_class_id=key.gpu_class_id, kind=key.kind,
+            assignment_id=key.assignment_id, reservation_id=key.reservation_id,
+            team_id=key.team_id, split_ways=key.split_ways, failed=key.failed,
+            covered_s=bucket.covered_s, busy_s=bucket.busy_s,
+            util_weighted=bucket.util_weighted, energy_j=bucket.energy_j,
+            memory_used_bytes_max=bucket.memory_used_bytes_max,
+            process_count=len(bucket.processes), users_seen=sorted(bucket.users),
+            computed_at=now,
+        )
+        for key, bucket in buckets.items()
+    )
+    return len(buckets)
+
+
+def dirty_hours_process(*, limit: int = 2000) -> int:
+    """Recompute up to `limit` dirty GPU-hours, oldest mark first, each in its own
+    transaction; its outbox row goes only if no new mark came (same generation).
+    Safe with several workers (rows another worker holds are skipped)."""
+    from gpuquota.usage.health import gpu_health_evaluate
+
+    ids = list(DirtyGpuHour.objects.order_by("marked_at", "id").values_list("id", flat=True)[:limit])
+    done = 0
+    for dirty_id in ids:
+        with transaction.atomic():
+            dirty = (
+                DirtyGpuHour.objects.select_for_update(skip_locked=True).filter(id=dirty_id).first()
+            )
+            if dirty is None:
+                continue
+            gpu_health_evaluate(gpu_id=dirty.gpu_id, hour=dirty.hour)
+            gpu_hour_recompute(gpu_id=dirty.gpu_id, hour=dirty.hour)
+            DirtyGpuHour.objects.filter(id=dirty.id, generation=dirty.generation).delete()
+            done += 1
+    return done
+
+
+# --- Recompute triggers for changes made elsewhere --------------------------------
+
+
+def _process_hours_mark_dirty(records: QuerySet) -> int:
+    """Mark the physical GPU-hours of these process records dirty."""
+    rows = (
+        records.annotate(hour=TruncHour("window_start"))
+        .values_list("gpu_id", "gpu__parent_id", "hour")
+        .distinct()
+    )
+    return gpu_hours_mark_dirty(marks=[(parent or gpu, hour) for gpu, parent, hour in rows])
+
+
+def identity_change_mark_dirty(
+    *, cluster_id: int, kind: str, key: str, start: datetime, end: datetime | None
+) -> int:
+    """Call in the transaction that adds, edits or ends a cluster identity: marks the
+    GPU-hours whose process windows in [start, end) it may re-attribute."""
+    field = {
+        "unix_user": "user",
+        "unix_uid": "uid",
+        "slurm_account": "job_account",
+        "k8s_namespace": "job_account",
+    }[kind]
+    records = ProcessRecord.objects.filter(
+        gpu__node__cluster_id=cluster_id, window_end__gt=start, **{field: key}
+    )
+    if end is not None:
+        records = records.filter(window_start__lt=end)
+    return _process_hours_mark_dirty(records)
+
+
+def membership_change_mark_dirty(*, user_id: int, start: datetime, end: datetime | None) -> int:
+    """Call in the transaction that adds, edits or ends a billing membership: marks the
+    GPU-hours of [start, end) where this user's unix identities ran processes."""
+    from accounts.models import ClusterIdentity
+
+    marked = 0
+    identities = ClusterIdentity.objects.filter(
+        user_id=user_id, kind__in=[ClusterIdentity.Kind.UNIX_USER, ClusterIdentity.Kind.UNIX_UID]
+    ).values_list("cluster_id", "kind", "key")
+    for cluster_id, kind, key in identities:
+        marked += identity_change_mark_dirty(
+            cluster_id=cluster_id, kind=kind, key=key, start=start, end=end
+        )
+    return marked

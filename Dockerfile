@@ -1,0 +1,11 @@
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+WORKDIR /app
+COPY requirements.txt .
+RUN pip install --no-cache-dir -r requirements.txt
+COPY . .
+RUN DEBUG=0 SECRET_KEY=build-only-collectstatic python manage.py collectstatic --noinput
+RUN useradd --system --uid 10001 gpuquota && mkdir -p /app/var && chown gpuquota /app/var
+USER gpuquota
+EXPOSE 8000
+CMD ["gunicorn", "gpuquota.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4", "--access-logfile", "-"]

@@ -1,0 +1,36 @@
+# The two commands a newcomer needs: `make demo` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test lint check bench-ingest bench-agent clean
+
+$(INSTALLED): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+## Run the product on the embedded default: SQLite, no broker, demo data, simulated agents.
+demo: $(INSTALLED)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	$(PY) manage.py demo
+
+## Run the whole test suite (PostgreSQL/Redis/browser tests need DATABASE_URL/REDIS_URL/chromium).
+test: $(INSTALLED)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check .
+	$(PY) manage.py makemigrations --check --dry-run
+
+bench-ingest: $(INSTALLED)
+	$(PY) bench/ingest.py
+
+bench-agent: $(INSTALLED)
+	$(PY) bench/agent.py
+
+clean:
+	rm -rf $(VENV) var staticfiles test-artifacts .pytest_cache

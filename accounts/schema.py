@@ -1,0 +1,15 @@
+"""OpenAPI description of the personal API token authentication."""
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "accounts.authentication.ApiTokenAuthentication"
+    name = "apiToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A personal API token (gqu_...).",
+        }

@@ -1,0 +1,121 @@
+"""Storing one structurally valid batch from one node, exactly once (agent-protocol.md)."""
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.db import connection, transaction
+
+from gpuquota.ingest import conf
+from gpuquota.ingest.models import AgentBatch
+from gpuquota.ingest.partitions import partitions_ensure
+from gpuquota.ingest.placement import gpus_place
+from gpuquota.ingest.protocol import instant_parse
+from gpuquota.ingest.records import GpuRef, records_judge
+from gpuquota.ingest.storage import EVENTS, PROCESSES, SAMPLES, records_store
+from gpuquota.inventory.models import Node
+from gpuquota.usage.services import gpu_hours_mark_dirty
+
+logger = logging.getLogger(__name__)
+
+NODE_TEXT_FIELDS = ("agent_version", "driver_version", "boot_id")
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """The HTTP status (202 stored now, 200 a replay) and the response body."""
+
+    status: int
+    body: dict
+
+
+def _days(body: dict) -> set:
+    texts = {r.get("window_start")
+             for kind in ("samples", "processes") for r in body.get(kind) or ()}
+    days = set()
+    for text in texts:
+        if (instant := instant_parse(text)) is not None:
+            days.add(instant.astimezone(UTC).date())
+    return days
+
+
+def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
+                 sent_at: datetime | None) -> int | None:
+    """Insert the batch receipt first: a concurrent duplicate waits on the unique index and
+    then finds nothing to insert. Returns the new row's id, or None for a replay."""
+    fields = {f.column: f for f in AgentBatch._meta.concrete_fields}
+    values = {
+        "node_id": node.pk, "batch_id": uuid.UUID(body["batch_id"]),
+        "agent_instance_id": uuid.UUID(body["agent_instance_id"]),
+        "boot_id": str((body["node"] or {}).get("boot_id") or "")[:64],
+        "seq_first": body.get("seq_first"), "seq_last": body.get("seq_last"),
+        "sent_at": sent_at, "received_at": now, "clock_skew_s": skew_s, "response_body": {},
+    }
+    columns = list(values)
+    params = [fields[c].get_db_prep_save(values[c], connection) for c in columns]
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {AgentBatch._meta.db_table} ({', '.join(map(quote, columns))}) "
+            f"VALUES ({', '.join(['%s'] * len(columns))}) "
+            "ON CONFLICT (node_id, batch_id) DO NOTHING RETURNING id", params)
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+def _node_seen(*, node: Node, body: dict, now: datetime, skew_s: float | None,
+               nulled: list) -> None:
+    """Node.last_seen_at, versions, boot id and clock skew from this batch."""
+    reported = body["node"] or {}
+    changes = {"last_seen_at": now, "clock_skew_s": skew_s}
+    for name in NODE_TEXT_FIELDS:
+        value = reported.get(name)
+        if value is not None and len(value) > 64:
+            nulled.append({"path": f"node.{name}", "why": "longer than 64 characters"})
+            value = None
+        if value is not None:
+            changes[name] = value
+    hostname = reported.get("hostname")
+    if hostname is not None and len(hostname) > 256:
+        nulled.append({"path": "node.hostname", "why": "longer than 256 characters"})
+    Node.objects.filter(pk=node.pk).update(**changes)
+    if skew_s is not None and abs(skew_s) > conf.CLOCK_SKEW_THRESHOLD_S:
+        logger.warning("node %s clock skew %.1f s (received_at - sent_at)", node, skew_s)
+
+
+def _replay(*, node: Node, batch_id: str) -> BatchResult:
+    body = AgentBatch.objects.filter(node=node, batch_id=batch_id).values_list(
+        "response_body", flat=True).get()
+    return BatchResult(200, body)
+
+
+def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = True
+                 ) -> BatchResult:
+    """Store a structurally valid batch once per (node, batch_id), rows and outbox marks in
+    one transaction; a replay gets 200 and the first response body."""
+    partitions_ensure(days=_days(body))
+    sent_at = instant_parse(body["sent_at"])
+    skew_s = round((now - sent_at).total_seconds(), 3) if sent_at else None
+    with transaction.atomic():
+        if _batch_claim(node=node, body=body, now=now, skew_s=skew_s, sent_at=sent_at) is None:
+            return _replay(node=node, batch_id=body["batch_id"])
+        rejected: list = []
+        nulled: list = []
+        _node_seen(node=node, body=body, now=now, skew_s=skew_s, nulled=nulled)
+        placed = gpus_place(body=body, node=node, now=now, rejected=rejected)
+        outcome = records_judge(body=body, gpus=placed, node_id=node.pk, now=now,
+                                check_age=check_age)
+        results = {name: records_store(table=table, rows=rows) for name, table, rows in (
+            ("samples", SAMPLES, outcome.samples), ("processes", PROCESSES, outcome.processes),
+            ("events", EVENTS, outcome.events))}
+        physical = {ref.id: ref.physical_id for ref in placed.values() if type(ref) is GpuRef}
+        gpu_hours_mark_dirty(marks=[(physical.get(gpu_id, gpu_id), at)
+                                    for result in results.values()
+                                    for gpu_id, at in result.touched])
+        response = {"batch_id": body["batch_id"],
+                    **{name: result.counts() for name, result in results.items()},
+                    "rejected": rejected + outcome.rejected, "nulled": nulled + outcome.nulled}
+        AgentBatch.objects.filter(node=node, batch_id=body["batch_id"]).update(
+            response_body=response)
+    return BatchResult(202, response)

@@ -1,0 +1,143 @@
+"""Which GPUs a batch may write: registered, moved or contested (agent-protocol.md).
+
+A GPU listed by a node is registered when new. A GPU known on another node moves
+to the reporting node once its current node has been silent about it for 15
+minutes; while both report it, the newcomer's records for it are rejected and
+admins are alerted (an audit entry, at most one an hour per GPU, and a log line).
+"""
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+
+from gpuquota.core.models import AuditEntry
+from gpuquota.core.services import audit_record
+from gpuquota.ingest import conf
+from gpuquota.ingest.records import GpuRef
+from gpuquota.inventory.models import GPU_UUID_RE, Gpu, Node
+from gpuquota.inventory.services import gpu_move, gpu_register
+
+logger = logging.getLogger(__name__)
+
+CONTESTED = "GPU belongs to another live node"
+
+
+def uuid_normal(raw) -> str | None:
+    """The stored form of an NVML UUID, or None when `raw` is not one."""
+    if type(raw) is not str or not GPU_UUID_RE.match(raw):
+        return None
+    return raw[:4].upper() + raw[4:].lower()
+
+
+def _referenced(body: dict) -> set[str]:
+    raw = {r["gpu_uuid"] for kind in ("samples", "processes") for r in body.get(kind) or ()}
+    raw |= {r["gpu_uuid"] for r in body.get("events") or () if r.get("gpu_uuid")}
+    return {n for n in map(uuid_normal, raw) if n}
+
+
+def _alert_contested(*, gpu: Gpu, node: Node, now: datetime) -> None:
+    logger.warning("GPU %s reported by %s while %s still reports it; records rejected",
+                   gpu.uuid, node, gpu.node)
+    recent = AuditEntry.objects.filter(action="gpu.contested", object_type="inventory.gpu",
+                                       object_id=str(gpu.pk), at__gte=now - timedelta(hours=1))
+    if not recent.exists():
+        audit_record(actor=None, action="gpu.contested", obj=gpu,
+                     changes={"claimed_by_node": str(node), "current_node": str(gpu.node)},
+                     reason="Two live nodes report this GPU; the newcomer's records are rejected.")
+
+
+def _claim(*, gpu: Gpu, node: Node, now: datetime) -> bool:
+    """Move `gpu` here when its node has been silent about it for 15 minutes."""
+    silence = timedelta(seconds=conf.GPU_MOVE_SILENCE_S)
+    if gpu.last_seen_at is not None and gpu.last_seen_at > now - silence:
+        _alert_contested(gpu=gpu, node=node, now=now)
+        return False
+    old_node = gpu.node
+    gpu_move(gpu=gpu, node=node, at=now)
+    audit_record(actor=None, action="gpu.move", obj=gpu,
+                 changes={"from_node": str(old_node), "to_node": str(node)},
+                 reason="Reported by a new node after 15 minutes of silence on the old one.")
+    return True
+
+
+def _register(*, entry: dict, node: Node, now: datetime, known: dict, path: str,
+              rejected: list) -> Gpu | None:
+    uuid = uuid_normal(entry["uuid"])
+    parent = None
+    if uuid.startswith("MIG-"):
+        parent = known.get(uuid_normal(entry.get("mig_parent_uuid")))
+        if parent is None:
+            rejected.append({"path": f"{path}.mig_parent_uuid",
+                             "why": "a MIG device needs its parent GPU listed or known"})
+            return None
+    try:
+        with transaction.atomic():
+            return gpu_register(
+                node=node, uuid=uuid, model_name=(entry.get("name") or "")[:128], at=now,
+                parent=parent, index=entry.get("index"),
+                pci_bus_id=(entry.get("pci_bus_id") or "")[:32],
+                memory_total_bytes=entry.get("memory_total_bytes"),
+                power_limit_w=entry.get("power_limit_w"))
+    except IntegrityError:
+        # Registered at the same moment by another node's batch: it is that node's now.
+        rejected.append({"path": f"{path}.uuid", "why": CONTESTED})
+        return None
+
+
+def _refresh(gpu: Gpu, entry: dict) -> None:
+    changed = []
+    for name in ("memory_total_bytes", "power_limit_w", "index"):
+        value = entry.get(name)
+        if value is not None and getattr(gpu, name) != value:
+            setattr(gpu, name, value)
+            changed.append(name)
+    if changed:
+        gpu.save(update_fields=changed)
+
+
+def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list) -> dict:
+    """Map every GPU the batch names to a GpuRef this node may write, or to why not.
+
+    Registers new listed GPUs, moves silent ones here, refreshes last_seen_at."""
+    listed: dict[str, tuple[int, dict]] = {}
+    for index, entry in enumerate(body.get("gpus") or ()):
+        uuid = uuid_normal(entry["uuid"])
+        if uuid is None:
+            rejected.append({"path": f"gpus[{index}].uuid", "why": "not an NVML GPU/MIG UUID"})
+        else:
+            listed[uuid] = (index, entry)
+    wanted = set(listed) | _referenced(body)
+    wanted |= {n for _, e in listed.values() if (n := uuid_normal(e.get("mig_parent_uuid")))}
+    known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(uuid__in=wanted)}
+    placed: dict = {}
+    # Physical GPUs first, so a MIG device finds its parent registered.
+    for uuid in sorted(wanted, key=lambda u: (u.startswith("MIG-"), u)):
+        gpu = known.get(uuid)
+        if gpu is None:
+            if uuid not in listed:
+                continue  # records for it are rejected as unknown
+            index, entry = listed[uuid]
+            gpu = _register(entry=entry, node=node, now=now, known=known,
+                            path=f"gpus[{index}]", rejected=rejected)
+            if gpu is None:
+                placed[uuid] = CONTESTED
+                continue
+            known[uuid] = gpu
+        elif gpu.node_id != node.id:
+            if gpu.parent_id is not None:
+                gpu.refresh_from_db()  # its parent may have moved here a moment ago
+            if gpu.node_id != node.id and not _claim(gpu=gpu.parent or gpu, node=node, now=now):
+                placed[uuid] = CONTESTED
+                continue
+            gpu.refresh_from_db()
+        elif uuid in listed:
+            _refresh(gpu, listed[uuid][1])
+        placed[uuid] = GpuRef(id=gpu.id, physical_id=gpu.parent_id or gpu.id,
+                              memory_total_bytes=gpu.memory_total_bytes,
+                              power_limit_w=gpu.power_limit_w)
+    seen = [ref.id for ref in placed.values() if type(ref) is GpuRef]
+    if seen:
+        Gpu.objects.filter(id__in=seen).update(last_seen_at=now)
+    return placed
+

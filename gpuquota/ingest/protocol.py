@@ -1,0 +1,240 @@
+"""Tier one of agent-protocol.md: parsing a batch and its structural checks.
+
+A structural error (not JSON, not an object, a required field missing or of the
+wrong type, a bad batch or instance id) refuses the whole batch; what a field
+holds is judged later, record by record (`records.py`).
+"""
+
+import gzip
+import json
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuquota.ingest import conf
+
+MAX_LISTED_ERRORS = 200
+LIMITS = {"samples": "MAX_SAMPLES", "processes": "MAX_PROCESSES", "events": "MAX_EVENTS"}
+
+
+@dataclass
+class ProtocolError(Exception):
+    """A refusal of the whole batch: `status` 400, 413 or 422, with (path, why) pairs."""
+
+    status: int
+    code: str
+    detail: str
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def body(self) -> dict:
+        errors = [{"field": path, "message": why} for path, why in self.errors]
+        return {"code": self.code, "detail": self.detail, "errors": errors, **self.extra}
+
+
+def instant_parse(text: str) -> datetime | None:
+    """An aware instant from ISO 8601 text (`Z` allowed), or None."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else None
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def body_decode(raw: bytes, *, content_encoding: str = "") -> Any:
+    """The JSON document in a request body, gunzipped when it says so, at most 4 MiB."""
+    limit = conf.MAX_BODY_BYTES
+    encoding = content_encoding.strip().lower()
+    if encoding == "gzip":
+        try:
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            data = inflater.decompress(raw, limit + 1)
+        except zlib.error as exc:
+            raise ProtocolError(400, "invalid", "The body is not valid gzip.",
+                                [("body", str(exc))]) from exc
+    elif encoding in ("", "identity"):
+        data = raw
+    else:
+        raise ProtocolError(400, "invalid", f"Unsupported Content-Encoding {encoding!r}.",
+                            [("Content-Encoding", "only gzip is supported")])
+    if len(data) > limit:
+        raise ProtocolError(413, "too_large", f"The body is over {limit} bytes decompressed.",
+                            [("body", f"more than {limit} bytes")])
+    try:
+        return json.loads(data, parse_constant=_refuse_constant)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(400, "invalid", "The body is not JSON.", [("body", str(exc))]) from exc
+
+
+def gzip_file_decode(raw: bytes) -> Any:
+    """A batch read from a file: gzip when it starts with gzip's magic bytes."""
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return json.loads(raw, parse_constant=_refuse_constant)
+
+
+def _is_int(value: Any) -> bool:
+    return (type(value) is int) or (type(value) is float and value.is_integer())
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) is int or type(value) is float
+
+
+def _is_str(value: Any) -> bool:
+    return type(value) is str
+
+
+def _is_uuid(value: Any) -> bool:
+    if type(value) is not str:
+        return False
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+KINDS = {"int": (_is_int, "an integer"), "num": (_is_number, "a number"),
+         "str": (_is_str, "a string"), "obj": (lambda v: type(v) is dict, "an object")}
+
+# Record shapes: field -> (kind, required). Optional fields may be absent or null.
+GPU_SHAPE = {"uuid": ("str", True), "index": ("int", False), "name": ("str", False),
+             "pci_bus_id": ("str", False), "memory_total_bytes": ("int", False),
+             "power_limit_w": ("num", False), "mig_parent_uuid": ("str", False)}
+SAMPLE_SHAPE = {
+    "gpu_uuid": ("str", True), "window_start": ("str", True), "window_end": ("str", True),
+    "readings": ("int", True), "seq": ("int", False),
+    "util_gpu_avg": ("num", False), "util_gpu_max": ("num", False),
+    "util_mem_avg": ("num", False), "memory_used_bytes_avg": ("num", False),
+    "memory_used_bytes_max": ("int", False), "power_w_avg": ("num", False),
+    "energy_j": ("num", False), "temp_c_max": ("num", False),
+    "clock_event_reasons": ("int", False), "ecc_uncorrected": ("int", False),
+    "ecc_corrected": ("int", False)}
+PROCESS_SHAPE = {
+    "gpu_uuid": ("str", True), "window_start": ("str", True), "window_end": ("str", True),
+    "pid": ("int", True), "pid_start": ("int", True), "uid": ("int", False),
+    "user": ("str", False), "command": ("str", False), "job": ("obj", False),
+    "memory_used_bytes_max": ("int", False), "util_sm_avg": ("num", False)}
+JOB_SHAPE = {"source": ("str", False), "id": ("str", False), "account": ("str", False)}
+EVENT_SHAPE = {"event_id": ("str", True), "gpu_uuid": ("str", False), "ts": ("str", True),
+               "type": ("str", True), "xid": ("int", False), "detail": ("str", False)}
+NODE_SHAPE = {"hostname": ("str", False), "agent_version": ("str", False),
+              "driver_version": ("str", False), "boot_id": ("str", False),
+              "spool_backlog": ("int", False), "dropped_records_total": ("int", False)}
+SHAPES = {"gpus": GPU_SHAPE, "samples": SAMPLE_SHAPE, "processes": PROCESS_SHAPE,
+          "events": EVENT_SHAPE}
+
+
+def _shape_errors(record: Any, shape: dict, path: str, errors: list) -> None:
+    if type(record) is not dict:
+        errors.append((path, "must be an object"))
+        return
+    for name, (kind, required) in shape.items():
+        value = record.get(name)
+        if value is None:
+            if required:
+                errors.append((f"{path}.{name}", "required" if name not in record
+                               else "must not be null"))
+            continue
+        check, wanted = KINDS[kind]
+        if not check(value):
+            # A job id may come as a number from some schedulers.
+            if shape is JOB_SHAPE and name == "id" and _is_int(value):
+                continue
+            errors.append((f"{path}.{name}", f"must be {wanted}"))
+    if shape is PROCESS_SHAPE and type(record.get("job")) is dict:
+        _shape_errors(record["job"], JOB_SHAPE, f"{path}.job", errors)
+
+
+def schema_version_check(body: Any) -> None:
+    """Refuse a body that is not an object or speaks a schema version we do not."""
+    if type(body) is not dict:
+        raise ProtocolError(400, "invalid", "The batch is not a JSON object.",
+                            [("body", "must be an object")])
+    version = body.get("schema_version")
+    if version is None or type(version) is not int:
+        why = "required" if version is None else "must be an integer"
+        raise ProtocolError(400, "invalid", "The batch is malformed; nothing was stored.",
+                            [("schema_version", why)])
+    if version not in conf.SUPPORTED_SCHEMA_VERSIONS:
+        supported = list(conf.SUPPORTED_SCHEMA_VERSIONS)
+        raise ProtocolError(
+            422, "unsupported_schema_version",
+            f"schema_version {version} is not supported; supported: {supported}.",
+            [("schema_version", f"supported versions: {supported}")],
+            {"supported_schema_versions": supported})
+
+
+def size_check(body: dict) -> None:
+    """413 when a batch holds more records than the protocol allows."""
+    errors = []
+    for kind, setting in LIMITS.items():
+        records = body.get(kind)
+        limit = getattr(conf, setting)
+        if type(records) is list and len(records) > limit:
+            errors.append((kind, f"{len(records)} {kind}; at most {limit}"))
+    if errors:
+        raise ProtocolError(413, "too_large", "The batch holds too many records; split it.", errors)
+
+
+def structure_check(body: dict, *, idempotency_key: str | None = None) -> None:
+    """Every structural error of a batch at once, as one 400; silent when there are none."""
+    errors: list[tuple[str, str]] = []
+    for name in ("batch_id", "agent_instance_id"):
+        if name not in body or body[name] is None:
+            errors.append((name, "required"))
+        elif not _is_uuid(body[name]):
+            errors.append((name, "must be a UUID"))
+    if type(body.get("sent_at")) is not str:
+        why = "required" if body.get("sent_at") is None else "must be a string"
+        errors.append(("sent_at", why))
+    elif instant_parse(body["sent_at"]) is None:
+        errors.append(("sent_at", "must be an ISO 8601 instant with a time zone"))
+    for name in ("seq_first", "seq_last"):
+        if body.get(name) is not None and not _is_int(body[name]):
+            errors.append((name, "must be an integer"))
+    if "node" not in body or body["node"] is None:
+        errors.append(("node", "required"))
+    else:
+        _shape_errors(body["node"], NODE_SHAPE, "node", errors)
+    if idempotency_key is not None and not errors:
+        if idempotency_key.strip().lower() != str(body["batch_id"]).strip().lower():
+            errors.append(("Idempotency-Key", "must equal batch_id"))
+    for kind, shape in SHAPES.items():
+        records = body.get(kind)
+        if records is None:
+            continue
+        if type(records) is not list:
+            errors.append((kind, "must be a list"))
+            continue
+        for index, record in enumerate(records):
+            _shape_errors(record, shape, f"{kind}[{index}]", errors)
+            if len(errors) > MAX_LISTED_ERRORS:
+                break
+    if errors:
+        listed = errors[:MAX_LISTED_ERRORS]
+        if len(errors) > MAX_LISTED_ERRORS:
+            listed.append(("body", f"and more errors; the first {MAX_LISTED_ERRORS} are listed"))
+        raise ProtocolError(400, "invalid", "The batch is malformed; nothing was stored.", listed)
+
+
+def batch_parse(raw: bytes, *, content_encoding: str = "", idempotency_key: str | None = None
+                ) -> dict:
+    """A batch whose structure is valid, or a ProtocolError (400, 413 or 422)."""
+    body = body_decode(raw, content_encoding=content_encoding)
+    return batch_check(body, idempotency_key=idempotency_key)
+
+
+def batch_check(body: Any, *, idempotency_key: str | None = None) -> dict:
+    """The structural tiers on an already decoded document."""
+    schema_version_check(body)
+    size_check(body)
+    structure_check(body, idempotency_key=idempotency_key)
+    return body

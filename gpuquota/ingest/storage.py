@@ -1,0 +1,165 @@
+"""Bulk storage of samples, process records and events, first stored wins.
+
+PostgreSQL: one `COPY` into a per-connection temporary staging table,
+then one `INSERT ... SELECT ... ON CONFLICT DO NOTHING RETURNING`; a second query
+counts conflicts only when some rows were not stored. SQLite (the embedded
+default): one `INSERT ... ON CONFLICT DO NOTHING` per row.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import connection
+
+from gpuquota.core.timeutil import hour_floor
+from gpuquota.ingest.models import GpuEvent, ProcessRecord, Sample
+
+ONE_SECOND = timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class Table:
+    """How one kind of record is stored: its columns, identity and instant."""
+
+    model: type
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+    gpu_column: str
+    start_column: str  # the instant whose hour is marked dirty
+    end_column: str | None  # the end of the window, for windows that cross an hour
+
+    @property
+    def name(self) -> str:
+        return self.model._meta.db_table
+
+    @property
+    def values(self) -> tuple[str, ...]:
+        """Columns that make two records with the same identity a conflict when they differ."""
+        return tuple(c for c in self.columns if c not in self.key and c != "received_at")
+
+
+SAMPLES = Table(
+    Sample,
+    ("gpu_id", "window_start", "window_end", "readings", "util_gpu_avg", "util_gpu_max",
+     "util_mem_avg", "memory_used_bytes_avg", "memory_used_bytes_max", "power_w_avg",
+     "energy_j", "temp_c_max", "clock_event_reasons", "ecc_uncorrected", "ecc_corrected",
+     "received_at"),
+    ("gpu_id", "window_start"), "gpu_id", "window_start", "window_end")
+PROCESSES = Table(
+    ProcessRecord,
+    ("gpu_id", "window_start", "window_end", "pid", "pid_start", "uid", "user", "command",
+     "job_source", "job_id", "job_account", "memory_used_bytes_max", "util_sm_avg",
+     "received_at"),
+    ("gpu_id", "window_start", "pid", "pid_start"), "gpu_id", "window_start", "window_end")
+EVENTS = Table(
+    GpuEvent,
+    ("event_id", "node_id", "gpu_id", "ts", "type", "xid", "detail", "received_at"),
+    ("event_id",), "gpu_id", "ts", None)
+
+
+@dataclass
+class Stored:
+    """Counts for one kind, and the (gpu_id, instant) pairs of what was stored."""
+
+    stored: int
+    duplicates: int
+    conflicts: int
+    touched: list[tuple[int, datetime]]
+
+    def counts(self) -> dict:
+        return {"stored": self.stored, "duplicates": self.duplicates, "conflicts": self.conflicts}
+
+
+def _q(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def _stage_name(table: Table) -> str:
+    return f"{table.name}_stage"
+
+
+def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
+    stage = _stage_name(table)
+    columns = ", ".join(_q(c) for c in table.columns)
+    key = ", ".join(_q(c) for c in table.key)
+    returning = [table.gpu_column, table.start_column] + ([table.end_column] if table.end_column
+                                                          else [])
+    with connection.cursor() as cursor:
+        # Created once per connection; emptied at every commit.
+        cursor.execute(
+            f"CREATE TEMP TABLE IF NOT EXISTS {stage} "
+            f"(LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
+        with cursor.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        cursor.execute(
+            f"INSERT INTO {table.name} ({columns}) SELECT {columns} FROM {stage} "
+            f"ON CONFLICT ({key}) DO NOTHING RETURNING {', '.join(map(_q, returning))}")
+        touched = _touched(cursor.fetchall())
+        conflicts = 0
+        if len(touched) < len(rows):
+            differs = " OR ".join(f"s.{_q(c)} IS DISTINCT FROM t.{_q(c)}" for c in table.values)
+            join = " AND ".join(f"s.{_q(c)} = t.{_q(c)}" for c in table.key)
+            cursor.execute(f"SELECT count(*) FROM {stage} s JOIN {table.name} t ON {join} "
+                           f"WHERE {differs}")
+            conflicts = cursor.fetchone()[0]
+        # Emptied now too: several batches may share one transaction (tests, imports).
+        cursor.execute(f"DELETE FROM {stage}")
+    return Stored(len(touched), len(rows) - len(touched) - conflicts, conflicts, touched)
+
+
+def _touched(returned: list[tuple]) -> list[tuple[int, datetime]]:
+    """(gpu_id, instant) for every hour a stored record touches (a window may cross one)."""
+    pairs = []
+    for gpu_id, start, *end in returned:
+        if gpu_id is None:
+            continue
+        pairs.append((gpu_id, start))
+        if end:
+            last = end[0] - ONE_SECOND
+            if hour_floor(last) != hour_floor(start):
+                pairs.append((gpu_id, last))
+    return pairs
+
+
+def _simple_store(table: Table, rows: list[tuple]) -> Stored:
+    """Row by row, for SQLite; the identity's unique index decides what is stored."""
+    by_column = {f.column: f for f in table.model._meta.concrete_fields if f.column}
+    fields = [by_column[c] for c in table.columns]
+    columns = ", ".join(_q(c) for c in table.columns)
+    marks = ", ".join(["%s"] * len(table.columns))
+    key_positions = [table.columns.index(c) for c in table.key]
+    value_positions = [table.columns.index(c) for c in table.values]
+    insert = (f"INSERT INTO {table.name} ({columns}) VALUES ({marks}) "
+              f"ON CONFLICT ({', '.join(_q(c) for c in table.key)}) DO NOTHING")
+    differs = (f"SELECT 1 FROM {table.name} WHERE "
+               + " AND ".join(f"{_q(c)} = %s" for c in table.key) + " AND ("
+               + " OR ".join(f"{_q(table.columns[i])} IS NOT %s" for i in value_positions) + ")")
+    touched, conflicts, stored = [], 0, 0
+    gpu_at = table.columns.index(table.gpu_column)
+    start_at = table.columns.index(table.start_column)
+    end_at = table.columns.index(table.end_column) if table.end_column else None
+    with connection.cursor() as cursor:
+        for row in rows:
+            params = [f.get_db_prep_save(v, connection) for f, v in zip(fields, row, strict=True)]
+            cursor.execute(insert, params)
+            if cursor.rowcount == 1:
+                stored += 1
+                ends = (row[end_at],) if end_at is not None else ()
+                touched += _touched([(row[gpu_at], row[start_at], *ends)])
+                continue
+            cursor.execute(differs, [params[i] for i in key_positions]
+                           + [params[i] for i in value_positions])
+            conflicts += cursor.fetchone() is not None
+    return Stored(stored, len(rows) - stored - conflicts, conflicts, touched)
+
+
+def records_store(*, table: Table, rows: list[tuple]) -> Stored:
+    """Store rows (in `table.columns` order) in the caller's transaction; identities already
+    stored are skipped and counted as duplicates, or conflicts when their values differ."""
+    if not rows:
+        return Stored(0, 0, 0, [])
+    if connection.vendor == "postgresql":
+        return _postgres_store(table, rows)
+    return _simple_store(table, rows)
+

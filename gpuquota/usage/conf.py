@@ -1,0 +1,30 @@
+"""Settings of the usage app, read at call time so tests can override them."""
+
+import os
+from decimal import Decimal
+
+from django.conf import settings
+
+#: The longest sample window the protocol allows (agent-protocol.md: 1..600 s).
+MAX_WINDOW_S = 600
+
+
+def busy_util_percent() -> Decimal:
+    """A covered second is busy when util_gpu_avg >= this (accounting.md, default 5)."""
+    return Decimal(str(getattr(settings, "BUSY_UTIL_PERCENT", "5")))
+
+
+def agent_silent_after_s() -> int:
+    """A node whose agent has not reported for this long is shown as silent."""
+    return int(getattr(settings, "AGENT_SILENT_AFTER_S", 300))
+
+
+def dirty_sweep_interval_s() -> float:
+    """How often beat sweeps the outbox (DirtyGpuHour)."""
+    default = os.environ.get("USAGE_DIRTY_SWEEP_INTERVAL_S") or 15
+    return float(getattr(settings, "USAGE_DIRTY_SWEEP_INTERVAL_S", default))
+
+
+def dirty_sweep_batch() -> int:
+    """GPU-hours one sweep recomputes at most (the next sweep takes the rest)."""
+    return int(getattr(settings, "USAGE_DIRTY_SWEEP_BATCH", 2000))

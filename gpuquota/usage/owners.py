@@ -1,0 +1,74 @@
+"""Owner team of a process in a window (accounting.md, Identity), resolved in bulk.
+
+The rule is the one of `accounts.selectors.identity_resolve` and `billing_team`
+(an interval is in force at `at` when valid_from <= at < valid_until): the team
+mapped from the Slurm account or Kubernetes namespace; else the billing team of
+the user mapped from the unix user name (or uid), on that date; else None
+(unattributed). A rollup resolves thousands of process windows, so the mappings
+in force around its window are loaded once (two queries) instead of per window.
+"""
+
+from collections import defaultdict
+from datetime import datetime
+
+from django.db.models import Q
+
+from accounts.models import ClusterIdentity, Membership
+
+Kind = ClusterIdentity.Kind
+_TEAM_KIND_BY_SOURCE = {"slurm": Kind.SLURM_ACCOUNT, "kubernetes": Kind.K8S_NAMESPACE}
+
+
+def _overlapping(start: datetime, end: datetime) -> Q:
+    return Q(valid_from__lt=end) & (Q(valid_until__isnull=True) | Q(valid_until__gt=start))
+
+
+def _in_force(rows: list[tuple], at: datetime):
+    for valid_from, valid_until, value in rows:
+        if valid_from <= at and (valid_until is None or at < valid_until):
+            return value
+    return None
+
+
+class OwnerResolver:
+    """Resolves (cluster, process) → owner team id over [start, end)."""
+
+    def __init__(self, *, cluster_ids: set[int], start: datetime, end: datetime):
+        self._identities: dict[tuple, list[tuple]] = defaultdict(list)
+        user_ids: set[int] = set()
+        rows = ClusterIdentity.objects.filter(_overlapping(start, end), cluster_id__in=cluster_ids)
+        for row in rows.values("cluster_id", "kind", "key", "user_id", "team_id",
+                               "valid_from", "valid_until"):
+            target = row["team_id"] if row["team_id"] is not None else row["user_id"]
+            key = (row["cluster_id"], row["kind"], row["key"])
+            self._identities[key].append((row["valid_from"], row["valid_until"], target))
+            if row["user_id"] is not None:
+                user_ids.add(row["user_id"])
+        self._billing: dict[int, list[tuple]] = defaultdict(list)
+        memberships = Membership.objects.filter(
+            _overlapping(start, end), user_id__in=user_ids, is_billing=True
+        )
+        for row in memberships.values("user_id", "team_id", "valid_from", "valid_until"):
+            self._billing[row["user_id"]].append(
+                (row["valid_from"], row["valid_until"], row["team_id"])
+            )
+
+    def _identity(self, cluster_id: int, kind: str, key: str | None, at: datetime):
+        if key is None or key == "":
+            return None
+        return _in_force(self._identities.get((cluster_id, kind, key), []), at)
+
+    def team_id(self, *, cluster_id: int, job_source: str | None, job_account: str | None,
+                user: str | None, uid: int | None, at: datetime) -> int | None:
+        """The owner team id of one process window at `at`, or None (unattributed)."""
+        team_kind = _TEAM_KIND_BY_SOURCE.get(job_source or "")
+        if team_kind is not None:
+            team_id = self._identity(cluster_id, team_kind, job_account, at)
+            if team_id is not None:
+                return team_id
+        user_id = self._identity(cluster_id, Kind.UNIX_USER, user, at)
+        if user_id is None and uid is not None:
+            user_id = self._identity(cluster_id, Kind.UNIX_UID, str(uid), at)
+        if user_id is None:
+            return None
+        return _in_force(self._billing.get(user_id, []), at)

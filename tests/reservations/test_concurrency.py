@@ -1,0 +1,136 @@
+"""No GPU is ever double-booked, proven under concurrency on PostgreSQL.
+
+Real threads, each with its own database connection, fire requests at the same
+instant for fewer GPUs than they ask in total. Exactly the capacity is granted,
+no team exceeds its quota, every other request gets a clean "no capacity" (409)
+or becomes pending (over quota), and nothing raises anything else.
+"""
+
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+
+from accounts.models import Team
+from gpuquota.core.errors import DomainError
+from gpuquota.reservations.models import Assignment, Reservation
+from gpuquota.reservations.services import reservation_approve, reservation_create
+from tests.factories import QuotaFactory, TeamFactory
+from tests.reservations.factories import NOW, Fleet, lead_of
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+H = timedelta(hours=1)
+
+
+def _fire(jobs):
+    """Run the callables at once from their own threads; outcome per job."""
+    barrier = threading.Barrier(len(jobs))
+    outcomes: list = [None] * len(jobs)
+
+    def run(i, job):
+        try:
+            barrier.wait()
+            outcomes[i] = ("ok", job())
+        except DomainError as exc:
+            outcomes[i] = (exc.code, exc.message)
+        except Exception as exc:  # noqa: BLE001 - any other exception is the failure we look for
+            outcomes[i] = ("error", repr(exc))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(i, job)) for i, job in enumerate(jobs)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return outcomes, time.monotonic() - started
+
+
+def _overlaps_in_db() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT count(*) FROM {Assignment._meta.db_table} a
+            JOIN {Assignment._meta.db_table} b ON a.gpu_id = b.gpu_id AND a.id < b.id
+            AND tstzrange(a.assigned_from, a.assigned_until) && tstzrange(b.assigned_from, b.assigned_until)"""
+        )
+        return cursor.fetchone()[0]
+
+
+def test_concurrent_requests_get_exactly_the_capacity(capsys):
+    fleet = Fleet.create(sizes=(4, 4, 2), vision_quota=4, speech_quota=4)  # 10 GPUs
+    teams = [fleet.vision, fleet.speech]
+    leads = {fleet.vision.id: fleet.vision_lead, fleet.speech.id: fleet.speech_lead}
+    for slug in ("robotics", "nlp"):
+        team = TeamFactory(name=slug.title(), slug=slug)
+        QuotaFactory(team=team, gpu_class=fleet.gpu_class, gpus=4)
+        leads[team.id] = lead_of(team)
+        teams.append(team)
+    jobs = []
+    for i in range(24):  # 6 per team, 1 GPU each: 24 asked, 16 in quota, 10 exist
+        team = teams[i % 4]
+        jobs.append(lambda team=team: reservation_create(
+            team=team, gpu_class=fleet.gpu_class, count=1, start=NOW + H, end=NOW + 3 * H,
+            requested_by=leads[team.id], now=NOW).status)
+    outcomes, duration = _fire(jobs)
+
+    kinds = Counter(o[0] if o[0] != "ok" else o[1] for o in outcomes)
+    assert "error" not in kinds, [o for o in outcomes if o[0] == "error"]
+    assert kinds["scheduled"] == 10  # exactly the capacity
+    assert kinds["scheduled"] + kinds["pending"] + kinds["no_capacity"] == 24
+    assert all("No capacity" in o[1] for o in outcomes if o[0] == "no_capacity")
+    assert _overlaps_in_db() == 0
+    assert Assignment.objects.count() == 10
+    for team in Team.objects.all():
+        held = Reservation.objects.filter(team=team, status="scheduled").count()
+        assert held <= 4  # quotas hold
+    with capsys.disabled():
+        print(f"\n[race] requests=24 granted={kinds['scheduled']} pending(over quota)="
+              f"{kinds['pending']} refused(no capacity)={kinds['no_capacity']} "
+              f"duration={duration:.2f}s")
+
+
+def test_concurrent_requests_of_one_team_never_exceed_its_quota(capsys):
+    fleet = Fleet.create(sizes=(8, 8, 8), vision_quota=5)
+    jobs = [
+        lambda count=count: reservation_create(
+            team=fleet.vision, gpu_class=fleet.gpu_class, count=count, start=NOW + H,
+            end=NOW + 2 * H, requested_by=fleet.vision_lead, now=NOW).status
+        for count in [1, 2] * 10
+    ]
+    outcomes, duration = _fire(jobs)
+    assert all(o[0] == "ok" for o in outcomes), outcomes
+    granted = sum(r.count for r in Reservation.objects.filter(status="scheduled"))
+    assert granted <= 5 and granted >= 4
+    assert Reservation.objects.filter(status="pending").count() + Reservation.objects.filter(
+        status="scheduled").count() == 20
+    with capsys.disabled():
+        print(f"\n[race one team] requests=20 gpus_granted={granted} (quota 5) "
+              f"duration={duration:.2f}s")
+
+
+def test_concurrent_approvals_and_requests_never_double_book(capsys):
+    fleet = Fleet.create(sizes=(4, 2), vision_quota=0, speech_quota=6)  # 6 GPUs
+    pending = [
+        reservation_create(team=fleet.vision, gpu_class=fleet.gpu_class, count=2, start=NOW + H,
+                           end=NOW + 2 * H, requested_by=fleet.vision_lead, now=NOW)
+        for _ in range(10)
+    ]
+    jobs = [lambda r=r: reservation_approve(reservation=r, actor=fleet.admin, now=NOW).status
+            for r in pending]
+    jobs += [
+        lambda: reservation_create(team=fleet.speech, gpu_class=fleet.gpu_class, count=1,
+                                   start=NOW + H, end=NOW + 2 * H,
+                                   requested_by=fleet.speech_lead, now=NOW).status
+        for _ in range(10)
+    ]
+    outcomes, duration = _fire(jobs)
+    assert not [o for o in outcomes if o[0] == "error"], outcomes
+    assert _overlaps_in_db() == 0
+    assert Assignment.objects.count() <= 6
+    with capsys.disabled():
+        print(f"\n[race approvals] jobs=20 outcomes={Counter(o[0] if o[0] != 'ok' else o[1] for o in outcomes)} "
+              f"assigned={Assignment.objects.count()} duration={duration:.2f}s")

@@ -1,0 +1,121 @@
+"""Hand-built telemetry for usage tests: rows inserted directly (as ingestion does),
+with the outbox marks ingestion makes in the same transaction."""
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import ClusterIdentity
+from gpuquota.ingest.models import AgentBatch, GpuEvent, ProcessRecord, Sample
+from gpuquota.inventory.models import Gpu
+from gpuquota.inventory.services import gpu_register
+from gpuquota.reservations.models import Assignment, Reservation
+from gpuquota.usage.services import gpu_hours_mark_dirty, gpu_interval_mark_dirty
+from tests.factories import AdminFactory, MembershipFactory, TeamFactory, UserFactory
+
+T0 = datetime(2026, 10, 31, 22, 0, tzinfo=UTC)  # two hours before a month edge
+
+
+def at(minutes: float = 0, base: datetime = T0) -> datetime:
+    return base + timedelta(seconds=int(minutes * 60))
+
+
+def _physical(gpu: Gpu) -> int:
+    return gpu.parent_id or gpu.id
+
+
+def add_samples(gpu: Gpu, rows: list[dict]) -> None:
+    """rows: {start, seconds=60, util, readings=6, ...}; stored and marked dirty."""
+    now = timezone.now()
+    objs = []
+    for row in rows:
+        start = row.pop("start")
+        seconds = row.pop("seconds", 60)
+        util = row.pop("util", Decimal("50"))
+        objs.append(Sample(
+            gpu=gpu, window_start=start, window_end=start + timedelta(seconds=seconds),
+            readings=row.pop("readings", 6),
+            util_gpu_avg=None if util is None else Decimal(str(util)),
+            received_at=row.pop("received_at", now), **row,
+        ))
+    with transaction.atomic():
+        Sample.objects.bulk_create(objs, ignore_conflicts=True)
+        gpu_hours_mark_dirty(marks=[(_physical(gpu), o.window_start) for o in objs])
+
+
+def minute_samples(gpu: Gpu, start: datetime, minutes: int, util=50, **extra) -> None:
+    add_samples(gpu, [{"start": start + timedelta(minutes=i), "util": util, **extra}
+                      for i in range(minutes)])
+
+
+def add_processes(gpu: Gpu, start: datetime, minutes: int, *, user: str | None = "alice",
+                  uid: int | None = None, pid: int = 100, account: str | None = None,
+                  source: str | None = None) -> None:
+    now = timezone.now()
+    objs = [
+        ProcessRecord(
+            gpu=gpu, window_start=start + timedelta(minutes=i),
+            window_end=start + timedelta(minutes=i + 1), pid=pid, pid_start=1, uid=uid,
+            user=user, command="python", job_source=source or ("slurm" if account else "unix"),
+            job_account=account, received_at=now,
+        )
+        for i in range(minutes)
+    ]
+    with transaction.atomic():
+        ProcessRecord.objects.bulk_create(objs)
+        gpu_hours_mark_dirty(marks=[(_physical(gpu), o.window_start) for o in objs])
+
+
+def add_event(gpu: Gpu, ts: datetime, type: str, xid: int | None = None,
+              received_at: datetime | None = None) -> GpuEvent:
+    with transaction.atomic():
+        event = GpuEvent.objects.create(
+            event_id=uuid.uuid4(), node=gpu.node, gpu=gpu, ts=ts, type=type, xid=xid,
+            received_at=received_at or ts,
+        )
+        gpu_hours_mark_dirty(marks=[(_physical(gpu), ts)])
+    return event
+
+
+def add_batch(node, boot_id: str, received_at: datetime) -> AgentBatch:
+    return AgentBatch.objects.create(
+        node=node, batch_id=uuid.uuid4(), agent_instance_id=uuid.uuid4(), boot_id=boot_id,
+        received_at=received_at, response_body={},
+    )
+
+
+def reserve(team, gpu: Gpu, start: datetime, end: datetime, *, approved_at=None,
+            status=Reservation.Status.ACTIVE) -> Assignment:
+    """A reservation of one GPU with its assignment, created as a backfill would be."""
+    with transaction.atomic():
+        reservation = Reservation.objects.create(
+            team=team, gpu_class=gpu.gpu_class, count=1, start=start, end=end, status=status,
+            requested_by=AdminFactory(), requested_at=start, approved_at=approved_at,
+            is_backfill=True,
+        )
+        assignment = Assignment.objects.create(
+            reservation=reservation, gpu=gpu, assigned_from=start, assigned_until=end
+        )
+        gpu_interval_mark_dirty(gpu_ids=[gpu.id], start=start, end=end)
+    return assignment
+
+
+def mig_device(parent: Gpu, index: int) -> Gpu:
+    return gpu_register(node=parent.node, uuid="MIG-" + str(uuid.uuid4()),
+                        model_name=parent.model_name, at=parent.commissioned_at,
+                        parent=parent, index=index)
+
+
+def team_with_user(slug: str, unix_user: str, cluster, uid: int | None = None):
+    """A team whose member runs as `unix_user` on `cluster` (their billing team)."""
+    team = TeamFactory(name=slug.title(), slug=slug)
+    user = UserFactory(username=f"{slug}-{unix_user}")
+    MembershipFactory(user=user, team=team, is_billing=True,
+                      valid_from=datetime(2026, 1, 1, tzinfo=UTC))
+    ClusterIdentity.objects.create(cluster=cluster, kind=ClusterIdentity.Kind.UNIX_USER,
+                                   key=unix_user, user=user,
+                                   valid_from=datetime(2026, 1, 1, tzinfo=UTC))
+    return team, user
