@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         wake.set()  # whatever an earlier run left in the spool goes first
     try:
         agent.run(stop, once=options["once"])
+    except BackendUnavailable as exc:
+        print(f"gpuquota-agent: {exc}", file=sys.stderr)
+        return 2
     finally:
         backend.close()
         stop.set()

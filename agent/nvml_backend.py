@@ -42,6 +42,7 @@ class Device:
 
     handle: Any
     uuid: str = ""
+    mig_enabled: bool = False  # its processes are read on its MIG devices, not twice
     unsupported: set[str] = field(default_factory=set)
     warned: set[str] = field(default_factory=set)
     last_sample_us: int = 0
@@ -82,7 +83,11 @@ class NvmlBackend:
     def discover(self) -> list[GpuInfo]:
         """Every GPU that answers, each followed by its MIG devices; starts the event thread."""
         gpus: list[GpuInfo] = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            raise BackendUnavailable(f"NVML cannot count the GPUs: {exc}") from None
+        for index in range(count):
             try:
                 device = Device(pynvml.nvmlDeviceGetHandleByIndex(index))
                 gpu = self._info(device, index, None)
@@ -90,7 +95,9 @@ class NvmlBackend:
                 log.error("event=gpu_unreadable index=%d error=%r", index, str(exc))
                 continue
             gpus.append(gpu)
-            gpus.extend(self._mig_devices(device, gpu.uuid))
+            migs = self._mig_devices(device, gpu.uuid)
+            device.mig_enabled = bool(migs)
+            gpus.extend(migs)
         if self._thread is None:
             self._start_events([g for g in gpus if g.mig_parent_uuid is None])
         return gpus
@@ -151,7 +158,7 @@ class NvmlBackend:
                                      pynvml.nvmlDeviceGetCurrentClocksEventReasons),
             ecc_corrected_total=ecc[0], ecc_uncorrected_total=ecc[1],
             remap_pending=bool(remapped[2]) if remapped is not None else None,
-            processes=self._processes(device),
+            processes=[] if device.mig_enabled else self._processes(device),
         )
 
     def _call(self, device: Device, name: str, fn: Callable[..., Any], *args: Any,
@@ -230,7 +237,9 @@ class NvmlBackend:
             return
         for gpu in gpus:
             try:
-                pynvml.nvmlDeviceRegisterEvents(gpu.key.handle, EVENT_TYPES, self._event_set)
+                # Registering a type the GPU lacks fails the whole mask: ask for what it has.
+                types = EVENT_TYPES & pynvml.nvmlDeviceGetSupportedEventTypes(gpu.key.handle)
+                pynvml.nvmlDeviceRegisterEvents(gpu.key.handle, types, self._event_set)
                 self._by_address[handle_address(gpu.key.handle)] = gpu.uuid
             except pynvml.NVMLError as exc:
                 log.warning("event=no_xid_events gpu=%s error=%r", gpu.uuid, str(exc))

@@ -271,6 +271,10 @@ class FakeNvmlLib:
         ctypes.c_void_p.from_buffer(_out(out)).value = 0xE0
         return OK
 
+    def c_nvmlDeviceGetSupportedEventTypes(self, h: Any, out: Any) -> int:
+        return self._query("nvmlDeviceGetSupportedEventTypes", h,
+                           lambda d: setattr(_out(out), "value", pynvml.nvmlEventTypeAll))
+
     def c_nvmlDeviceRegisterEvents(self, h: Any, types: Any, event_set: Any) -> int:
         return self._query("nvmlDeviceRegisterEvents", h, lambda d: None)
 

@@ -100,7 +100,8 @@ class Agent:
             if reading.remap_pending:
                 self.remap_pending.add(gpu.uuid)
             for proc in reading.processes:
-                pid_start = proc.pid_start or self.owners.pid_start(proc.pid)
+                pid_start = (proc.pid_start if proc.pid_start is not None
+                             else self.owners.pid_start(proc.pid))
                 if pid_start is None:
                     continue  # exited between NVML's answer and our look at /proc
                 command, owner = proc.command, proc.owner

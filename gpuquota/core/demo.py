@@ -6,7 +6,7 @@ the agent's simulator reports for the same hostname and index, so simulated
 agents and seeded reservations meet on the same GPUs.
 """
 
-import uuid
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -14,6 +14,9 @@ from decimal import Decimal
 from django.db import transaction
 
 from accounts.models import ClusterIdentity, Membership, Team, User
+from agent.simulator import MODELS as SIMULATED_MODELS
+from agent.simulator import simulated_uuid
+from gpuquota.ingest.services import node_token_rotate
 from gpuquota.inventory.models import Cluster, Gpu, GpuClass, GpuModelMapping, Node
 from gpuquota.inventory.services import gpu_register
 from gpuquota.reservations.models import Quota
@@ -24,10 +27,10 @@ DEMO_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 GPUS_PER_NODE = 8
 
 CLASSES = {
-    # class: (NVML model name, memory bytes, reserved rate, on-demand rate)
-    "H100-80GB": ("NVIDIA H100 80GB HBM3", 85_520_809_984, "2.50", "3.00"),
-    "A100-40GB": ("NVIDIA A100-SXM4-40GB", 42_949_672_960, "1.40", "1.70"),
-    "L4": ("NVIDIA L4", 24_152_899_584, "0.60", "0.80"),
+    # class: (NVML model name, reserved rate, on-demand rate)
+    "H100-80GB": ("NVIDIA H100 80GB HBM3", "2.50", "3.00"),
+    "A100-40GB": ("NVIDIA A100-SXM4-40GB", "1.40", "1.70"),
+    "L4": ("NVIDIA L4", "0.60", "0.80"),
 }
 
 CLUSTERS = {
@@ -58,13 +61,12 @@ SURNAMES = {
     "dana": "Okafor",
 }
 
-# Unix users the simulated agents' processes run as (their cluster identities map them).
-SIM_NAMESPACE = uuid.UUID("6a1c9a52-8d0e-4f5e-9b0e-7b9d1f3c2a10")
+DEMO_SEED = 0
 
 
 def demo_gpu_uuid(hostname: str, index: int) -> str:
-    """The UUID the agent's simulator reports for GPU `index` of `hostname` (seed 0)."""
-    return f"GPU-{uuid.uuid5(SIM_NAMESPACE, f'{hostname}/{index}')}"
+    """The UUID the agent's simulator reports for GPU `index` of `hostname`."""
+    return simulated_uuid("GPU", DEMO_SEED, hostname, index)
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def _user(username: str, *, staff: bool = False, first: str = "", last: str = ""
 
 def _seed_inventory() -> dict[str, GpuClass]:
     classes = {}
-    for name, (model, _memory, reserved, on_demand) in CLASSES.items():
+    for name, (model, reserved, on_demand) in CLASSES.items():
         gpu_class, _ = GpuClass.objects.get_or_create(name=name, defaults={"description": model})
         GpuModelMapping.objects.get_or_create(model_name=model, defaults={"gpu_class": gpu_class})
         RateCard.objects.get_or_create(
@@ -134,7 +136,7 @@ def _seed_inventory() -> dict[str, GpuClass]:
                     at=DEMO_EPOCH,
                     index=index,
                     pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0",
-                    memory_total_bytes=CLASSES[demo.gpu_class][1],
+                    memory_total_bytes=SIMULATED_MODELS[demo.model_name][0],
                 )
     return classes
 
@@ -197,3 +199,17 @@ def demo_organisation_seed() -> dict[str, list[str]]:
     """Create the demo organisation if missing; safe to run again. Returns the logins."""
     classes = _seed_inventory()
     return _seed_teams(classes)
+
+
+def demo_agent_tokens_issue(*, directory: str) -> list[tuple[DemoNode, str]]:
+    """A fresh token for every demo node, written to `directory`/<hostname>.token (0600)."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    issued = []
+    for demo in demo_nodes():
+        node = Node.objects.get(cluster__slug=demo.cluster, hostname=demo.hostname)
+        path = os.path.join(directory, f"{demo.hostname}.token")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(node_token_rotate(node=node, actor=None).key + "\n")
+        issued.append((demo, path))
+    return issued

@@ -7,6 +7,7 @@ Races between teams for the same GPU end at the exclusion constraint
 is free (READ COMMITTED sees the winner's rows) and pick other GPUs, or refuse.
 """
 
+import logging
 from datetime import datetime
 
 from django.db import IntegrityError, connection, transaction
@@ -20,6 +21,7 @@ from gpuquota.reservations.models import Assignment, Reservation
 # Each failed insert means a concurrent transaction committed a GPU of this window, so
 # retries are bounded by the free GPUs; the cap only guards against pathologies.
 ASSIGN_ATTEMPTS = 64
+logger = logging.getLogger(__name__)
 
 
 class NoCapacity(Conflict):
@@ -99,7 +101,8 @@ def assignments_create(
                     ]
                 )
         except IntegrityError:
-            continue  # another transaction won one of these GPUs: look again
+            # another transaction won one of these GPUs: look again
+            logger.info("assignment race lost for reservation %s; retrying", reservation.pk)
     raise NoCapacity(
         f"No capacity: {reservation.gpu_class.name} GPUs were taken by concurrent requests; "
         "try again.",

@@ -1,10 +1,19 @@
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Max, Prefetch, Q, QuerySet
 from django.utils import timezone
 
-from accounts.models import Team
-from gpuquota.reservations.models import Quota
+from accounts.models import Team, User
+from accounts.permissions import is_admin
+from accounts.selectors import teams_visible
+from gpuquota.core.models import AuditEntry
+from gpuquota.inventory.models import Gpu, GpuClass
+from gpuquota.reservations.capacity import counted_rows, free_map
+from gpuquota.reservations.models import Assignment, Quota, Reservation
+
+S = Reservation.Status
 
 
 def quotas_current(*, team: Team, at: datetime | None = None) -> QuerySet[Quota]:
@@ -16,3 +25,157 @@ def quotas_current(*, team: Team, at: datetime | None = None) -> QuerySet[Quota]
         .select_related("gpu_class")
         .order_by("gpu_class__name")
     )
+
+
+@dataclass
+class QuotaUse:
+    gpu_class: GpuClass
+    quota: int
+    used_now: int
+
+    @property
+    def percent(self) -> int:
+        return min(100, round(100 * self.used_now / self.quota)) if self.quota else 100
+
+
+def quota_usage(*, team: Team, at: datetime | None = None) -> list[QuotaUse]:
+    """Per class: the team's quota now and how many GPUs it holds now (counted)."""
+    at = at or timezone.now()
+    quotas = {q.gpu_class_id: q for q in quotas_current(team=team, at=at)}
+    held: dict[int, int] = {}
+    for a in Assignment.objects.filter(
+        reservation__team=team, reservation__status__in=[S.SCHEDULED, S.ACTIVE],
+        assigned_from__lte=at, assigned_until__gt=at,
+    ).values_list("reservation__gpu_class_id", flat=True):
+        held[a] = held.get(a, 0) + 1
+    classes = GpuClass.objects.filter(id__in=set(quotas) | set(held)).order_by("name")
+    return [
+        QuotaUse(c, quotas[c.id].gpus if c.id in quotas else 0, held.get(c.id, 0)) for c in classes
+    ]
+
+
+def _with_assignments(qs: QuerySet[Reservation]) -> QuerySet[Reservation]:
+    live = Assignment.objects.exclude(assigned_until=F("assigned_from")).select_related(
+        "gpu", "gpu__node").order_by("gpu__node__hostname", "gpu__index", "assigned_from")
+    return (
+        qs.select_related("team", "gpu_class", "requested_by", "decided_by")
+        .prefetch_related(Prefetch("assignments", queryset=live, to_attr="live_assignments"))
+        .annotate(effective_end=Max("assignments__assigned_until"))
+    )
+
+
+@dataclass
+class TeamReservations:
+    pending: list[Reservation] = field(default_factory=list)
+    current: list[Reservation] = field(default_factory=list)
+    upcoming: list[Reservation] = field(default_factory=list)
+    past: list[Reservation] = field(default_factory=list)
+
+
+def team_reservations(*, team: Team, now: datetime | None = None, past_limit: int = 30
+                      ) -> TeamReservations:
+    """The team's reservations split into pending, current, upcoming and past."""
+    now = now or timezone.now()
+    out = TeamReservations()
+    qs = _with_assignments(Reservation.objects.filter(team=team)).order_by("start", "id")
+    for r in qs.filter(Q(status=S.PENDING) | Q(status__in=[S.SCHEDULED, S.ACTIVE])):
+        if r.status == S.PENDING:
+            out.pending.append(r)
+        elif r.start > now:
+            out.upcoming.append(r)
+        elif r.effective_end and r.effective_end > now:
+            out.current.append(r)
+        else:
+            out.past.append(r)
+    out.past += list(
+        qs.filter(status__in=[S.ENDED, S.CANCELLED, S.DENIED]).order_by("-start", "-id")[
+            :past_limit]
+    )
+    return out
+
+
+def reservations_pending() -> QuerySet[Reservation]:
+    """Over-quota requests waiting for an admin, oldest first."""
+    return _with_assignments(Reservation.objects.filter(status=S.PENDING)).order_by(
+        "requested_at", "id")
+
+
+def reservations_visible(*, user: User) -> QuerySet[Reservation]:
+    """Reservations of the teams the user may read (all for admins), newest first."""
+    qs = Reservation.objects.all()
+    if not is_admin(user):
+        qs = qs.filter(team__in=teams_visible(user=user))
+    return _with_assignments(qs).order_by("-start", "-id")
+
+
+def audit_visible(*, user: User) -> QuerySet[AuditEntry]:
+    """Audit entries: all for admins, else those of the user's teams."""
+    qs = AuditEntry.objects.select_related("actor", "team")
+    if is_admin(user):
+        return qs
+    return qs.filter(team__in=teams_visible(user=user))
+
+
+def gpu_classes_reservable() -> QuerySet[GpuClass]:
+    """Classes with at least one physical GPU in service."""
+    now = timezone.now()
+    ids = Gpu.objects.filter(parent__isnull=True).filter(
+        Q(retired_at__isnull=True) | Q(retired_at__gt=now)).values("gpu_class_id")
+    return GpuClass.objects.filter(id__in=ids).order_by("name")
+
+
+@dataclass
+class AvailabilityCell:
+    day: date
+    free_all_day: int
+    free_min: int
+    free_max: int
+    total: int
+
+    @property
+    def level(self) -> str:
+        if self.total == 0 or self.free_max == 0:
+            return "none"
+        ratio = self.free_all_day / self.total
+        return "high" if ratio >= 0.5 else "mid" if ratio >= 0.2 else "low"
+
+
+@dataclass
+class AvailabilityRow:
+    gpu_class: GpuClass
+    total: int
+    cells: list[AvailabilityCell]
+
+
+def availability(*, tz: ZoneInfo, days: int = 14, today: date | None = None,
+                 gpu_classes=None) -> list[AvailabilityRow]:
+    """Per class and local day (in `tz`) of the coming `days`: GPUs free all day,
+    and the fewest and most free at any instant of it."""
+    today = today or timezone.localtime(timezone.now(), tz).date()
+    bounds = [datetime.combine(today + timedelta(days=d), time(), tzinfo=tz)
+              for d in range(days + 1)]
+    rows = []
+    for gpu_class in gpu_classes if gpu_classes is not None else gpu_classes_reservable():
+        fmap = free_map(gpu_class=gpu_class, start=bounds[0], end=bounds[-1])
+        total = len(fmap.gpus)
+        cells = []
+        for lo, hi in zip(bounds, bounds[1:], strict=False):
+            points = [lo] + sorted(p for p in fmap.breakpoints() if lo < p < hi)
+            counts = [fmap.free_count_at(p) for p in points]
+            cells.append(AvailabilityCell(lo.date(), len(fmap.gpus_free_over(lo, hi)),
+                                          min(counts), max(counts), total))
+        rows.append(AvailabilityRow(gpu_class, total, cells))
+    return rows
+
+
+def window_availability(*, gpu_class: GpuClass, start: datetime, end: datetime) -> dict:
+    """GPUs of a class free over the whole window, out of those in service then."""
+    fmap = free_map(gpu_class=gpu_class, start=start, end=end)
+    return {"gpu_class": gpu_class.name, "start": start, "end": end,
+            "total_gpus": len(fmap.gpus), "free_gpus": len(fmap.gpus_free_over(start, end))}
+
+
+def team_held_now(*, team: Team, gpu_class: GpuClass, at: datetime) -> int:
+    """GPUs of the class the team holds at `at` (counted against quota)."""
+    return len(counted_rows(gpu_class=gpu_class, start=at, end=at + timedelta(seconds=1),
+                            team_id=team.id))

@@ -134,11 +134,15 @@ def _overlapping(start_field: str, end_field: str, start: datetime, end: datetim
     )
 
 
-def usage_inputs_load(*, gpu_ids: list[int], start: datetime, end: datetime) -> UsageInputs:
-    """Everything the rollup of these physical GPUs over [start, end) reads: 9 queries."""
+def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
+                      end: datetime) -> UsageInputs:
+    """Everything the rollup of these physical GPUs (None: all) over [start, end)
+    reads, in a fixed number of queries whatever the fleet size."""
     devices: dict[int, list[int]] = defaultdict(list)
     current_class, current_cluster, device_parent = {}, {}, {}
-    gpus = Gpu.objects.filter(Q(id__in=gpu_ids) | Q(parent_id__in=gpu_ids))
+    gpus = Gpu.objects.all()
+    if gpu_ids is not None:
+        gpus = gpus.filter(Q(id__in=gpu_ids) | Q(parent_id__in=gpu_ids))
     for row in gpus.values("id", "parent_id", "gpu_class_id", "node__cluster_id"):
         physical = row["parent_id"] or row["id"]
         devices[physical].append(row["id"])
@@ -147,6 +151,7 @@ def usage_inputs_load(*, gpu_ids: list[int], start: datetime, end: datetime) -> 
             current_class[row["id"]] = row["gpu_class_id"]
             current_cluster[row["id"]] = row["node__cluster_id"]
     device_ids = list(device_parent)
+    gpu_ids = list(devices)
 
     busy_from = busy_util_percent()
     by_device: dict[int, list[dict]] = defaultdict(list)

@@ -107,9 +107,12 @@ def test_old_drivers_without_versioned_calls_fall_back(gpus):
     assert reading.memory_used_bytes == 3 * 2**30 and reading.temp_c == 35
 
 
-def test_mig_devices_report_memory_and_processes_and_null_utilization(nvml):
+def test_mig_devices_report_memory_and_processes_and_null_utilization(nvml, gpus):
     _, backend = nvml
-    reading = backend.read(by_uuid(backend)[MIG_UUIDS[0]])
+    found = by_uuid(backend)
+    gpus[2].processes = [(77, 2**30)]  # NVML lists a MIG slice's processes on the parent too
+    assert backend.read(found[UUIDS[2]]).processes == []  # read once, on the slice
+    reading = backend.read(found[MIG_UUIDS[0]])
     assert reading.util_gpu is None and reading.util_mem is None and reading.power_w is None
     [proc] = reading.processes
     assert (proc.pid, proc.memory_used_bytes, proc.util_sm) == (77, 2**30, None)

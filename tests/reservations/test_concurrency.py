@@ -60,7 +60,8 @@ def _overlaps_in_db() -> int:
         return cursor.fetchone()[0]
 
 
-def test_concurrent_requests_get_exactly_the_capacity(capsys):
+def test_concurrent_requests_get_exactly_the_capacity(capsys, caplog):
+    caplog.set_level("INFO", logger="gpuquota.reservations.assigning")
     fleet = Fleet.create(sizes=(4, 4, 2), vision_quota=4, speech_quota=4)  # 10 GPUs
     teams = [fleet.vision, fleet.speech]
     leads = {fleet.vision.id: fleet.vision_lead, fleet.speech.id: fleet.speech_lead}
@@ -87,10 +88,25 @@ def test_concurrent_requests_get_exactly_the_capacity(capsys):
     for team in Team.objects.all():
         held = Reservation.objects.filter(team=team, status="scheduled").count()
         assert held <= 4  # quotas hold
+    races = sum("race lost" in r.message for r in caplog.records)
     with capsys.disabled():
         print(f"\n[race] requests=24 granted={kinds['scheduled']} pending(over quota)="
               f"{kinds['pending']} refused(no capacity)={kinds['no_capacity']} "
-              f"duration={duration:.2f}s")
+              f"races_lost_at_the_constraint={races} duration={duration:.2f}s")
+
+
+def test_the_database_itself_refuses_overlapping_assignments():
+    from django.db import IntegrityError, transaction
+
+    fleet = Fleet.create(sizes=(1,))
+    r = reservation_create(team=fleet.vision, gpu_class=fleet.gpu_class, count=1, start=NOW + H,
+                           end=NOW + 3 * H, requested_by=fleet.vision_lead, now=NOW)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Assignment.objects.create(reservation=r, gpu=fleet.gpus[0], assigned_from=NOW + 2 * H,
+                                  assigned_until=NOW + 4 * H)
+    # touching is fine
+    Assignment.objects.create(reservation=r, gpu=fleet.gpus[0], assigned_from=NOW + 3 * H,
+                              assigned_until=NOW + 4 * H)
 
 
 def test_concurrent_requests_of_one_team_never_exceed_its_quota(capsys):

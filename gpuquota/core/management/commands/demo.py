@@ -1,0 +1,137 @@
+"""`manage.py demo`: the embedded default, live.
+
+Runs the web server, one simulated agent per demo node (real HTTP to the real
+ingestion endpoint) and, with no broker, the beat schedule on an in-process
+timer. Run `seed_demo` first (`make demo` does).
+"""
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from celery.schedules import maybe_schedule, schedule
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from gpuquota.celery import app, collect_beat_schedule
+from gpuquota.core.demo import DEMO_PASSWORD, TEAMS, demo_agent_tokens_issue, demo_unix_users
+
+FAULTY_NODE = "ada-h100-01"  # the one node whose simulator loses a GPU and has a MIG one
+HEALTHY_PROFILES = "training,inference,training,notebook,idle,inference,training,idle"
+
+
+class Command(BaseCommand):
+    help = "Run the demo: web server, simulated agents for every demo node, in-process beat."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--addr", default="127.0.0.1:8000", help="host:port to serve on")
+        parser.add_argument("--window", type=int, default=10, help="agents' window, seconds")
+        parser.add_argument("--no-agents", action="store_true", help="serve without agents")
+        parser.add_argument(
+            "--beat-cap",
+            type=float,
+            default=15.0,
+            help="run interval beat entries at least this often (seconds), so the demo moves",
+        )
+
+    def handle(self, *args, addr, window, no_agents, beat_cap, **options):
+        if not settings.CELERY_TASK_ALWAYS_EAGER:
+            raise CommandError("`demo` is the embedded default; with REDIS_URL run celery workers")
+        url = f"http://{addr}"
+        children = [self._serve(addr)]
+        try:
+            self._wait_until_up(url)
+            if not no_agents:
+                children += self._start_agents(url, window)
+            self._banner(url)
+            self._run_beat(beat_cap)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for child in children:
+                child.send_signal(signal.SIGINT)
+            for child in children:
+                try:
+                    child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+
+    def _serve(self, addr: str) -> subprocess.Popen:
+        command = [sys.executable, "manage.py", "runserver", addr, "--noreload"]
+        return subprocess.Popen(command, cwd=settings.BASE_DIR)
+
+    def _wait_until_up(self, url: str) -> None:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{url}/healthz", timeout=2).read()
+                return
+            except OSError:
+                time.sleep(0.5)
+        raise CommandError(f"the web server did not answer at {url}")
+
+    def _start_agents(self, url: str, window: int) -> list[subprocess.Popen]:
+        var = Path(settings.BASE_DIR) / "var" / "demo"
+        users = ",".join(demo_unix_users())
+        accounts = ",".join(TEAMS)
+        agents = []
+        for demo, token_file in demo_agent_tokens_issue(directory=str(var / "tokens")):
+            command = [
+                sys.executable, "-m", "agent",
+                "--server", url,
+                "--token-file", token_file,
+                "--hostname", demo.hostname,
+                "--simulate", "8",
+                "--seed", "0",
+                "--simulate-model", demo.model_name,
+                "--simulate-users", users,
+                "--simulate-accounts", accounts,
+                "--window", str(window),
+                "--poll", "2",
+                "--spool-dir", str(var / "spool" / demo.hostname),
+                "--log-level", "WARNING",
+            ]  # fmt: skip
+            if demo.hostname != FAULTY_NODE:
+                command += ["--simulate-profiles", HEALTHY_PROFILES]
+            agents.append(subprocess.Popen(command, cwd=settings.BASE_DIR))
+        self.stdout.write(f"Started {len(agents)} simulated agents ({window} s windows).")
+        return agents
+
+    def _banner(self, url: str) -> None:
+        logins = ", ".join(["admin"] + [f"{slug}-lead, {slug}-member" for slug in TEAMS])
+        self.stdout.write(self.style.SUCCESS(f"\ngpuquota demo is running at {url}/"))
+        self.stdout.write(f"Logins (password '{DEMO_PASSWORD}'): {logins}")
+        self.stdout.write("Press Ctrl-C to stop.\n")
+
+    def _run_beat(self, cap_s: float) -> None:
+        """Call every beat entry when due, in this process (no broker in the embedded default)."""
+        app.finalize()
+        entries = collect_beat_schedule()
+        schedules, last_run = {}, {}
+        for name, entry in entries.items():
+            every = maybe_schedule(entry["schedule"], app=app)
+            if type(every) is schedule:
+                # Interval jobs run at once and then often; calendar jobs (monthly
+                # statements...) keep their calendar.
+                if every.run_every.total_seconds() > cap_s:
+                    every = schedule(timedelta(seconds=cap_s), app=app)
+                last_run[name] = datetime.fromtimestamp(0, UTC)
+            else:
+                last_run[name] = datetime.now(UTC)
+            schedules[name] = every
+        while True:
+            for name, entry in entries.items():
+                due, _next = schedules[name].is_due(last_run[name])
+                if not due:
+                    continue
+                last_run[name] = datetime.now(UTC)
+                try:
+                    app.tasks[entry["task"]].apply(
+                        args=entry.get("args", ()), kwargs=entry.get("kwargs", {})
+                    ).get()
+                except Exception as exc:  # one failing job must not stop the demo's clock
+                    self.stderr.write(f"beat {name}: {exc!r}")
+            time.sleep(1)

@@ -1,0 +1,140 @@
+"""API input and output shapes. Input serializers only parse; services decide."""
+
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from accounts.models import Team
+from gpuquota.inventory.models import GpuClass
+from gpuquota.reservations.models import Reservation
+
+
+class AwareDateTimeField(serializers.DateTimeField):
+    """An ISO 8601 instant that must carry an offset or `Z` (naive times are refused)."""
+
+    def to_internal_value(self, value):
+        if isinstance(value, str):
+            parsed = parse_datetime(value.strip())
+            if parsed is not None and parsed.tzinfo is None:
+                raise serializers.ValidationError(
+                    "Give a UTC offset or Z (e.g. 2026-12-01T09:00:00Z); naive times are refused."
+                )
+        return super().to_internal_value(value)
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Team
+        fields = ["slug", "name", "cost_center"]
+
+
+class GpuClassSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuClass
+        fields = ["name", "description"]
+
+
+class AssignmentSerializer(serializers.Serializer):
+    gpu = serializers.CharField(source="gpu.uuid")
+    node = serializers.CharField(source="gpu.node.hostname")
+    index = serializers.IntegerField(source="gpu.index", allow_null=True)
+    assigned_from = serializers.DateTimeField()
+    assigned_until = serializers.DateTimeField()
+    end_reason = serializers.CharField()
+
+
+class ReservationSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.slug")
+    gpu_class = serializers.CharField(source="gpu_class.name")
+    requested_by = serializers.CharField(source="requested_by.username")
+    decided_by = serializers.CharField(source="decided_by.username", allow_null=True)
+    assignments = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Reservation
+        fields = [
+            "id", "team", "gpu_class", "count", "start", "end", "placement", "status",
+            "over_quota", "is_backfill", "purpose", "requested_by", "requested_at",
+            "decided_by", "approved_at", "decision_reason", "assignments",
+        ]
+
+    @extend_schema_field(AssignmentSerializer(many=True))
+    def get_assignments(self, obj):
+        rows = getattr(obj, "live_assignments", None)
+        if rows is None:
+            rows = obj.assignments.select_related("gpu", "gpu__node")
+        return AssignmentSerializer(rows, many=True).data
+
+
+class ReservationCreateSerializer(serializers.Serializer):
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    gpu_class = serializers.SlugRelatedField(slug_field="name", queryset=GpuClass.objects.all())
+    count = serializers.IntegerField()
+    start = AwareDateTimeField()
+    end = AwareDateTimeField()
+    placement = serializers.ChoiceField(choices=Reservation.Placement.choices,
+                                        default=Reservation.Placement.ANY)
+    purpose = serializers.CharField(max_length=256, required=False, allow_blank=True, default="")
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class DenySerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+
+
+class ExtendSerializer(ReasonSerializer):
+    end = AwareDateTimeField()
+
+
+class AvailabilityQuerySerializer(serializers.Serializer):
+    gpu_class = serializers.SlugRelatedField(slug_field="name", queryset=GpuClass.objects.all(),
+                                             required=False)
+    start = AwareDateTimeField(required=False)
+    end = AwareDateTimeField(required=False)
+
+    def validate(self, attrs):
+        if attrs.get("start") and attrs.get("end") and attrs["end"] <= attrs["start"]:
+            raise serializers.ValidationError({"end": "The end must be after the start."})
+        return attrs
+
+
+class AvailabilitySerializer(serializers.Serializer):
+    gpu_class = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    total_gpus = serializers.IntegerField()
+    free_gpus = serializers.IntegerField(help_text="GPUs free over the whole window.")
+
+
+class AuditEntrySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    actor = serializers.CharField(source="actor.username", allow_null=True)
+    action = serializers.CharField()
+    object_type = serializers.CharField()
+    object_id = serializers.CharField()
+    team = serializers.CharField(source="team.slug", allow_null=True)
+    changes = serializers.JSONField()
+    reason = serializers.CharField()
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class ErrorField(serializers.JSONField):
+    pass
+
+
+class ErrorItemSerializer(serializers.Serializer):
+    field = serializers.CharField(allow_null=True)
+    message = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The one API error format."""
+
+    code = serializers.CharField()
+    detail = serializers.CharField()
+    errors = ErrorItemSerializer(many=True)

@@ -1,0 +1,269 @@
+"""Reads of usage: utilization versus allocation (accounting.md, section of that
+name) per reservation, team, class and fleet, for any period.
+
+Whole hours of a period come from the hourly rollups (one aggregate query);
+the partial hours at arbitrary edges are computed from the samples with the same
+rule, in a fixed number of queries. Reserved and failed seconds come straight
+from assignments and health intervals (SQL aggregates), never from rollups.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from fractions import Fraction
+
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce, Greatest, Least
+from django.utils import timezone
+
+from accounts.models import Team
+from gpuquota.core.fields import whole_second
+from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.inventory.models import Gpu, GpuClass, GpuHealthInterval
+from gpuquota.reservations.models import Assignment, Reservation
+from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, sums_by
+from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.rollup import RESERVED, UNRESERVED, usage_buckets, usage_inputs_load
+
+KEY_FIELDS = ("kind", "gpu_class_id", "reservation_id", "team_id", "split_ways", "failed")
+HOUR = timedelta(hours=1)
+
+
+def period_to_date(period: Period, now: datetime | None = None) -> Period:
+    """The period clipped at now (whole seconds): a period not yet ended is 'to date'."""
+    return period.to_date(whole_second(now or timezone.now()))
+
+
+def _hour_ceil(value: datetime) -> datetime:
+    floor = hour_floor(value)
+    return floor if floor == value else floor + HOUR
+
+
+def _split(period: Period) -> tuple[tuple[datetime, datetime] | None, list[tuple]]:
+    """(whole hours, [partial edge windows]) of a period."""
+    first, last = _hour_ceil(period.start), hour_floor(period.end)
+    if first >= last:
+        return None, [(period.start, period.end)] if period.start < period.end else []
+    edges = [(a, b) for a, b in ((period.start, first), (last, period.end)) if a < b]
+    return (first, last), edges
+
+
+def usage_rows(*, period: Period, edge_gpu_ids: Callable[[datetime, datetime], list | None],
+               **filters) -> list[dict]:
+    """Rollup sums over `period` grouped by bucket (KEY_FIELDS), for the buckets
+    matching `filters` (field=value on KEY_FIELDS). `edge_gpu_ids(start, end)` says which
+    GPUs a partial edge hour must be computed for (None: all)."""
+    hours, edges = _split(period)
+    rows: list[dict] = []
+    if hours is not None:
+        rows += list(
+            GpuHourUsage.objects.filter(hour__gte=hours[0], hour__lt=hours[1], **filters)
+            .values(*KEY_FIELDS)
+            .annotate(covered_s=Sum("covered_s"), busy_s=Sum("busy_s"),
+                      util_weighted=Sum("util_weighted"))
+            .order_by()
+        )
+    for start, end in edges:
+        gpu_ids = edge_gpu_ids(start, end)
+        if gpu_ids is not None and not gpu_ids:
+            continue
+        inputs = usage_inputs_load(gpu_ids=gpu_ids, start=start, end=end)
+        for gpu_id in inputs.devices:
+            if gpu_id not in inputs.current_class:
+                continue  # a MIG device whose parent is not in scope
+            for key, bucket in usage_buckets(inputs=inputs, gpu_id=gpu_id).items():
+                row = {name: getattr(key, name) for name in KEY_FIELDS}
+                if all(row[name] == value for name, value in filters.items()):
+                    row.update(covered_s=bucket.covered_s, busy_s=bucket.busy_s,
+                               util_weighted=bucket.util_weighted)
+                    rows.append(row)
+    return rows
+
+
+def _seconds(queryset: QuerySet, lo, hi) -> QuerySet:
+    """Annotate `seconds_d` = hi − lo and keep rows where it is positive."""
+    return queryset.annotate(_lo=lo, _hi=hi).filter(_hi__gt=F("_lo")).annotate(
+        seconds_d=ExpressionWrapper(F("_hi") - F("_lo"), output_field=DurationField())
+    )
+
+
+def _total_s(queryset: QuerySet, group: str | None = None) -> dict | int:
+    if group is None:
+        total = queryset.aggregate(total=Sum("seconds_d"))["total"]
+        return int(total.total_seconds()) if total else 0
+    rows = queryset.values(group).annotate(total=Sum("seconds_d")).order_by()
+    return {row[group]: int(row["total"].total_seconds()) for row in rows}
+
+
+def _reserved(period: Period, **filters) -> QuerySet:
+    charged_from = Greatest(
+        F("assigned_from"), F("reservation__start"),
+        Coalesce(F("reservation__approved_at"), F("reservation__start")), Value(period.start),
+    )
+    return _seconds(
+        Assignment.objects.filter(
+            assigned_from__lt=period.end, assigned_until__gt=period.start, **filters
+        ),
+        charged_from, Least(F("assigned_until"), Value(period.end)),
+    )
+
+
+def _failed_reserved(period: Period, **filters) -> QuerySet:
+    lo = Greatest(
+        F("assigned_from"), F("reservation__start"),
+        Coalesce(F("reservation__approved_at"), F("reservation__start")),
+        F("gpu__health_history__valid_from"), Value(period.start),
+    )
+    hi = Least(F("assigned_until"), Value(period.end),
+               Coalesce(F("gpu__health_history__valid_until"), Value(period.end)))
+    return _seconds(
+        Assignment.objects.filter(
+            assigned_from__lt=period.end, assigned_until__gt=period.start,
+            gpu__health_history__state=GpuHealthInterval.State.FAILED, **filters
+        ),
+        lo, hi,
+    )
+
+
+def _assigned_gpu_ids(**filters) -> Callable[[datetime, datetime], list]:
+    def ids(start: datetime, end: datetime) -> list:
+        return list(
+            Assignment.objects.filter(assigned_from__lt=end, assigned_until__gt=start, **filters)
+            .values_list("gpu_id", flat=True).distinct()
+        )
+    return ids
+
+
+def _figures(period: Period, assignment_filters: dict, row_filters: dict) -> UsageFigures:
+    rows = usage_rows(period=period, edge_gpu_ids=_assigned_gpu_ids(**assignment_filters),
+                      kind=RESERVED, **row_filters)
+    return UsageFigures(
+        reserved_s=_total_s(_reserved(period, **assignment_filters)),
+        failed_reserved_s=_total_s(_failed_reserved(period, **assignment_filters)),
+        sums=sums_by(rows, lambda r: None).get(None, Sums()),
+    )
+
+
+def reservation_utilization(*, reservation: Reservation, period: Period) -> UsageFigures:
+    """Reserved, covered, busy seconds and mean utilization of one reservation."""
+    return _figures(period, {"reservation": reservation}, {"reservation_id": reservation.id})
+
+
+def team_utilization(*, team: Team, period: Period) -> UsageFigures:
+    """The same over all reservations of a team (reserved time only)."""
+    return _figures(period, {"reservation__team": team}, {"team_id": team.id})
+
+
+def class_utilization(*, gpu_class: GpuClass, period: Period) -> UsageFigures:
+    """The same over all reservations of a GPU class."""
+    return _figures(period, {"reservation__gpu_class": gpu_class},
+                    {"gpu_class_id": gpu_class.id})
+
+
+@dataclass
+class ReservationUsage:
+    reservation: Reservation
+    figures: UsageFigures
+
+
+def team_reservations_utilization(*, team: Team, period: Period) -> list[ReservationUsage]:
+    """Per reservation of the team overlapping the period: reserved versus busy.
+    A fixed number of queries whatever the number of reservations."""
+    assigned = Q(reservation__team=team)
+    reserved = _total_s(_reserved(period, reservation__team=team), "reservation_id")
+    failed = _total_s(_failed_reserved(period, reservation__team=team), "reservation_id")
+    rows = usage_rows(period=period, edge_gpu_ids=_assigned_gpu_ids(reservation__team=team),
+                      kind=RESERVED, team_id=team.id)
+    sums = sums_by(rows, lambda r: r["reservation_id"])
+    ids = set(reserved) | set(sums) | set(
+        Assignment.objects.filter(assigned, assigned_from__lt=period.end,
+                                  assigned_until__gt=period.start)
+        .values_list("reservation_id", flat=True)
+    )
+    reservations = Reservation.objects.filter(id__in=ids).select_related("gpu_class")
+    return [
+        ReservationUsage(r, UsageFigures(reserved.get(r.id, 0), failed.get(r.id, 0),
+                                         sums.get(r.id, Sums())))
+        for r in sorted(reservations, key=lambda r: (r.start, r.id))
+    ]
+
+
+def unreserved_busy_by_team(*, period: Period, gpu_class: GpuClass | None = None
+                            ) -> dict[int | None, Fraction]:
+    """Busy seconds outside any assignment per owner team (None: unattributed), exact
+    shares of multi-team windows, failed time excluded."""
+    filters = {"gpu_class_id": gpu_class.id} if gpu_class else {}
+    rows = usage_rows(period=period, edge_gpu_ids=lambda s, e: None, kind=UNRESERVED, **filters)
+    return {team: sums.busy_s for team, sums in sums_by(rows, lambda r: r["team_id"]).items()
+            if sums.busy_s}
+
+
+def on_demand_busy_seconds(*, period: Period) -> list[dict]:
+    """For chargeback: unreserved, non-failed busy seconds grouped by (team, class,
+    split_ways) as integers; a team's exact share is Σ busy_s / split_ways. Exact at
+    any whole-second edges (a rate change inside an hour: call it per rate interval)."""
+    rows = usage_rows(period=period, edge_gpu_ids=lambda s, e: None, kind=UNRESERVED,
+                      failed=False)
+    grouped: dict[tuple, int] = {}
+    for row in rows:
+        key = (row["team_id"], row["gpu_class_id"], row["split_ways"])
+        grouped[key] = grouped.get(key, 0) + int(row["busy_s"])
+    return [{"team_id": t, "gpu_class_id": c, "split_ways": n, "busy_s": s}
+            for (t, c, n), s in sorted(grouped.items(), key=str) if s]
+
+
+def _in_service(period: Period) -> QuerySet:
+    return _seconds(
+        Gpu.objects.filter(parent__isnull=True),
+        Greatest(F("commissioned_at"), Value(period.start)),
+        Least(Coalesce(F("retired_at"), Value(period.end)), Value(period.end)),
+    )
+
+
+def _failed(period: Period) -> QuerySet:
+    return _seconds(
+        GpuHealthInterval.objects.filter(state=GpuHealthInterval.State.FAILED,
+                                         gpu__parent__isnull=True),
+        Greatest(F("valid_from"), F("gpu__commissioned_at"), Value(period.start)),
+        Least(Coalesce(F("valid_until"), Value(period.end)),
+              Coalesce(F("gpu__retired_at"), Value(period.end)), Value(period.end)),
+    )
+
+
+def fleet_utilization(*, period: Period) -> FleetFigures:
+    """Fleet busy seconds (reserved or not) over in-service, non-failed GPU seconds,
+    and the reserved figures of the whole fleet."""
+    rows = usage_rows(period=period, edge_gpu_ids=lambda s, e: None)
+    all_sums = sums_by(rows, lambda r: None).get(None, Sums())
+    reserved_sums = sums_by([r for r in rows if r["kind"] == RESERVED], lambda r: None)
+    return FleetFigures(
+        in_service_s=_total_s(_in_service(period)), failed_s=_total_s(_failed(period)),
+        sums=all_sums,
+        reserved=UsageFigures(
+            reserved_s=_total_s(_reserved(period)),
+            failed_reserved_s=_total_s(_failed_reserved(period)),
+            sums=reserved_sums.get(None, Sums()),
+        ),
+    )
+
+
+def classes_utilization(*, period: Period) -> list[tuple[GpuClass, FleetFigures]]:
+    """Per GPU class (class of each GPU now for capacity): the fleet figures."""
+    rows = usage_rows(period=period, edge_gpu_ids=lambda s, e: None)
+    by_class = sums_by(rows, lambda r: r["gpu_class_id"])
+    reserved_by_class = sums_by([r for r in rows if r["kind"] == RESERVED],
+                                lambda r: r["gpu_class_id"])
+    in_service = _total_s(_in_service(period), "gpu_class_id")
+    failed = _total_s(_failed(period), "gpu__gpu_class_id")
+    reserved = _total_s(_reserved(period), "reservation__gpu_class_id")
+    failed_reserved = _total_s(_failed_reserved(period), "reservation__gpu_class_id")
+    ids = set(in_service) | set(by_class) | set(reserved)
+    return [
+        (klass, FleetFigures(
+            in_service_s=in_service.get(klass.id, 0), failed_s=failed.get(klass.id, 0),
+            sums=by_class.get(klass.id, Sums()),
+            reserved=UsageFigures(reserved.get(klass.id, 0), failed_reserved.get(klass.id, 0),
+                                  reserved_by_class.get(klass.id, Sums())),
+        ))
+        for klass in GpuClass.objects.filter(id__in=ids).order_by("name")
+    ]
