@@ -83,11 +83,6 @@ def node_record(*, hostname: str, driver_version: str | None, boot_id: str | Non
     return record
 
 
-def record_count(batch: Record) -> int:
-    """How many records (samples, processes, events) a batch carries."""
-    return sum(len(batch[kind]) for kind in LIMITS)
-
-
 def split_batch(batch: Record) -> list[Record] | None:
     """Two halves of `batch`, each with a new batch_id, or None when it holds one record."""
     records = [(kind, r) for kind in LIMITS for r in batch[kind]]

@@ -23,6 +23,7 @@ from agent.runner import Agent, Clock
 from agent.sender import Sender, TokenError, TokenFile, run_sender
 from agent.simulator import DEFAULT_ACCOUNTS, DEFAULT_USERS, Simulator
 from agent.spool import Spool
+from agent.windows import check_window_s
 
 log = logging.getLogger("agent")
 
@@ -67,8 +68,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--simulate-users", help="comma-separated unix users of simulated processes")
     p.add_argument("--simulate-accounts", help="comma-separated Slurm accounts / namespaces")
     p.add_argument("--simulate-fail-after", type=float, help="seconds until the xid79 GPU is lost")
-    p.add_argument("--proc-root", help="where /proc is mounted (a container sees the host's "
-                   "at /host/proc)")
+    p.add_argument("--proc-root", help="the host's /proc (default /proc; a container needs "
+                   "the host's PID namespace)")
     p.add_argument("--kubelet-pods-dir", help="kubelet's pods folder, for pod namespaces")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
     p.add_argument("--version", action="version", version=f"gpuquota-agent {__version__}")
@@ -87,9 +88,16 @@ def load_options(argv: list[str] | None, environ: dict[str, str]) -> dict[str, A
             raise ValueError(f"cannot read config file {config_path}: {exc}") from None
     for key, default in DEFAULTS.items():
         raw = environ.get(ENV_PREFIX + key.upper())
-        if raw is not None:
-            options[key] = raw.lower() in ("1", "true", "yes") if isinstance(default, bool) else (
-                type(default)(raw) if default is not None else raw)
+        if raw is None:
+            continue
+        if isinstance(default, bool):
+            options[key] = raw.lower() in ("1", "true", "yes")
+            continue
+        try:
+            options[key] = type(default)(raw) if default is not None else raw
+        except ValueError:
+            raise ValueError(f"{ENV_PREFIX}{key.upper()}={raw!r} is not a valid "
+                             f"{type(default).__name__}") from None
     options.update(cli)
     unknown = set(options) - set(DEFAULTS)
     if unknown:
@@ -98,6 +106,7 @@ def load_options(argv: list[str] | None, environ: dict[str, str]) -> dict[str, A
         if not options[required]:
             raise ValueError(f"--{required.replace('_', '-')} is required "
                              f"(or {ENV_PREFIX}{required.upper()}, or in the config file)")
+    check_window_s(options["window"])
     if not options["spool_dir"]:
         options["spool_dir"] = (f"var/agent/{options['hostname']}" if options["simulate"]
                                 else "/var/lib/gpuquota-agent/spool")

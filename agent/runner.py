@@ -91,29 +91,36 @@ class Agent:
             reading = self._read(gpu)
             if reading is None:
                 continue
-            acc = self.acc[gpu.uuid]
-            for counter in acc.add(reading):
+            for counter in self.acc[gpu.uuid].add(reading):
                 self.event("counter_reset", gpu.uuid, detail=f"{counter} counter went backwards")
-            if reading.remap_pending and gpu.uuid not in self.remap_pending:
-                self.event("remap_pending", gpu.uuid, detail="row remapping pending a reset")
-            self.remap_pending.discard(gpu.uuid)
-            if reading.remap_pending:
-                self.remap_pending.add(gpu.uuid)
-            for proc in reading.processes:
-                pid_start = (proc.pid_start if proc.pid_start is not None
-                             else self.owners.pid_start(proc.pid))
-                if pid_start is None:
-                    continue  # exited between NVML's answer and our look at /proc
-                command, owner = proc.command, proc.owner
-                if owner is None:
-                    command, owner = self.owners.lookup(proc.pid, pid_start)
-                live.add((proc.pid, pid_start))
-                acc.add_process((proc.pid, pid_start), command, owner, proc.memory_used_bytes,
-                                proc.util_sm)
+            self._note_remap(gpu, bool(reading.remap_pending))
+            live |= self._add_processes(gpu, reading)
         self.owners.forget_except(live)
         for ev in self.backend.drain_events():
             self.events.append(event_record(ev.type, ev.gpu_uuid, ev.ts, xid=ev.xid,
                                             detail=ev.detail))
+
+    def _note_remap(self, gpu: GpuInfo, pending: bool) -> None:
+        """One `remap_pending` event when the GPU starts needing a reset, not one per poll."""
+        if pending and gpu.uuid not in self.remap_pending:
+            self.event("remap_pending", gpu.uuid, detail="row remapping pending a reset")
+        (self.remap_pending.add if pending else self.remap_pending.discard)(gpu.uuid)
+
+    def _add_processes(self, gpu: GpuInfo, reading: GpuReading) -> set[tuple[int, int]]:
+        """Fold the reading's processes, with their owners, into the window; their keys."""
+        keys = set()
+        for proc in reading.processes:
+            pid_start = (proc.pid_start if proc.pid_start is not None
+                         else self.owners.pid_start(proc.pid))
+            if pid_start is None:
+                continue  # exited between NVML's answer and our look at /proc
+            command, owner = proc.command, proc.owner
+            if owner is None:
+                command, owner = self.owners.lookup(proc.pid, pid_start)
+            keys.add((proc.pid, pid_start))
+            self.acc[gpu.uuid].add_process((proc.pid, pid_start), command, owner,
+                                           proc.memory_used_bytes, proc.util_sm)
+        return keys
 
     def _read(self, gpu: GpuInfo) -> GpuReading | None:
         try:

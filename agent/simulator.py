@@ -23,8 +23,7 @@ MODELS = {
     "NVIDIA A100-SXM4-40GB": (42505273344, 400.0, 50.0),
     "NVIDIA L4": (24152899584, 72.0, 16.0),
 }
-PROFILES = ("training", "inference", "notebook", "idle", "xid79", "mig")
-DEFAULT_PROFILE_CYCLE = ("training", "inference", "notebook", "idle", "xid79", "mig")
+PROFILES = ("training", "inference", "notebook", "idle", "xid79", "mig")  # the default order
 FILLER_PROFILES = ("training", "inference", "notebook", "idle")
 DEFAULT_USERS = ("alice", "bob", "carol", "dave")
 DEFAULT_ACCOUNTS = ("physics", "vision", "nlp")
@@ -74,7 +73,7 @@ class Simulator:
         self._gpus: list[SimGpu] = []
         for index in range(count):
             profile = profiles[index % len(profiles)] if profiles else (
-                DEFAULT_PROFILE_CYCLE[index] if index < len(DEFAULT_PROFILE_CYCLE)
+                PROFILES[index] if index < len(PROFILES)
                 else FILLER_PROFILES[index % len(FILLER_PROFILES)])
             self._add(index, models[index % len(models)], profile)
 

@@ -62,13 +62,14 @@ def partitions_ensure(*, days: Iterable[date]) -> int:
             continue
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+            missing -= set(partitions_list(table=table))  # made meanwhile by another process
             for day in sorted(missing):
                 start = datetime(day.year, day.month, day.day, tzinfo=UTC)
                 cursor.execute(
                     f"CREATE TABLE IF NOT EXISTS {_partition_name(table, day)} PARTITION OF "
                     f"{table} FOR VALUES FROM (%s) TO (%s)", [start, start + timedelta(days=1)])
                 created += 1
-        _known[table] |= missing
+        _known[table] |= days
     if created:
         logger.info("created %d raw-data partition(s) for %s", created, sorted(days))
     return created
@@ -97,6 +98,8 @@ def raw_data_expire(*, today: date, retention_days: int | None = None) -> int:
         old = [name for day, name in partitions_list(table=table).items() if day < cutoff_day]
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
+            # Deferred foreign-key checks of this transaction's inserts would block the drop.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             for name in old:
                 cursor.execute(f"DROP TABLE IF EXISTS {name}")
                 dropped += 1

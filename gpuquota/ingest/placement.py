@@ -129,6 +129,8 @@ def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list) -> dict
                 gpu.refresh_from_db()  # its parent may have moved here a moment ago
             if gpu.node_id != node.id and not _claim(gpu=gpu.parent or gpu, node=node, now=now):
                 placed[uuid] = CONTESTED
+                if uuid in listed:
+                    rejected.append({"path": f"gpus[{listed[uuid][0]}].uuid", "why": CONTESTED})
                 continue
             gpu.refresh_from_db()
         elif uuid in listed:

@@ -7,12 +7,13 @@ default): one `INSERT ... ON CONFLICT DO NOTHING` per row.
 """
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection
 
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import GpuEvent, ProcessRecord, Sample
+from gpuquota.ingest.partitions import PARTITIONED, partitions_ensure
 
 ONE_SECOND = timedelta(seconds=1)
 
@@ -79,6 +80,10 @@ def _stage_name(table: Table) -> str:
 
 
 def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
+    if table.model in PARTITIONED:
+        # Normally made already (before the batch's transaction): then this is a cache hit.
+        at = table.columns.index(table.start_column)
+        partitions_ensure(days={row[at].astimezone(UTC).date() for row in rows})
     stage = _stage_name(table)
     columns = ", ".join(_q(c) for c in table.columns)
     key = ", ".join(_q(c) for c in table.key)
@@ -95,9 +100,9 @@ def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
         cursor.execute(
             f"INSERT INTO {table.name} ({columns}) SELECT {columns} FROM {stage} "
             f"ON CONFLICT ({key}) DO NOTHING RETURNING {', '.join(map(_q, returning))}")
-        touched = _touched(cursor.fetchall())
+        returned = cursor.fetchall()
         conflicts = 0
-        if len(touched) < len(rows):
+        if len(returned) < len(rows):
             differs = " OR ".join(f"s.{_q(c)} IS DISTINCT FROM t.{_q(c)}" for c in table.values)
             join = " AND ".join(f"s.{_q(c)} = t.{_q(c)}" for c in table.key)
             cursor.execute(f"SELECT count(*) FROM {stage} s JOIN {table.name} t ON {join} "
@@ -105,7 +110,8 @@ def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
             conflicts = cursor.fetchone()[0]
         # Emptied now too: several batches may share one transaction (tests, imports).
         cursor.execute(f"DELETE FROM {stage}")
-    return Stored(len(touched), len(rows) - len(touched) - conflicts, conflicts, touched)
+    stored = len(returned)
+    return Stored(stored, len(rows) - stored - conflicts, conflicts, _touched(returned))
 
 
 def _touched(returned: list[tuple]) -> list[tuple[int, datetime]]:

@@ -9,7 +9,7 @@ from accounts.models import Team, User
 from accounts.permissions import is_admin
 from accounts.selectors import teams_visible
 from gpuquota.core.models import AuditEntry
-from gpuquota.inventory.models import Gpu, GpuClass
+from gpuquota.inventory.models import Gpu, GpuClass, MaintenanceBlock
 from gpuquota.reservations.capacity import counted_rows, free_map
 from gpuquota.reservations.models import Assignment, Quota, Reservation
 
@@ -94,10 +94,24 @@ def team_reservations(*, team: Team, now: datetime | None = None, past_limit: in
     return out
 
 
-def reservations_pending() -> QuerySet[Reservation]:
-    """Over-quota requests waiting for an admin, oldest first."""
-    return _with_assignments(Reservation.objects.filter(status=S.PENDING)).order_by(
-        "requested_at", "id")
+def reservation_with_gpus(*, pk: int) -> Reservation:
+    """One reservation with its GPUs (node, index) loaded."""
+    return _with_assignments(Reservation.objects.filter(pk=pk)).get()
+
+
+def reservations_pending() -> list[Reservation]:
+    """Over-quota requests waiting for an admin, oldest first, each with the team's
+    quota then (`quota_gpus`) and the GPUs free over its window now (`free_gpus`)."""
+    rows = list(_with_assignments(Reservation.objects.filter(status=S.PENDING)).order_by(
+        "requested_at", "id"))
+    now = timezone.now()
+    for r in rows:
+        start = max(r.start, now)
+        quota = quotas_current(team=r.team, at=start).filter(gpu_class=r.gpu_class).first()
+        r.quota_gpus = quota.gpus if quota else 0
+        r.free_gpus = (window_availability(gpu_class=r.gpu_class, start=start, end=r.end)
+                       ["free_gpus"] if r.end > start else 0)
+    return rows
 
 
 def reservations_visible(*, user: User) -> QuerySet[Reservation]:
@@ -151,9 +165,11 @@ def availability(*, tz: ZoneInfo, days: int = 14, today: date | None = None,
                  gpu_classes=None) -> list[AvailabilityRow]:
     """Per class and local day (in `tz`) of the coming `days`: GPUs free all day,
     and the fewest and most free at any instant of it."""
-    today = today or timezone.localtime(timezone.now(), tz).date()
+    now = timezone.now().replace(microsecond=0)
+    today = today or timezone.localtime(now, tz).date()
     bounds = [datetime.combine(today + timedelta(days=d), time(), tzinfo=tz)
               for d in range(days + 1)]
+    bounds[0] = max(bounds[0], min(now, bounds[1]))  # today: from now on
     rows = []
     for gpu_class in gpu_classes if gpu_classes is not None else gpu_classes_reservable():
         fmap = free_map(gpu_class=gpu_class, start=bounds[0], end=bounds[-1])
@@ -162,7 +178,8 @@ def availability(*, tz: ZoneInfo, days: int = 14, today: date | None = None,
         for lo, hi in zip(bounds, bounds[1:], strict=False):
             points = [lo] + sorted(p for p in fmap.breakpoints() if lo < p < hi)
             counts = [fmap.free_count_at(p) for p in points]
-            cells.append(AvailabilityCell(lo.date(), len(fmap.gpus_free_over(lo, hi)),
+            day = timezone.localtime(lo, tz).date()
+            cells.append(AvailabilityCell(day, len(fmap.gpus_free_over(lo, hi)),
                                           min(counts), max(counts), total))
         rows.append(AvailabilityRow(gpu_class, total, cells))
     return rows
@@ -179,3 +196,9 @@ def team_held_now(*, team: Team, gpu_class: GpuClass, at: datetime) -> int:
     """GPUs of the class the team holds at `at` (counted against quota)."""
     return len(counted_rows(gpu_class=gpu_class, start=at, end=at + timedelta(seconds=1),
                             team_id=team.id))
+
+
+def maintenance_blocks_recent(*, limit: int = 50) -> QuerySet[MaintenanceBlock]:
+    """The latest maintenance blocks, newest first, with GPU and node."""
+    return MaintenanceBlock.objects.select_related(
+        "gpu__node", "gpu__gpu_class", "created_by").order_by("-valid_from")[:limit]

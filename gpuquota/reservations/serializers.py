@@ -1,7 +1,6 @@
 """API input and output shapes. Input serializers only parse; services decide."""
 
 from django.utils.dateparse import parse_datetime
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -120,11 +119,6 @@ class AuditEntrySerializer(serializers.Serializer):
     team = serializers.CharField(source="team.slug", allow_null=True)
     changes = serializers.JSONField()
     reason = serializers.CharField()
-
-
-@extend_schema_field(OpenApiTypes.OBJECT)
-class ErrorField(serializers.JSONField):
-    pass
 
 
 class ErrorItemSerializer(serializers.Serializer):

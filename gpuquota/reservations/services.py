@@ -69,15 +69,14 @@ def validate_request(
         raise DomainError("Times must carry a time zone.", field="start")
     if end <= start:
         raise DomainError("The end must be after the start.", field="end")
-    if end - start > MAX_WINDOW:
-        raise DomainError("A reservation lasts at most 366 days.", field="end")
-    if start >= now - LEAD_START_TOLERANCE:
-        return False
-    if not is_admin(actor):
+    backfill = start < now - LEAD_START_TOLERANCE
+    if backfill and not is_admin(actor):
         raise DomainError(
             "The start cannot be in the past (5 minutes of tolerance).", field="start"
         )
-    return True
+    if end - start > MAX_WINDOW:
+        raise DomainError("A reservation lasts at most 366 days.", field="end")
+    return backfill
 
 
 def _status_for(*, start: datetime, end: datetime, now: datetime) -> str:

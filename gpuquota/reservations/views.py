@@ -1,18 +1,205 @@
-from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+"""Pages: team page, reservation form with availability, team actions, admin queue,
+backfill and maintenance. Views parse, ask accounts.permissions, call one service."""
 
-from accounts.permissions import can_act_for_team, team_for_view
-from accounts.selectors import team_members
-from gpuquota.reservations.selectors import quotas_current
+from zoneinfo import ZoneInfo
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from accounts.permissions import (
+    can_act_for_team,
+    is_lead_anywhere,
+    require_admin,
+    team_for_action,
+    team_for_view,
+)
+from accounts.selectors import team_members, teams_led
+from gpuquota.core.errors import DomainError
+from gpuquota.reservations import services, services_change
+from gpuquota.reservations.forms import DecideForm, ExtendForm, MaintenanceForm, ReservationForm
+from gpuquota.reservations.models import Reservation
+from gpuquota.reservations.selectors import (
+    availability,
+    maintenance_blocks_recent,
+    quota_usage,
+    reservations_pending,
+    team_reservations,
+)
+
+
+def _user_tz(request) -> ZoneInfo:
+    return ZoneInfo(request.user.timezone or "UTC")
+
+
+def _form_error(form, exc: DomainError) -> None:
+    field = exc.field if exc.field in form.fields else None
+    form.add_error(field, exc.message)
+
+
+def _gpus_text(reservation: Reservation) -> str:
+    rows = reservation.assignments.select_related("gpu__node").order_by("gpu__node__hostname",
+                                                                        "gpu__index")
+    return ", ".join(f"{a.gpu.node.hostname}/{a.gpu.index}" for a in rows)
 
 
 @login_required
 def team_detail(request, slug: str):
     team = team_for_view(request.user, slug)
+    now = timezone.now()
     context = {
         "team": team,
         "can_act": can_act_for_team(request.user, team),
         "members": team_members(team=team),
-        "quotas": quotas_current(team=team),
+        "quota_usage": quota_usage(team=team, at=now),
+        "reservations": team_reservations(team=team, now=now),
+        "extend_form": ExtendForm(),
+        "now": now,
     }
     return render(request, "reservations/team_detail.html", context)
+
+
+def _reservation_form_page(request, *, backfill: bool):
+    teams = teams_led(user=request.user).order_by("name")
+    initial = {}
+    if slug := request.GET.get("team"):
+        initial["team"] = teams.filter(slug=slug).first()
+    form = ReservationForm(request.POST or None, teams=teams, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        v = form.cleaned_data
+        team = team_for_action(request.user, v["team"].slug)
+        try:
+            reservation = services.reservation_create(
+                team=team, gpu_class=v["gpu_class"], count=v["count"], start=v["start"],
+                end=v["end"], placement=v["placement"], purpose=v["purpose"],
+                requested_by=request.user,
+            )
+        except DomainError as exc:
+            _form_error(form, exc)
+        else:
+            if reservation.status == Reservation.Status.PENDING:
+                messages.warning(request, f"Request #{reservation.pk} is over {team}'s quota: it "
+                                 "is pending until an admin approves it. It holds no GPUs yet.")
+            else:
+                messages.success(request, f"Reservation #{reservation.pk}: {reservation.count} × "
+                                 f"{reservation.gpu_class} — {_gpus_text(reservation)}.")
+            return redirect("team_detail", slug=team.slug)
+    context = {
+        "form": form,
+        "backfill": backfill,
+        "availability": availability(tz=_user_tz(request)),
+        "tz": request.user.timezone,
+    }
+    return render(request, "reservations/reservation_form.html", context)
+
+
+@login_required
+def reservation_new(request):
+    if not is_lead_anywhere(request.user):
+        return render(request, "reservations/not_a_lead.html", status=403)
+    return _reservation_form_page(request, backfill=False)
+
+
+@login_required
+def reservation_backfill(request):
+    require_admin(request.user)
+    return _reservation_form_page(request, backfill=True)
+
+
+def _team_action(request, pk: int, action) -> object:
+    reservation = get_object_or_404(Reservation.objects.select_related("team"), pk=pk)
+    team = team_for_action(request.user, reservation.team.slug)
+    try:
+        action(reservation)
+    except DomainError as exc:
+        messages.error(request, f"Reservation #{pk}: {exc.message}")
+    return redirect("team_detail", slug=team.slug)
+
+
+@login_required
+@require_POST
+def reservation_release_view(request, pk: int):
+    def act(reservation):
+        services.reservation_release(reservation=reservation, actor=request.user,
+                                     reason=request.POST.get("reason", ""))
+        messages.success(request, f"Reservation #{pk} released: its GPUs are free from now.")
+
+    return _team_action(request, pk, act)
+
+
+@login_required
+@require_POST
+def reservation_cancel_view(request, pk: int):
+    def act(reservation):
+        services.reservation_cancel(reservation=reservation, actor=request.user,
+                                    reason=request.POST.get("reason", ""))
+        messages.success(request, f"Reservation #{pk} cancelled; nothing is charged.")
+
+    return _team_action(request, pk, act)
+
+
+@login_required
+@require_POST
+def reservation_extend_view(request, pk: int):
+    def act(reservation):
+        form = ExtendForm(request.POST)
+        if not form.is_valid():
+            raise DomainError(" ".join(m for ms in form.errors.values() for m in ms), field="end")
+        extended = services_change.reservation_extend(
+            reservation=reservation, actor=request.user, end=form.cleaned_data["end"])
+        messages.success(request, f"Reservation #{pk} now ends "
+                         f"{timezone.localtime(extended.end):%Y-%m-%d %H:%M}.")
+
+    return _team_action(request, pk, act)
+
+
+@login_required
+def pending_queue(request):
+    require_admin(request.user)
+    return render(request, "reservations/pending_queue.html",
+                  {"pending": reservations_pending(), "form": DecideForm()})
+
+
+@login_required
+@require_POST
+def reservation_decide(request, pk: int):
+    require_admin(request.user)
+    reservation = get_object_or_404(Reservation, pk=pk)
+    form = DecideForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose approve or deny.")
+        return redirect("reservation_pending")
+    decision, reason = form.cleaned_data["decision"], form.cleaned_data["reason"]
+    try:
+        if decision == "approve":
+            services.reservation_approve(reservation=reservation, actor=request.user,
+                                         reason=reason)
+            messages.success(request, f"Request #{pk} approved: {_gpus_text(reservation)}.")
+        else:
+            services.reservation_deny(reservation=reservation, actor=request.user, reason=reason)
+            messages.success(request, f"Request #{pk} denied.")
+    except DomainError as exc:
+        messages.error(request, f"Request #{pk}: {exc.message}")
+    return redirect("reservation_pending")
+
+
+@login_required
+def maintenance_new(request):
+    require_admin(request.user)
+    form = MaintenanceForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        v = form.cleaned_data
+        try:
+            services_change.maintenance_block_create(
+                gpu=v["gpu"], start=v["start"], end=v["end"], reason=v["reason"],
+                actor=request.user)
+        except DomainError as exc:
+            _form_error(form, exc)
+        else:
+            messages.success(request, f"{v['gpu'].node.hostname}/GPU {v['gpu'].index} is "
+                             "blocked for maintenance.")
+            return redirect("maintenance_new")
+    return render(request, "reservations/maintenance.html",
+                  {"form": form, "blocks": maintenance_blocks_recent()})

@@ -19,7 +19,7 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.ingest.models import AgentBatch, EventType, GpuEvent, Sample
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
-from gpuquota.usage.services import gpu_interval_mark_dirty
+from gpuquota.usage.services import gpu_usage_mark_dirty
 
 FAILED_XIDS = frozenset({48, 64, 79, 95, 119, 120})
 DEGRADED_XIDS = frozenset({63, 74, 92, 94})
@@ -105,7 +105,7 @@ def _health_open(gpu: Gpu, opener: Opener) -> bool:
         gpu=gpu, state=opener.state, valid_from=opener.at, valid_until=until,
         reason=opener.reason[:256], boot_id=boot_id,
     )
-    gpu_interval_mark_dirty(gpu_ids=[gpu.id], start=opener.at, end=until or timezone.now())
+    gpu_usage_mark_dirty(gpu_id=gpu.id, start=opener.at, end=until or timezone.now())
     return True
 
 
@@ -137,7 +137,7 @@ def _health_auto_close(gpu: Gpu, device_ids: list[int]) -> bool:
     interval.valid_until = good
     interval.closed_reason = f"new boot {new_boot.boot_id[:36]} and a good sample"
     interval.save(update_fields=["valid_until", "closed_reason"])
-    gpu_interval_mark_dirty(gpu_ids=[gpu.id], start=good, end=timezone.now())
+    gpu_usage_mark_dirty(gpu_id=gpu.id, start=good, end=timezone.now())
     return True
 
 
@@ -186,5 +186,5 @@ def gpu_health_recover(*, gpu: Gpu, at: datetime, by, note: str) -> GpuHealthInt
         changes={"gpu": gpu.uuid, "state": interval.state,
                  "valid_until": [old_until.isoformat() if old_until else None, at.isoformat()]},
     )
-    gpu_interval_mark_dirty(gpu_ids=[gpu.id], start=at, end=old_until or now)
+    gpu_usage_mark_dirty(gpu_id=gpu.id, start=at, end=old_until or now)
     return interval

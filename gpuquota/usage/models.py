@@ -21,6 +21,9 @@ class DirtyGpuHour(models.Model):
         ]
         indexes = [models.Index(fields=["marked_at"])]
 
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_id} {self.hour:%Y-%m-%d %H}:00 (generation {self.generation})"
+
 
 class GpuHourUsage(models.Model):
     """What one physical GPU did in one UTC hour, per attribution bucket.
@@ -102,3 +105,6 @@ class GpuHourUsage(models.Model):
             models.Index(fields=["reservation", "hour"]),
             models.Index(fields=["team", "hour"]),
         ]
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_id} {self.hour:%Y-%m-%d %H}:00 {self.kind}"

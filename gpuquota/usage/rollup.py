@@ -273,7 +273,9 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
         assignment = _at(assignments, a)
         if assignment is not None:
             assignment_id, reservation_id, team_id = assignment.value
-            keys = [BucketKey(RESERVED, class_id, assignment_id, reservation_id, team_id, 1, failed)]
+            keys = [
+                BucketKey(RESERVED, class_id, assignment_id, reservation_id, team_id, 1, failed)
+            ]
         else:
             node = _at(clusters, a)
             cluster_id = node.value if node else inputs.current_cluster[gpu_id]

@@ -1,16 +1,21 @@
+import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from gpuquota.core.timeutil import hour_floor, hours_between
-from gpuquota.ingest.models import ProcessRecord
+from gpuquota.ingest import conf as ingest_conf
+from gpuquota.ingest.models import ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu
+from gpuquota.usage.conf import MAX_WINDOW_S
 from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
 from gpuquota.usage.rollup import usage_buckets, usage_inputs_load
+
+logger = logging.getLogger(__name__)
 
 _MARK_SQL = (
     f"INSERT INTO {DirtyGpuHour._meta.db_table} (gpu_id, hour, generation, marked_at) "
@@ -64,13 +69,57 @@ def _physical_gpu_id(gpu_id: int) -> int:
     return parent_id or gpu_id
 
 
+def _device_ids(gpu_id: int) -> QuerySet:
+    return Gpu.objects.filter(Q(id=gpu_id) | Q(parent_id=gpu_id)).values("id")
+
+
+def _samples_near(gpu_id: int, start: datetime, end: datetime) -> QuerySet:
+    """Samples of the GPU and its MIG devices that may cover part of [start, end)."""
+    return Sample.objects.filter(
+        gpu_id__in=_device_ids(gpu_id),
+        window_start__gte=start - timedelta(seconds=MAX_WINDOW_S), window_start__lt=end,
+    )
+
+
+def _has_samples(gpu_id: int, start: datetime, end: datetime) -> bool:
+    return _samples_near(gpu_id, start, end).exists()
+
+
+def gpu_usage_mark_dirty(*, gpu_id: int, start: datetime, end: datetime) -> int:
+    """Like `gpu_interval_mark_dirty` for one physical GPU, but only the hours that have
+    samples or rollup rows (the others would recompute to nothing): for long open
+    intervals such as a health change."""
+    sample_hours = (
+        _samples_near(gpu_id, start, end).annotate(h=TruncHour("window_start"))
+        .values_list("h", flat=True).distinct()
+    )
+    row_hours = GpuHourUsage.objects.filter(
+        gpu_id=gpu_id, hour__gte=hour_floor(start), hour__lt=end
+    ).values_list("hour", flat=True).distinct()
+    hours = {max(h, hour_floor(start)) for h in [*sample_hours, *row_hours]}
+    return gpu_hours_mark_dirty(marks=[(gpu_id, hour) for hour in hours])
+
+
+def raw_data_horizon() -> datetime:
+    """Hours before this have (or may soon have) lost their raw samples."""
+    days = ingest_conf.RAW_SAMPLE_RETENTION_DAYS - 1
+    return hour_floor(timezone.now() - timedelta(days=days))
+
+
 @transaction.atomic
 def gpu_hour_recompute(*, gpu_id: int, hour: datetime) -> int:
     """Replace the rollup rows of one physical GPU-hour with rows computed from the
     current inputs; running it twice gives the same rows. Returns the row count."""
     gpu_id = _physical_gpu_id(gpu_id)
     hour = hour_floor(hour)
+    if hour < raw_data_horizon():
+        # Raw data of this hour is expired: its rollups are all that is left; keep them.
+        logger.warning("not recomputing gpu %s hour %s: raw data expired", gpu_id, hour)
+        return -1
     _gpu_lock(gpu_id)
+    if not _has_samples(gpu_id, hour, hour + timedelta(hours=1)):
+        GpuHourUsage.objects.filter(gpu_id=gpu_id, hour=hour).delete()
+        return 0
     inputs = usage_inputs_load(gpu_ids=[gpu_id], start=hour, end=hour + timedelta(hours=1))
     buckets = usage_buckets(inputs=inputs, gpu_id=gpu_id)
     now = timezone.now()
@@ -97,7 +146,8 @@ def dirty_hours_process(*, limit: int = 2000) -> int:
     Safe with several workers (rows another worker holds are skipped)."""
     from gpuquota.usage.health import gpu_health_evaluate
 
-    ids = list(DirtyGpuHour.objects.order_by("marked_at", "id").values_list("id", flat=True)[:limit])
+    oldest_first = DirtyGpuHour.objects.order_by("marked_at", "id")
+    ids = list(oldest_first.values_list("id", flat=True)[:limit])
     done = 0
     for dirty_id in ids:
         with transaction.atomic():

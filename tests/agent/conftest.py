@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
+import ssl
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -24,7 +27,7 @@ def _fast_password_hashing():
 class ProtocolServer:
     """The ingestion endpoint's contract, small: identities, idempotency, the status codes."""
 
-    def __init__(self, tokens: dict[str, str]) -> None:
+    def __init__(self, tokens: dict[str, str], tls: tuple[Path, Path] | None = None) -> None:
         self.tokens = tokens  # token -> node
         self.lock = threading.Lock()
         self.samples: dict[tuple[str, str], dict[str, Any]] = {}
@@ -32,6 +35,7 @@ class ProtocolServer:
         self.events: dict[str, dict[str, Any]] = {}
         self.batches: dict[tuple[str, str], tuple[int, str]] = {}
         self.requests: list[tuple[str | None, int]] = []
+        self.encodings: list[str | None] = []
         self.duplicates = 0
         self.down = False  # drop every connection without an answer
         self.forced: list[tuple[int, dict[str, str]]] = []  # answers to give before any other
@@ -43,7 +47,13 @@ class ProtocolServer:
         self.release = threading.Event()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        scheme = "http"
+        if tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+            scheme = "https"
+        self.url = f"{scheme}://127.0.0.1:{self.httpd.server_port}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,), daemon=True)
 
     def handle(self, headers: Any, raw: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
@@ -54,6 +64,7 @@ class ProtocolServer:
         if self.forced:
             status, extra = self.forced.pop(0)
             return status, extra, {"detail": "forced"}
+        self.encodings.append(headers.get("Content-Encoding"))
         if headers.get("Content-Encoding") == "gzip":
             raw = gzip.decompress(raw)
         try:
@@ -139,14 +150,34 @@ class ProtocolServer:
         return Handler
 
 
-@pytest.fixture
-def protocol_server() -> Iterator[ProtocolServer]:
-    server = ProtocolServer({"token-a": "node-1"})
+def _serve(server: ProtocolServer) -> Iterator[ProtocolServer]:
     server.thread.start()
     yield server
     server.release.set()
     server.httpd.shutdown()
     server.httpd.server_close()
+
+
+@pytest.fixture
+def protocol_server() -> Iterator[ProtocolServer]:
+    yield from _serve(ProtocolServer({"token-a": "node-1"}))
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (its own CA) and its key."""
+    if not shutil.which("openssl"):
+        pytest.skip("needs the openssl command")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture
+def tls_server(tls_files: tuple[Path, Path]) -> Iterator[ProtocolServer]:
+    yield from _serve(ProtocolServer({"token-a": "node-1"}, tls=tls_files))
 
 
 @pytest.fixture
@@ -163,7 +194,6 @@ class FakeClock:
     def __init__(self, start: float = 1_795_000_000.0) -> None:
         self.t = start
         self.offset = 0.0  # wall minus monotonic: a test moves it to make the wall clock jump
-        self.waits: list[float] = []
 
     def now(self) -> float:
         return self.t + self.offset
@@ -172,7 +202,6 @@ class FakeClock:
         return self.t
 
     def wait(self, seconds: float, stop: threading.Event) -> bool:
-        self.waits.append(seconds)
         self.t += max(0.0, seconds)
         return stop.is_set()
 

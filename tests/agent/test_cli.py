@@ -31,8 +31,10 @@ def test_a_simulated_node_spools_under_var_by_default():
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--token-file", "t"], "--server is required"),
+    (["--server", "https://q"], "--token-file is required"),
+    (["--server", "u", "--token-file", "t", "--window", "7"], "must divide 3600"),
 ])
-def test_missing_options_are_named(argv, message):
+def test_missing_or_impossible_options_are_named(argv, message):
     with pytest.raises(ValueError, match=message):
         load_options(argv, {})
 

@@ -166,6 +166,34 @@ def test_the_spool_age_cap_drops_batches_older_than_the_limit(node, clock):
     assert len(spool.pending()) == 4  # the last three windows and the one just written
 
 
+def test_large_batches_are_gzipped(tmp_path, clock, protocol_server, token_file):
+    spool = Spool(tmp_path / "spool", clock=clock.now)
+    agent = Agent(backend=Simulator(64, seed=1, hostname="big", clock=clock.now), spool=spool,
+                  owners=OwnerResolver(str(tmp_path / "proc")), hostname="big", boot_id=None,
+                  window_s=WINDOW_S, clock=clock)
+    sender = Sender(spool=spool, server=protocol_server.url, token=TokenFile(token_file),
+                    ca_file=None, clock=clock.now, node_status=agent.node_status)
+    agent.start()
+    keys = produce(agent, clock, 1)
+    assert sender.drain(Waits())
+    assert protocol_server.encodings == ["gzip"] and len(protocol_server.samples) == len(keys)
+
+
+def test_tls_is_verified_against_the_given_ca_file(node, clock, tls_server, tls_files,
+                                                   token_file):
+    agent, _, spool = node
+    keys = produce(agent, clock, 1)
+
+    def sender(ca_file):
+        return Sender(spool=spool, server=tls_server.url, token=TokenFile(token_file),
+                      ca_file=ca_file, clock=clock.now, node_status=agent.node_status)
+
+    assert not sender(None).drain(Waits(), retry=False)  # an unknown CA is never trusted
+    assert tls_server.requests == [] and len(spool.pending()) == 1
+    assert sender(str(tls_files[0])).drain(Waits())
+    assert sorted(tls_server.samples) == sorted(keys)
+
+
 def test_a_token_file_others_can_read_is_refused(token_file):
     token_file.chmod(0o644)
     with pytest.raises(TokenError, match="chmod 600"):

@@ -15,6 +15,7 @@ from agent.nvml_fake import FakeGpu, FakeNvmlLib, installed
 from agent.owners import OwnerResolver
 from agent.runner import Agent
 from agent.spool import Spool
+from tests.agent.test_owners import make_process
 
 ROOT = Path(__file__).resolve().parents[2]
 UUIDS = [f"GPU-00000000-0000-4000-8000-{n:012d}" for n in range(4)]
@@ -176,6 +177,27 @@ def test_an_energy_counter_reset_nulls_the_window_and_is_reported(tmp_path, cloc
     assert reset["gpu_uuid"] == UUIDS[0] and "energy" in reset["detail"]
     other = next(s for s in batch["samples"] if s["gpu_uuid"] == UUIDS[1])
     assert other["energy_j"] == 0.0
+    agent.backend.close()
+
+
+def test_processes_get_their_owner_from_proc_and_one_remap_event(tmp_path, clock, nvml, gpus):
+    make_process(tmp_path / "proc", 4242, uid=0, start=5555,
+                 environ=b"SLURM_JOB_ID=77\0SLURM_JOB_ACCOUNT=physics\0")
+    agent = make_agent(tmp_path, clock)
+    agent.start()
+    gpus[0].remap_pending = 1
+    for util in (100, 50):
+        gpus[0].advance(10, util)
+        agent.poll()
+    batch = agent.close_window(0, 60)
+    [proc] = [p for p in batch["processes"] if p["gpu_uuid"] == UUIDS[0]]
+    assert (proc["pid"], proc["pid_start"], proc["command"], proc["uid"]) == (
+        4242, 5555, "python3", 0)
+    assert proc["job"] == {"source": "slurm", "id": "77", "account": "physics"}
+    assert proc["util_sm_avg"] == 75.0 and proc["memory_used_bytes_max"] == 2 * 2**30
+    sample = next(s for s in batch["samples"] if s["gpu_uuid"] == UUIDS[0])
+    assert (sample["util_gpu_avg"], sample["util_gpu_max"], sample["readings"]) == (75.0, 100, 2)
+    assert [e["type"] for e in batch["events"]].count("remap_pending") == 1
     agent.backend.close()
 
 

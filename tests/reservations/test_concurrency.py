@@ -55,7 +55,8 @@ def _overlaps_in_db() -> int:
         cursor.execute(
             f"""SELECT count(*) FROM {Assignment._meta.db_table} a
             JOIN {Assignment._meta.db_table} b ON a.gpu_id = b.gpu_id AND a.id < b.id
-            AND tstzrange(a.assigned_from, a.assigned_until) && tstzrange(b.assigned_from, b.assigned_until)"""
+            AND tstzrange(a.assigned_from, a.assigned_until)
+                && tstzrange(b.assigned_from, b.assigned_until)"""
         )
         return cursor.fetchone()[0]
 
@@ -148,5 +149,6 @@ def test_concurrent_approvals_and_requests_never_double_book(capsys):
     assert _overlaps_in_db() == 0
     assert Assignment.objects.count() <= 6
     with capsys.disabled():
-        print(f"\n[race approvals] jobs=20 outcomes={Counter(o[0] if o[0] != 'ok' else o[1] for o in outcomes)} "
+        kinds = Counter(o[0] if o[0] != "ok" else str(o[1]) for o in outcomes)
+        print(f"\n[race approvals] jobs=20 outcomes={dict(kinds)} "
               f"assigned={Assignment.objects.count()} duration={duration:.2f}s")

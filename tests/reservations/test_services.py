@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 import pytest
+from django.db.models import F
 
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.models import AuditEntry
@@ -39,13 +40,7 @@ def request(fleet, *, team=None, count=1, start=NOW + H, end=NOW + 3 * H, by=Non
 
 
 def held(reservation):
-    return list(reservation.assignments.exclude(assigned_until=models_f()).order_by("gpu_id"))
-
-
-def models_f():
-    from django.db.models import F
-
-    return F("assigned_from")
+    return list(reservation.assignments.exclude(assigned_until=F("assigned_from")).order_by("gpu_id"))
 
 
 # --- in quota, over quota -----------------------------------------------------------
@@ -249,7 +244,8 @@ def test_guarantee_in_use_is_not_reserved_twice():
     fleet = Fleet.create(sizes=(4, 4), vision_quota=2, speech_quota=4)
     request(fleet, team=fleet.speech, count=4)  # speech uses its guarantee
     pending = request(fleet, count=4)
-    assert reservation_approve(reservation=pending, actor=fleet.admin, now=NOW).status == S.SCHEDULED
+    approved = reservation_approve(reservation=pending, actor=fleet.admin, now=NOW)
+    assert approved.status == S.SCHEDULED
 
 
 def test_approval_when_capacity_has_gone_is_refused_with_the_reason(fleet):

@@ -1,0 +1,229 @@
+"""REST API under /api/v1/: teams, GPU classes, availability, reservations, audit log.
+
+Views parse input, ask accounts.permissions, call one service or selector, and
+render; errors come out in the one format of gpuquota.core.api."""
+
+from datetime import timedelta
+
+from django.http import Http404
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.permissions import can_view_team, require_admin, team_for_action
+from accounts.selectors import teams_visible
+from gpuquota.reservations import serializers as s
+from gpuquota.reservations import services, services_change
+from gpuquota.reservations.models import Reservation
+from gpuquota.reservations.selectors import (
+    audit_visible,
+    gpu_classes_reservable,
+    reservation_with_gpus,
+    reservations_visible,
+    window_availability,
+)
+
+ERRORS = {
+    400: OpenApiResponse(s.ErrorSerializer, description="Bad input: names the field."),
+    403: OpenApiResponse(s.ErrorSerializer, description="Not allowed (a member)."),
+    404: OpenApiResponse(s.ErrorSerializer, description="No such object (or not visible)."),
+    409: OpenApiResponse(s.ErrorSerializer, description="No capacity, over quota, wrong state."),
+}
+
+
+class TeamListView(generics.ListAPIView):
+    """Teams the caller may see."""
+
+    serializer_class = s.TeamSerializer
+
+    def get_queryset(self):
+        return teams_visible(user=self.request.user).order_by("name")
+
+
+class GpuClassListView(generics.ListAPIView):
+    """GPU classes with GPUs in service."""
+
+    serializer_class = s.GpuClassSerializer
+
+    def get_queryset(self):
+        return gpu_classes_reservable()
+
+
+class AvailabilityView(APIView):
+    """Free GPUs per class over a window (default: the coming 14 days)."""
+
+    @extend_schema(
+        parameters=[s.AvailabilityQuerySerializer],
+        responses={200: s.AvailabilitySerializer(many=True), 400: ERRORS[400]},
+    )
+    def get(self, request):
+        query = s.AvailabilityQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        start = query.validated_data.get("start") or timezone.now().replace(microsecond=0)
+        end = query.validated_data.get("end") or start + timedelta(days=14)
+        if end <= start:
+            return Response(
+                {"code": "invalid", "detail": "The end must be after the start.",
+                 "errors": [{"field": "end", "message": "The end must be after the start."}]},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        gpu_class = query.validated_data.get("gpu_class")
+        classes = [gpu_class] if gpu_class else gpu_classes_reservable()
+        rows = [window_availability(gpu_class=c, start=start, end=end) for c in classes]
+        return Response(s.AvailabilitySerializer(rows, many=True).data)
+
+
+def reservation_for_view(user, pk: int) -> Reservation:
+    """The reservation if the caller may see its team; 404 otherwise."""
+    reservation = get_object_or_404(Reservation.objects.select_related("team", "gpu_class"), pk=pk)
+    if not can_view_team(user, reservation.team):
+        raise Http404("No such reservation.")
+    return reservation
+
+
+def _render(reservation: Reservation, code=status.HTTP_200_OK) -> Response:
+    fresh = reservation_with_gpus(pk=reservation.pk)
+    return Response(s.ReservationSerializer(fresh).data, status=code)
+
+
+class ReservationListView(generics.ListCreateAPIView):
+    """Reservations of the caller's teams (all for admins); leads and admins create."""
+
+    serializer_class = s.ReservationSerializer
+
+    def get_queryset(self):
+        qs = reservations_visible(user=self.request.user)
+        if team := self.request.query_params.get("team"):
+            qs = qs.filter(team__slug=team)
+        if state := self.request.query_params.get("status"):
+            qs = qs.filter(status=state)
+        return qs
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("team", str, description="team slug"),
+            OpenApiParameter("status", str, enum=Reservation.Status.values),
+        ]
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(
+        request=s.ReservationCreateSerializer,
+        responses={201: s.ReservationSerializer, **ERRORS},
+        description="In quota: scheduled with GPUs assigned. Over quota: pending (holds "
+        "nothing) until an admin decides. No capacity: 409 saying how many GPUs are free "
+        "and when enough next are. Times need an offset or Z.",
+    )
+    def post(self, request, *args, **kwargs):
+        data = s.ReservationCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        team = team_for_action(request.user, v["team"].slug)
+        reservation = services.reservation_create(
+            team=team, gpu_class=v["gpu_class"], count=v["count"], start=v["start"],
+            end=v["end"], placement=v["placement"], purpose=v["purpose"],
+            requested_by=request.user,
+        )
+        return _render(reservation, status.HTTP_201_CREATED)
+
+
+class ReservationDetailView(APIView):
+    """One reservation with its GPUs."""
+
+    @extend_schema(responses={200: s.ReservationSerializer, 404: ERRORS[404]})
+    def get(self, request, pk: int):
+        return _render(reservation_for_view(request.user, pk))
+
+
+class _TeamActionView(APIView):
+    input_serializer = s.ReasonSerializer
+
+    def act(self, reservation, user, data):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def post(self, request, pk: int):
+        reservation = reservation_for_view(request.user, pk)
+        team_for_action(request.user, reservation.team.slug)
+        data = self.input_serializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        self.act(reservation, request.user, data.validated_data)
+        return _render(reservation)
+
+
+def _action_schema(serializer, summary):
+    return extend_schema(request=serializer, responses={200: s.ReservationSerializer, **ERRORS},
+                         summary=summary)
+
+
+class ReleaseView(_TeamActionView):
+    @_action_schema(s.ReasonSerializer, "Release every GPU of an active reservation now")
+    def post(self, request, pk: int):
+        return super().post(request, pk)
+
+    def act(self, reservation, user, data):
+        services.reservation_release(reservation=reservation, actor=user, reason=data["reason"])
+
+
+class CancelView(_TeamActionView):
+    @_action_schema(s.ReasonSerializer, "Cancel before the start (zero seconds charged)")
+    def post(self, request, pk: int):
+        return super().post(request, pk)
+
+    def act(self, reservation, user, data):
+        services.reservation_cancel(reservation=reservation, actor=user, reason=data["reason"])
+
+
+class ExtendView(_TeamActionView):
+    input_serializer = s.ExtendSerializer
+
+    @_action_schema(s.ExtendSerializer, "Move the end later (before the effective end)")
+    def post(self, request, pk: int):
+        return super().post(request, pk)
+
+    def act(self, reservation, user, data):
+        services_change.reservation_extend(reservation=reservation, actor=user, end=data["end"],
+                                           reason=data["reason"])
+
+
+class ApproveView(APIView):
+    @_action_schema(s.ReasonSerializer, "Approve a pending request (admins)")
+    def post(self, request, pk: int):
+        require_admin(request.user)
+        data = s.ReasonSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        reservation = get_object_or_404(Reservation, pk=pk)
+        services.reservation_approve(reservation=reservation, actor=request.user,
+                                     reason=data.validated_data["reason"])
+        return _render(reservation)
+
+
+class DenyView(APIView):
+    @_action_schema(s.DenySerializer, "Deny a pending request with a reason (admins)")
+    def post(self, request, pk: int):
+        require_admin(request.user)
+        data = s.DenySerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        reservation = get_object_or_404(Reservation, pk=pk)
+        services.reservation_deny(reservation=reservation, actor=request.user,
+                                  reason=data.validated_data["reason"])
+        return _render(reservation)
+
+
+class AuditListView(generics.ListAPIView):
+    """The audit log: admins see all; leads and members their teams' entries."""
+
+    serializer_class = s.AuditEntrySerializer
+
+    def get_queryset(self):
+        qs = audit_visible(user=self.request.user)
+        if team := self.request.query_params.get("team"):
+            qs = qs.filter(team__slug=team)
+        return qs
+
+    @extend_schema(parameters=[OpenApiParameter("team", str, description="team slug")])
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)

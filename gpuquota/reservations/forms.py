@@ -1,0 +1,95 @@
+"""Web forms: they parse local times in the user's time zone; services decide."""
+
+from datetime import UTC, datetime
+
+from django import forms
+from django.utils import timezone
+
+from gpuquota.inventory.models import Gpu
+from gpuquota.reservations.models import Reservation
+from gpuquota.reservations.selectors import gpu_classes_reservable
+
+LOCAL_FORMATS = ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S")
+
+
+def local_to_aware(naive: datetime, tz) -> datetime:
+    """A wall-clock time in `tz` as an aware instant; refuses times that DST makes
+    ambiguous (they happen twice) or missing (they never happen)."""
+    first, second = naive.replace(tzinfo=tz, fold=0), naive.replace(tzinfo=tz, fold=1)
+    if first.utcoffset() != second.utcoffset():
+        roundtrip = first.astimezone(UTC).astimezone(tz).replace(tzinfo=None)
+        if roundtrip != naive:
+            raise forms.ValidationError(
+                f"{naive:%Y-%m-%d %H:%M} does not exist in {tz} (the clocks jump forward "
+                "for daylight saving time); pick another time.", code="dst_missing")
+        raise forms.ValidationError(
+            f"{naive:%Y-%m-%d %H:%M} happens twice in {tz} (the clocks go back for daylight "
+            "saving time); pick a time outside that hour.", code="dst_ambiguous")
+    return first
+
+
+class LocalDateTimeField(forms.Field):
+    """A date and time typed in the user's time zone (HTML datetime-local)."""
+
+    widget = forms.DateTimeInput(attrs={"type": "datetime-local", "step": 60},
+                                 format="%Y-%m-%dT%H:%M")
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        if isinstance(value, datetime):
+            return value
+        for fmt in LOCAL_FORMATS:
+            try:
+                naive = datetime.strptime(str(value).strip(), fmt)
+                break
+            except ValueError:
+                continue
+        else:
+            raise forms.ValidationError("Enter a date and time like 2026-12-01 09:00.")
+        return local_to_aware(naive, timezone.get_current_timezone())
+
+    def prepare_value(self, value):
+        if isinstance(value, datetime) and value.tzinfo is not None:
+            return timezone.localtime(value).strftime("%Y-%m-%dT%H:%M")
+        return value
+
+
+class ReservationForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=None, empty_label=None)
+    gpu_class = forms.ModelChoiceField(queryset=None, empty_label=None, label="GPU class")
+    count = forms.IntegerField(label="GPUs", initial=1)
+    start = LocalDateTimeField()
+    end = LocalDateTimeField()
+    placement = forms.ChoiceField(choices=Reservation.Placement.choices,
+                                  initial=Reservation.Placement.ANY)
+    purpose = forms.CharField(max_length=256, required=False,
+                              widget=forms.TextInput(attrs={"placeholder": "What is it for?"}))
+
+    def __init__(self, *args, teams, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+        self.fields["gpu_class"].queryset = gpu_classes_reservable()
+
+
+class ExtendForm(forms.Form):
+    end = LocalDateTimeField(label="New end")
+
+
+class DecideForm(forms.Form):
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("deny", "Deny")])
+    reason = forms.CharField(max_length=2000, required=False)
+
+
+class MaintenanceForm(forms.Form):
+    gpu = forms.ModelChoiceField(queryset=None, label="GPU")
+    start = LocalDateTimeField()
+    end = LocalDateTimeField(required=False, help_text="Empty: until further notice.")
+    reason = forms.CharField(max_length=256)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["gpu"].queryset = Gpu.objects.filter(
+            parent__isnull=True, retired_at__isnull=True).select_related("node", "gpu_class")
+        self.fields["gpu"].label_from_instance = (
+            lambda g: f"{g.node.hostname} / GPU {g.index} · {g.gpu_class} · {g.uuid[:12]}…")

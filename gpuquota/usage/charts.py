@@ -1,0 +1,49 @@
+"""Server-rendered SVG charts (no JavaScript, no CDN): small, testable, printable."""
+
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+from html import escape
+
+from django.utils.safestring import SafeString, mark_safe
+
+WIDTH, HEIGHT, PAD_L, PAD_B, PAD_T = 720, 180, 44, 22, 10
+
+
+def svg_bar_chart(*, points: Sequence[tuple[datetime, float | Decimal | None]], max_value: float,
+                  title: str, unit: str = "%", color: str = "#3b6fe0") -> SafeString:
+    """One bar per point (None: no data, drawn as a gap); y axis from 0 to max_value."""
+    plot_w, plot_h = WIDTH - PAD_L - 8, HEIGHT - PAD_B - PAD_T
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'class="chart" role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+    ]
+    for fraction in (0, 0.5, 1):
+        y = PAD_T + plot_h * (1 - fraction)
+        label = f"{max_value * fraction:.0f}{unit}"
+        parts.append(f'<line x1="{PAD_L}" x2="{WIDTH - 8}" y1="{y:.1f}" y2="{y:.1f}" '
+                     f'stroke="#e3e7ee"/><text x="{PAD_L - 4}" y="{y + 4:.1f}" '
+                     f'text-anchor="end" font-size="10" fill="#667085">{escape(label)}</text>')
+    if points:
+        step = plot_w / len(points)
+        for i, (at, value) in enumerate(points):
+            x = PAD_L + i * step
+            if value is None:
+                continue
+            height = plot_h * min(1.0, float(value) / max_value) if max_value else 0
+            parts.append(
+                f'<rect x="{x + step * 0.1:.1f}" y="{PAD_T + plot_h - height:.1f}" '
+                f'width="{max(step * 0.8, 0.5):.1f}" height="{height:.1f}" fill="{color}">'
+                f'<title>{at:%Y-%m-%d %H:%M} UTC: {float(value):.1f}{escape(unit)}</title></rect>'
+            )
+        for i in (0, len(points) - 1):
+            at = points[i][0]
+            anchor = "start" if i == 0 else "end"
+            x = PAD_L if i == 0 else WIDTH - 8
+            parts.append(f'<text x="{x}" y="{HEIGHT - 6}" font-size="10" fill="#667085" '
+                         f'text-anchor="{anchor}">{at:%m-%d %H:%M}</text>')
+    else:
+        parts.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" '
+                     f'fill="#667085">No data</text>')
+    parts.append("</svg>")
+    return mark_safe("".join(parts))

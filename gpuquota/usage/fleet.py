@@ -1,0 +1,174 @@
+"""Selectors for the fleet pages: hardware state now, a GPU's history. Each runs a
+fixed number of queries whatever the number of nodes, GPUs or samples."""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import Max, Q, Sum
+from django.utils import timezone
+
+from gpuquota.ingest.models import GpuEvent, Sample
+from gpuquota.inventory.models import Gpu, GpuHealthInterval, Node
+from gpuquota.reservations.models import Assignment
+from gpuquota.usage.conf import MAX_WINDOW_S, agent_silent_after_s
+from gpuquota.usage.models import GpuHourUsage
+
+
+def _in_force(at: datetime, start: str = "valid_from", end: str = "valid_until") -> Q:
+    return Q(**{f"{start}__lte": at}) & (Q(**{f"{end}__isnull": True}) | Q(**{f"{end}__gt": at}))
+
+
+@dataclass
+class GpuNow:
+    gpu: Gpu
+    health: str = "healthy"
+    health_reason: str = ""
+    util: Decimal | None = None
+    memory_used_bytes: int | None = None
+    sample_at: datetime | None = None
+    assignment: Assignment | None = None
+
+
+@dataclass
+class NodeNow:
+    node: Node
+    silent: bool
+    gpus: list[GpuNow] = field(default_factory=list)
+
+
+def node_is_silent(node: Node, now: datetime) -> bool:
+    """No report for AGENT_SILENT_AFTER_S (or never)."""
+    return node.last_seen_at is None or (
+        now - node.last_seen_at > timedelta(seconds=agent_silent_after_s())
+    )
+
+
+def nodes_silent_count(*, now: datetime | None = None) -> int:
+    """Nodes whose agent has been silent for AGENT_SILENT_AFTER_S."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=agent_silent_after_s())
+    return Node.objects.filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=cutoff)).count()
+
+
+def fleet_now(*, now: datetime | None = None) -> list[NodeNow]:
+    """Every node with its in-service GPUs: health, latest utilization (within the
+    silence threshold) and current assignment. Six queries."""
+    now = now or timezone.now()
+    gpus = list(
+        Gpu.objects.filter(Q(retired_at__isnull=True) | Q(retired_at__gt=now))
+        .select_related("gpu_class", "node__cluster")
+    )
+    physical = {g.id: GpuNow(gpu=g) for g in gpus if g.parent_id is None}
+    parent_of = {g.id: g.parent_id or g.id for g in gpus}
+    for interval in GpuHealthInterval.objects.filter(_in_force(now), gpu_id__in=physical):
+        physical[interval.gpu_id].health = interval.state
+        physical[interval.gpu_id].health_reason = interval.reason
+    running = Assignment.objects.filter(
+        _in_force(now, "assigned_from", "assigned_until"), gpu_id__in=physical
+    ).select_related("reservation__team")
+    for assignment in running:
+        physical[assignment.gpu_id].assignment = assignment
+    recent = Sample.objects.filter(
+        gpu_id__in=list(parent_of),
+        window_start__gte=now - timedelta(seconds=agent_silent_after_s() + MAX_WINDOW_S),
+        window_start__lte=now,
+    ).order_by("window_start")
+    latest: dict[int, dict[int, dict]] = defaultdict(dict)
+    for row in recent.values("gpu_id", "window_start", "util_gpu_avg", "memory_used_bytes_avg"):
+        latest[parent_of[row["gpu_id"]]][row["gpu_id"]] = row  # ordered: the last one wins
+    for gpu_id, by_device in latest.items():
+        view = physical.get(gpu_id)
+        if view is None:
+            continue
+        utils = [r["util_gpu_avg"] for r in by_device.values() if r["util_gpu_avg"] is not None]
+        memory = [r["memory_used_bytes_avg"] for r in by_device.values()
+                  if r["memory_used_bytes_avg"] is not None]
+        view.util = max(utils) if utils else None
+        view.memory_used_bytes = sum(memory) if memory else None
+        view.sample_at = max(r["window_start"] for r in by_device.values())
+    nodes = {n.id: NodeNow(node=n, silent=node_is_silent(n, now))
+             for n in Node.objects.select_related("cluster")}
+    for view in sorted(physical.values(), key=lambda v: (v.gpu.index is None, v.gpu.index or 0,
+                                                          v.gpu.uuid)):
+        nodes[view.gpu.node_id].gpus.append(view)
+    return list(nodes.values())
+
+
+@dataclass
+class HourPoint:
+    hour: datetime
+    covered_s: int
+    busy_s: int
+    util_mean: Decimal | None
+    memory_used_bytes_max: int | None
+
+
+@dataclass
+class UsageBy:
+    kind: str
+    reservation_id: int | None
+    team_id: int | None
+    team_name: str | None
+    covered_s: Decimal
+    busy_s: Decimal
+    users: set = field(default_factory=set)
+
+
+def gpu_history(*, gpu: Gpu, start: datetime, end: datetime) -> dict:
+    """A GPU's hourly utilization and memory, who used it, its health and events over
+    [start, end): five queries."""
+    hourly = (
+        GpuHourUsage.objects.filter(gpu=gpu, hour__gte=start, hour__lt=end)
+        .values("hour")
+        .annotate(
+            # a window split between n teams has n rows: those are added once, below
+            covered=Sum("covered_s", filter=Q(split_ways=1)),
+            busy=Sum("busy_s", filter=Q(split_ways=1)),
+            weighted=Sum("util_weighted", filter=Q(split_ways=1)),
+            memory=Max("memory_used_bytes_max"),
+        )
+        .order_by("hour")
+    )
+    rows = list(
+        GpuHourUsage.objects.filter(gpu=gpu, hour__gte=start, hour__lt=end)
+        .select_related("team")
+        .values("hour", "kind", "reservation_id", "team_id", "team__name", "split_ways",
+                "covered_s", "busy_s", "util_weighted", "users_seen")
+    )
+    split_sums: dict = defaultdict(lambda: [0, 0, Decimal(0)])
+    by: dict[tuple, UsageBy] = {}
+    for row in rows:
+        n = row["split_ways"]
+        if n > 1:
+            acc = split_sums[row["hour"]]
+            acc[0] += Decimal(row["covered_s"]) / n
+            acc[1] += Decimal(row["busy_s"]) / n
+            acc[2] += row["util_weighted"] / n
+        key = (row["kind"], row["reservation_id"], row["team_id"])
+        usage = by.setdefault(key, UsageBy(row["kind"], row["reservation_id"], row["team_id"],
+                                           row["team__name"], Decimal(0), Decimal(0)))
+        usage.covered_s += Decimal(row["covered_s"]) / n
+        usage.busy_s += Decimal(row["busy_s"]) / n
+        usage.users.update(row["users_seen"])
+    points = []
+    for row in hourly:
+        covered = Decimal(row["covered"] or 0) + split_sums[row["hour"]][0]
+        weighted = (row["weighted"] or Decimal(0)) + split_sums[row["hour"]][2]
+        points.append(HourPoint(
+            hour=row["hour"], covered_s=int(covered),
+            busy_s=int((row["busy"] or 0) + split_sums[row["hour"]][1]),
+            util_mean=(weighted / covered) if covered else None,
+            memory_used_bytes_max=row["memory"],
+        ))
+    health = list(GpuHealthInterval.objects.filter(gpu=gpu).select_related("closed_by")
+                  .order_by("-valid_from")[:50])
+    device_ids = [gpu.id, *gpu.mig_devices.values_list("id", flat=True)]
+    events = list(GpuEvent.objects.filter(gpu_id__in=device_ids).order_by("-ts")[:50])
+    return {
+        "points": points,
+        "usage_by": sorted(by.values(), key=lambda u: -u.busy_s),
+        "health": health,
+        "events": events,
+    }

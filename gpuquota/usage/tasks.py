@@ -1,0 +1,37 @@
+"""Celery tasks of the usage app: thin, named, idempotent, retried."""
+
+from celery import shared_task
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.utils.dateparse import parse_datetime
+
+from gpuquota.usage.conf import dirty_sweep_batch, dirty_sweep_interval_s
+from gpuquota.usage.services import dirty_hours_process, gpu_hour_recompute
+
+RETRY = {
+    "autoretry_for": (OperationalError, InterfaceError, DatabaseError),
+    "retry_backoff": 5,
+    "retry_backoff_max": 300,
+    "retry_jitter": True,
+    "max_retries": 10,
+    "acks_late": True,
+}
+
+BEAT_SCHEDULE = {
+    "usage-dirty-sweep": {
+        "task": "gpuquota.usage.dirty_sweep",
+        "schedule": dirty_sweep_interval_s(),
+        "options": {"expires": max(dirty_sweep_interval_s() * 4, 60)},
+    },
+}
+
+
+@shared_task(name="gpuquota.usage.dirty_sweep", **RETRY)
+def dirty_sweep() -> int:
+    """Recompute the dirty GPU-hours of the outbox (a batch; the next sweep takes the rest)."""
+    return dirty_hours_process(limit=dirty_sweep_batch())
+
+
+@shared_task(name="gpuquota.usage.gpu_hour_recompute", **RETRY)
+def gpu_hour_recompute_task(gpu_id: int, hour: str) -> int:
+    """Recompute one GPU-hour now (`hour` ISO 8601)."""
+    return gpu_hour_recompute(gpu_id=gpu_id, hour=parse_datetime(hour))

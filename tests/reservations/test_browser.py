@@ -1,0 +1,98 @@
+"""In a real browser: a lead reserves GPUs; an admin approves a pending request."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from gpuquota.reservations.models import Reservation
+from gpuquota.reservations.services import reservation_create
+from tests.factories import GpuClassFactory, NodeFactory, QuotaFactory, make_gpu
+from tests.helpers import browser_login, screenshot
+from tests.reservations.factories import Fleet
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def org():
+    fleet = Fleet.create(sizes=(4, 4), vision_quota=4, speech_quota=2)
+    l4 = GpuClassFactory(name="L4")
+    node = NodeFactory(hostname="l4-node-00")
+    for i in range(8):
+        make_gpu(node=node, gpu_class=l4, index=i)
+    QuotaFactory(team=fleet.vision, gpu_class=l4, gpus=2)
+    fleet.vision_lead.timezone = "Europe/Berlin"
+    fleet.vision_lead.set_password("password")
+    fleet.vision_lead.save()
+    fleet.admin.set_password("password")
+    fleet.admin.save()
+    now = timezone.now().replace(microsecond=0)
+    # some existing bookings so the availability grid has colour
+    reservation_create(team=fleet.speech, gpu_class=fleet.gpu_class, count=2,
+                       start=now + timedelta(hours=1), end=now + timedelta(days=4),
+                       requested_by=fleet.speech_lead)
+    reservation_create(team=fleet.vision, gpu_class=fleet.gpu_class, count=2, start=now,
+                       end=now + timedelta(days=2), requested_by=fleet.vision_lead,
+                       purpose="baseline training")
+    return fleet
+
+
+def test_lead_reads_availability_reserves_two_gpus_and_sees_them(org, browser_page):
+    page = browser_page
+    browser_login(page, org.vision_lead.username)
+    page.goto("/reservations/new/")
+    grid = page.locator("#availability")
+    assert grid.is_visible()
+    assert "H100-80GB" in grid.inner_text() and "L4" in grid.inner_text()
+    screenshot(page, "reservations-form-availability")
+    # pick H100 on the 6th day from the grid, then ask for 2 GPUs
+    page.locator("#availability tbody tr").filter(has_text="H100-80GB").locator("td").nth(5).click()
+    assert page.input_value("[name=start]").endswith("T00:00")
+    page.fill("[name=count]", "2")
+    page.fill("[name=purpose]", "ablation runs")
+    page.click("#reservation-form button[type=submit]")
+    page.wait_for_url("**/teams/vision/")
+    body = page.locator("main").inner_text()
+    assert "Reservation #" in body and "ablation runs" in body
+    reservation = Reservation.objects.get(purpose="ablation runs")
+    assert reservation.status == "scheduled" and reservation.count == 2
+    chips = page.locator(f"#reservation-{reservation.pk} .gpu-chip")
+    assert chips.count() == 2
+    assert "h100-80gb-node" in chips.first.inner_text()
+    screenshot(page, "reservations-team-page-lead")
+
+
+def test_lead_gets_a_clear_message_for_a_dst_gap(org, browser_page):
+    page = browser_page
+    browser_login(page, org.vision_lead.username)
+    page.goto("/reservations/new/")
+    page.fill("[name=count]", "1")
+    page.fill("[name=start]", "2027-03-28T02:30")
+    page.fill("[name=end]", "2027-03-28T10:00")
+    page.click("#reservation-form button[type=submit]")
+    assert "does not exist in Europe/Berlin" in page.locator("#start-errors").inner_text()
+    screenshot(page, "reservations-form-dst-error")
+
+
+def test_admin_approves_a_pending_request(org, browser_page):
+    now = timezone.now().replace(microsecond=0)
+    pending = reservation_create(team=org.vision, gpu_class=org.gpu_class, count=5,
+                                 start=now + timedelta(days=5), end=now + timedelta(days=6),
+                                 requested_by=org.vision_lead, purpose="big sweep")
+    assert pending.status == "pending"
+    page = browser_page
+    browser_login(page, org.admin.username)
+    page.goto("/reservations/pending/")
+    row = page.locator(f"#pending-{pending.pk}")
+    assert "big sweep" in row.inner_text()
+    screenshot(page, "reservations-admin-queue")
+    row.locator("input[name=reason]").fill("deadline next week")
+    row.locator("button[value=approve]").click()
+    page.wait_for_load_state("networkidle")
+    assert f"Request #{pending.pk} approved" in page.locator(".messages").inner_text()
+    pending.refresh_from_db()
+    assert pending.status == "scheduled" and pending.assignments.count() == 5
+    page.goto("/teams/vision/")
+    assert page.locator(f"#reservation-{pending.pk} .gpu-chip").count() == 5
+    screenshot(page, "reservations-team-page-admin")

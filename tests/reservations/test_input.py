@@ -1,0 +1,190 @@
+"""Bad input: a 400 naming the field (API) or a form message (UI); nothing stored."""
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.utils import timezone
+
+from gpuquota.reservations.forms import local_to_aware
+from gpuquota.reservations.models import Reservation
+from tests.factories import GpuClassFactory, NodeFactory, QuotaFactory, make_gpu
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def setup(roles):
+    gpu_class = GpuClassFactory(name="H100-80GB")
+    node = NodeFactory(hostname="h100-a")
+    for i in range(2):
+        make_gpu(node=node, gpu_class=gpu_class, index=i)
+    QuotaFactory(team=roles.team, gpu_class=gpu_class, gpus=2)
+    client = Client()
+    client.force_login(roles.lead)
+    return roles, client
+
+
+def _soon(days=1):
+    return timezone.now().replace(microsecond=0) + timedelta(days=days)
+
+
+def _post(client, **overrides):
+    start = _soon()
+    payload = {"team": "vision", "gpu_class": "H100-80GB", "count": 1,
+               "start": start.isoformat(), "end": (start + timedelta(hours=2)).isoformat()}
+    payload.update(overrides)
+    return client.post("/api/v1/reservations", payload, content_type="application/json")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "words"),
+    [
+        ({"end": _soon().isoformat(), "start": (_soon() + timedelta(hours=1)).isoformat()},
+         "end", "after the start"),
+        ({"count": 0}, "count", "at least 1"),
+        ({"count": -3}, "count", "at least 1"),
+        ({"count": 10**6}, "count", "At most"),
+        ({"count": "two"}, "count", "integer"),
+        ({"gpu_class": "B200"}, "gpu_class", "does not exist"),
+        ({"team": "nope"}, "team", "does not exist"),
+        ({"start": (timezone.now() - timedelta(hours=2)).isoformat()}, "start", "past"),
+        ({"start": "2026-12-01T09:00:00"}, "start", "offset or Z"),
+        ({"end": "2026-12-01 09:00"}, "end", "offset or Z"),
+        ({"start": "tomorrow"}, "start", "format"),
+        ({"placement": "rack"}, "placement", "valid choice"),
+        ({"end": (_soon() + timedelta(days=500)).isoformat()}, "end", "366 days"),
+    ],
+)
+def test_api_bad_input_is_a_400_naming_the_field(setup, overrides, field, words):
+    _roles, client = setup
+    response = _post(client, **overrides)
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["code"] == "invalid"
+    assert body["errors"][0]["field"] == field
+    assert words.lower() in body["errors"][0]["message"].lower()
+    assert not Reservation.objects.filter(requested_by=_roles.lead, count__gt=0).exclude(
+        start__lt=timezone.now()).exists()
+
+
+def test_api_no_capacity_is_a_409_with_free_count(setup):
+    _roles, client = setup
+    start = _soon()
+    assert _post(client, count=2, start=start.isoformat(),
+                 end=(start + timedelta(hours=2)).isoformat()).status_code == 201
+    response = _post(client, count=1, start=start.isoformat(),
+                     end=(start + timedelta(hours=2)).isoformat())
+    # over quota now (2 held): pending, not an error
+    assert response.status_code == 201 and response.json()["status"] == "pending"
+    _roles.team.quotas.update(gpus=3)
+    response = _post(client, count=1, start=start.isoformat(),
+                     end=(start + timedelta(hours=2)).isoformat())
+    assert response.status_code == 409
+    body = response.json()
+    assert body["code"] == "no_capacity" and body["errors"][0]["field"] == "count"
+    assert "0 H100-80GB GPU(s) free" in body["detail"]
+
+
+def test_api_bad_extend_and_deny(setup):
+    roles, client = setup
+    created = _post(client).json()
+    response = client.post(f"/api/v1/reservations/{created['id']}/extend",
+                           {"end": "2027-01-01T00:00:00"}, content_type="application/json")
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "end"
+    admin = Client()
+    admin.force_login(roles.admin)
+    response = admin.post(f"/api/v1/reservations/{created['id']}/deny", {},
+                          content_type="application/json")
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "reason"
+    response = admin.post(f"/api/v1/reservations/{created['id']}/deny", {"reason": "x"},
+                          content_type="application/json")
+    assert response.status_code == 409  # not pending
+
+
+def test_availability_api(setup):
+    _roles, client = setup
+    body = client.get("/api/v1/availability", {"gpu_class": "H100-80GB"}).json()
+    assert body == [{"gpu_class": "H100-80GB", "start": body[0]["start"], "end": body[0]["end"],
+                     "total_gpus": 2, "free_gpus": 2}]
+    response = client.get("/api/v1/availability", {"start": "2026-12-01T00:00:00"})
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "start"
+
+
+# --- UI form ------------------------------------------------------------------------------
+
+def _form(client, **overrides):
+    start = timezone.localtime(_soon())
+    data = {"team": "", "gpu_class": "", "count": 1, "placement": "any", "purpose": "",
+            "start": start.strftime("%Y-%m-%dT%H:%M"),
+            "end": (start + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")}
+    data.update(overrides)
+    return client.post("/reservations/new/", data)
+
+
+@pytest.fixture
+def form_setup(setup):
+    roles, client = setup
+    from gpuquota.inventory.models import GpuClass
+
+    return roles, client, {"team": roles.team.pk, "gpu_class": GpuClass.objects.get().pk}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"count": 0}, "at least 1"),
+        ({"count": 5000}, "At most"),
+        ({"start": "2026-13-40T10:00"}, "Enter a date and time"),
+        ({"start": "2020-01-01T10:00"}, "cannot be in the past"),
+    ],
+)
+def test_form_bad_input_shows_a_message_and_stores_nothing(form_setup, overrides, words):
+    _roles, client, ids = form_setup
+    response = _form(client, **ids, **overrides)
+    assert response.status_code == 200
+    assert words in response.content.decode()
+    assert not Reservation.objects.exists()
+
+
+def test_form_end_before_start(form_setup):
+    _roles, client, ids = form_setup
+    response = _form(client, **ids, start="2027-03-01T10:00", end="2027-03-01T09:00")
+    assert "The end must be after the start." in response.content.decode()
+    assert 'id="end-errors"' in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("local", "words"),
+    [("2027-10-31T02:30", "happens twice"), ("2027-03-28T02:30", "does not exist")],
+)
+def test_form_refuses_dst_ambiguous_and_missing_local_times(form_setup, local, words):
+    roles, client, ids = form_setup
+    roles.lead.timezone = "Europe/Berlin"
+    roles.lead.save()
+    response = _form(client, **ids, start=local, end="2027-11-02T10:00")
+    html = response.content.decode()
+    assert words in html and 'id="start-errors"' in html
+    assert not Reservation.objects.exists()
+
+
+def test_form_reads_times_in_the_users_time_zone(form_setup):
+    roles, client, ids = form_setup
+    roles.lead.timezone = "America/New_York"
+    roles.lead.save()
+    response = _form(client, **ids, start="2027-06-01T09:00", end="2027-06-01T11:00")
+    assert response.status_code == 302
+    r = Reservation.objects.get()
+    assert r.start == datetime(2027, 6, 1, 13, 0, tzinfo=UTC)
+
+
+def test_local_to_aware_accepts_ordinary_times():
+    berlin = ZoneInfo("Europe/Berlin")
+    assert local_to_aware(datetime(2027, 10, 31, 3, 30), berlin).utcoffset() == timedelta(hours=1)
+    assert local_to_aware(datetime(2027, 3, 28, 3, 30), berlin).utcoffset() == timedelta(hours=2)
+
+
+def test_schema_is_valid(tmp_path):
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "s.yml"))

@@ -1,0 +1,145 @@
+"""Utilization versus allocation, exact at hour, month and arbitrary edges."""
+
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+
+import pytest
+
+from gpuquota.core.timeutil import Period
+from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.usage.selectors import (
+    class_utilization,
+    classes_utilization,
+    fleet_utilization,
+    on_demand_busy_seconds,
+    period_to_date,
+    reservation_utilization,
+    team_reservations_utilization,
+    team_utilization,
+    unreserved_busy_by_team,
+)
+from gpuquota.usage.services import dirty_hours_process
+from tests.factories import TeamFactory, make_gpu
+from tests.usage.factories import T0, add_processes, minute_samples, reserve, team_with_user
+
+pytestmark = pytest.mark.django_db
+H = timedelta(hours=1)
+OCT, NOV = Period.month(2026, 10), Period.month(2026, 11)
+
+
+def test_reservation_across_a_month_edge_is_exact_in_each_month():
+    gpu = make_gpu()
+    team = TeamFactory(slug="vision")
+    minute_samples(gpu, T0 + H, 120, util=60)  # 23:00 Oct 31 → 01:00 Nov 1, all busy
+    start = datetime(2026, 10, 31, 23, 30, 20, tzinfo=UTC)
+    end = datetime(2026, 11, 1, 0, 40, 10, tzinfo=UTC)
+    assignment = reserve(team, gpu, start, end)
+    dirty_hours_process()
+    october = reservation_utilization(reservation=assignment.reservation, period=OCT)
+    november = reservation_utilization(reservation=assignment.reservation, period=NOV)
+    assert (october.reserved_s, october.sums.busy_s, october.sums.covered_s) == (1780, 1780, 1780)
+    assert (november.reserved_s, november.sums.busy_s) == (2410, 2410)
+    assert november.utilization == 1 and november.coverage == 1
+    assert november.mean_util_gpu == 60
+    assert team_utilization(team=team, period=NOV).reserved_s == 2410
+    assert class_utilization(gpu_class=gpu.gpu_class, period=NOV).sums.busy_s == 2410
+    # outside the reservation the GPU was busy unreserved and unattributed
+    assert unreserved_busy_by_team(period=OCT) == {None: Fraction(1800 + 20)}
+
+
+def test_arbitrary_edges_equal_the_sum_of_their_parts():
+    gpu = make_gpu()
+    team = TeamFactory(slug="vision")
+    minute_samples(gpu, T0, 180, util=30)
+    minute_samples(gpu, T0 + 3 * H, 10, util=1)
+    assignment = reserve(team, gpu, T0 + timedelta(minutes=50, seconds=7), T0 + 2 * H)
+    dirty_hours_process()
+    whole = fleet_utilization(period=Period(T0, T0 + 4 * H))
+    cut = T0 + timedelta(hours=1, minutes=17, seconds=13)
+    left = fleet_utilization(period=Period(T0, cut))
+    right = fleet_utilization(period=Period(cut, T0 + 4 * H))
+    assert whole.sums.busy_s == left.sums.busy_s + right.sums.busy_s == 3 * 3600
+    assert whole.sums.covered_s == 3 * 3600 + 600
+    inner = reservation_utilization(reservation=assignment.reservation,
+                                    period=Period(T0 + timedelta(minutes=55), cut))
+    assert inner.reserved_s == inner.sums.busy_s
+    assert inner.reserved_s == int((cut - (T0 + timedelta(minutes=55))).total_seconds())
+
+
+def test_reserved_gpu_with_a_silent_agent_is_reserved_with_no_coverage():
+    gpu = make_gpu()
+    team = TeamFactory(slug="vision")
+    assignment = reserve(team, gpu, T0, T0 + 2 * H)
+    dirty_hours_process()
+    figures = reservation_utilization(reservation=assignment.reservation, period=OCT)
+    assert figures.reserved_s == 7200
+    assert figures.coverage == 0 and figures.utilization == 0 and figures.mean_util_gpu is None
+    assert figures.as_dict()["reserved_hours"] == "2.00"
+
+
+def test_failed_reserved_seconds_come_from_health_intervals():
+    gpu = make_gpu()
+    team = TeamFactory(slug="vision")
+    minute_samples(gpu, T0, 60)
+    assignment = reserve(team, gpu, T0, T0 + 2 * H)
+    GpuHealthInterval.objects.create(gpu=gpu, state="failed", valid_from=T0 + timedelta(minutes=90),
+                                     valid_until=None, reason="gpu_lost")
+    GpuHealthInterval.objects.create(gpu=gpu, state="degraded", valid_from=T0,
+                                     valid_until=T0 + timedelta(minutes=90), reason="xid 63")
+    dirty_hours_process()
+    figures = reservation_utilization(reservation=assignment.reservation, period=OCT)
+    assert figures.failed_reserved_s == 1800 and figures.reserved_s == 7200
+    fleet = fleet_utilization(period=Period(T0, T0 + 2 * H))
+    assert fleet.in_service_s == 7200 and fleet.failed_s == 1800
+    assert fleet.utilization == Fraction(3600, 5400)
+
+
+def test_unreserved_shares_and_on_demand_groups_are_exact():
+    gpu = make_gpu()
+    team_a, _ = team_with_user("ta", "alice", gpu.node.cluster)
+    team_b, _ = team_with_user("tb", "bob", gpu.node.cluster)
+    team_c, _ = team_with_user("tc", "carol", gpu.node.cluster)
+    minute_samples(gpu, T0, 60)
+    add_processes(gpu, T0, 60, user="alice", pid=1)
+    add_processes(gpu, T0, 1, user="bob", pid=2)
+    add_processes(gpu, T0, 1, user="carol", pid=3)
+    dirty_hours_process()
+    shares = unreserved_busy_by_team(period=OCT)
+    assert shares == {team_a.id: Fraction(20) + 3540, team_b.id: 20, team_c.id: 20}
+    groups = on_demand_busy_seconds(period=OCT)
+    assert {(g["team_id"], g["split_ways"]): g["busy_s"] for g in groups} == {
+        (team_a.id, 1): 3540, (team_a.id, 3): 60, (team_b.id, 3): 60, (team_c.id, 3): 60,
+    }
+    # partial period from samples gives the same split
+    partial = unreserved_busy_by_team(period=Period(T0, T0 + timedelta(seconds=90)))
+    assert partial == {team_a.id: 20 + 30, team_b.id: 20, team_c.id: 20}
+
+
+def test_fleet_and_class_figures_and_to_date():
+    gpu = make_gpu()
+    make_gpu(node=gpu.node, gpu_class=gpu.gpu_class, index=1)
+    minute_samples(gpu, T0, 60, util=50)
+    dirty_hours_process()
+    fleet = fleet_utilization(period=Period(T0, T0 + H))
+    assert fleet.in_service_s == 7200 and fleet.utilization == Fraction(1, 2)
+    [(klass, figures)] = classes_utilization(period=Period(T0, T0 + H))
+    assert klass == gpu.gpu_class and figures.utilization == Fraction(1, 2)
+    now = T0 + timedelta(minutes=30, microseconds=5)
+    assert period_to_date(OCT, now).end == T0 + timedelta(minutes=30)
+
+
+@pytest.mark.parametrize("count", [1, 6])
+def test_team_page_selector_has_bounded_queries(count, django_assert_max_num_queries):
+    team = TeamFactory(slug="vision")
+    gpus = [make_gpu(index=i) for i in range(count)]
+    for i, gpu in enumerate(gpus):
+        minute_samples(gpu, T0, 30 + i)
+        reserve(team, gpu, T0 + timedelta(minutes=7), T0 + 3 * H)
+    dirty_hours_process()
+    period = Period(T0 + timedelta(minutes=5), T0 + timedelta(hours=2, minutes=3))
+    with django_assert_max_num_queries(30):
+        result = team_reservations_utilization(team=team, period=period)
+    assert len(result) == count
+    assert result[0].figures.reserved_s == int((period.end - (T0 + timedelta(minutes=7)))
+                                               .total_seconds())
+    assert result[0].figures.sums.busy_s == 23 * 60
