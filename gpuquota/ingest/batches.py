@@ -48,7 +48,7 @@ def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
     values = {
         "node_id": node.pk, "batch_id": uuid.UUID(body["batch_id"]),
         "agent_instance_id": uuid.UUID(body["agent_instance_id"]),
-        "boot_id": str((body["node"] or {}).get("boot_id") or "")[:64],
+        "boot_id": str((body["node"] or {}).get("boot_id") or "").replace("\x00", "")[:64],
         "seq_first": body.get("seq_first"), "seq_last": body.get("seq_last"),
         "sent_at": sent_at, "received_at": now, "clock_skew_s": skew_s, "response_body": {},
     }
@@ -71,8 +71,8 @@ def _node_seen(*, node: Node, body: dict, now: datetime, skew_s: float | None,
     changes = {"last_seen_at": now, "clock_skew_s": skew_s}
     for name in NODE_TEXT_FIELDS:
         value = reported.get(name)
-        if value is not None and len(value) > 64:
-            nulled.append({"path": f"node.{name}", "why": "longer than 64 characters"})
+        if value is not None and (len(value) > 64 or "\x00" in value):
+            nulled.append({"path": f"node.{name}", "why": "longer than 64 characters or NUL"})
             value = None
         if value is not None:
             changes[name] = value
@@ -103,7 +103,7 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
         rejected: list = []
         nulled: list = []
         _node_seen(node=node, body=body, now=now, skew_s=skew_s, nulled=nulled)
-        placed = gpus_place(body=body, node=node, now=now, rejected=rejected)
+        placed = gpus_place(body=body, node=node, now=now, rejected=rejected, nulled=nulled)
         outcome = records_judge(body=body, gpus=placed, node_id=node.pk, now=now,
                                 check_age=check_age)
         results = {name: records_store(table=table, rows=rows) for name, table, rows in (

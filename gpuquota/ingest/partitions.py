@@ -1,8 +1,10 @@
 """Daily range partitions of the raw tables on PostgreSQL, and raw-data retention.
 
-Partitions are created ahead by a beat task and, should that not have run, on
-demand before a batch is stored, so a missing partition never fails an agent.
-Old ones are dropped whole after RAW_SAMPLE_RETENTION_DAYS.
+Partitions are created ahead by a beat task and on demand before a batch is
+stored; a DEFAULT partition (made by migration 0001) takes any row inserted
+otherwise (the ORM, a script), and its rows move to their daily partition when
+that is created. So a missing partition is never an error. Old partitions are
+dropped whole after RAW_SAMPLE_RETENTION_DAYS.
 """
 
 import logging
@@ -43,6 +45,31 @@ def partitions_list(*, table: str) -> dict[date, str]:
     return found
 
 
+def default_partition_name(table: str) -> str:
+    return f"{table}_default"
+
+
+def _partition_create(cursor, table: str, day: date) -> None:
+    """A daily partition; rows that waited for it in the DEFAULT partition move into it."""
+    name, default = _partition_name(table, day), default_partition_name(table)
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    bounds = [start, start + timedelta(days=1)]
+    cursor.execute(f"SELECT 1 FROM {default} WHERE window_start >= %s AND window_start < %s "
+                   "LIMIT 1", bounds)
+    if cursor.fetchone() is None:
+        cursor.execute(f"CREATE TABLE {name} PARTITION OF {table} "
+                       "FOR VALUES FROM (%s) TO (%s)", bounds)
+        return
+    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # ATTACH refuses pending trigger events
+    cursor.execute(f"CREATE TABLE {name} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS "
+                   "INCLUDING INDEXES)")
+    cursor.execute(f"WITH moved AS (DELETE FROM {default} WHERE window_start >= %s AND "
+                   f"window_start < %s RETURNING *) INSERT INTO {name} SELECT * FROM moved",
+                   bounds)
+    cursor.execute(f"ALTER TABLE {table} ATTACH PARTITION {name} FOR VALUES FROM (%s) TO (%s)",
+                   bounds)
+
+
 def partitions_ensure(*, days: Iterable[date]) -> int:
     """Every raw table has a partition for each of `days`; returns how many were created.
 
@@ -64,10 +91,7 @@ def partitions_ensure(*, days: Iterable[date]) -> int:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEY])
             missing -= set(partitions_list(table=table))  # made meanwhile by another process
             for day in sorted(missing):
-                start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-                cursor.execute(
-                    f"CREATE TABLE IF NOT EXISTS {_partition_name(table, day)} PARTITION OF "
-                    f"{table} FOR VALUES FROM (%s) TO (%s)", [start, start + timedelta(days=1)])
+                _partition_create(cursor, table, day)
                 created += 1
         _known[table] |= days
     if created:
@@ -103,6 +127,8 @@ def raw_data_expire(*, today: date, retention_days: int | None = None) -> int:
             for name in old:
                 cursor.execute(f"DROP TABLE IF EXISTS {name}")
                 dropped += 1
+            cursor.execute(f"DELETE FROM {default_partition_name(table)} WHERE window_start < %s",
+                           [cutoff])
         _known.pop(table, None)
     if dropped:
         logger.info("dropped %d raw-data partition(s) before %s", dropped, cutoff_day)

@@ -21,6 +21,7 @@ from gpuquota.inventory.services import gpu_move, gpu_register
 logger = logging.getLogger(__name__)
 
 CONTESTED = "GPU belongs to another live node"
+LAST_SEEN_PRECISION_S = 30
 
 
 def uuid_normal(raw) -> str | None:
@@ -61,6 +62,27 @@ def _claim(*, gpu: Gpu, node: Node, now: datetime) -> bool:
     return True
 
 
+def _text(value: str | None, length: int) -> str:
+    return (value or "").replace("\x00", "")[:length]
+
+
+GPU_LIMITS = {"index": (0, 2**31 - 1), "memory_total_bytes": (0, 2**63 - 1),
+              "power_limit_w": (0, 1e6)}
+
+
+def _gpu_entry_clean(entry: dict, path: str, nulled: list) -> dict:
+    """The entry with out-of-range numbers nulled (and listed)."""
+    clean = dict(entry)
+    for name, (low, high) in GPU_LIMITS.items():
+        value = entry.get(name)
+        if value is not None and not low <= value <= high:
+            nulled.append({"path": f"{path}.{name}", "why": f"must be {low}..{high}"})
+            clean[name] = None
+        elif value is not None and name != "power_limit_w":
+            clean[name] = int(value)
+    return clean
+
+
 def _register(*, entry: dict, node: Node, now: datetime, known: dict, path: str,
               rejected: list) -> Gpu | None:
     uuid = uuid_normal(entry["uuid"])
@@ -74,9 +96,9 @@ def _register(*, entry: dict, node: Node, now: datetime, known: dict, path: str,
     try:
         with transaction.atomic():
             return gpu_register(
-                node=node, uuid=uuid, model_name=(entry.get("name") or "")[:128], at=now,
+                node=node, uuid=uuid, model_name=_text(entry.get("name"), 128), at=now,
                 parent=parent, index=entry.get("index"),
-                pci_bus_id=(entry.get("pci_bus_id") or "")[:32],
+                pci_bus_id=_text(entry.get("pci_bus_id"), 32),
                 memory_total_bytes=entry.get("memory_total_bytes"),
                 power_limit_w=entry.get("power_limit_w"))
     except IntegrityError:
@@ -96,7 +118,7 @@ def _refresh(gpu: Gpu, entry: dict) -> None:
         gpu.save(update_fields=changed)
 
 
-def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list) -> dict:
+def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled: list) -> dict:
     """Map every GPU the batch names to a GpuRef this node may write, or to why not.
 
     Registers new listed GPUs, moves silent ones here, refreshes last_seen_at."""
@@ -106,7 +128,7 @@ def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list) -> dict
         if uuid is None:
             rejected.append({"path": f"gpus[{index}].uuid", "why": "not an NVML GPU/MIG UUID"})
         else:
-            listed[uuid] = (index, entry)
+            listed[uuid] = (index, _gpu_entry_clean(entry, f"gpus[{index}]", nulled))
     wanted = set(listed) | _referenced(body)
     wanted |= {n for _, e in listed.values() if (n := uuid_normal(e.get("mig_parent_uuid")))}
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(uuid__in=wanted)}
@@ -138,8 +160,12 @@ def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list) -> dict
         placed[uuid] = GpuRef(id=gpu.id, physical_id=gpu.parent_id or gpu.id,
                               memory_total_bytes=gpu.memory_total_bytes,
                               power_limit_w=gpu.power_limit_w)
-    seen = [ref.id for ref in placed.values() if type(ref) is GpuRef]
-    if seen:
-        Gpu.objects.filter(id__in=seen).update(last_seen_at=now)
+    # Minute precision is plenty for the 15-minute rule: skip rows written a moment ago.
+    fresh = now - timedelta(seconds=LAST_SEEN_PRECISION_S)
+    stale = [known[u].id for u, ref in placed.items() if type(ref) is GpuRef
+             and (known[u].last_seen_at is None or known[u].last_seen_at < fresh
+                  or known[u].node_id != node.id)]
+    if stale:
+        Gpu.objects.filter(id__in=stale).update(last_seen_at=now)
     return placed
 

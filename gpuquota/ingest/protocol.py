@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from gpuquota.ingest import conf
 
 MAX_LISTED_ERRORS = 200
@@ -67,16 +69,25 @@ def body_decode(raw: bytes, *, content_encoding: str = "") -> Any:
         raise ProtocolError(413, "too_large", f"The body is over {limit} bytes decompressed.",
                             [("body", f"more than {limit} bytes")])
     try:
-        return json.loads(data, parse_constant=_refuse_constant)
+        return json_decode(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(400, "invalid", "The body is not JSON.", [("body", str(exc))]) from exc
+
+
+def json_decode(data: bytes) -> Any:
+    """orjson (a few times faster); the standard parser only for what orjson refuses but JSON
+    allows (integers beyond 64 bits). NaN and Infinity are not JSON for either."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data, parse_constant=_refuse_constant)
 
 
 def gzip_file_decode(raw: bytes) -> Any:
     """A batch read from a file: gzip when it starts with gzip's magic bytes."""
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
-    return json.loads(raw, parse_constant=_refuse_constant)
+    return json_decode(raw)
 
 
 def _is_int(value: Any) -> bool:
@@ -132,24 +143,37 @@ SHAPES = {"gpus": GPU_SHAPE, "samples": SAMPLE_SHAPE, "processes": PROCESS_SHAPE
           "events": EVENT_SHAPE}
 
 
+_FAST_TYPES = {"int": frozenset({int}), "num": frozenset({int, float}), "str": frozenset({str}),
+               "obj": frozenset({dict})}
+# Per shape: (name, types accepted at once, kind, required), so the common case is one lookup.
+_COMPILED = {id(shape): tuple((name, _FAST_TYPES[kind], kind, required)
+                              for name, (kind, required) in shape.items())
+             for shape in (GPU_SHAPE, SAMPLE_SHAPE, PROCESS_SHAPE, JOB_SHAPE, EVENT_SHAPE,
+                           NODE_SHAPE)}
+
+
 def _shape_errors(record: Any, shape: dict, path: str, errors: list) -> None:
     if type(record) is not dict:
         errors.append((path, "must be an object"))
         return
-    for name, (kind, required) in shape.items():
-        value = record.get(name)
+    get = record.get
+    for name, fast, kind, required in _COMPILED[id(shape)]:
+        value = get(name)
         if value is None:
             if required:
                 errors.append((f"{path}.{name}", "required" if name not in record
                                else "must not be null"))
             continue
+        if type(value) in fast:
+            continue
         check, wanted = KINDS[kind]
-        if not check(value):
-            # A job id may come as a number from some schedulers.
-            if shape is JOB_SHAPE and name == "id" and _is_int(value):
-                continue
-            errors.append((f"{path}.{name}", f"must be {wanted}"))
-    if shape is PROCESS_SHAPE and type(record.get("job")) is dict:
+        if check(value):
+            continue
+        # A job id may come as a number from some schedulers.
+        if shape is JOB_SHAPE and name == "id" and _is_int(value):
+            continue
+        errors.append((f"{path}.{name}", f"must be {wanted}"))
+    if shape is PROCESS_SHAPE and type(get("job")) is dict:
         _shape_errors(record["job"], JOB_SHAPE, f"{path}.job", errors)
 
 

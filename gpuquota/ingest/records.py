@@ -60,6 +60,7 @@ class Judge:
         self.out = Outcome()
         self._instants: dict[str, datetime | None] = {}
         self._uuids: dict[str, GpuRef | str] = {}
+        self._windows: dict[tuple[str, str], tuple] = {}
 
     # -- helpers ----------------------------------------------------------------------------
     def instant(self, text: str) -> datetime | None:
@@ -90,9 +91,20 @@ class Judge:
             self._uuids[raw] = found
         return found
 
-    def window(self, record: dict, path: str) -> tuple[datetime, datetime] | None:
-        start = self.instant(record["window_start"])
-        end = self.instant(record["window_end"])
+    def window(self, record: dict, path: str) -> tuple[datetime, datetime, float] | None:
+        """(start, end, length_s), or None with the record listed as rejected."""
+        texts = (record["window_start"], record["window_end"])
+        found = self._windows.get(texts)
+        if found is None:
+            found = self._windows[texts] = self._window_check(*texts)
+        if type(found) is tuple and len(found) == 2 and type(found[0]) is str:
+            self.out.reject(f"{path}.{found[0]}", found[1])
+            return None
+        return found
+
+    def _window_check(self, start_text: str, end_text: str):
+        start = self.instant(start_text)
+        end = self.instant(end_text)
         why = None
         if start is None:
             why = ("window_start", "not a whole-second ISO 8601 instant with a time zone")
@@ -105,9 +117,8 @@ class Judge:
         elif self.earliest is not None and start < self.earliest:
             why = ("window_start", "more than 8 days before server time")
         if why:
-            self.out.reject(f"{path}.{why[0]}", why[1])
-            return None
-        return start, end
+            return why
+        return start, end, (end - start).total_seconds()
 
     def percent(self, record: dict, name: str, path: str):
         value = record.get(name)
@@ -120,11 +131,13 @@ class Judge:
             return None
         return value
 
-    def bounded(self, record: dict, name: str, path: str, low, high, why: str):
+    def bounded(self, record: dict, name: str, path: str, low, high):
         value = record.get(name)
         if value is None:
             return None
         if value < low or (high is not None and value > high):
+            why = f"must be {low}..{high}" if high is not None and high < INT64 else (
+                f"must be >= {low}")
             self.out.null(f"{path}.{name}", why)
             return None
         return value
@@ -135,6 +148,9 @@ class Judge:
         value = str(value)
         if len(value) > MAX_STRING:
             self.out.null(path, f"longer than {MAX_STRING} characters")
+            return None
+        if "\x00" in value:  # PostgreSQL text cannot hold it
+            self.out.null(path, "contains a NUL character")
             return None
         return value
 
@@ -159,28 +175,24 @@ class Judge:
             util_avg = None
         total = gpu.memory_total_bytes
         mem_high = total if total is not None else INT64
-        mem_why = f"must be 0..{total}" if total is not None else "must be >= 0"
-        mem_avg = self.bounded(record, "memory_used_bytes_avg", path, 0, mem_high, mem_why)
-        mem_max = self.bounded(record, "memory_used_bytes_max", path, 0, mem_high, mem_why)
+        mem_avg = self.bounded(record, "memory_used_bytes_avg", path, 0, mem_high)
+        mem_max = self.bounded(record, "memory_used_bytes_max", path, 0, mem_high)
         if mem_avg is not None and mem_max is not None and mem_avg > mem_max:
             self.out.null(f"{path}.memory_used_bytes_avg", "memory_used_bytes_avg above max")
             mem_avg = None
         limit = gpu.power_limit_w
         power_high = 3 * limit if limit else None
-        power_why = f"must be 0..{power_high}" if power_high else "must be >= 0"
-        length_s = (window[1] - window[0]).total_seconds()
-        energy_high = power_high * length_s if power_high else None
-        energy_why = f"must be 0..{energy_high}" if energy_high else "must be >= 0"
+        energy_high = power_high * window[2] if power_high else None
         self.out.samples.append((
-            gpu.id, window[0], window[1], int(readings),
+            gpu.id, window[0], window[1], _int(readings),
             util_avg, util_max, self.percent(record, "util_mem_avg", path),
-            None if mem_avg is None else int(mem_avg), None if mem_max is None else int(mem_max),
-            self.bounded(record, "power_w_avg", path, 0, power_high, power_why),
-            self.bounded(record, "energy_j", path, 0, energy_high, energy_why),
-            _int(self.bounded(record, "temp_c_max", path, -40, 150, "must be -40..150")),
-            _int(self.bounded(record, "clock_event_reasons", path, 0, INT64, "must be >= 0")),
-            _int(self.bounded(record, "ecc_uncorrected", path, 0, INT64, "must be >= 0")),
-            _int(self.bounded(record, "ecc_corrected", path, 0, INT64, "must be >= 0")),
+            _int(mem_avg), _int(mem_max),
+            self.bounded(record, "power_w_avg", path, 0, power_high),
+            self.bounded(record, "energy_j", path, 0, energy_high),
+            _int(self.bounded(record, "temp_c_max", path, -40, 150)),
+            _int(self.bounded(record, "clock_event_reasons", path, 0, INT64)),
+            _int(self.bounded(record, "ecc_uncorrected", path, 0, INT64)),
+            _int(self.bounded(record, "ecc_corrected", path, 0, INT64)),
             received_at,
         ))
 
@@ -207,15 +219,14 @@ class Judge:
         total = gpu.memory_total_bytes
         self.out.processes.append((
             gpu.id, window[0], window[1], int(record["pid"]), int(record["pid_start"]),
-            _int(self.bounded(record, "uid", path, 0, INT64, "must be 0..2^63-1")),
+            _int(self.bounded(record, "uid", path, 0, INT64)),
             self.text(record.get("user"), f"{path}.user"),
             self.text(record.get("command"), f"{path}.command"),
             source,
             self.text(job.get("id"), f"{path}.job.id"),
             self.text(job.get("account"), f"{path}.job.account"),
             _int(self.bounded(record, "memory_used_bytes_max", path, 0,
-                              total if total is not None else INT64,
-                              f"must be 0..{total}" if total is not None else "must be >= 0")),
+                              total if total is not None else INT64)),
             self.percent(record, "util_sm_avg", path),
             received_at,
         ))
@@ -272,7 +283,7 @@ class Judge:
 
 
 def _int(value):
-    return None if value is None else int(value)
+    return value if value is None or type(value) is int else int(value)
 
 
 def _uuid(value: str):

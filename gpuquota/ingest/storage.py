@@ -1,6 +1,6 @@
 """Bulk storage of samples, process records and events, first stored wins.
 
-PostgreSQL: one `COPY` into a per-connection temporary staging table,
+PostgreSQL: one binary `COPY` into a per-connection temporary staging table,
 then one `INSERT ... SELECT ... ON CONFLICT DO NOTHING RETURNING`; a second query
 counts conflicts only when some rows were not stored. SQLite (the embedded
 default): one `INSERT ... ON CONFLICT DO NOTHING` per row.
@@ -9,7 +9,7 @@ default): one `INSERT ... ON CONFLICT DO NOTHING` per row.
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection
+from django.db import connection, models
 
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import GpuEvent, ProcessRecord, Sample
@@ -79,6 +79,27 @@ def _stage_name(table: Table) -> str:
     return f"{table.name}_stage"
 
 
+# Staging columns use types that psycopg dumps in binary straight from Python values; the
+# INSERT ... SELECT casts them to the table's (float8 -> numeric(5,2) rounds like the table).
+_BINARY_TYPES = {"BigIntegerField": "int8", "ForeignKey": "int8", "IntegerField": "int4",
+                 "SmallIntegerField": "int2", "FloatField": "float8", "DecimalField": "float8",
+                 "DateTimeField": "timestamptz", "CharField": "text", "UUIDField": "uuid"}
+
+
+def _fields(table: Table) -> list[models.Field]:
+    by_column = {f.column: f for f in table.model._meta.concrete_fields if f.column}
+    return [by_column[c] for c in table.columns]
+
+
+def _stage_types(table: Table) -> tuple[str, ...]:
+    types = []
+    for field in _fields(table):
+        kind = field.get_internal_type()
+        types.append(_BINARY_TYPES["DateTimeField" if isinstance(field, models.DateTimeField)
+                                   else kind])
+    return tuple(types)
+
+
 def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
     if table.model in PARTITIONED:
         # Normally made already (before the batch's transaction): then this is a cache hit.
@@ -87,31 +108,42 @@ def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
     stage = _stage_name(table)
     columns = ", ".join(_q(c) for c in table.columns)
     key = ", ".join(_q(c) for c in table.key)
-    returning = [table.gpu_column, table.start_column] + ([table.end_column] if table.end_column
-                                                          else [])
+    start = _q(table.start_column)
+    last = f"{_q(table.end_column)} - interval '1 second'" if table.end_column else start
     with connection.cursor() as cursor:
+        types = _stage_types(table)
         # Created once per connection; emptied at every commit.
-        cursor.execute(
-            f"CREATE TEMP TABLE IF NOT EXISTS {stage} "
-            f"(LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
-        with cursor.copy(f"COPY {stage} ({columns}) FROM STDIN") as copy:
+        definition = ", ".join(f"{_q(c)} {t}" for c, t in zip(table.columns, types, strict=True))
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} ({definition}) "
+                       "ON COMMIT DELETE ROWS")
+        with cursor.copy(f"COPY {stage} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(types)
             for row in rows:
                 copy.write_row(row)
+        # What was stored, summed up per GPU and the hours its records touch.
         cursor.execute(
-            f"INSERT INTO {table.name} ({columns}) SELECT {columns} FROM {stage} "
-            f"ON CONFLICT ({key}) DO NOTHING RETURNING {', '.join(map(_q, returning))}")
-        returned = cursor.fetchall()
+            f"WITH stored AS (INSERT INTO {table.name} ({columns}) SELECT {columns} FROM {stage} "
+            f"ON CONFLICT ({key}) DO NOTHING "
+            f"RETURNING {_q(table.gpu_column)} AS gpu, {start} AS first, {last} AS last) "
+            "SELECT gpu, date_trunc('hour', first, 'UTC'), date_trunc('hour', last, 'UTC'), "
+            "count(*) FROM stored GROUP BY 1, 2, 3")
+        touched, stored = set(), 0
+        for gpu_id, first_hour, last_hour, count in cursor.fetchall():
+            stored += count
+            if gpu_id is not None:
+                touched |= {(gpu_id, first_hour), (gpu_id, last_hour)}
         conflicts = 0
-        if len(returned) < len(rows):
-            differs = " OR ".join(f"s.{_q(c)} IS DISTINCT FROM t.{_q(c)}" for c in table.values)
+        if stored < len(rows):
+            target = {f.column: f.db_type(connection) for f in _fields(table)}
+            differs = " OR ".join(f"CAST(s.{_q(c)} AS {target[c]}) IS DISTINCT FROM t.{_q(c)}"
+                                  for c in table.values)
             join = " AND ".join(f"s.{_q(c)} = t.{_q(c)}" for c in table.key)
             cursor.execute(f"SELECT count(*) FROM {stage} s JOIN {table.name} t ON {join} "
                            f"WHERE {differs}")
             conflicts = cursor.fetchone()[0]
         # Emptied now too: several batches may share one transaction (tests, imports).
         cursor.execute(f"DELETE FROM {stage}")
-    stored = len(returned)
-    return Stored(stored, len(rows) - stored - conflicts, conflicts, _touched(returned))
+    return Stored(stored, len(rows) - stored - conflicts, conflicts, sorted(touched))
 
 
 def _touched(returned: list[tuple]) -> list[tuple[int, datetime]]:

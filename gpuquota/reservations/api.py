@@ -189,6 +189,31 @@ class ExtendView(_TeamActionView):
                                            reason=data["reason"])
 
 
+class ShrinkView(_TeamActionView):
+    input_serializer = s.ShrinkSerializer
+
+    @_action_schema(s.ShrinkSerializer, "Keep `count` GPUs and give the others back now")
+    def post(self, request, pk: int):
+        return super().post(request, pk)
+
+    def act(self, reservation, user, data):
+        services_change.reservation_shrink(reservation=reservation, actor=user,
+                                           count=data["count"], reason=data["reason"])
+
+
+class SwapView(_TeamActionView):
+    input_serializer = s.SwapSerializer
+
+    @_action_schema(s.SwapSerializer, "Replace one held GPU by another of the same class")
+    def post(self, request, pk: int):
+        return super().post(request, pk)
+
+    def act(self, reservation, user, data):
+        services_change.reservation_swap_gpu(
+            reservation=reservation, actor=user, gpu=data["gpu"],
+            replacement=data["replacement"], reason=data["reason"])
+
+
 class ApproveView(APIView):
     @_action_schema(s.ReasonSerializer, "Approve a pending request (admins)")
     def post(self, request, pk: int):

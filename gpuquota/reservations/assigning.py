@@ -45,6 +45,18 @@ def lock_team_class(*, team_id: int, gpu_class_id: int) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [team_id, gpu_class_id])
 
 
+def lock_class_guarantees(*, gpu_class_id: int, team_id: int) -> None:
+    """Before deciding an over-quota approval: hold the lock of every team with a
+    quota in the class (and the requester's), in one order, so that no other quota
+    decision of the class runs meanwhile and guarantees are read as they stand."""
+    from gpuquota.reservations.models import Quota
+
+    team_ids = set(Quota.objects.filter(gpu_class_id=gpu_class_id).values_list("team_id",
+                                                                               flat=True))
+    for locked_team_id in sorted(team_ids | {team_id}):
+        lock_team_class(team_id=locked_team_id, gpu_class_id=gpu_class_id)
+
+
 def local_text(at: datetime) -> str:
     """An instant in the active (user's) time zone, for messages."""
     return timezone.localtime(at).strftime("%Y-%m-%d %H:%M %Z")

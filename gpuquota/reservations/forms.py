@@ -93,3 +93,21 @@ class MaintenanceForm(forms.Form):
             parent__isnull=True, retired_at__isnull=True).select_related("node", "gpu_class")
         self.fields["gpu"].label_from_instance = (
             lambda g: f"{g.node.hostname} / GPU {g.index} · {g.gpu_class} · {g.uuid[:12]}…")
+
+
+class WindowCheckForm(forms.Form):
+    """The reservation form's live check: a class and a local window."""
+
+    gpu_class = forms.ModelChoiceField(queryset=None)
+    start = LocalDateTimeField()
+    end = LocalDateTimeField()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["gpu_class"].queryset = gpu_classes_reservable()
+
+    def clean(self):
+        data = super().clean()
+        if data.get("start") and data.get("end") and data["end"] <= data["start"]:
+            self.add_error("end", "The end must be after the start.")
+        return data

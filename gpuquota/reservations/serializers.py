@@ -5,7 +5,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.models import Team
-from gpuquota.inventory.models import GpuClass
+from gpuquota.inventory.models import Gpu, GpuClass, gpu_uuid_normalize
 from gpuquota.reservations.models import Reservation
 
 
@@ -87,6 +87,27 @@ class DenySerializer(serializers.Serializer):
 
 class ExtendSerializer(ReasonSerializer):
     end = AwareDateTimeField()
+
+
+class ShrinkSerializer(ReasonSerializer):
+    count = serializers.IntegerField(help_text="How many GPUs to keep.")
+
+
+class GpuUuidField(serializers.CharField):
+    """A physical GPU by its NVML UUID (compared case-insensitively)."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        try:
+            return Gpu.objects.get(uuid=gpu_uuid_normalize(value))
+        except (ValueError, Gpu.DoesNotExist) as exc:
+            raise serializers.ValidationError("No GPU with this UUID.") from exc
+
+
+class SwapSerializer(ReasonSerializer):
+    gpu = GpuUuidField(help_text="UUID of the held GPU to give back.")
+    replacement = GpuUuidField(required=False, allow_null=True, default=None,
+                               help_text="UUID of the GPU to take instead (default: any free).")
 
 
 class AvailabilityQuerySerializer(serializers.Serializer):

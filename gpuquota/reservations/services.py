@@ -21,6 +21,7 @@ from gpuquota.reservations.assigning import (
     OverQuota,
     assignments_create,
     local_text,
+    lock_class_guarantees,
     lock_team_class,
 )
 from gpuquota.reservations.capacity import free_map, guarantee_shortfall_at, quota_check
@@ -122,6 +123,8 @@ def reservation_create(
     backfill = validate_request(count=count, start=start, end=end, actor=requested_by, now=now)
     lock_team_class(team_id=team.id, gpu_class_id=gpu_class.id)
     check = quota_check(team_id=team.id, gpu_class=gpu_class, start=start, end=end, count=count)
+    if not check.in_quota and not backfill:
+        _refuse_beyond_fleet(gpu_class=gpu_class, start=start, end=end, count=count)
     reservation = Reservation.objects.create(
         team=team, gpu_class=gpu_class, count=count, start=start, end=end, placement=placement,
         purpose=purpose[:256], requested_by=requested_by, requested_at=now,
@@ -141,6 +144,20 @@ def reservation_create(
         reason=purpose,
     )
     return reservation
+
+
+def _refuse_beyond_fleet(*, gpu_class: GpuClass, start: datetime, end: datetime, count: int
+                         ) -> None:
+    """A request for more GPUs than the class has in service then can never be met:
+    refuse it now rather than leave it pending."""
+    fmap = free_map(gpu_class=gpu_class, start=start, end=end)
+    in_service = len(fmap.gpus)
+    if count > in_service:
+        raise NoCapacity(
+            f"No capacity: only {in_service} {gpu_class.name} GPU(s) are in service "
+            f"then, {count} asked.", field="count",
+            free_gpus=len(fmap.gpus_free_over(start, end)),
+        )
 
 
 def _approval_capacity(reservation: Reservation, start: datetime) -> None:
@@ -168,7 +185,7 @@ def reservation_approve(
     guarantees) allow, else refuse with the reason and change nothing."""
     now = whole_second(now or timezone.now())
     require_admin_actor(actor=actor)
-    lock_team_class(team_id=reservation.team_id, gpu_class_id=reservation.gpu_class_id)
+    lock_class_guarantees(team_id=reservation.team_id, gpu_class_id=reservation.gpu_class_id)
     reservation = Reservation.objects.select_for_update().get(pk=reservation.pk)
     if reservation.status != S.PENDING:
         raise Conflict(f"Only pending requests can be approved; this one is {reservation.status}.")

@@ -6,6 +6,7 @@ urlpatterns = [
     # pages
     path("teams/<slug:slug>/", views.team_detail, name="team_detail"),
     path("reservations/new/", views.reservation_new, name="reservation_new"),
+    path("reservations/window-check/", views.window_check, name="reservation_window_check"),
     path("reservations/<int:pk>/release/", views.reservation_release_view,
          name="reservation_release"),
     path("reservations/<int:pk>/cancel/", views.reservation_cancel_view, name="reservation_cancel"),
@@ -27,6 +28,10 @@ urlpatterns = [
          name="api-reservation-cancel"),
     path("api/v1/reservations/<int:pk>/extend", api.ExtendView.as_view(),
          name="api-reservation-extend"),
+    path("api/v1/reservations/<int:pk>/shrink", api.ShrinkView.as_view(),
+         name="api-reservation-shrink"),
+    path("api/v1/reservations/<int:pk>/swap", api.SwapView.as_view(),
+         name="api-reservation-swap"),
     path("api/v1/reservations/<int:pk>/approve", api.ApproveView.as_view(),
          name="api-reservation-approve"),
     path("api/v1/reservations/<int:pk>/deny", api.DenyView.as_view(), name="api-reservation-deny"),

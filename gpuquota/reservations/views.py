@@ -5,6 +5,7 @@ from zoneinfo import ZoneInfo
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -19,7 +20,13 @@ from accounts.permissions import (
 from accounts.selectors import team_members, teams_led
 from gpuquota.core.errors import DomainError
 from gpuquota.reservations import services, services_change
-from gpuquota.reservations.forms import DecideForm, ExtendForm, MaintenanceForm, ReservationForm
+from gpuquota.reservations.forms import (
+    DecideForm,
+    ExtendForm,
+    MaintenanceForm,
+    ReservationForm,
+    WindowCheckForm,
+)
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.selectors import (
     availability,
@@ -27,7 +34,9 @@ from gpuquota.reservations.selectors import (
     quota_usage,
     reservations_pending,
     team_reservations,
+    window_availability,
 )
+from gpuquota.usage.selectors import team_usage_context
 
 
 def _user_tz(request) -> ZoneInfo:
@@ -57,6 +66,7 @@ def team_detail(request, slug: str):
         "reservations": team_reservations(team=team, now=now),
         "extend_form": ExtendForm(),
         "now": now,
+        **team_usage_context(team=team, now=now),
     }
     return render(request, "reservations/team_detail.html", context)
 
@@ -100,6 +110,22 @@ def reservation_new(request):
     if not is_lead_anywhere(request.user):
         return render(request, "reservations/not_a_lead.html", status=403)
     return _reservation_form_page(request, backfill=False)
+
+
+@login_required
+def window_check(request):
+    """JSON for the form's live hint: GPUs free over the typed window, or why the
+    window cannot be read (DST, end before start)."""
+    if not is_lead_anywhere(request.user):
+        return JsonResponse({"error": "Only team leads and admins can reserve."}, status=403)
+    form = WindowCheckForm(request.GET)
+    if not form.is_valid():
+        errors = {field: " ".join(messages_) for field, messages_ in form.errors.items()}
+        return JsonResponse({"errors": errors}, status=400)
+    v = form.cleaned_data
+    found = window_availability(gpu_class=v["gpu_class"], start=v["start"], end=v["end"])
+    return JsonResponse({"free_gpus": found["free_gpus"], "total_gpus": found["total_gpus"],
+                         "gpu_class": found["gpu_class"]})
 
 
 @login_required

@@ -273,26 +273,28 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
         assignment = _at(assignments, a)
         if assignment is not None:
             assignment_id, reservation_id, team_id = assignment.value
-            keys = [
-                BucketKey(RESERVED, class_id, assignment_id, reservation_id, team_id, 1, failed)
-            ]
+            # the team's GPU: whoever ran there is shown to it
+            keyed = [(BucketKey(RESERVED, class_id, assignment_id, reservation_id, team_id, 1,
+                                failed), seg_procs)]
         else:
             node = _at(clusters, a)
             cluster_id = node.value if node else inputs.current_cluster[gpu_id]
-            owners = {
-                inputs.resolver.team_id(
+            owner_of = {
+                r: inputs.resolver.team_id(
                     cluster_id=cluster_id, job_source=r.job_source, job_account=r.job_account,
                     user=r.user, uid=r.uid, at=_dt(r.start),
                 )
                 for r in seg_procs
-            } or {None}
-            keys = [
-                BucketKey(UNRESERVED, class_id, None, None, team_id, len(owners), failed)
+            }
+            owners = set(owner_of.values()) or {None}
+            keyed = [
+                (BucketKey(UNRESERVED, class_id, None, None, team_id, len(owners), failed),
+                 [r for r, owner in owner_of.items() if owner == team_id])
                 for team_id in owners
             ]
         energy = sum(p.energy_per_s * seconds for p in active if p.energy_per_s is not None)
         memories = [p.memory_max for p in active if p.memory_max is not None]
-        for key in keys:
+        for key, key_procs in keyed:
             bucket = buckets.setdefault(key, Bucket())
             bucket.covered_s += seconds
             bucket.busy_s += seconds if busy else 0
@@ -300,6 +302,6 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
             bucket.energy_j += energy
             if memories:
                 bucket.memory_used_bytes_max = max(bucket.memory_used_bytes_max or 0, *memories)
-            bucket.processes.update((r.device_id, r.pid, r.pid_start) for r in seg_procs)
-            bucket.users.update(r.user for r in seg_procs if r.user)
+            bucket.processes.update((r.device_id, r.pid, r.pid_start) for r in key_procs)
+            bucket.users.update(r.user for r in key_procs if r.user)
     return buckets

@@ -8,8 +8,9 @@ from assignments and health intervals (SQL aggregates), never from rollups.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from fractions import Fraction
 
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Sum, Value
@@ -21,7 +22,7 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import Gpu, GpuClass, GpuHealthInterval
 from gpuquota.reservations.models import Assignment, Reservation
-from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, sums_by
+from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, display_decimal, sums_by
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import RESERVED, UNRESERVED, usage_buckets, usage_inputs_load
 
@@ -267,3 +268,92 @@ def classes_utilization(*, period: Period) -> list[tuple[GpuClass, FleetFigures]
         ))
         for klass in GpuClass.objects.filter(id__in=ids).order_by("name")
     ]
+
+
+def team_usage_context(*, team: Team, now: datetime | None = None) -> dict:
+    """What `usage/_reservation_utilization.html` needs: this month to date, per reservation."""
+    now = now or timezone.now()
+    period = period_to_date(Period.month(now.year, now.month), now)
+    return {"usage_period": period,
+            "reservation_usage": team_reservations_utilization(team=team, period=period)}
+
+
+def unreserved_busy_hours_named(*, period: Period) -> list[dict]:
+    """Unreserved busy hours per owner team name (display-rounded), largest first."""
+    shares = unreserved_busy_by_team(period=period)
+    names = dict(Team.objects.filter(id__in=[t for t in shares if t]).values_list("id", "name"))
+    rows = [{"team": names.get(t, "Unattributed") if t else "Unattributed",
+             "hours": display_decimal(s / 3600), "seconds": s} for t, s in shares.items()]
+    return sorted(rows, key=lambda r: -r["seconds"])
+
+
+@dataclass
+class GpuUsage:
+    """One assigned GPU over a window, failed time left out (reclaim's evidence)."""
+
+    gpu_id: int
+    covered_s: int = 0
+    busy_s: int = 0
+    util_weighted: Decimal = Decimal(0)
+    memory_used_bytes_max: int | None = None
+    process_count: int = 0
+    users_seen: set = field(default_factory=set)
+
+    @property
+    def busy_fraction(self) -> Fraction | None:
+        return Fraction(self.busy_s, self.covered_s) if self.covered_s else None
+
+    @property
+    def mean_util_gpu(self) -> Fraction | None:
+        return Fraction(self.util_weighted) / self.covered_s if self.covered_s else None
+
+    def add(self, *, covered_s, busy_s, util_weighted, memory, processes, users) -> None:
+        self.covered_s += covered_s
+        self.busy_s += busy_s
+        self.util_weighted += util_weighted
+        if memory is not None:
+            self.memory_used_bytes_max = max(self.memory_used_bytes_max or 0, memory)
+        self.process_count += processes  # per hour: an upper bound across hours
+        self.users_seen.update(users)
+
+
+def reservation_gpu_usage(*, reservation: Reservation, period: Period) -> dict[int, GpuUsage]:
+    """Per GPU of the reservation: covered and busy seconds inside its assignments over
+    the period (exact at any edge), mean utilization, peak memory, users seen."""
+    result: dict[int, GpuUsage] = {}
+    hours, edges = _split(period)
+    if hours is not None:
+        rows = GpuHourUsage.objects.filter(
+            hour__gte=hours[0], hour__lt=hours[1], reservation=reservation, failed=False
+        ).values_list("gpu_id", "covered_s", "busy_s", "util_weighted",
+                      "memory_used_bytes_max", "process_count", "users_seen")
+        for gpu_id, covered, busy, weighted, memory, processes, users in rows:
+            result.setdefault(gpu_id, GpuUsage(gpu_id)).add(
+                covered_s=covered, busy_s=busy, util_weighted=weighted, memory=memory,
+                processes=processes, users=users)
+    for start, end in edges:
+        gpu_ids = _assigned_gpu_ids(reservation=reservation)(start, end)
+        if not gpu_ids:
+            continue
+        inputs = usage_inputs_load(gpu_ids=gpu_ids, start=start, end=end)
+        for gpu_id in gpu_ids:
+            for key, b in usage_buckets(inputs=inputs, gpu_id=gpu_id).items():
+                if key.reservation_id == reservation.id and not key.failed:
+                    result.setdefault(gpu_id, GpuUsage(gpu_id)).add(
+                        covered_s=b.covered_s, busy_s=b.busy_s, util_weighted=b.util_weighted,
+                        memory=b.memory_used_bytes_max, processes=len(b.processes),
+                        users=b.users)
+    return result
+
+
+def reserved_seconds(*, period: Period, group: str | None = None, **filters) -> int | dict:
+    """Reserved seconds (accounting.md: assignments ∩ charged window ∩ period), exact,
+    optionally grouped by an Assignment lookup (e.g. `reservation__team_id`); `filters`
+    are Assignment lookups. Chargeback's `reserved` lines."""
+    return _total_s(_reserved(period, **filters), group)
+
+
+def failed_reserved_seconds(*, period: Period, group: str | None = None,
+                            **filters) -> int | dict:
+    """Reserved seconds during which the assigned GPU was failed: the `failure_credit`."""
+    return _total_s(_failed_reserved(period, **filters), group)

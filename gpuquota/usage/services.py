@@ -140,25 +140,37 @@ def gpu_hour_recompute(*, gpu_id: int, hour: datetime) -> int:
     return len(buckets)
 
 
+def _gpu_try_lock(gpu_id: int) -> bool:
+    """The GPU's recompute lock if free (PostgreSQL); another worker has it otherwise."""
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, gpu_id])
+        return bool(cursor.fetchone()[0])
+
+
 def dirty_hours_process(*, limit: int = 2000) -> int:
     """Recompute up to `limit` dirty GPU-hours, oldest mark first, each in its own
-    transaction; its outbox row goes only if no new mark came (same generation).
-    Safe with several workers (rows another worker holds are skipped)."""
+    transaction. The outbox row goes first, and only if its generation is unchanged, so
+    a mark that lands during the recompute leaves (or re-creates) a row for the next
+    sweep. A GPU another worker is recomputing is skipped. Returns hours recomputed."""
     from gpuquota.usage.health import gpu_health_evaluate
 
     oldest_first = DirtyGpuHour.objects.order_by("marked_at", "id")
-    ids = list(oldest_first.values_list("id", flat=True)[:limit])
+    marks = list(oldest_first.values_list("id", "gpu_id", "hour", "generation")[:limit])
+    parents = dict(Gpu.objects.filter(id__in={m[1] for m in marks}, parent__isnull=False)
+                   .values_list("id", "parent_id"))
     done = 0
-    for dirty_id in ids:
+    for dirty_id, gpu_id, hour, generation in marks:
+        physical = parents.get(gpu_id, gpu_id)
         with transaction.atomic():
-            dirty = (
-                DirtyGpuHour.objects.select_for_update(skip_locked=True).filter(id=dirty_id).first()
-            )
-            if dirty is None:
+            if not _gpu_try_lock(physical):
                 continue
-            gpu_health_evaluate(gpu_id=dirty.gpu_id, hour=dirty.hour)
-            gpu_hour_recompute(gpu_id=dirty.gpu_id, hour=dirty.hour)
-            DirtyGpuHour.objects.filter(id=dirty.id, generation=dirty.generation).delete()
+            if not DirtyGpuHour.objects.filter(id=dirty_id).exists():
+                continue  # another worker did it since we read the outbox
+            DirtyGpuHour.objects.filter(id=dirty_id, generation=generation).delete()
+            gpu_health_evaluate(gpu_id=physical, hour=hour)
+            gpu_hour_recompute(gpu_id=physical, hour=hour)
             done += 1
     return done
 

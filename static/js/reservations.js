@@ -31,5 +31,43 @@
     form.querySelector("[name=start]").value = start;
     form.querySelector("[name=end]").value = nextDay(day) + "T00:00";
     form.querySelector("[name=count]").focus();
+    checkWindow();
   });
+
+  // Live hint: how many GPUs of the class are free over the typed window (server
+  // reads the times in the user's time zone and refuses DST-ambiguous ones).
+  var hint = document.getElementById("window-hint");
+  var timer = null;
+  function checkWindow() {
+    if (!hint) { return; }
+    var start = form.querySelector("[name=start]").value;
+    var end = form.querySelector("[name=end]").value;
+    var cls = form.querySelector("[name=gpu_class]").value;
+    if (!start || !end || !cls) { hint.textContent = ""; return; }
+    var params = new URLSearchParams({gpu_class: cls, start: start, end: end});
+    fetch(hint.getAttribute("data-url") + "?" + params.toString(), {credentials: "same-origin"})
+      .then(function (response) { return response.json(); })
+      .then(function (data) {
+        if (data.errors) {
+          hint.className = "errorlist";
+          hint.textContent = Object.values(data.errors).join(" ");
+        } else if (data.error) {
+          hint.className = "errorlist";
+          hint.textContent = data.error;
+        } else {
+          var wanted = parseInt(form.querySelector("[name=count]").value || "0", 10);
+          hint.className = "helptext" + (wanted > data.free_gpus ? " errorlist" : "");
+          hint.textContent = data.free_gpus + " of " + data.total_gpus + " " + data.gpu_class +
+            " GPUs are free for this whole window.";
+        }
+      })
+      .catch(function () { hint.textContent = ""; });
+  }
+  ["start", "end", "gpu_class", "count"].forEach(function (name) {
+    form.querySelector("[name=" + name + "]").addEventListener("change", function () {
+      clearTimeout(timer);
+      timer = setTimeout(checkWindow, 150);
+    });
+  });
+  checkWindow();
 })();

@@ -182,6 +182,7 @@ def test_util_avg_above_max_nulls_the_avg(agent, gpu):
     ({"ecc_uncorrected": -1}, ["ecc_uncorrected"]),
     ({"ecc_corrected": -3}, ["ecc_corrected"]),
     ({"clock_event_reasons": 2**64 - 1}, ["clock_event_reasons"]),
+    ({"clock_event_reasons": 2**70}, ["clock_event_reasons"]),  # beyond what orjson reads
 ])
 def test_nullable_fields_out_of_range_are_nulled(agent, gpu, fields, nulled):
     body = send_one(agent, gpu, **fields)
@@ -237,6 +238,12 @@ def test_process_strings_at_most_256_and_nullable(agent, gpu):
     nulls = send_one(agent, gpu, kind="processes", uid=None, user=None, command=None, job=None,
                      memory_used_bytes_max=None, util_sm_avg=None)
     assert nulls["rejected"] == [] and nulls["nulled"] == []
+
+
+def test_nul_characters_are_nulled_not_a_server_error(agent, gpu):
+    body = send_one(agent, gpu, kind="processes", command="py\x00thon", user="al\tice\\")
+    assert paths(body["nulled"]) == ["processes[1].command"]
+    assert ProcessRecord.objects.filter(user="al\tice\\").exists()
 
 
 def test_process_job_source_must_be_known_and_numbers_checked(agent, gpu):

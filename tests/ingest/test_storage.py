@@ -112,6 +112,24 @@ def test_partitions_created_ahead_and_old_ones_dropped():
         datetime(2026, 9, 1, tzinfo=UTC)]
 
 
+@pytest.mark.postgres
+def test_rows_without_a_daily_partition_wait_in_default_then_move():
+    gpu = make_gpu()
+    day = datetime(2026, 10, 31, 22, 0, tzinfo=UTC)
+    Sample.objects.bulk_create([Sample(gpu=gpu, window_start=day, window_end=day
+                                       + timedelta(minutes=1), readings=6, received_at=day)])
+    assert partition_of(Sample) == "ingest_sample_default"
+    assert partitions.partitions_ensure(days=[day.date()]) == 2
+    assert partition_of(Sample) == "ingest_sample_p20261031"
+    assert Sample.objects.count() == 1
+    # Retention clears the default partition too.
+    Sample.objects.bulk_create([Sample(gpu=gpu, window_start=day - timedelta(days=200),
+                                       window_end=day - timedelta(days=200, minutes=-1),
+                                       readings=1, received_at=day)])
+    raw_data_expire(today=day.date(), retention_days=90)
+    assert Sample.objects.count() == 1
+
+
 def test_retention_keeps_only_recent_raw_data_on_any_database():
     gpu = make_gpu()
     records_store(table=SAMPLES, rows=sample_rows(gpu.id, 1, datetime(2026, 8, 1, tzinfo=UTC))

@@ -50,7 +50,12 @@ def test_lead_reads_availability_reserves_two_gpus_and_sees_them(org, browser_pa
     page.locator("#availability tbody tr").filter(has_text="H100-80GB").locator("td").nth(5).click()
     assert page.input_value("[name=start]").endswith("T00:00")
     page.fill("[name=count]", "2")
+    page.locator("[name=count]").dispatch_event("change")
+    page.wait_for_function(
+        "document.getElementById('window-hint').textContent.includes('free for this whole')")
+    assert "of 8 H100-80GB GPUs are free" in page.inner_text("#window-hint")
     page.fill("[name=purpose]", "ablation runs")
+    screenshot(page, "reservations-form-filled")
     page.click("#reservation-form button[type=submit]")
     page.wait_for_url("**/teams/vision/")
     body = page.locator("main").inner_text()

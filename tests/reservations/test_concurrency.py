@@ -152,3 +152,50 @@ def test_concurrent_approvals_and_requests_never_double_book(capsys):
         kinds = Counter(o[0] if o[0] != "ok" else str(o[1]) for o in outcomes)
         print(f"\n[race approvals] jobs=20 outcomes={dict(kinds)} "
               f"assigned={Assignment.objects.count()} duration={duration:.2f}s")
+
+
+def test_concurrent_over_quota_approvals_keep_other_teams_guarantees(capsys, monkeypatch):
+    """Approvals of different teams race for the capacity beyond speech's unused
+    guarantee (3 of 6 GPUs) while speech's lead books inside its guarantee. The
+    guarantee check is slowed down to widen the race window between read and write."""
+    from gpuquota.reservations import services
+
+    checked = services.guarantee_shortfall_at
+
+    def slow_check(**kwargs):
+        result = checked(**kwargs)
+        time.sleep(0.05)
+        return result
+
+    monkeypatch.setattr(services, "guarantee_shortfall_at", slow_check)
+    fleet = Fleet.create(sizes=(4, 2), vision_quota=0, speech_quota=3)
+    robotics = TeamFactory(name="Robotics", slug="robotics")
+    robotics_lead = lead_of(robotics)
+    pending = []
+    for i in range(10):
+        team, lead = (fleet.vision, fleet.vision_lead) if i % 2 else (robotics, robotics_lead)
+        pending.append(reservation_create(team=team, gpu_class=fleet.gpu_class, count=3,
+                                          start=NOW + H, end=NOW + 2 * H, requested_by=lead,
+                                          now=NOW))
+    assert {r.status for r in pending} == {"pending"}
+    jobs = [lambda r=r: reservation_approve(reservation=r, actor=fleet.admin, now=NOW).status
+            for r in pending]
+
+    def speech_books_later():
+        time.sleep(0.3)  # after the approvals have read the guarantees
+        return reservation_create(team=fleet.speech, gpu_class=fleet.gpu_class, count=1,
+                                  start=NOW + H, end=NOW + 2 * H,
+                                  requested_by=fleet.speech_lead, now=NOW).status
+
+    jobs += [speech_books_later] * 5
+    outcomes, duration = _fire(jobs)
+    assert not [o for o in outcomes if o[0] == "error"], outcomes
+    approvals, speech = outcomes[:10], outcomes[10:]
+    granted = [o for o in approvals if o[0] == "ok"]
+    assert len(granted) == 1  # 6 GPUs − speech's guarantee of 3 leaves room for one
+    assert sorted(str(o[1]) for o in speech) == ["pending"] * 2 + ["scheduled"] * 3
+    assert _overlaps_in_db() == 0
+    assert Assignment.objects.count() == 6
+    with capsys.disabled():
+        print(f"\n[race guarantees] approvals=10 granted={len(granted)} speech in-quota "
+              f"granted=3/3 duration={duration:.2f}s")

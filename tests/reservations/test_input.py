@@ -188,3 +188,74 @@ def test_local_to_aware_accepts_ordinary_times():
 
 def test_schema_is_valid(tmp_path):
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "s.yml"))
+
+
+def test_form_no_capacity_message_says_free_count_and_next_time(form_setup):
+    roles, client, ids = form_setup
+    start = timezone.localtime(_soon()).replace(minute=0, second=0)
+    end = start + timedelta(hours=2)
+    fmt = "%Y-%m-%dT%H:%M"
+    _form(client, **ids, count=2, start=start.strftime(fmt), end=end.strftime(fmt))
+    roles.team.quotas.update(gpus=4)
+    response = _form(client, **ids, count=1, start=start.strftime(fmt), end=end.strftime(fmt))
+    html = response.content.decode()
+    assert "No capacity: 0 H100-80GB GPU(s) free" in html
+    assert f"free for the same duration from {end:%Y-%m-%d %H:%M}" in html
+    assert Reservation.objects.count() == 1
+
+
+def test_admin_records_a_backfill_and_blocks_a_gpu_in_the_ui(form_setup):
+    roles, _client, ids = form_setup
+    admin = Client()
+    admin.force_login(roles.admin)
+    fmt = "%Y-%m-%dT%H:%M"
+    start = timezone.localtime(timezone.now() - timedelta(days=3))
+    response = admin.post("/reservations/backfill/", {
+        **ids, "count": 2, "placement": "any", "purpose": "missed booking",
+        "start": start.strftime(fmt), "end": (start + timedelta(hours=5)).strftime(fmt)})
+    assert response.status_code == 302
+    backfill = Reservation.objects.get(purpose="missed booking")
+    assert backfill.is_backfill and backfill.status == "ended"
+    from gpuquota.inventory.models import Gpu, MaintenanceBlock
+
+    gpu = Gpu.objects.first()
+    later = timezone.localtime(_soon(days=20))
+    response = admin.post("/reservations/maintenance/", {
+        "gpu": gpu.pk, "start": later.strftime(fmt), "end": "", "reason": "fan swap"})
+    assert response.status_code == 302
+    assert MaintenanceBlock.objects.get().valid_until is None
+    # refused while assigned, with the message on the form
+    response = admin.post("/reservations/maintenance/", {
+        "gpu": gpu.pk, "start": start.strftime(fmt), "end": (start + timedelta(hours=1)).strftime(
+            fmt), "reason": "x"})
+    assert response.status_code == 200 and "swap it out first" in response.content.decode()
+
+
+def test_window_check_reads_local_times_and_refuses_dst_gaps(form_setup):
+    roles, client, ids = form_setup
+    roles.lead.timezone = "Europe/Berlin"
+    roles.lead.save()
+    ok = client.get("/reservations/window-check/", {"gpu_class": ids["gpu_class"],
+                                                    "start": "2027-05-01T10:00",
+                                                    "end": "2027-05-01T12:00"})
+    assert ok.json() == {"free_gpus": 2, "total_gpus": 2, "gpu_class": "H100-80GB"}
+    gap = client.get("/reservations/window-check/", {"gpu_class": ids["gpu_class"],
+                                                     "start": "2027-03-28T02:30",
+                                                     "end": "2027-03-28T12:00"})
+    assert gap.status_code == 400 and "does not exist" in gap.json()["errors"]["start"]
+
+
+@pytest.mark.parametrize(("role", "status"), [("admin", 200), ("lead", 200), ("other_lead", 200),
+                                              ("member", 403), ("outsider", 403)])
+def test_window_check_roles(form_setup, role, status):
+    roles, _client, ids = form_setup
+    client = Client()
+    client.force_login(roles.users()[role])
+    response = client.get("/reservations/window-check/", {
+        "gpu_class": ids["gpu_class"], "start": "2027-05-01T10:00", "end": "2027-05-01T12:00"})
+    assert response.status_code == status
+
+
+def test_window_check_anonymous_goes_to_login(form_setup):
+    response = Client().get("/reservations/window-check/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]

@@ -197,3 +197,36 @@ def test_audit_records_every_change_with_who_and_why(world):
     entry = AuditEntry.objects.get(action="reservation.cancel")
     assert entry.actor == roles.lead and entry.reason == "plans changed"
     assert entry.changes == {"status": ["scheduled", "cancelled"]}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_api_shrink_and_swap(world, role):
+    roles = world["roles"]
+    wide = reservation_create(team=roles.team, gpu_class=world["gpu_class"], count=2,
+                              start=world["now"] + timedelta(days=10),
+                              end=world["now"] + timedelta(days=11), requested_by=roles.admin)
+    client = client_for(world, role)
+    gpu = wide.assignments.first().gpu
+    swap = client.post(f"/api/v1/reservations/{wide.pk}/swap", {"gpu": gpu.uuid.upper()},
+                       content_type="application/json")
+    shrink = client.post(f"/api/v1/reservations/{wide.pk}/shrink", {"count": 1},
+                         content_type="application/json")
+    expected = {"admin": 200, "lead": 200, "member": 403}.get(role, API_READ[role])
+    assert swap.status_code == expected and shrink.status_code == expected, swap.content
+    if expected == 200:
+        body = shrink.json()
+        assert body["count"] == 1
+        assert gpu.uuid not in [a["gpu"] for a in body["assignments"]
+                                if a["assigned_until"] > a["assigned_from"]]
+
+
+def test_api_token_auth_works_for_reservations(world):
+    from accounts.models import ApiToken
+    from gpuquota.core.tokens import token_generate
+
+    token = token_generate("u")
+    ApiToken.objects.create(user=world["roles"].lead, name="ci", prefix=token.prefix,
+                            key_hash=token.key_hash)
+    response = Client().get("/api/v1/reservations", HTTP_AUTHORIZATION=f"Bearer {token.key}")
+    assert response.status_code == 200
+    assert {r["team"] for r in response.json()["results"]} == {"vision"}

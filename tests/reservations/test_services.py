@@ -40,7 +40,8 @@ def request(fleet, *, team=None, count=1, start=NOW + H, end=NOW + 3 * H, by=Non
 
 
 def held(reservation):
-    return list(reservation.assignments.exclude(assigned_until=F("assigned_from")).order_by("gpu_id"))
+    live = reservation.assignments.exclude(assigned_until=F("assigned_from"))
+    return list(live.order_by("gpu_id"))
 
 
 # --- in quota, over quota -----------------------------------------------------------
@@ -361,3 +362,10 @@ def test_backfill_cannot_double_book_the_past(fleet):
     request(fleet, count=8, start=start, end=end, by=fleet.admin)
     with pytest.raises(NoCapacity):
         request(fleet, team=fleet.speech, count=1, start=start, end=end, by=fleet.admin)
+
+
+def test_more_gpus_than_the_class_has_is_refused_not_left_pending(fleet):
+    with pytest.raises(NoCapacity) as exc:
+        request(fleet, count=9)
+    assert "only 8 H100-80GB GPU(s) are in service" in exc.value.message
+    assert not Reservation.objects.exists()

@@ -10,6 +10,8 @@ from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.services import reservation_create, reservation_release
 from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
 from gpuquota.usage.services import (
+    dirty_hours_process,
+    gpu_hour_recompute,
     gpu_hours_mark_dirty,
     identity_change_mark_dirty,
     membership_change_mark_dirty,
@@ -45,16 +47,72 @@ def test_late_sample_is_recomputed():
     assert not DirtyGpuHour.objects.exists()
 
 
-def test_a_mark_during_recompute_keeps_the_row_for_the_next_sweep():
+def test_a_mark_during_recompute_leaves_a_row_for_the_next_sweep(monkeypatch):
+    from gpuquota.usage import health
+
+    gpu = make_gpu()
+    minute_samples(gpu, T0, 1)
+    real = health.gpu_health_evaluate
+
+    def ingest_meanwhile(**kwargs):  # a batch stored while the hour is being recomputed
+        monkeypatch.setattr(health, "gpu_health_evaluate", real)
+        add_samples(gpu, [{"start": T0 + timedelta(minutes=5)}])
+        return real(**kwargs)
+
+    monkeypatch.setattr(health, "gpu_health_evaluate", ingest_meanwhile)
+    assert dirty_hours_process() == 1
+    assert DirtyGpuHour.objects.filter(gpu=gpu, hour=T0).exists()
+    dirty_sweep()
+    assert by_team(gpu) == {("unreserved", None): 120}
+    assert not DirtyGpuHour.objects.exists()
+
+
+def test_generation_guards_the_outbox_row():
     gpu = make_gpu()
     minute_samples(gpu, T0, 1)
     row = DirtyGpuHour.objects.get()
-    gpu_hours_mark_dirty(marks=[(gpu.id, T0)])  # generation grows: a newer mark
+    gpu_hours_mark_dirty(marks=[(gpu.id, T0)])
     row.refresh_from_db()
     assert row.generation == 2
-    with transaction.atomic():
-        # as a sweep that read generation 1 would do
-        assert DirtyGpuHour.objects.filter(id=row.id, generation=1).delete()[0] == 0
+    # what a sweep that read generation 1 does: nothing to delete
+    assert DirtyGpuHour.objects.filter(id=row.id, generation=1).delete()[0] == 0
+
+
+@pytest.mark.postgres
+def test_concurrent_sweeps_give_the_same_rows_as_one(transactional_db):
+    import threading
+
+    from django.db import connection
+
+    gpus = [make_gpu(index=i) for i in range(3)]
+    for i, gpu in enumerate(gpus):
+        minute_samples(gpu, T0, 240, util=10 + i)
+        add_processes(gpu, T0, 240, user="alice")
+    errors = []
+
+    def sweep():
+        try:
+            while dirty_hours_process(limit=3):
+                pass
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sweep) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and not DirtyGpuHour.objects.exists()
+    concurrent = sorted(GpuHourUsage.objects.values_list("gpu_id", "hour", "covered_s", "busy_s"))
+    assert len(concurrent) == 12
+    GpuHourUsage.objects.all().delete()
+    for gpu in gpus:
+        for h in range(4):
+            gpu_hour_recompute(gpu_id=gpu.id, hour=T0 + h * H)
+    assert sorted(GpuHourUsage.objects.values_list("gpu_id", "hour", "covered_s", "busy_s")) \
+        == concurrent
 
 
 def test_early_release_reattributes_the_rest_of_the_hour():
@@ -116,3 +174,19 @@ def test_membership_change_reattributes():
         membership_change_mark_dirty(user_id=user.id, start=switch, end=None)
     dirty_sweep()
     assert by_team(gpu) == {("unreserved", team_a.id): 1200, ("unreserved", team_b.id): 2400}
+
+
+def test_tasks_are_named_retried_acks_late_and_run_a_service():
+    from django.db import OperationalError
+
+    from gpuquota.celery import collect_beat_schedule
+    from gpuquota.usage import tasks
+
+    for task in (tasks.dirty_sweep, tasks.gpu_hour_recompute_task):
+        assert task.name.startswith("gpuquota.usage.") and task.acks_late
+        assert OperationalError in task.autoretry_for
+    assert collect_beat_schedule()["usage-dirty-sweep"]["task"] == "gpuquota.usage.dirty_sweep"
+    gpu = make_gpu()
+    minute_samples(gpu, T0, 3)
+    assert tasks.gpu_hour_recompute_task.apply(args=[gpu.id, T0.isoformat()]).get() == 1
+    assert by_team(gpu) == {("unreserved", None): 180}

@@ -179,6 +179,9 @@ def test_multi_owner_window_is_split_equally():
     # exact shares: alice's team 1200/3 + 2400 = 2800 s
     assert sum(Decimal(s) / n for (t, n), s in shares.items() if t == team_a.id) == 2800
     assert next(r for r in found if r["split_ways"] == 1)["users_seen"] == ["alice"]
+    # each team's row names only its own users (another team may see that row)
+    assert {(r["team_id"], tuple(r["users_seen"])) for r in found if r["split_ways"] == 3} == {
+        (team_a.id, ("alice",)), (team_b.id, ("bob",)), (None, ("mallory",))}
 
 
 def test_slurm_account_wins_over_the_users_billing_team():

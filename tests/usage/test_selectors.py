@@ -143,3 +143,41 @@ def test_team_page_selector_has_bounded_queries(count, django_assert_max_num_que
     assert result[0].figures.reserved_s == int((period.end - (T0 + timedelta(minutes=7)))
                                                .total_seconds())
     assert result[0].figures.sums.busy_s == 23 * 60
+
+
+def test_reservation_gpu_usage_per_gpu_for_reclaim():
+    from gpuquota.reservations.models import Assignment
+    from gpuquota.usage.selectors import reservation_gpu_usage
+
+    team = TeamFactory(slug="vision")
+    gpu, idle = make_gpu(index=0), make_gpu(index=1)
+    minute_samples(gpu, T0, 120, util=90, memory_used_bytes_max=7 * 2**30)
+    minute_samples(idle, T0, 120, util=1)
+    add_processes(gpu, T0, 120, user="alice")
+    assignment = reserve(team, gpu, T0, T0 + 3 * H)
+    Assignment.objects.create(reservation=assignment.reservation, gpu=idle, assigned_from=T0,
+                              assigned_until=T0 + 3 * H)
+    GpuHealthInterval.objects.create(gpu=gpu, state="failed", valid_from=T0,
+                                     valid_until=T0 + timedelta(minutes=10), reason="xid 79")
+    dirty_hours_process()
+    dirty_hours_process()
+    period = Period(T0 + timedelta(minutes=5), T0 + timedelta(minutes=100))
+    usage = reservation_gpu_usage(reservation=assignment.reservation, period=period)
+    assert usage[gpu.id].covered_s == usage[gpu.id].busy_s == 90 * 60  # failed time left out
+    assert usage[gpu.id].mean_util_gpu == 90 and usage[gpu.id].users_seen == {"alice"}
+    assert usage[gpu.id].memory_used_bytes_max == 7 * 2**30
+    assert usage[idle.id].covered_s == 95 * 60 and usage[idle.id].busy_fraction == 0
+
+
+def test_public_reserved_and_failed_seconds_for_chargeback():
+    from gpuquota.usage.selectors import failed_reserved_seconds, reserved_seconds
+
+    gpu = make_gpu()
+    team = TeamFactory(slug="vision")
+    reserve(team, gpu, T0 + timedelta(seconds=7), T0 + 3 * H)
+    GpuHealthInterval.objects.create(gpu=gpu, state="failed", valid_from=T0 + H,
+                                     valid_until=T0 + H + timedelta(seconds=45), reason="x")
+    assert reserved_seconds(period=OCT) == 2 * 3600 - 7
+    assert reserved_seconds(period=NOV) == 3600
+    assert reserved_seconds(period=OCT, group="reservation__team_id") == {team.id: 7193}
+    assert failed_reserved_seconds(period=OCT, reservation__team=team) == 45

@@ -10,8 +10,9 @@ PARTITIONED = (("Sample", "window_start"), ("ProcessRecord", "window_start"))
 
 
 def partitioned_tables_create(apps, schema_editor):
-    """Range-partitioned by window_start on PostgreSQL (partitions are made by
-    gpuquota.ingest.partitions, ahead of time and on demand); plain tables elsewhere."""
+    """Range-partitioned by window_start on PostgreSQL, with a DEFAULT partition (daily ones
+    are made by gpuquota.ingest.partitions, ahead of time and on demand); plain tables
+    elsewhere."""
     for name, column in PARTITIONED:
         model = apps.get_model("ingest", name)
         if schema_editor.connection.vendor != "postgresql":
@@ -20,6 +21,9 @@ def partitioned_tables_create(apps, schema_editor):
         sql, params = schema_editor.table_sql(model)
         schema_editor.execute(f"{sql} PARTITION BY RANGE ({schema_editor.quote_name(column)})",
                               params or None)
+        table = model._meta.db_table
+        # Takes rows no daily partition exists for yet; partitions.py moves them out.
+        schema_editor.execute(f"CREATE TABLE {table}_default PARTITION OF {table} DEFAULT")
 
 
 def partitioned_tables_drop(apps, schema_editor):

@@ -74,7 +74,7 @@ class Command(BaseCommand):
         raise CommandError(f"the web server did not answer at {url}")
 
     def _start_agents(self, url: str, window: int) -> list[subprocess.Popen]:
-        var = Path(settings.BASE_DIR) / "var" / "demo"
+        var = Path(settings.VAR_DIR) / "demo"
         users = ",".join(demo_unix_users())
         accounts = ",".join(TEAMS)
         agents = []

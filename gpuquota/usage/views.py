@@ -1,0 +1,116 @@
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from accounts.permissions import is_admin, require_admin
+from accounts.selectors import teams_visible
+from gpuquota.core.errors import DomainError
+from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.inventory.models import Gpu, gpu_uuid_normalize
+from gpuquota.usage.charts import svg_bar_chart
+from gpuquota.usage.fleet import fleet_now, gpu_history
+from gpuquota.usage.forms import HealthRecoverForm
+from gpuquota.usage.health import gpu_health_recover
+from gpuquota.usage.metrics import metrics_render
+from gpuquota.usage.selectors import (
+    classes_utilization,
+    fleet_utilization,
+    period_to_date,
+    unreserved_busy_hours_named,
+)
+
+
+def _visible_team_ids(user) -> set[int] | None:
+    """None: every team (admins)."""
+    return None if is_admin(user) else set(teams_visible(user=user).values_list("id", flat=True))
+
+
+def _gpu_or_404(uuid: str) -> Gpu:
+    try:
+        uuid = gpu_uuid_normalize(uuid)
+    except ValueError as exc:
+        raise Http404("No such GPU.") from exc
+    return get_object_or_404(Gpu.objects.select_related("node__cluster", "gpu_class"), uuid=uuid)
+
+
+@login_required
+def fleet(request):
+    context = {"nodes": fleet_now(), "visible": _visible_team_ids(request.user),
+               "is_admin": is_admin(request.user)}
+    return render(request, "usage/fleet.html", context)
+
+
+@login_required
+def gpu_detail(request, uuid: str):
+    gpu = _gpu_or_404(uuid)
+    try:
+        days = min(14, max(1, int(request.GET.get("days", 2))))
+    except ValueError:
+        days = 2
+    end = hour_floor(timezone.now()) + timedelta(hours=1)
+    history = gpu_history(gpu=gpu, start=end - timedelta(days=days), end=end)
+    by_hour = {p.hour: p for p in history["points"]}
+    hours = [end - timedelta(hours=h) for h in range(days * 24, 0, -1)]
+    memory = [(h, by_hour[h].memory_used_bytes_max if h in by_hour else None) for h in hours]
+    memory_max = gpu.memory_total_bytes or max([m or 0 for _h, m in memory] + [1])
+    context = {
+        "gpu": gpu, "days": days, **history,
+        "visible": _visible_team_ids(request.user), "is_admin": is_admin(request.user),
+        "util_chart": svg_bar_chart(
+            points=[(h, by_hour[h].util_mean if h in by_hour else None) for h in hours],
+            max_value=100, title="Mean GPU utilization per hour"),
+        "memory_chart": svg_bar_chart(
+            points=[(h, None if m is None else m / 2**30) for h, m in memory],
+            max_value=memory_max / 2**30, unit=" GiB", color="#7a5af8",
+            title="Peak memory used per hour"),
+        "recover_form": HealthRecoverForm()
+        if is_admin(request.user) and history["health"] else None,
+    }
+    return render(request, "usage/gpu_detail.html", context)
+
+
+@require_POST
+@login_required
+def gpu_recover(request, uuid: str):
+    require_admin(request.user)
+    gpu = _gpu_or_404(uuid)
+    form = HealthRecoverForm(request.POST)
+    if form.is_valid():
+        try:
+            gpu_health_recover(gpu=gpu, at=form.cleaned_data["at"], by=request.user,
+                               note=form.cleaned_data["note"])
+            messages.success(request, "Recovery recorded; past usage is being recomputed.")
+        except DomainError as exc:
+            messages.error(request, exc.message)
+    else:
+        messages.error(request, "; ".join(e for errors in form.errors.values() for e in errors))
+    return redirect("gpu_detail", uuid=gpu.uuid)
+
+
+@login_required
+def utilization(request):
+    now = timezone.now()
+    try:
+        month = Period.parse_month(request.GET["month"]) if request.GET.get("month") else \
+            Period.month(now.year, now.month)
+    except ValueError as exc:
+        raise Http404(str(exc)) from exc
+    period = period_to_date(month, now)
+    admin = is_admin(request.user)
+    context = {
+        "month": month, "period": period,
+        "classes": classes_utilization(period=period),
+        "fleet": fleet_utilization(period=period),
+        "unreserved": unreserved_busy_hours_named(period=period) if admin else None,
+    }
+    return render(request, "usage/utilization.html", context)
+
+
+def metrics(request):
+    return HttpResponse(metrics_render(), content_type=CONTENT_TYPE_LATEST)

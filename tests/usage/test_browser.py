@@ -1,0 +1,73 @@
+"""The fleet pages in a real browser, with screenshots in test-artifacts/."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from gpuquota.core.timeutil import hour_floor
+from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.usage.services import dirty_hours_process
+from tests.factories import NodeFactory, RoleMatrix, make_gpu
+from tests.helpers import browser_login, screenshot
+from tests.usage.factories import add_processes, minute_samples, reserve, team_with_user
+
+pytestmark = [pytest.mark.browser]
+
+
+def demo_fleet(roles: RoleMatrix):
+    now = timezone.now().replace(microsecond=0)
+    start = hour_floor(now) - timedelta(hours=30)
+    node = NodeFactory(hostname="gpu-node-01", last_seen_at=now, agent_version="1.0.0",
+                       driver_version="580.65.06")
+    silent = NodeFactory(hostname="gpu-node-02", cluster=node.cluster,
+                         last_seen_at=now - timedelta(hours=2))
+    gpus = [make_gpu(node=node, index=i, at=start - timedelta(days=1)) for i in range(3)]
+    gpus.append(make_gpu(node=silent, index=0, at=start - timedelta(days=1)))
+    _team, _user = team_with_user("physics", "alice", node.cluster)
+    minutes = int((now - start).total_seconds() // 60)
+    for i, gpu in enumerate(gpus[:3]):
+        minute_samples(gpu, start, minutes, util=[85, 12, 0][i],
+                       memory_used_bytes_max=(40 + 10 * i) * 2**30,
+                       memory_used_bytes_avg=(35 + 10 * i) * 2**30)
+    minute_samples(gpus[3], start, minutes - 150, util=60)
+    add_processes(gpus[1], start, minutes, user="alice")
+    reserve(roles.team, gpus[0], start + timedelta(hours=3), now + timedelta(hours=10))
+    GpuHealthInterval.objects.create(gpu=gpus[2], state="failed", reason="xid 79",
+                                     valid_from=now - timedelta(hours=5))
+    dirty_hours_process()
+    return gpus
+
+
+def test_fleet_pages_screenshots(transactional_db, browser_page):
+    roles = RoleMatrix.create()
+    gpus = demo_fleet(roles)
+    page = browser_page
+    browser_login(page, "admin")
+    page.goto("/fleet/")
+    assert page.locator("text=agent silent").count() == 1
+    assert page.locator(".badge.failed").count() == 1
+    screenshot(page, "usage-fleet-admin")
+    page.goto(f"/fleet/gpus/{gpus[0].uuid}/")
+    assert page.locator("svg.chart").count() == 2
+    screenshot(page, "usage-gpu-detail-admin")
+    page.goto(f"/fleet/gpus/{gpus[2].uuid}/")
+    assert page.locator("text=Mark recovered").count() == 1
+    page.goto("/fleet/utilization/")
+    assert page.locator("#class-utilization").count() == 1
+    screenshot(page, "usage-utilization-admin")
+    page.context.clear_cookies()
+    browser_login(page, "lead")
+    page.goto("/teams/vision/")
+    assert page.locator("#reservation-utilization").count() == 1
+    screenshot(page, "usage-team-page-lead")
+
+
+def test_fleet_page_as_a_member_of_another_team(transactional_db, browser_page):
+    roles = RoleMatrix.create()
+    demo_fleet(roles)
+    browser_login(browser_page, "other_lead")
+    browser_page.goto("/fleet/")
+    assert browser_page.locator("text=another team").count() == 1
+    assert browser_page.locator("text=Vision").count() == 0
+    screenshot(browser_page, "usage-fleet-other-team")
