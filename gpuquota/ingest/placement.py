@@ -14,21 +14,14 @@ from django.db import IntegrityError, transaction
 from gpuquota.core.models import AuditEntry
 from gpuquota.core.services import audit_record
 from gpuquota.ingest import conf
-from gpuquota.ingest.records import GpuRef
-from gpuquota.inventory.models import GPU_UUID_RE, Gpu, Node
+from gpuquota.ingest.records import GpuRef, uuid_normal
+from gpuquota.inventory.models import Gpu, Node
 from gpuquota.inventory.services import gpu_move, gpu_register
 
 logger = logging.getLogger(__name__)
 
 CONTESTED = "GPU belongs to another live node"
 LAST_SEEN_PRECISION_S = 30
-
-
-def uuid_normal(raw) -> str | None:
-    """The stored form of an NVML UUID, or None when `raw` is not one."""
-    if type(raw) is not str or not GPU_UUID_RE.match(raw):
-        return None
-    return raw[:4].upper() + raw[4:].lower()
 
 
 def _referenced(body: dict) -> set[str]:

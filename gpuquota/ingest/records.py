@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from gpuquota.ingest import conf
 from gpuquota.ingest.models import EventType
+from gpuquota.inventory.models import GPU_UUID_RE
 
 INT32 = 2**31 - 1
 INT64 = 2**63 - 1
@@ -20,6 +21,13 @@ NODE_EVENT_TYPES = frozenset({"nvml_unavailable", "agent_restart", "data_dropped
 EVENT_TYPES = frozenset(EventType.values)
 UNKNOWN_GPU = "unknown GPU: not listed in gpus nor known for this node"
 JOB_SOURCES = frozenset({"slurm", "kubernetes", "docker", "unix"})
+
+
+def uuid_normal(raw) -> str | None:
+    """The stored form of an NVML UUID (`GPU-`/`MIG-` + lower-case hex), or None."""
+    if type(raw) is not str or not GPU_UUID_RE.match(raw):
+        return None
+    return raw[:4].upper() + raw[4:].lower()
 
 
 @dataclass(frozen=True)
@@ -81,8 +89,6 @@ class Judge:
     def gpu(self, raw: str) -> GpuRef | str:
         found = self._uuids.get(raw)
         if found is None:
-            from gpuquota.ingest.placement import uuid_normal
-
             normal = uuid_normal(raw)
             if normal is None:
                 found = "not an NVML GPU/MIG UUID"

@@ -235,3 +235,17 @@ def test_rotated_token_replaces_the_old_one():
 
 def test_get_is_not_allowed(agent):
     assert agent.client.get(URL).status_code == 405
+
+
+def test_database_unavailable_is_503_with_retry_after(agent, monkeypatch):
+    from django.db import OperationalError
+
+    from gpuquota.ingest import views
+
+    def down(**_kwargs):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(views, "batch_ingest", down)
+    response = agent.post(full_batch())
+    assert response.status_code == 503
+    assert response["Retry-After"] == "30"
