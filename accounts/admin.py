@@ -2,6 +2,46 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin
 
 from accounts.models import ApiToken, ClusterIdentity, Membership, Team, User
+from accounts.services import identity_delete, identity_save, membership_delete, membership_save
+
+SAVE = {
+    Membership: lambda obj, actor: membership_save(membership=obj, actor=actor),
+    ClusterIdentity: lambda obj, actor: identity_save(identity=obj, actor=actor),
+}
+DELETE = {
+    Membership: lambda obj, actor: membership_delete(membership=obj, actor=actor),
+    ClusterIdentity: lambda obj, actor: identity_delete(identity=obj, actor=actor),
+}
+
+
+class ServicesSaveMixin:
+    """Memberships and identities are saved through their services (audit, recompute
+    of the usage they re-attribute), from their own pages and from inlines."""
+
+    def save_model(self, request, obj, form, change):
+        if type(obj) in SAVE:
+            SAVE[type(obj)](obj, request.user)
+        else:
+            super().save_model(request, obj, form, change)
+
+    def delete_model(self, request, obj):
+        if type(obj) in DELETE:
+            DELETE[type(obj)](obj, request.user)
+        else:
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model not in SAVE:
+            return super().save_formset(request, form, formset, change)
+        instances = formset.save(commit=False)
+        for obj in formset.deleted_objects:
+            DELETE[formset.model](obj, request.user)
+        for obj in instances:
+            SAVE[formset.model](obj, request.user)
 
 
 class MembershipInline(admin.TabularInline):
@@ -12,14 +52,14 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(User)
-class GpuquotaUserAdmin(UserAdmin):
+class GpuquotaUserAdmin(ServicesSaveMixin, UserAdmin):
     fieldsets = (*UserAdmin.fieldsets, ("gpuquota", {"fields": ("timezone", "email_opt_out")}))
     list_display = ["username", "email", "first_name", "last_name", "is_staff", "timezone"]
     inlines = [MembershipInline]
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(ServicesSaveMixin, admin.ModelAdmin):
     list_display = ["name", "slug", "cost_center"]
     search_fields = ["name", "slug", "cost_center"]
     prepopulated_fields = {"slug": ["name"]}
@@ -27,7 +67,7 @@ class TeamAdmin(admin.ModelAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ServicesSaveMixin, admin.ModelAdmin):
     list_display = ["user", "team", "role", "is_billing", "valid_from", "valid_until"]
     list_filter = ["role", "is_billing", "team"]
     search_fields = ["user__username", "user__email", "team__name"]
@@ -36,7 +76,7 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(ClusterIdentity)
-class ClusterIdentityAdmin(admin.ModelAdmin):
+class ClusterIdentityAdmin(ServicesSaveMixin, admin.ModelAdmin):
     list_display = ["cluster", "kind", "key", "user", "team", "valid_from", "valid_until"]
     list_filter = ["cluster", "kind"]
     search_fields = ["key", "user__username", "team__name"]
