@@ -6,10 +6,11 @@ counts conflicts only when some rows were not stored. SQLite (the embedded
 default): one `INSERT ... ON CONFLICT DO NOTHING` per row.
 """
 
+import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection, models
+from django.db import connection, models, transaction
 
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import GpuEvent, ProcessRecord, Sample
@@ -100,6 +101,21 @@ def _stage_types(table: Table) -> tuple[str, ...]:
     return tuple(types)
 
 
+# Raw connections whose staging tables are committed (a rolled-back creation is forgotten).
+_staged: "weakref.WeakKeyDictionary[object, set[str]]" = weakref.WeakKeyDictionary()
+
+
+def _stage_ensure(cursor, stage: str, table: Table, types: tuple[str, ...]) -> None:
+    """The connection's temporary staging table: created once, emptied at every commit."""
+    raw = connection.connection
+    if stage in _staged.get(raw, ()):
+        return
+    definition = ", ".join(f"{_q(c)} {t}" for c, t in zip(table.columns, types, strict=True))
+    cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} ({definition}) "
+                   "ON COMMIT DELETE ROWS")
+    transaction.on_commit(lambda: _staged.setdefault(raw, set()).add(stage))
+
+
 def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
     if table.model in PARTITIONED:
         # Normally made already (before the batch's transaction): then this is a cache hit.
@@ -112,10 +128,7 @@ def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
     last = f"{_q(table.end_column)} - interval '1 second'" if table.end_column else start
     with connection.cursor() as cursor:
         types = _stage_types(table)
-        # Created once per connection; emptied at every commit.
-        definition = ", ".join(f"{_q(c)} {t}" for c, t in zip(table.columns, types, strict=True))
-        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} ({definition}) "
-                       "ON COMMIT DELETE ROWS")
+        _stage_ensure(cursor, stage, table, types)
         with cursor.copy(f"COPY {stage} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(types)
             for row in rows:
