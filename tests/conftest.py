@@ -94,3 +94,19 @@ def browser_page(live_server):
         finally:
             context.close()
             browser.close()
+
+
+@pytest.fixture(scope="session")
+def live_server(live_server, django_db_blocker):
+    """pytest-django's live server, whose request threads' database sessions are
+    ended with it, so that the test database can be dropped at the end."""
+    yield live_server
+    live_server.stop()
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )

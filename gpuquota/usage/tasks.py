@@ -18,20 +18,20 @@ RETRY = {
 
 BEAT_SCHEDULE = {
     "usage-dirty-sweep": {
-        "task": "gpuquota.usage.dirty_sweep",
+        "task": "usage.dirty_sweep",
         "schedule": dirty_sweep_interval_s(),
         "options": {"expires": max(dirty_sweep_interval_s() * 4, 60)},
     },
 }
 
 
-@shared_task(name="gpuquota.usage.dirty_sweep", **RETRY)
+@shared_task(name="usage.dirty_sweep", **RETRY)
 def dirty_sweep() -> int:
     """Recompute the dirty GPU-hours of the outbox (a batch; the next sweep takes the rest)."""
     return dirty_hours_process(limit=dirty_sweep_batch())
 
 
-@shared_task(name="gpuquota.usage.gpu_hour_recompute", **RETRY)
+@shared_task(name="usage.gpu_hour_recompute", **RETRY)
 def gpu_hour_recompute_task(gpu_id: int, hour: str) -> int:
     """Recompute one GPU-hour now (`hour` ISO 8601)."""
     return gpu_hour_recompute(gpu_id=gpu_id, hour=parse_datetime(hour))

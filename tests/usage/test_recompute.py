@@ -183,9 +183,9 @@ def test_tasks_are_named_retried_acks_late_and_run_a_service():
     from gpuquota.usage import tasks
 
     for task in (tasks.dirty_sweep, tasks.gpu_hour_recompute_task):
-        assert task.name.startswith("gpuquota.usage.") and task.acks_late
+        assert task.name.startswith("usage.") and task.acks_late
         assert OperationalError in task.autoretry_for
-    assert collect_beat_schedule()["usage-dirty-sweep"]["task"] == "gpuquota.usage.dirty_sweep"
+    assert collect_beat_schedule()["usage-dirty-sweep"]["task"] == "usage.dirty_sweep"
     gpu = make_gpu()
     minute_samples(gpu, T0, 3)
     assert tasks.gpu_hour_recompute_task.apply(args=[gpu.id, T0.isoformat()]).get() == 1
