@@ -101,10 +101,10 @@ def live_server(live_server, django_db_blocker):
     """pytest-django's live server, whose request threads' database sessions are
     ended with it, so that the test database can be dropped at the end."""
     yield live_server
-    live_server.stop()
     from django.db import connection
 
     if connection.vendor == "postgresql":
+        live_server.stop()  # stopping again afterwards is harmless on PostgreSQL
         with django_db_blocker.unblock(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

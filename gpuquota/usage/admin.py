@@ -1,10 +1,11 @@
 from django.contrib import admin
 
+from gpuquota.core.admin import ReadOnlyAdmin
 from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
 
 
 @admin.register(GpuHourUsage)
-class GpuHourUsageAdmin(admin.ModelAdmin):
+class GpuHourUsageAdmin(ReadOnlyAdmin):
     """Read-only: rollups are recomputed from samples, never edited."""
 
     list_display = ["hour", "gpu", "kind", "team", "reservation", "split_ways", "failed",
@@ -13,15 +14,6 @@ class GpuHourUsageAdmin(admin.ModelAdmin):
     list_select_related = ["gpu", "team", "reservation"]
     date_hierarchy = "hour"
     raw_id_fields = ["gpu", "assignment", "reservation", "team"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
 
 @admin.register(DirtyGpuHour)

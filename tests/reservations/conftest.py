@@ -1,6 +1,8 @@
 import pytest
 
+from tests.reservations.factories import Fleet
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+@pytest.fixture
+def fleet():
+    return Fleet.create()

@@ -2,7 +2,7 @@
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from accounts.models import Membership, Team, User
 from gpuquota.inventory.models import Gpu, GpuClass, Node
@@ -64,3 +64,15 @@ class Fleet:
         return cls(gpu_class=gpu_class, nodes=nodes, gpus=gpus, vision=vision, speech=speech,
                    vision_lead=lead_of(vision), speech_lead=lead_of(speech),
                    admin=AdminFactory(username="root"))
+
+    def request(self, *, team=None, count=1, start=None, end=None, by=None, now=NOW, **kwargs):
+        """A reservation request by the team's lead, by default 1 GPU for [NOW+1h, NOW+3h)."""
+        from gpuquota.reservations.services import reservation_create
+
+        team = team or self.vision
+        by = by or (self.vision_lead if team == self.vision else self.speech_lead)
+        return reservation_create(
+            team=team, gpu_class=self.gpu_class, count=count,
+            start=start or NOW + timedelta(hours=1), end=end or NOW + timedelta(hours=3),
+            requested_by=by, now=now, **kwargs,
+        )

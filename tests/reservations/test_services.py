@@ -13,7 +13,6 @@ from gpuquota.reservations.services import (
     NoCapacity,
     reservation_approve,
     reservation_cancel,
-    reservation_create,
     reservation_deny,
     reservation_release,
 )
@@ -26,17 +25,8 @@ H = timedelta(hours=1)
 S = Reservation.Status
 
 
-@pytest.fixture
-def fleet():
-    return Fleet.create()
-
-
-def request(fleet, *, team=None, count=1, start=NOW + H, end=NOW + 3 * H, by=None, now=NOW,
-            **kwargs):
-    team = team or fleet.vision
-    by = by or (fleet.vision_lead if team == fleet.vision else fleet.speech_lead)
-    return reservation_create(team=team, gpu_class=fleet.gpu_class, count=count, start=start,
-                              end=end, requested_by=by, now=now, **kwargs)
+def request(fleet, **kwargs):
+    return fleet.request(**kwargs)
 
 
 def held(reservation):

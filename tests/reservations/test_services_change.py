@@ -11,7 +11,6 @@ from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.services import (
     NoCapacity,
     OverQuota,
-    reservation_create,
     reservation_release,
     reservations_advance,
 )
@@ -24,23 +23,15 @@ from gpuquota.reservations.services_change import (
 from gpuquota.reservations.tasks import BEAT_SCHEDULE, reservations_advance_task
 from gpuquota.usage.models import DirtyGpuHour
 from tests.factories import GpuClassFactory, make_gpu
-from tests.reservations.factories import NOW, Fleet
+from tests.reservations.factories import NOW
 
 pytestmark = pytest.mark.django_db
 H = timedelta(hours=1)
 S = Reservation.Status
 
 
-@pytest.fixture
-def fleet():
-    return Fleet.create()
-
-
-def request(fleet, *, team=None, count=1, start=NOW + H, end=NOW + 3 * H, now=NOW, **kwargs):
-    team = team or fleet.vision
-    by = fleet.vision_lead if team == fleet.vision else fleet.speech_lead
-    return reservation_create(team=team, gpu_class=fleet.gpu_class, count=count, start=start,
-                              end=end, requested_by=by, now=now, **kwargs)
+def request(fleet, **kwargs):
+    return fleet.request(**kwargs)
 
 
 def running(reservation, at):
