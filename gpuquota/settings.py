@@ -226,6 +226,10 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        # runserver's access log; the demo quiets it so its banner stays readable.
+        "django.server": {"level": os.environ.get("ACCESS_LOG_LEVEL", "INFO")},
+    },
 }
 
 # --- Production hardening (DEBUG=0) -------------------------------------------

@@ -9,6 +9,7 @@ import gzip
 import json
 import uuid
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -177,16 +178,15 @@ def _shape_errors(record: Any, shape: dict, path: str, errors: list) -> None:
         _shape_errors(record["job"], JOB_SHAPE, f"{path}.job", errors)
 
 
-def schema_version_check(body: Any) -> None:
-    """Refuse a body that is not an object or speaks a schema version we do not."""
+def schema_version_check(body: Any) -> list[tuple[str, str]]:
+    """Refuse a body that is not an object or speaks a schema version we do not; a missing or
+    non-integer version is returned as a structural error, to be listed with the others."""
     if type(body) is not dict:
         raise ProtocolError(400, "invalid", "The batch is not a JSON object.",
                             [("body", "must be an object")])
     version = body.get("schema_version")
     if version is None or type(version) is not int:
-        why = "required" if version is None else "must be an integer"
-        raise ProtocolError(400, "invalid", "The batch is malformed; nothing was stored.",
-                            [("schema_version", why)])
+        return [("schema_version", "required" if version is None else "must be an integer")]
     if version not in conf.SUPPORTED_SCHEMA_VERSIONS:
         supported = list(conf.SUPPORTED_SCHEMA_VERSIONS)
         raise ProtocolError(
@@ -194,6 +194,7 @@ def schema_version_check(body: Any) -> None:
             f"schema_version {version} is not supported; supported: {supported}.",
             [("schema_version", f"supported versions: {supported}")],
             {"supported_schema_versions": supported})
+    return []
 
 
 def size_check(body: dict) -> None:
@@ -208,9 +209,11 @@ def size_check(body: dict) -> None:
         raise ProtocolError(413, "too_large", "The batch holds too many records; split it.", errors)
 
 
-def structure_check(body: dict, *, idempotency_key: str | None = None) -> None:
-    """Every structural error of a batch at once, as one 400; silent when there are none."""
-    errors: list[tuple[str, str]] = []
+def structure_check(body: dict, *, idempotency_key: str | None = None,
+                    found: Iterable[tuple[str, str]] = ()) -> None:
+    """Every structural error of a batch at once (with those `found` before), as one 400;
+    silent when there are none."""
+    errors: list[tuple[str, str]] = list(found)
     for name in ("batch_id", "agent_instance_id"):
         if name not in body or body[name] is None:
             errors.append((name, "required"))
@@ -228,8 +231,8 @@ def structure_check(body: dict, *, idempotency_key: str | None = None) -> None:
         errors.append(("node", "required"))
     else:
         _shape_errors(body["node"], NODE_SHAPE, "node", errors)
-    if idempotency_key is not None and not errors:
-        if idempotency_key.strip().lower() != str(body["batch_id"]).strip().lower():
+    if idempotency_key is not None and _is_uuid(body.get("batch_id")):
+        if idempotency_key.strip().lower() != body["batch_id"].strip().lower():
             errors.append(("Idempotency-Key", "must equal batch_id"))
     for kind, shape in SHAPES.items():
         records = body.get(kind)
@@ -258,7 +261,8 @@ def batch_parse(raw: bytes, *, content_encoding: str = "", idempotency_key: str 
 
 def batch_check(body: Any, *, idempotency_key: str | None = None) -> dict:
     """The structural tiers on an already decoded document."""
-    schema_version_check(body)
-    size_check(body)
-    structure_check(body, idempotency_key=idempotency_key)
+    version_errors = schema_version_check(body)
+    if not version_errors:
+        size_check(body)
+    structure_check(body, idempotency_key=idempotency_key, found=version_errors)
     return body

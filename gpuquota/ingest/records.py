@@ -5,8 +5,10 @@ value out of range is nulled. The functions turn structurally valid records
 into rows in the column order of `storage.COLUMNS`, listing what they did not take.
 """
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from gpuquota.ingest import conf
 from gpuquota.ingest.models import EventType
@@ -86,6 +88,14 @@ class Judge:
         self._instants[text] = value
         return value
 
+    def moment(self, text: str) -> datetime | None:
+        """An aware instant truncated to the second (accounting.md), or None."""
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        return value.replace(microsecond=0) if value.tzinfo is not None else None
+
     def gpu(self, raw: str) -> GpuRef | str:
         found = self._uuids.get(raw)
         if found is None:
@@ -141,7 +151,7 @@ class Judge:
         value = record.get(name)
         if value is None:
             return None
-        if value < low or (high is not None and value > high):
+        if value < low or (high is not None and value > high) or not _finite(value):
             why = f"must be {low}..{high}" if high is not None and high < INT64 else (
                 f"must be >= {low}")
             self.out.null(f"{path}.{name}", why)
@@ -176,7 +186,7 @@ class Judge:
             return
         util_avg = self.percent(record, "util_gpu_avg", path)
         util_max = self.percent(record, "util_gpu_max", path)
-        if util_avg is not None and util_max is not None and util_avg > util_max + PERCENT_SLACK:
+        if util_avg is not None and util_max is not None and _above(util_avg, util_max):
             self.out.null(f"{path}.util_gpu_avg", "util_gpu_avg above util_gpu_max")
             util_avg = None
         total = gpu.memory_total_bytes
@@ -257,10 +267,10 @@ class Judge:
                 return
             self.out.null(f"{path}.xid", "out of range")
             xid = None
-        ts = self.instant(record["ts"])
+        ts = self.moment(record["ts"])
         why = None
         if ts is None:
-            why = "not a whole-second ISO 8601 instant with a time zone"
+            why = "not an ISO 8601 instant with a time zone"
         elif ts > self.latest:
             why = "more than 5 minutes after server time"
         elif self.earliest is not None and ts < self.earliest:
@@ -286,6 +296,19 @@ class Judge:
             event_id, node_id, gpu_id, ts, kind, _int(xid),
             self.text(record.get("detail"), f"{path}.detail"), received_at,
         ))
+
+
+def _above(avg: float, max_: float) -> bool:
+    """`avg > max + 0.01`, in the decimals the agent sent (floats would drift: 2.01 + 0.01)."""
+    return Decimal(repr(avg)) > Decimal(repr(max_)) + Decimal(repr(PERCENT_SLACK))
+
+
+def _finite(value) -> bool:
+    """A number a float column can hold (JSON's 1e400 reads as infinity)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _int(value):

@@ -11,7 +11,13 @@ from datetime import datetime, timedelta
 
 from django.db.models import F, Q
 
-from gpuquota.inventory.models import Gpu, GpuClass, GpuHealthInterval, MaintenanceBlock
+from gpuquota.inventory.models import (
+    Gpu,
+    GpuClass,
+    GpuClassInterval,
+    GpuHealthInterval,
+    MaintenanceBlock,
+)
 from gpuquota.reservations.models import Assignment, Quota, Reservation
 
 COUNTED_STATUSES = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE)
@@ -69,14 +75,31 @@ class FreeMap:
         return {p for p in points if self.start <= p < self.end}
 
 
+def _class_intervals(*, gpu_class: GpuClass, start: datetime, end: datetime
+                     ) -> dict[int, list[Interval]]:
+    """Per GPU, the parts of [start, end) in which it is of `gpu_class`; a GPU without
+    class history is of its current class throughout."""
+    spans: dict[int, list[Interval]] = defaultdict(list)
+    for gpu_id, lo, hi in GpuClassInterval.objects.filter(
+        _overlapping("valid_from", "valid_until", start, end), gpu_class=gpu_class
+    ).values_list("gpu_id", "valid_from", "valid_until"):
+        spans[gpu_id].append((max(lo, start), min(hi or end, end)))
+    for gpu_id in Gpu.objects.filter(gpu_class=gpu_class, class_history__isnull=True
+                                     ).values_list("id", flat=True):
+        spans[gpu_id].append((start, end))
+    return spans
+
+
 def free_map(
     *, gpu_class: GpuClass, start: datetime, end: datetime,
     exclude_reservation_id: int | None = None,
 ) -> FreeMap:
-    """Free intervals of every physical GPU of the class within [start, end)."""
+    """Free intervals of every physical GPU of the class within [start, end): only
+    while it is of that class (class history) and in service."""
+    in_class = _class_intervals(gpu_class=gpu_class, start=start, end=end)
     gpus = {
         gpu.id: gpu
-        for gpu in Gpu.objects.filter(gpu_class=gpu_class, parent__isnull=True)
+        for gpu in Gpu.objects.filter(id__in=in_class, parent__isnull=True)
         .filter(_overlapping("commissioned_at", "retired_at", start, end))
         .select_related("node")
     }
@@ -84,7 +107,10 @@ def free_map(
     for gpu in gpus.values():
         lo = max(start, gpu.commissioned_at)
         hi = min(end, gpu.retired_at) if gpu.retired_at else end
-        free[gpu.id] = [(lo, hi)] if lo < hi else []
+        free[gpu.id] = [(max(lo, a), min(hi, b)) for a, b in sorted(in_class[gpu.id])
+                        if max(lo, a) < min(hi, b)]
+    gpus = {gpu_id: gpu for gpu_id, gpu in gpus.items() if free[gpu_id]}
+    free = {gpu_id: free[gpu_id] for gpu_id in gpus}
     busy: list[tuple[int, datetime, datetime | None]] = []
     busy += GpuHealthInterval.objects.filter(
         _overlapping("valid_from", "valid_until", start, end),

@@ -17,6 +17,7 @@ from django.utils import timezone
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
+from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import AgentBatch, EventType, GpuEvent, Sample
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.usage.services import gpu_usage_mark_dirty
@@ -39,7 +40,8 @@ class Opener:
 
 def event_health_state(*, type: str, xid: int | None) -> str | None:
     """The state an event puts a GPU in per the spec's table, or None (no change)."""
-    if type in (EventType.GPU_LOST, EventType.ECC_UNCORRECTED):
+    # an `ecc_uncorrected` event is not in the table: the sample's ECC count fails the GPU
+    if type == EventType.GPU_LOST:
         return FAILED
     if type == EventType.REMAP_PENDING:
         return DEGRADED
@@ -109,11 +111,19 @@ def _health_open(gpu: Gpu, opener: Opener) -> bool:
     return True
 
 
-def _health_auto_close(gpu: Gpu, device_ids: list[int]) -> bool:
-    interval = GpuHealthInterval.objects.filter(
-        gpu=gpu, state=FAILED, valid_until__isnull=True
-    ).first()
-    if interval is None or not interval.boot_id:
+def _health_auto_close(gpu: Gpu, device_ids: list[int], hour: datetime) -> bool:
+    # The open interval, or one an admin closed at a time that a good sample of this hour
+    # may precede: the interval ends at the earlier of the two.
+    interval = (
+        GpuHealthInterval.objects.filter(gpu=gpu, state=FAILED)
+        .exclude(boot_id="")
+        .filter(Q(valid_until__isnull=True)
+                | Q(closed_by__isnull=False, valid_from__lt=hour + timedelta(hours=1),
+                    valid_until__gt=hour))
+        .order_by("-valid_from")
+        .first()
+    )
+    if interval is None:
         return False
     new_boot = (
         AgentBatch.objects.filter(node_id=gpu.node_id, received_at__gt=interval.valid_from)
@@ -123,21 +133,21 @@ def _health_auto_close(gpu: Gpu, device_ids: list[int]) -> bool:
     )
     if new_boot is None:
         return False
-    good = (
-        Sample.objects.filter(
-            gpu_id__in=device_ids, readings__gte=1, window_start__gt=interval.valid_from,
-            received_at__gte=new_boot.received_at - _RECEIPT_TOLERANCE,
-        )
-        .order_by("window_start")
-        .values_list("window_start", flat=True)
-        .first()
+    good = Sample.objects.filter(
+        gpu_id__in=device_ids, readings__gte=1, window_start__gt=interval.valid_from,
+        received_at__gte=new_boot.received_at - _RECEIPT_TOLERANCE,
     )
+    old_until = interval.valid_until
+    if old_until is not None:
+        good = good.filter(window_start__lt=old_until)
+    good = good.order_by("window_start").values_list("window_start", flat=True).first()
     if good is None:
         return False
     interval.valid_until = good
     interval.closed_reason = f"new boot {new_boot.boot_id[:36]} and a good sample"
-    interval.save(update_fields=["valid_until", "closed_reason"])
-    gpu_usage_mark_dirty(gpu_id=gpu.id, start=good, end=timezone.now())
+    interval.closed_by = None  # the admin's recovery stays in the audit log
+    interval.save(update_fields=["valid_until", "closed_reason", "closed_by"])
+    gpu_usage_mark_dirty(gpu_id=gpu.id, start=good, end=old_until or timezone.now())
     return True
 
 
@@ -153,7 +163,7 @@ def gpu_health_evaluate(*, gpu_id: int, hour: datetime) -> int:
         _health_open(gpu, opener)
         for opener in _openers(device_ids, hour, hour + timedelta(hours=1))
     )
-    return changes + _health_auto_close(gpu, device_ids)
+    return changes + _health_auto_close(gpu, device_ids, hour_floor(hour))
 
 
 @transaction.atomic

@@ -286,7 +286,8 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
                 )
                 for r in seg_procs
             }
-            owners = set(owner_of.values()) or {None}
+            # split among the distinct owner teams; unattributed only when there is none
+            owners = set(owner_of.values()) - {None} or {None}
             keyed = [
                 (BucketKey(UNRESERVED, class_id, None, None, team_id, len(owners), failed),
                  [r for r, owner in owner_of.items() if owner == team_id])

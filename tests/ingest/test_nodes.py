@@ -1,6 +1,6 @@
 """Enrolment, tokens, and GPUs that belong to one live node at a time."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
@@ -11,7 +11,7 @@ from django.utils import timezone
 from gpuquota.core.errors import Conflict
 from gpuquota.core.models import AuditEntry
 from gpuquota.core.tokens import token_hash
-from gpuquota.ingest.models import NodeToken, Sample
+from gpuquota.ingest.models import AgentBatch, NodeToken, Sample
 from gpuquota.ingest.selectors import node_for_token
 from gpuquota.ingest.services import node_enrol, node_token_revoke, node_token_rotate
 from gpuquota.inventory.models import Gpu, GpuNodeInterval, Node
@@ -154,3 +154,25 @@ def test_a_gpu_silent_for_15_minutes_moves_to_the_reporting_node():
     # Now node A is the newcomer.
     assert agent_a.post(batch(samples=[sample(parent, recent_minute())])).json()[
         "samples"]["stored"] == 0
+
+
+def test_sent_at_is_stored_as_a_whole_second():
+    agent = Agent(enrolled().key, Client())
+    body = batch()
+    body["sent_at"] = "2026-11-29T16:45:00.900Z"
+    agent.post(body)
+    assert AgentBatch.objects.get().sent_at == datetime(2026, 11, 29, 16, 45, tzinfo=UTC)
+
+
+def test_a_gpu_reported_14_minutes_ago_is_not_moved(time_machine):
+    start = timezone.now().replace(microsecond=0)
+    time_machine.move_to(start, tick=False)
+    agent_a, agent_b, node_a, _ = two_nodes()
+    gpu = new_gpu_uuid()
+    agent_a.post(batch(gpus=[gpu_entry(gpu)]))
+    time_machine.move_to(start + timedelta(seconds=20), tick=False)
+    agent_a.post(batch(gpus=[gpu_entry(gpu)]))  # node A still reports it
+    time_machine.move_to(start + timedelta(minutes=15, seconds=10), tick=False)
+    body = agent_b.post(batch(gpus=[gpu_entry(gpu)])).json()
+    assert [r["path"] for r in body["rejected"]] == ["gpus[0].uuid"]
+    assert Gpu.objects.get(uuid=gpu).node == node_a

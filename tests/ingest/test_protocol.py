@@ -147,6 +147,25 @@ def test_idempotency_key_must_equal_batch_id(agent):
     assert agent.post(body, headers={"Idempotency-Key": body["batch_id"]}).status_code == 202
 
 
+def test_schema_version_error_is_listed_with_the_other_problems(agent):
+    body = full_batch()
+    body.pop("schema_version")
+    body["batch_id"] = "x"
+    response = agent.post(body)
+    assert response.status_code == 400
+    assert set(error_fields(response)) == {"schema_version", "batch_id"}
+    assert_nothing_stored()
+
+
+def test_idempotency_key_mismatch_is_listed_with_the_other_problems(agent):
+    body = full_batch()
+    body.pop("agent_instance_id")
+    response = agent.post(body, headers={"Idempotency-Key": "7b1e4c3a-4f0e-4a59-9d3c-2f1d1c0b9a77"})
+    assert response.status_code == 400
+    assert set(error_fields(response)) == {"agent_instance_id", "Idempotency-Key"}
+    assert_nothing_stored()
+
+
 def test_unknown_fields_are_ignored_and_empty_batch_is_a_heartbeat(agent):
     body = batch(future_field={"x": 1})
     body["node"]["kernel"] = "6.1"

@@ -1,5 +1,6 @@
 """Tier two: the validation table, record by record; the rest of the batch is stored (202)."""
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -165,6 +166,23 @@ def test_util_avg_above_max_nulls_the_avg(agent, gpu):
     assert send_one(agent, gpu, util_gpu_avg=90.01, util_gpu_max=90.0)["nulled"] == []
 
 
+@pytest.mark.parametrize("avg, max_", [(2.02, 2.01), (0.07, 0.06), (0.1, 0.09), (50.01, 50.0)])
+def test_util_avg_a_hundredth_above_max_is_kept_exactly(agent, gpu, avg, max_):
+    body = send_one(agent, gpu, util_gpu_avg=avg, util_gpu_max=max_)
+    assert body["nulled"] == []
+    assert stored_sample(gpu).util_gpu_avg == Decimal(str(avg))
+
+
+def test_infinite_number_is_nulled_not_stored(agent):
+    gpu = new_gpu_uuid()
+    entry = gpu_entry(gpu, power_limit_w=None)
+    body = batch(gpus=[entry], samples=[sample(gpu, recent_minute(), power_w_avg=1.0)])
+    raw = json.dumps(body).replace('"power_w_avg": 1.0', '"power_w_avg": 1e400').encode()
+    response = agent.post(None, raw=raw).json()
+    assert paths(response["nulled"]) == ["samples[0].power_w_avg"]
+    assert stored_sample(gpu).power_w_avg is None
+
+
 @pytest.mark.parametrize("fields, nulled", [
     ({"memory_used_bytes_avg": -1}, ["memory_used_bytes_avg"]),
     ({"memory_used_bytes_max": 150754820097}, ["memory_used_bytes_max"]),
@@ -275,14 +293,15 @@ def test_events_rules(agent, gpu):
         event(gpu, now + timedelta(minutes=6)),                       # 8 ts too late
         event(gpu, now - timedelta(days=8, minutes=1)),               # 9 ts too old
         event(gpu, now, detail="d" * 257),                            # 10 detail nulled
-        {**event(gpu, now), "ts": iso(now)[:-1] + ".2Z"},             # 11 not whole seconds
+        {**event(gpu, now), "ts": iso(now)[:-1] + ".7Z"},             # 11 truncated, stored
     ]
     body = agent.post(batch(gpus=[gpu_entry(gpu)], events=events)).json()
     assert paths(body["rejected"]) == ["events[1].xid", "events[5].gpu_uuid", "events[6].type",
-                                       "events[7].event_id", "events[8].ts", "events[9].ts",
-                                       "events[11].ts"]
+                                       "events[7].event_id", "events[8].ts", "events[9].ts"]
     assert paths(body["nulled"]) == ["events[4].gpu_uuid", "events[10].detail"]
-    assert body["events"]["stored"] == 5
+    assert body["events"]["stored"] == 6
+    # accounting.md: sub-second input is truncated towards the past before it is stored.
+    assert GpuEvent.objects.get(event_id=events[11]["event_id"]).ts == now
     assert GpuEvent.objects.filter(type="agent_restart", gpu__isnull=True).exists()
     assert GpuEvent.objects.filter(type="clock_skew", gpu__isnull=True).exists()
 

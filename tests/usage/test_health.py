@@ -27,7 +27,7 @@ def ev(minutes):
     return T0 + timedelta(minutes=minutes)
 
 
-@pytest.mark.parametrize("type_, xid", [("gpu_lost", None), ("ecc_uncorrected", None)]
+@pytest.mark.parametrize("type_, xid", [("gpu_lost", None)]
                          + [("xid", x) for x in (48, 64, 79, 95, 119, 120)])
 def test_failing_events(type_, xid):
     gpu = make_gpu()
@@ -47,8 +47,11 @@ def test_degrading_events(type_, xid):
 
 
 @pytest.mark.parametrize("type_, xid", [("xid", x) for x in (13, 31, 43, 45)]
-                         + [("counter_reset", None), ("clock_skew", None)])
+                         + [("counter_reset", None), ("clock_skew", None),
+                            ("ecc_uncorrected", None)])
 def test_other_events_change_nothing(type_, xid):
+    """Only the table's rows change health: an `ecc_uncorrected` event is not one (the
+    uncorrected count in a sample is)."""
     gpu = make_gpu()
     add_event(gpu, ev(10), type_, xid)
     dirty_hours_process()
@@ -131,3 +134,30 @@ def test_admin_recovery_in_the_past_is_audited_and_recomputes():
         gpu_health_recover(gpu=gpu, at=ev(40), by=admin, note="")
     with pytest.raises(Exception, match="future"):
         gpu_health_recover(gpu=gpu, at=timezone.now() + H, by=admin, note="")
+
+
+def test_failed_ends_at_the_earlier_of_admin_recovery_and_the_good_sample():
+    """An admin recovered at :40, then late data shows a good sample of a new boot at
+    :25: the interval ends at :25 (accounting.md, Inventory)."""
+    gpu = make_gpu()
+    add_batch(gpu.node, "boot-1", ev(9))
+    add_event(gpu, ev(10), "gpu_lost", received_at=ev(10))
+    dirty_hours_process()
+    gpu_health_recover(gpu=gpu, at=ev(40), by=AdminFactory(), note="reseated")
+    dirty_hours_process()
+    add_batch(gpu.node, "boot-2", ev(50))
+    add_samples(gpu, [{"start": ev(25), "readings": 3, "util": 0, "received_at": ev(50)}])
+    dirty_hours_process()
+    [(state, start, until, _)] = states(gpu)
+    assert (state, start, until) == ("failed", ev(10), ev(25))
+    assert DirtyGpuHour.objects.filter(gpu=gpu, hour=T0).exists()
+    # a good sample after the admin's time changes nothing
+    other = make_gpu(index=1)
+    add_batch(other.node, "boot-1", ev(9))
+    add_event(other, ev(10), "gpu_lost", received_at=ev(10))
+    dirty_hours_process()
+    gpu_health_recover(gpu=other, at=ev(20), by=AdminFactory(), note="")
+    add_batch(other.node, "boot-2", ev(50))
+    add_samples(other, [{"start": ev(25), "readings": 3, "util": 0, "received_at": ev(50)}])
+    dirty_hours_process()
+    assert states(other)[0][2] == ev(20)

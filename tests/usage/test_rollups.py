@@ -170,18 +170,32 @@ def test_multi_owner_window_is_split_equally():
     minute_samples(gpu, T0, 60)
     add_processes(gpu, T0, 60, user="alice", pid=1)
     add_processes(gpu, T0, 20, user="bob", pid=2)
-    add_processes(gpu, T0, 20, user="mallory", pid=3)  # unknown: an unattributed share
+    add_processes(gpu, T0, 20, user="mallory", pid=3)  # unknown: not an owner team
     found = rows(gpu)
     shares = {(r["team_id"], r["split_ways"]): r["busy_s"] for r in found}
-    assert shares == {
-        (team_a.id, 3): 1200, (team_b.id, 3): 1200, (None, 3): 1200, (team_a.id, 1): 2400,
-    }
-    # exact shares: alice's team 1200/3 + 2400 = 2800 s
-    assert sum(Decimal(s) / n for (t, n), s in shares.items() if t == team_a.id) == 2800
+    # split among the distinct owner teams only (accounting.md: unreserved_busy_hours)
+    assert shares == {(team_a.id, 2): 1200, (team_b.id, 2): 1200, (team_a.id, 1): 2400}
+    # exact shares: alice's team 1200/2 + 2400 = 3000 s
+    assert sum(Decimal(s) / n for (t, n), s in shares.items() if t == team_a.id) == 3000
     assert next(r for r in found if r["split_ways"] == 1)["users_seen"] == ["alice"]
     # each team's row names only its own users (another team may see that row)
-    assert {(r["team_id"], tuple(r["users_seen"])) for r in found if r["split_ways"] == 3} == {
-        (team_a.id, ("alice",)), (team_b.id, ("bob",)), (None, ("mallory",))}
+    assert {(r["team_id"], tuple(r["users_seen"])) for r in found if r["split_ways"] == 2} == {
+        (team_a.id, ("alice",)), (team_b.id, ("bob",))}
+
+
+def test_unresolvable_process_is_not_an_extra_owner():
+    gpu = make_gpu()
+    team_a, _ = team_with_user("ta", "alice", gpu.node.cluster)
+    minute_samples(gpu, T0, 10)
+    add_processes(gpu, T0, 10, user="alice", pid=1)
+    add_processes(gpu, T0, 10, user="mallory", pid=2)  # no identity: unattributed owner
+    assert [(r["team_id"], r["split_ways"], r["busy_s"]) for r in rows(gpu)] == [
+        (team_a.id, 1, 600)]
+    other = make_gpu(index=1)
+    minute_samples(other, T0, 10)
+    add_processes(other, T0, 10, user="mallory", pid=3)  # only unresolvable: unattributed
+    assert [(r["team_id"], r["split_ways"], r["busy_s"]) for r in rows(other)] == [
+        (None, 1, 600)]
 
 
 def test_slurm_account_wins_over_the_users_billing_team():

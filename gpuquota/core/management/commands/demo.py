@@ -5,6 +5,8 @@ ingestion endpoint) and, with no broker, the beat schedule on an in-process
 timer. Run `seed_demo` first (`make demo` does).
 """
 
+import logging
+import os
 import signal
 import subprocess
 import sys
@@ -62,7 +64,9 @@ class Command(BaseCommand):
 
     def _serve(self, addr: str) -> subprocess.Popen:
         command = [sys.executable, "manage.py", "runserver", addr, "--noreload"]
-        return subprocess.Popen(command, cwd=settings.BASE_DIR)
+        # Agents post every few seconds: keep the access log to errors.
+        env = {**os.environ, "ACCESS_LOG_LEVEL": "WARNING"}
+        return subprocess.Popen(command, cwd=settings.BASE_DIR, env=env)
 
     def _wait_until_up(self, url: str) -> None:
         for _ in range(120):
@@ -94,7 +98,9 @@ class Command(BaseCommand):
                 "--spool-dir", str(var / "spool" / demo.hostname),
                 "--log-level", "WARNING",
             ]  # fmt: skip
-            if demo.hostname != FAULTY_NODE:
+            if demo.hostname == FAULTY_NODE:
+                command += ["--simulate-fail-after", "120"]  # a lost GPU soon after start
+            else:
                 command += ["--simulate-profiles", HEALTHY_PROFILES]
             agents.append(subprocess.Popen(command, cwd=settings.BASE_DIR))
         self.stdout.write(f"Started {len(agents)} simulated agents ({window} s windows).")
@@ -109,6 +115,7 @@ class Command(BaseCommand):
     def _run_beat(self, cap_s: float) -> None:
         """Call every beat entry when due, in this process (no broker in the embedded default)."""
         app.finalize()
+        logging.getLogger("celery.app.trace").setLevel(logging.WARNING)
         entries = collect_beat_schedule()
         schedules, last_run = {}, {}
         for name, entry in entries.items():
