@@ -50,7 +50,8 @@ def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
         "agent_instance_id": uuid.UUID(body["agent_instance_id"]),
         "boot_id": str((body["node"] or {}).get("boot_id") or "").replace("\x00", "")[:64],
         "seq_first": body.get("seq_first"), "seq_last": body.get("seq_last"),
-        "sent_at": sent_at, "received_at": now, "clock_skew_s": skew_s, "response_body": {},
+        "sent_at": sent_at and sent_at.replace(microsecond=0),  # stored instants: whole seconds
+        "received_at": now, "clock_skew_s": skew_s, "response_body": {},
     }
     columns = list(values)
     params = [fields[c].get_db_prep_save(values[c], connection) for c in columns]

@@ -21,7 +21,6 @@ from gpuquota.inventory.services import gpu_move, gpu_register
 logger = logging.getLogger(__name__)
 
 CONTESTED = "GPU belongs to another live node"
-LAST_SEEN_PRECISION_S = 30
 
 
 def _referenced(body: dict) -> set[str]:
@@ -153,12 +152,10 @@ def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled:
         placed[uuid] = GpuRef(id=gpu.id, physical_id=gpu.parent_id or gpu.id,
                               memory_total_bytes=gpu.memory_total_bytes,
                               power_limit_w=gpu.power_limit_w)
-    # Minute precision is plenty for the 15-minute rule: skip rows written a moment ago.
-    fresh = now - timedelta(seconds=LAST_SEEN_PRECISION_S)
-    stale = [known[u].id for u, ref in placed.items() if type(ref) is GpuRef
-             and (known[u].last_seen_at is None or known[u].last_seen_at < fresh
-                  or known[u].node_id != node.id)]
-    if stale:
-        Gpu.objects.filter(id__in=stale).update(last_seen_at=now)
+    # Every report counts: the 15-minute rule is measured from the last one, to the second.
+    seen = [known[u].id for u, ref in placed.items() if type(ref) is GpuRef
+            and known[u].last_seen_at != now]
+    if seen:
+        Gpu.objects.filter(id__in=seen).update(last_seen_at=now)
     return placed
 

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.utils import timezone
 
 from gpuquota.inventory.models import (
     Cluster,
@@ -11,6 +12,7 @@ from gpuquota.inventory.models import (
     MaintenanceBlock,
     Node,
 )
+from gpuquota.inventory.services import model_mapping_save
 
 
 class NodeInline(admin.TabularInline):
@@ -56,18 +58,33 @@ class GpuModelMappingInline(admin.TabularInline):
     extra = 1
 
 
+def _save_mapping(request, mapping: GpuModelMapping) -> None:
+    model_mapping_save(mapping=mapping, actor=request.user, at=timezone.now())
+
+
 @admin.register(GpuClass)
 class GpuClassAdmin(admin.ModelAdmin):
     list_display = ["name", "description"]
     search_fields = ["name"]
     inlines = [GpuModelMappingInline]
 
+    def save_formset(self, request, form, formset, change):
+        for mapping in formset.save(commit=False):
+            _save_mapping(request, mapping)
+        for mapping in formset.deleted_objects:
+            mapping.delete()
+
 
 @admin.register(GpuModelMapping)
 class GpuModelMappingAdmin(admin.ModelAdmin):
+    """Saving a mapping moves the GPUs of that model to the class (from now on)."""
+
     list_display = ["model_name", "gpu_class"]
     list_filter = ["gpu_class"]
     search_fields = ["model_name"]
+
+    def save_model(self, request, obj, form, change):
+        _save_mapping(request, obj)
 
 
 class IntervalInline(admin.TabularInline):

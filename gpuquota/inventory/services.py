@@ -83,3 +83,37 @@ def gpu_reclassify(*, gpu: Gpu, gpu_class: GpuClass, at: datetime) -> Gpu:
     gpu.gpu_class = gpu_class
     gpu.save(update_fields=["gpu_class"])
     return gpu
+
+
+@transaction.atomic
+def model_mapping_save(*, mapping: GpuModelMapping, actor, at: datetime) -> GpuModelMapping:
+    """Map an NVML model name to a class; GPUs of that model move to it from `at`
+    (seconds before stay priced as the class they had)."""
+    from gpuquota.core.services import audit_record
+    from gpuquota.usage.services import gpu_interval_mark_dirty
+
+    at = whole_second(at)
+    mapping.full_clean()
+    mapping.save()
+    moved = [
+        gpu_reclassify(gpu=gpu, gpu_class=mapping.gpu_class, at=at)
+        for gpu in Gpu.objects.filter(model_name=mapping.model_name, parent__isnull=True)
+        .exclude(gpu_class=mapping.gpu_class)
+        .select_related("gpu_class")
+    ]
+    for gpu in moved:
+        gpu.mig_devices.update(gpu_class=mapping.gpu_class)
+    if moved:
+        # The hour in progress now holds seconds of two classes.
+        gpu_interval_mark_dirty(gpu_ids=[gpu.id for gpu in moved], start=at, end=at)
+    audit_record(
+        actor=actor,
+        action="gpu_model_mapping.save",
+        obj=mapping,
+        changes={
+            "model_name": mapping.model_name,
+            "gpu_class": mapping.gpu_class.name,
+            "gpus_reclassified": [gpu.uuid for gpu in moved],
+        },
+    )
+    return mapping

@@ -13,7 +13,7 @@ from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.permissions import can_view_team, require_admin, team_for_action
+from accounts.permissions import can_view_team, require_admin, team_for_action, team_for_view
 from accounts.selectors import teams_visible
 from gpuquota.reservations import serializers as s
 from gpuquota.reservations import services, services_change
@@ -96,15 +96,15 @@ class ReservationListView(generics.ListCreateAPIView):
 
     def get_queryset(self):
         qs = reservations_visible(user=self.request.user)
-        if team := self.request.query_params.get("team"):
-            qs = qs.filter(team__slug=team)
+        if slug := self.request.query_params.get("team"):
+            qs = qs.filter(team=team_for_view(self.request.user, slug))
         if state := self.request.query_params.get("status"):
             qs = qs.filter(status=state)
         return qs
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("team", str, description="team slug"),
+            OpenApiParameter("team", str, description="team slug (404 if not visible)"),
             OpenApiParameter("status", str, enum=Reservation.Status.values),
         ]
     )
@@ -245,10 +245,10 @@ class AuditListView(generics.ListAPIView):
 
     def get_queryset(self):
         qs = audit_visible(user=self.request.user)
-        if team := self.request.query_params.get("team"):
-            qs = qs.filter(team__slug=team)
+        if slug := self.request.query_params.get("team"):
+            qs = qs.filter(team=team_for_view(self.request.user, slug))
         return qs
 
-    @extend_schema(parameters=[OpenApiParameter("team", str, description="team slug")])
+    @extend_schema(parameters=[OpenApiParameter("team", str, description="team slug (404 if not visible)")])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)

@@ -15,7 +15,12 @@ from django.utils import timezone
 
 from gpuquota.core.errors import Conflict
 from gpuquota.inventory.models import Gpu, GpuClass
-from gpuquota.reservations.capacity import free_map, next_free_at, placement_pick
+from gpuquota.reservations.capacity import (
+    free_map,
+    gpus_by_node,
+    next_free_at,
+    placement_pick,
+)
 from gpuquota.reservations.models import Assignment, Reservation
 
 # Each failed insert means a concurrent transaction committed a GPU of this window, so
@@ -66,8 +71,10 @@ def no_capacity_error(
     *, gpu_class: GpuClass, start: datetime, end: datetime, count: int, free_gpus: int,
     same_node: bool = False,
 ) -> NoCapacity:
-    """A refusal that says how many GPUs are free and when enough next are."""
-    nxt = next_free_at(gpu_class=gpu_class, start=start, end=end, count=count)
+    """A refusal that says how many GPUs are free (on one node, for `same_node`) and
+    when enough next are."""
+    nxt = next_free_at(gpu_class=gpu_class, start=start, end=end, count=count,
+                       same_node=same_node)
     where = " on one node" if same_node else ""
     message = (
         f"No capacity: {free_gpus} {gpu_class.name} GPU(s) free{where} for "
@@ -85,7 +92,10 @@ def _pick(reservation: Reservation, start: datetime, end: datetime, count: int,
     fmap = free_map(gpu_class=reservation.gpu_class, start=start, end=end)
     candidates = [g for g in fmap.gpus_free_over(start, end) if g.id not in exclude_gpu_ids]
     same_node = reservation.placement == Reservation.Placement.SAME_NODE
-    return placement_pick(gpus=candidates, count=count, same_node=same_node), len(candidates)
+    picked = placement_pick(gpus=candidates, count=count, same_node=same_node)
+    if same_node:
+        return picked, max(map(len, gpus_by_node(candidates).values()), default=0)
+    return picked, len(candidates)
 
 
 def assignments_create(

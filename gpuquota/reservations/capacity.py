@@ -218,17 +218,22 @@ def guarantee_shortfall_at(
 
 
 def next_free_at(
-    *, gpu_class: GpuClass, start: datetime, end: datetime, count: int
+    *, gpu_class: GpuClass, start: datetime, end: datetime, count: int,
+    same_node: bool = False,
 ) -> datetime | None:
-    """The earliest instant ≥ start from which `count` GPUs are free for the same
-    duration, looking up to 90 days ahead; None if not within that horizon."""
+    """The earliest instant ≥ start from which `count` GPUs (on one node, for
+    `same_node`) are free for the same duration, looking up to 90 days ahead; None
+    if not within that horizon."""
     duration = end - start
     fmap = free_map(gpu_class=gpu_class, start=start, end=start + NEXT_FREE_HORIZON + duration)
     candidates = sorted({a for intervals in fmap.free.values() for a, _ in intervals} | {start})
     for at in candidates:
         if at < start or at > start + NEXT_FREE_HORIZON:
             continue
-        if len(fmap.gpus_free_over(at, at + duration)) >= count:
+        free = fmap.gpus_free_over(at, at + duration)
+        if same_node:
+            free = max(gpus_by_node(free).values(), key=len, default=[])
+        if len(free) >= count:
             return at
     return None
 

@@ -23,6 +23,7 @@ from gpuquota.reservations.assigning import (
     local_text,
     lock_class_guarantees,
     lock_team_class,
+    no_capacity_error,
 )
 from gpuquota.reservations.capacity import free_map, guarantee_shortfall_at, quota_check
 from gpuquota.reservations.models import Assignment, Reservation
@@ -153,10 +154,11 @@ def _refuse_beyond_fleet(*, gpu_class: GpuClass, start: datetime, end: datetime,
     fmap = free_map(gpu_class=gpu_class, start=start, end=end)
     in_service = len(fmap.gpus)
     if count > in_service:
+        refusal = no_capacity_error(gpu_class=gpu_class, start=start, end=end, count=count,
+                                    free_gpus=len(fmap.gpus_free_over(start, end)))
         raise NoCapacity(
-            f"No capacity: only {in_service} {gpu_class.name} GPU(s) are in service "
-            f"then, {count} asked.", field="count",
-            free_gpus=len(fmap.gpus_free_over(start, end)),
+            f"{refusal.message} Only {in_service} {gpu_class.name} GPU(s) are in service "
+            "then.", field="count", free_gpus=refusal.free_gpus, next_free=refusal.next_free,
         )
 
 

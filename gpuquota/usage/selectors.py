@@ -20,7 +20,7 @@ from django.utils import timezone
 from accounts.models import Team
 from gpuquota.core.fields import whole_second
 from gpuquota.core.timeutil import Period, hour_floor
-from gpuquota.inventory.models import Gpu, GpuClass, GpuHealthInterval
+from gpuquota.inventory.models import Gpu, GpuClass, GpuClassInterval, GpuHealthInterval
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, display_decimal, sums_by
 from gpuquota.usage.models import GpuHourUsage
@@ -231,6 +231,30 @@ def _failed(period: Period) -> QuerySet:
     )
 
 
+def _in_service_by_class(period: Period) -> dict:
+    """In-service seconds per class in force then (class intervals ∩ in service)."""
+    end = Value(period.end)
+    return _total_s(_seconds(
+        GpuClassInterval.objects.filter(gpu__parent__isnull=True),
+        Greatest(F("valid_from"), F("gpu__commissioned_at"), Value(period.start)),
+        Least(Coalesce(F("valid_until"), end), Coalesce(F("gpu__retired_at"), end), end),
+    ), "gpu_class_id")
+
+
+def _failed_by_class(period: Period) -> dict:
+    """Failed in-service seconds per class in force then."""
+    end = Value(period.end)
+    return _total_s(_seconds(
+        GpuHealthInterval.objects.filter(state=GpuHealthInterval.State.FAILED,
+                                         gpu__parent__isnull=True,
+                                         gpu__class_history__isnull=False),
+        Greatest(F("valid_from"), F("gpu__class_history__valid_from"),
+                 F("gpu__commissioned_at"), Value(period.start)),
+        Least(Coalesce(F("valid_until"), end), Coalesce(F("gpu__class_history__valid_until"), end),
+              Coalesce(F("gpu__retired_at"), end), end),
+    ), "gpu__class_history__gpu_class_id")
+
+
 def fleet_utilization(*, period: Period) -> FleetFigures:
     """Fleet busy seconds (reserved or not) over in-service, non-failed GPU seconds,
     and the reserved figures of the whole fleet."""
@@ -249,13 +273,13 @@ def fleet_utilization(*, period: Period) -> FleetFigures:
 
 
 def classes_utilization(*, period: Period) -> list[tuple[GpuClass, FleetFigures]]:
-    """Per GPU class (class of each GPU now for capacity): the fleet figures."""
+    """Per GPU class (the class in force at each second): the fleet figures."""
     rows = usage_rows(period=period, edge_gpu_ids=lambda s, e: None)
     by_class = sums_by(rows, lambda r: r["gpu_class_id"])
     reserved_by_class = sums_by([r for r in rows if r["kind"] == RESERVED],
                                 lambda r: r["gpu_class_id"])
-    in_service = _total_s(_in_service(period), "gpu_class_id")
-    failed = _total_s(_failed(period), "gpu__gpu_class_id")
+    in_service = _in_service_by_class(period)
+    failed = _failed_by_class(period)
     reserved = _total_s(_reserved(period), "reservation__gpu_class_id")
     failed_reserved = _total_s(_failed_reserved(period), "reservation__gpu_class_id")
     ids = set(in_service) | set(by_class) | set(reserved)

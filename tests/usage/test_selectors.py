@@ -24,6 +24,7 @@ from tests.usage.factories import T0, add_processes, minute_samples, reserve, te
 
 pytestmark = pytest.mark.django_db
 H = timedelta(hours=1)
+M = timedelta(minutes=1)
 OCT, NOV = Period.month(2026, 10), Period.month(2026, 11)
 
 
@@ -181,3 +182,23 @@ def test_public_reserved_and_failed_seconds_for_chargeback():
     assert reserved_seconds(period=NOV) == 3600
     assert reserved_seconds(period=OCT, group="reservation__team_id") == {team.id: 7193}
     assert failed_reserved_seconds(period=OCT, reservation__team=team) == 45
+
+
+def test_class_figures_follow_the_class_in_force_then():
+    """A GPU reclassified mid-period: its in-service and failed seconds before the change
+    stay with the old class (accounting.md, Inventory: class intervals)."""
+    from gpuquota.inventory.services import gpu_reclassify
+    from tests.factories import GpuClassFactory
+
+    gpu = make_gpu()
+    old_class, new_class = gpu.gpu_class, GpuClassFactory(name="L4-reclassified")
+    minute_samples(gpu, T0, 60, util=50)
+    GpuHealthInterval.objects.create(gpu=gpu, state="failed", valid_from=T0 + 20 * M,
+                                     valid_until=T0 + 40 * M, reason="xid 79")
+    gpu_reclassify(gpu=gpu, gpu_class=new_class, at=T0 + 30 * M)
+    dirty_hours_process()
+    by_class = {k: f for k, f in classes_utilization(period=Period(T0, T0 + H))}
+    assert (by_class[old_class].in_service_s, by_class[old_class].failed_s) == (1800, 600)
+    assert (by_class[new_class].in_service_s, by_class[new_class].failed_s) == (1800, 600)
+    assert by_class[old_class].sums.busy_s == by_class[new_class].sums.busy_s == 1200
+    assert by_class[old_class].utilization == Fraction(1200, 1200)
