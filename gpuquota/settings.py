@@ -217,6 +217,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU quotas, reservations, telemetry ingestion and chargeback.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The agent endpoint is a plain Django view (for speed); its operation is added here.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "gpuquota.ingest.schema.agent_batches_schema",
+    ],
 }
 
 # --- Logging ------------------------------------------------------------------

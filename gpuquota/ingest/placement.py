@@ -75,12 +75,16 @@ def _gpu_entry_clean(entry: dict, path: str, nulled: list) -> dict:
     return clean
 
 
-def _register(*, entry: dict, node: Node, now: datetime, known: dict, path: str,
+def _register(*, entry: dict, node: Node, now: datetime, known: dict, placed: dict, path: str,
               rejected: list) -> Gpu | None:
     uuid = uuid_normal(entry["uuid"])
     parent = None
     if uuid.startswith("MIG-"):
-        parent = known.get(uuid_normal(entry.get("mig_parent_uuid")))
+        parent_uuid = uuid_normal(entry.get("mig_parent_uuid"))
+        if placed.get(parent_uuid) == CONTESTED:  # a device of another live node's GPU
+            rejected.append({"path": f"{path}.uuid", "why": CONTESTED})
+            return None
+        parent = known.get(parent_uuid)
         if parent is None:
             rejected.append({"path": f"{path}.mig_parent_uuid",
                              "why": "a MIG device needs its parent GPU listed or known"})
@@ -132,7 +136,7 @@ def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled:
             if uuid not in listed:
                 continue  # records for it are rejected as unknown
             index, entry = listed[uuid]
-            gpu = _register(entry=entry, node=node, now=now, known=known,
+            gpu = _register(entry=entry, node=node, now=now, known=known, placed=placed,
                             path=f"gpus[{index}]", rejected=rejected)
             if gpu is None:
                 placed[uuid] = CONTESTED
@@ -147,6 +151,8 @@ def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled:
                     rejected.append({"path": f"gpus[{listed[uuid][0]}].uuid", "why": CONTESTED})
                 continue
             gpu.refresh_from_db()
+            if uuid in listed:  # judged with the limits its new node reports
+                _refresh(gpu, listed[uuid][1])
         elif uuid in listed:
             _refresh(gpu, listed[uuid][1])
         placed[uuid] = GpuRef(id=gpu.id, physical_id=gpu.parent_id or gpu.id,

@@ -19,6 +19,7 @@ import orjson
 from gpuquota.ingest import conf
 
 MAX_LISTED_ERRORS = 200
+INT64 = 2**63 - 1
 LIMITS = {"samples": "MAX_SAMPLES", "processes": "MAX_PROCESSES", "events": "MAX_EVENTS"}
 
 
@@ -71,7 +72,7 @@ def body_decode(raw: bytes, *, content_encoding: str = "") -> Any:
                             [("body", f"more than {limit} bytes")])
     try:
         return json_decode(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ProtocolError(400, "invalid", "The body is not JSON.", [("body", str(exc))]) from exc
 
 
@@ -225,8 +226,9 @@ def structure_check(body: dict, *, idempotency_key: str | None = None,
     elif instant_parse(body["sent_at"]) is None:
         errors.append(("sent_at", "must be an ISO 8601 instant with a time zone"))
     for name in ("seq_first", "seq_last"):
-        if body.get(name) is not None and not _is_int(body[name]):
-            errors.append((name, "must be an integer"))
+        if body.get(name) is not None and not (
+                _is_int(body[name]) and -INT64 <= body[name] <= INT64):
+            errors.append((name, "must be a 64-bit integer"))
     if "node" not in body or body["node"] is None:
         errors.append(("node", "required"))
     else:

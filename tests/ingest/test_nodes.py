@@ -176,3 +176,30 @@ def test_a_gpu_reported_14_minutes_ago_is_not_moved(time_machine):
     body = agent_b.post(batch(gpus=[gpu_entry(gpu)])).json()
     assert [r["path"] for r in body["rejected"]] == ["gpus[0].uuid"]
     assert Gpu.objects.get(uuid=gpu).node == node_a
+
+
+def test_a_new_mig_device_of_another_live_nodes_gpu_is_rejected():
+    agent_a, agent_b, node_a, _ = two_nodes()
+    parent, mig = new_gpu_uuid(), new_gpu_uuid("MIG")
+    agent_a.post(batch(gpus=[gpu_entry(parent)]))
+    body = agent_b.post(batch(gpus=[gpu_entry(parent), gpu_entry(mig, index=1, parent=parent)],
+                              samples=[sample(mig, recent_minute())])).json()
+    assert body["samples"]["stored"] == 0
+    assert [r["path"] for r in body["rejected"]] == ["gpus[0].uuid", "gpus[1].uuid",
+                                                     "samples[0].gpu_uuid"]
+    assert not Gpu.objects.filter(uuid=mig).exists()
+    assert Gpu.objects.get(uuid=parent).node == node_a
+
+
+def test_a_moved_gpu_is_judged_with_the_limits_its_new_node_lists():
+    agent_a, agent_b, _, node_b = two_nodes()
+    gpu = new_gpu_uuid()
+    agent_a.post(batch(gpus=[gpu_entry(gpu, power_limit_w=300)]))
+    GpuNodeInterval.objects.update(valid_from=timezone.now().replace(microsecond=0)
+                                   - timedelta(hours=1))  # registered a while ago
+    Gpu.objects.filter(uuid=gpu).update(last_seen_at=timezone.now() - timedelta(minutes=16))
+    body = agent_b.post(batch(gpus=[gpu_entry(gpu, power_limit_w=700)],
+                              samples=[sample(gpu, recent_minute(), power_w_avg=1500.0)])).json()
+    assert body["rejected"] == [] and body["nulled"] == []
+    moved = Gpu.objects.get(uuid=gpu)
+    assert moved.node == node_b and moved.power_limit_w == 700

@@ -166,6 +166,20 @@ def test_idempotency_key_mismatch_is_listed_with_the_other_problems(agent):
     assert_nothing_stored()
 
 
+def test_deeply_nested_json_is_400_not_a_server_error(agent):
+    response = agent.post(None, raw=b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}")
+    assert response.status_code == 400
+    assert error_fields(response) == ["body"]
+
+
+@pytest.mark.parametrize("name", ["seq_first", "seq_last"])
+def test_seq_beyond_64_bits_is_a_structural_error_not_a_server_error(agent, name):
+    response = agent.post(full_batch(**{name: 2**64}))
+    assert response.status_code == 400
+    assert error_fields(response) == [name]
+    assert_nothing_stored()
+
+
 def test_unknown_fields_are_ignored_and_empty_batch_is_a_heartbeat(agent):
     body = batch(future_field={"x": 1})
     body["node"]["kernel"] = "6.1"
