@@ -11,12 +11,14 @@ MAX_WINDOW_S = 600
 
 def busy_util_percent() -> Decimal:
     """A covered second is busy when util_gpu_avg >= this (accounting.md, default 5)."""
-    return Decimal(str(getattr(settings, "BUSY_UTIL_PERCENT", "5")))
+    default = os.environ.get("BUSY_UTIL_PERCENT") or "5"
+    return Decimal(str(getattr(settings, "BUSY_UTIL_PERCENT", default)))
 
 
 def agent_silent_after_s() -> int:
     """A node whose agent has not reported for this long is shown as silent."""
-    return int(getattr(settings, "AGENT_SILENT_AFTER_S", 300))
+    default = os.environ.get("AGENT_SILENT_AFTER_S") or 300
+    return int(getattr(settings, "AGENT_SILENT_AFTER_S", default))
 
 
 def dirty_sweep_interval_s() -> float:

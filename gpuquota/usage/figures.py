@@ -20,33 +20,38 @@ def display_decimal(value: Fraction | int, places: str = "0.01") -> Decimal:
 
 @dataclass
 class Sums:
-    """Covered, busy and util-weighted seconds; `ok_` excludes failed time."""
+    """Covered, busy and util-weighted seconds; `ok_` excludes failed time (never
+    charged, and outside the fleet's non-failed seconds)."""
 
     covered_s: Fraction = Fraction(0)
-    ok_covered_s: Fraction = Fraction(0)
     busy_s: Fraction = Fraction(0)
     util_weighted: Fraction = Fraction(0)
+    ok_covered_s: Fraction = Fraction(0)
+    ok_busy_s: Fraction = Fraction(0)
 
     def add(self, *, covered_s, busy_s, util_weighted, failed: bool, split_ways: int) -> None:
         share = Fraction(1, split_ways)
         self.covered_s += Fraction(covered_s) * share
+        self.busy_s += Fraction(busy_s) * share
+        self.util_weighted += Fraction(Decimal(util_weighted)) * share
         if not failed:
             self.ok_covered_s += Fraction(covered_s) * share
-            self.busy_s += Fraction(busy_s) * share
-            self.util_weighted += Fraction(Decimal(util_weighted)) * share
+            self.ok_busy_s += Fraction(busy_s) * share
 
     def __iadd__(self, other: "Sums") -> "Sums":
         self.covered_s += other.covered_s
-        self.ok_covered_s += other.ok_covered_s
         self.busy_s += other.busy_s
         self.util_weighted += other.util_weighted
+        self.ok_covered_s += other.ok_covered_s
+        self.ok_busy_s += other.ok_busy_s
         return self
 
 
 @dataclass
 class UsageFigures:
-    """Reserved seconds (from assignments) against what the agents reported in them.
-    Busy and mean utilization leave out failed time (never charged)."""
+    """Reserved seconds (from assignments) against what the agents reported in them:
+    covered and busy seconds inside reserved assignments, failed time included (it is
+    credited on statements, not hidden here; accounting.md, Utilization)."""
 
     reserved_s: int = 0
     failed_reserved_s: int = 0
@@ -74,9 +79,9 @@ class UsageFigures:
 
     @property
     def mean_util_gpu(self) -> Fraction | None:
-        if not self.sums.ok_covered_s:
+        if not self.sums.covered_s:
             return None
-        return self.sums.util_weighted / self.sums.ok_covered_s
+        return self.sums.util_weighted / self.sums.covered_s
 
     def as_dict(self) -> dict:
         """Decimal strings as the statement export shows them."""
@@ -106,11 +111,11 @@ class FleetFigures:
 
     @property
     def utilization(self) -> Fraction:
-        return self.sums.busy_s / self.available_s if self.available_s else Fraction(0)
+        return self.sums.ok_busy_s / self.available_s if self.available_s else Fraction(0)
 
     @property
     def busy_hours(self) -> Decimal:
-        return display_decimal(self.sums.busy_s / 3600)
+        return display_decimal(self.sums.ok_busy_s / 3600)
 
     @property
     def available_hours(self) -> Decimal:

@@ -219,7 +219,9 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
         start=_s(start), end=_s(end), devices=devices, current_class=current_class,
         current_cluster=current_cluster, pieces=pieces, procs=procs, assignments=assignments,
         classes=classes, failures=failures, clusters=clusters,
-        resolver=OwnerResolver(cluster_ids=cluster_ids, start=start, end=end),
+        # process windows loaded may start up to one window before `start`
+        resolver=OwnerResolver(cluster_ids=cluster_ids,
+                               start=start - timedelta(seconds=MAX_WINDOW_S), end=end),
     )
 
 

@@ -4,7 +4,7 @@ name) per reservation, team, class and fleet, for any period.
 Whole hours of a period come from the hourly rollups (one aggregate query);
 the partial hours at arbitrary edges are computed from the samples with the same
 rule, in a fixed number of queries. Reserved and failed seconds come straight
-from assignments and health intervals (SQL aggregates), never from rollups.
+from assignments and health intervals (SQL aggregates in `seconds`), never from rollups.
 """
 
 from collections.abc import Callable
@@ -13,18 +13,32 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
-from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Sum, Value
-from django.db.models.functions import Coalesce, Greatest, Least
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from accounts.models import Team
+from gpuquota.core.errors import DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.timeutil import Period, hour_floor
-from gpuquota.inventory.models import Gpu, GpuClass, GpuClassInterval, GpuHealthInterval
+from gpuquota.inventory.models import GpuClass
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, display_decimal, sums_by
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import RESERVED, UNRESERVED, usage_buckets, usage_inputs_load
+from gpuquota.usage.seconds import (  # noqa: F401  (re-exported for chargeback)
+    failed_qs,
+    failed_reserved_qs,
+    failed_reserved_seconds,
+    failed_reserved_seconds_by_class,
+    failed_seconds_by_class,
+    in_service_qs,
+    in_service_seconds_by_class,
+    reserved_qs,
+    reserved_seconds,
+    reserved_seconds_by_class,
+    seconds_total,
+)
+from gpuquota.usage.services import raw_data_horizon
 
 KEY_FIELDS = ("kind", "gpu_class_id", "reservation_id", "team_id", "split_ways", "failed")
 HOUR = timedelta(hours=1)
@@ -44,9 +58,22 @@ def _split(period: Period) -> tuple[tuple[datetime, datetime] | None, list[tuple
     """(whole hours, [partial edge windows]) of a period."""
     first, last = _hour_ceil(period.start), hour_floor(period.end)
     if first >= last:
-        return None, [(period.start, period.end)] if period.start < period.end else []
+        edges = [(period.start, period.end)] if period.start < period.end else []
+        _edges_have_raw_data(edges)
+        return None, edges
     edges = [(a, b) for a, b in ((period.start, first), (last, period.end)) if a < b]
+    _edges_have_raw_data(edges)
     return (first, last), edges
+
+
+def _edges_have_raw_data(edges: list[tuple]) -> None:
+    """A partial hour is computed from raw samples: refuse it once they have expired,
+    rather than give a figure short of those seconds."""
+    horizon = raw_data_horizon()
+    if any(start < horizon for start, _end in edges):
+        raise DomainError(
+            f"Raw samples before {horizon:%Y-%m-%d %H:%M}Z have expired: a period starting "
+            "or ending that early must start and end on whole UTC hours.", field="period")
 
 
 def usage_rows(*, period: Period, edge_gpu_ids: Callable[[datetime, datetime], list | None],
@@ -81,51 +108,6 @@ def usage_rows(*, period: Period, edge_gpu_ids: Callable[[datetime, datetime], l
     return rows
 
 
-def _seconds(queryset: QuerySet, lo, hi) -> QuerySet:
-    """Annotate `seconds_d` = hi − lo and keep rows where it is positive."""
-    return queryset.annotate(_lo=lo, _hi=hi).filter(_hi__gt=F("_lo")).annotate(
-        seconds_d=ExpressionWrapper(F("_hi") - F("_lo"), output_field=DurationField())
-    )
-
-
-def _total_s(queryset: QuerySet, group: str | None = None) -> dict | int:
-    if group is None:
-        total = queryset.aggregate(total=Sum("seconds_d"))["total"]
-        return int(total.total_seconds()) if total else 0
-    rows = queryset.values(group).annotate(total=Sum("seconds_d")).order_by()
-    return {row[group]: int(row["total"].total_seconds()) for row in rows}
-
-
-def _reserved(period: Period, **filters) -> QuerySet:
-    charged_from = Greatest(
-        F("assigned_from"), F("reservation__start"),
-        Coalesce(F("reservation__approved_at"), F("reservation__start")), Value(period.start),
-    )
-    return _seconds(
-        Assignment.objects.filter(
-            assigned_from__lt=period.end, assigned_until__gt=period.start, **filters
-        ),
-        charged_from, Least(F("assigned_until"), Value(period.end)),
-    )
-
-
-def _failed_reserved(period: Period, **filters) -> QuerySet:
-    lo = Greatest(
-        F("assigned_from"), F("reservation__start"),
-        Coalesce(F("reservation__approved_at"), F("reservation__start")),
-        F("gpu__health_history__valid_from"), Value(period.start),
-    )
-    hi = Least(F("assigned_until"), Value(period.end),
-               Coalesce(F("gpu__health_history__valid_until"), Value(period.end)))
-    return _seconds(
-        Assignment.objects.filter(
-            assigned_from__lt=period.end, assigned_until__gt=period.start,
-            gpu__health_history__state=GpuHealthInterval.State.FAILED, **filters
-        ),
-        lo, hi,
-    )
-
-
 def _assigned_gpu_ids(**filters) -> Callable[[datetime, datetime], list]:
     def ids(start: datetime, end: datetime) -> list:
         return list(
@@ -139,8 +121,8 @@ def _figures(period: Period, assignment_filters: dict, row_filters: dict) -> Usa
     rows = usage_rows(period=period, edge_gpu_ids=_assigned_gpu_ids(**assignment_filters),
                       kind=RESERVED, **row_filters)
     return UsageFigures(
-        reserved_s=_total_s(_reserved(period, **assignment_filters)),
-        failed_reserved_s=_total_s(_failed_reserved(period, **assignment_filters)),
+        reserved_s=seconds_total(reserved_qs(period, **assignment_filters)),
+        failed_reserved_s=seconds_total(failed_reserved_qs(period, **assignment_filters)),
         sums=sums_by(rows, lambda r: None).get(None, Sums()),
     )
 
@@ -156,9 +138,14 @@ def team_utilization(*, team: Team, period: Period) -> UsageFigures:
 
 
 def class_utilization(*, gpu_class: GpuClass, period: Period) -> UsageFigures:
-    """The same over all reservations of a GPU class."""
-    return _figures(period, {"reservation__gpu_class": gpu_class},
-                    {"gpu_class_id": gpu_class.id})
+    """The same over reserved time on GPUs of a class (the class in force then)."""
+    rows = usage_rows(period=period, edge_gpu_ids=_assigned_gpu_ids(), kind=RESERVED,
+                      gpu_class_id=gpu_class.id)
+    return UsageFigures(
+        reserved_s=reserved_seconds_by_class(period=period).get(gpu_class.id, 0),
+        failed_reserved_s=failed_reserved_seconds_by_class(period=period).get(gpu_class.id, 0),
+        sums=sums_by(rows, lambda r: None).get(None, Sums()),
+    )
 
 
 @dataclass
@@ -171,8 +158,8 @@ def team_reservations_utilization(*, team: Team, period: Period) -> list[Reserva
     """Per reservation of the team overlapping the period: reserved versus busy.
     A fixed number of queries whatever the number of reservations."""
     assigned = Q(reservation__team=team)
-    reserved = _total_s(_reserved(period, reservation__team=team), "reservation_id")
-    failed = _total_s(_failed_reserved(period, reservation__team=team), "reservation_id")
+    reserved = seconds_total(reserved_qs(period, reservation__team=team), "reservation_id")
+    failed = seconds_total(failed_reserved_qs(period, reservation__team=team), "reservation_id")
     rows = usage_rows(period=period, edge_gpu_ids=_assigned_gpu_ids(reservation__team=team),
                       kind=RESERVED, team_id=team.id)
     sums = sums_by(rows, lambda r: r["reservation_id"])
@@ -195,8 +182,8 @@ def unreserved_busy_by_team(*, period: Period, gpu_class: GpuClass | None = None
     shares of multi-team windows, failed time excluded."""
     filters = {"gpu_class_id": gpu_class.id} if gpu_class else {}
     rows = usage_rows(period=period, edge_gpu_ids=lambda s, e: None, kind=UNRESERVED, **filters)
-    return {team: sums.busy_s for team, sums in sums_by(rows, lambda r: r["team_id"]).items()
-            if sums.busy_s}
+    return {team: sums.ok_busy_s
+            for team, sums in sums_by(rows, lambda r: r["team_id"]).items() if sums.ok_busy_s}
 
 
 def on_demand_busy_seconds(*, period: Period) -> list[dict]:
@@ -213,48 +200,6 @@ def on_demand_busy_seconds(*, period: Period) -> list[dict]:
             for (t, c, n), s in sorted(grouped.items(), key=str) if s]
 
 
-def _in_service(period: Period) -> QuerySet:
-    return _seconds(
-        Gpu.objects.filter(parent__isnull=True),
-        Greatest(F("commissioned_at"), Value(period.start)),
-        Least(Coalesce(F("retired_at"), Value(period.end)), Value(period.end)),
-    )
-
-
-def _failed(period: Period) -> QuerySet:
-    return _seconds(
-        GpuHealthInterval.objects.filter(state=GpuHealthInterval.State.FAILED,
-                                         gpu__parent__isnull=True),
-        Greatest(F("valid_from"), F("gpu__commissioned_at"), Value(period.start)),
-        Least(Coalesce(F("valid_until"), Value(period.end)),
-              Coalesce(F("gpu__retired_at"), Value(period.end)), Value(period.end)),
-    )
-
-
-def _in_service_by_class(period: Period) -> dict:
-    """In-service seconds per class in force then (class intervals ∩ in service)."""
-    end = Value(period.end)
-    return _total_s(_seconds(
-        GpuClassInterval.objects.filter(gpu__parent__isnull=True),
-        Greatest(F("valid_from"), F("gpu__commissioned_at"), Value(period.start)),
-        Least(Coalesce(F("valid_until"), end), Coalesce(F("gpu__retired_at"), end), end),
-    ), "gpu_class_id")
-
-
-def _failed_by_class(period: Period) -> dict:
-    """Failed in-service seconds per class in force then."""
-    end = Value(period.end)
-    return _total_s(_seconds(
-        GpuHealthInterval.objects.filter(state=GpuHealthInterval.State.FAILED,
-                                         gpu__parent__isnull=True,
-                                         gpu__class_history__isnull=False),
-        Greatest(F("valid_from"), F("gpu__class_history__valid_from"),
-                 F("gpu__commissioned_at"), Value(period.start)),
-        Least(Coalesce(F("valid_until"), end), Coalesce(F("gpu__class_history__valid_until"), end),
-              Coalesce(F("gpu__retired_at"), end), end),
-    ), "gpu__class_history__gpu_class_id")
-
-
 def fleet_utilization(*, period: Period) -> FleetFigures:
     """Fleet busy seconds (reserved or not) over in-service, non-failed GPU seconds,
     and the reserved figures of the whole fleet."""
@@ -262,11 +207,12 @@ def fleet_utilization(*, period: Period) -> FleetFigures:
     all_sums = sums_by(rows, lambda r: None).get(None, Sums())
     reserved_sums = sums_by([r for r in rows if r["kind"] == RESERVED], lambda r: None)
     return FleetFigures(
-        in_service_s=_total_s(_in_service(period)), failed_s=_total_s(_failed(period)),
+        in_service_s=seconds_total(in_service_qs(period)),
+        failed_s=seconds_total(failed_qs(period)),
         sums=all_sums,
         reserved=UsageFigures(
-            reserved_s=_total_s(_reserved(period)),
-            failed_reserved_s=_total_s(_failed_reserved(period)),
+            reserved_s=seconds_total(reserved_qs(period)),
+            failed_reserved_s=seconds_total(failed_reserved_qs(period)),
             sums=reserved_sums.get(None, Sums()),
         ),
     )
@@ -278,10 +224,10 @@ def classes_utilization(*, period: Period) -> list[tuple[GpuClass, FleetFigures]
     by_class = sums_by(rows, lambda r: r["gpu_class_id"])
     reserved_by_class = sums_by([r for r in rows if r["kind"] == RESERVED],
                                 lambda r: r["gpu_class_id"])
-    in_service = _in_service_by_class(period)
-    failed = _failed_by_class(period)
-    reserved = _total_s(_reserved(period), "reservation__gpu_class_id")
-    failed_reserved = _total_s(_failed_reserved(period), "reservation__gpu_class_id")
+    in_service = in_service_seconds_by_class(period=period)
+    failed = failed_seconds_by_class(period=period)
+    reserved = reserved_seconds_by_class(period=period)
+    failed_reserved = failed_reserved_seconds_by_class(period=period)
     ids = set(in_service) | set(by_class) | set(reserved)
     return [
         (klass, FleetFigures(
@@ -368,16 +314,3 @@ def reservation_gpu_usage(*, reservation: Reservation, period: Period) -> dict[i
                         memory=b.memory_used_bytes_max, processes=len(b.processes),
                         users=b.users)
     return result
-
-
-def reserved_seconds(*, period: Period, group: str | None = None, **filters) -> int | dict:
-    """Reserved seconds (accounting.md: assignments ∩ charged window ∩ period), exact,
-    optionally grouped by an Assignment lookup (e.g. `reservation__team_id`); `filters`
-    are Assignment lookups. Chargeback's `reserved` lines."""
-    return _total_s(_reserved(period, **filters), group)
-
-
-def failed_reserved_seconds(*, period: Period, group: str | None = None,
-                            **filters) -> int | dict:
-    """Reserved seconds during which the assigned GPU was failed: the `failure_credit`."""
-    return _total_s(_failed_reserved(period, **filters), group)

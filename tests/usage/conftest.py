@@ -13,3 +13,12 @@ def django_db_setup(django_db_setup, django_db_blocker):
     days += [today + timedelta(days=d) for d in range(-10, 3)]
     with django_db_blocker.unblock():
         partitions_ensure(days=days)
+
+
+@pytest.fixture(autouse=True)
+def _raw_data_kept(monkeypatch):
+    """These tests use fixed dates; keep their raw samples "within retention" whatever
+    today's date is (tests of the retention horizon set their own)."""
+    from gpuquota.ingest import conf as ingest_conf
+
+    monkeypatch.setattr(ingest_conf, "RAW_SAMPLE_RETENTION_DAYS", 100 * 365)

@@ -200,5 +200,98 @@ def test_class_figures_follow_the_class_in_force_then():
     by_class = {k: f for k, f in classes_utilization(period=Period(T0, T0 + H))}
     assert (by_class[old_class].in_service_s, by_class[old_class].failed_s) == (1800, 600)
     assert (by_class[new_class].in_service_s, by_class[new_class].failed_s) == (1800, 600)
-    assert by_class[old_class].sums.busy_s == by_class[new_class].sums.busy_s == 1200
+    assert by_class[old_class].sums.ok_busy_s == by_class[new_class].sums.ok_busy_s == 1200
     assert by_class[old_class].utilization == Fraction(1200, 1200)
+
+
+def test_reserved_figures_count_failed_time_fleet_and_on_demand_leave_it_out():
+    """Covered and busy inside reserved assignments include failed time (credited on the
+    statement, not hidden); fleet utilization is over non-failed seconds; busy time while
+    failed is never charged on demand."""
+    gpu = make_gpu()
+    team = TeamFactory(slug="vision")
+    minute_samples(gpu, T0, 60, util=40)
+    minute_samples(gpu, T0 + H, 60, util=80)
+    assignment = reserve(team, gpu, T0, T0 + H)
+    GpuHealthInterval.objects.create(gpu=gpu, state="failed", valid_from=T0 + 30 * M,
+                                     valid_until=T0 + 90 * M, reason="xid 79")
+    dirty_hours_process()
+    period = Period(T0, T0 + 2 * H)
+    figures = reservation_utilization(reservation=assignment.reservation, period=period)
+    assert (figures.reserved_s, figures.failed_reserved_s) == (3600, 1800)
+    assert (figures.sums.covered_s, figures.sums.busy_s) == (3600, 3600)
+    assert figures.utilization == 1 and figures.mean_util_gpu == 40
+    fleet = fleet_utilization(period=period)
+    assert (fleet.in_service_s, fleet.failed_s) == (7200, 3600)
+    assert fleet.utilization == Fraction(1800 + 1800, 3600)
+    assert unreserved_busy_by_team(period=period) == {None: 1800}
+    assert on_demand_busy_seconds(period=period) == [
+        {"team_id": None, "gpu_class_id": gpu.gpu_class_id, "split_ways": 1, "busy_s": 1800}]
+
+
+def test_edge_hour_owner_uses_the_mapping_in_force_at_the_process_window():
+    """A period edge inside a process window whose mapping ended before the edge: the
+    owner is resolved as the hourly rollup does, so parts add up to the whole."""
+    from accounts.models import ClusterIdentity
+
+    gpu = make_gpu()
+    physics = TeamFactory(slug="physics")
+    ClusterIdentity.objects.create(cluster=gpu.node.cluster, kind="slurm_account", key="phys",
+                                   team=physics, valid_from=T0 - H,
+                                   valid_until=T0 + timedelta(seconds=30))
+    minute_samples(gpu, T0, 2)
+    add_processes(gpu, T0, 2, user=None, account="phys")
+    dirty_hours_process()
+    whole = unreserved_busy_by_team(period=Period(T0, T0 + H))
+    left = unreserved_busy_by_team(period=Period(T0, T0 + timedelta(seconds=45)))
+    right = unreserved_busy_by_team(period=Period(T0 + timedelta(seconds=45), T0 + H))
+    assert whole == {physics.id: 60, None: 60}
+    assert left == {physics.id: 45} and right == {physics.id: 15, None: 60}
+
+
+def test_partial_hours_older_than_raw_retention_are_refused_not_short(monkeypatch):
+    """Only whole hours survive raw-sample expiry: a partial edge there is refused."""
+    from gpuquota.core.errors import DomainError
+    from gpuquota.ingest import conf as ingest_conf
+
+    monkeypatch.setattr(ingest_conf, "RAW_SAMPLE_RETENTION_DAYS", 90)
+    old = datetime(2025, 1, 6, 10, tzinfo=UTC)
+    with pytest.raises(DomainError, match="expired"):
+        on_demand_busy_seconds(period=Period(old + timedelta(seconds=1), old + 2 * H))
+    with pytest.raises(DomainError, match="expired"):
+        fleet_utilization(period=Period(old, old + timedelta(minutes=5)))
+    assert on_demand_busy_seconds(period=Period(old, old + 2 * H)) == []
+    assert fleet_utilization(period=Period.month(2025, 1)).sums.busy_s == 0
+
+
+def test_reserved_seconds_follow_the_class_in_force_then():
+    """A GPU reclassified while assigned: its reserved and failed reserved seconds split
+    at the change, per class, for chargeback and the class figures."""
+    from gpuquota.inventory.services import gpu_reclassify
+    from gpuquota.usage.selectors import (
+        failed_reserved_seconds_by_class,
+        reserved_seconds_by_class,
+    )
+    from tests.factories import GpuClassFactory
+
+    gpu = make_gpu()
+    team = TeamFactory(slug="vision")
+    old_class, new_class = gpu.gpu_class, GpuClassFactory(name="H100-reclassified")
+    minute_samples(gpu, T0, 60, util=50)
+    assignment = reserve(team, gpu, T0 + 5 * M, T0 + H)
+    GpuHealthInterval.objects.create(gpu=gpu, state="failed", valid_from=T0 + 20 * M,
+                                     valid_until=T0 + 40 * M, reason="xid 79")
+    gpu_reclassify(gpu=gpu, gpu_class=new_class, at=T0 + 30 * M)
+    dirty_hours_process()
+    period = Period(T0, T0 + H)
+    assert reserved_seconds_by_class(period=period, reservation__team=team) == {
+        old_class.id: 1500, new_class.id: 1800}
+    assert failed_reserved_seconds_by_class(period=period) == {
+        old_class.id: 600, new_class.id: 600}
+    old, new = (class_utilization(gpu_class=k, period=period) for k in (old_class, new_class))
+    assert (old.reserved_s, old.failed_reserved_s, old.sums.busy_s) == (1500, 600, 1500)
+    assert (new.reserved_s, new.failed_reserved_s, new.sums.busy_s) == (1800, 600, 1800)
+    assert old.reserved_s + new.reserved_s == reservation_utilization(
+        reservation=assignment.reservation, period=period).reserved_s
+    by_class = dict(classes_utilization(period=period))
+    assert by_class[new_class].reserved.reserved_s == 1800
