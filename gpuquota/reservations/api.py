@@ -249,6 +249,7 @@ class AuditListView(generics.ListAPIView):
             qs = qs.filter(team=team_for_view(self.request.user, slug))
         return qs
 
-    @extend_schema(parameters=[OpenApiParameter("team", str, description="team slug (404 if not visible)")])
+    @extend_schema(parameters=[
+        OpenApiParameter("team", str, description="team slug (404 if not visible)")])
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)

@@ -122,7 +122,10 @@ def reservation_create(
     if placement not in Reservation.Placement.values:
         raise DomainError("Placement is `any` or `same_node`.", field="placement")
     backfill = validate_request(count=count, start=start, end=end, actor=requested_by, now=now)
-    lock_team_class(team_id=team.id, gpu_class_id=gpu_class.id)
+    if backfill:  # it may need the guarantee check below: hold every team's lock
+        lock_class_guarantees(team_id=team.id, gpu_class_id=gpu_class.id)
+    else:
+        lock_team_class(team_id=team.id, gpu_class_id=gpu_class.id)
     check = quota_check(team_id=team.id, gpu_class=gpu_class, start=start, end=end, count=count)
     if not check.in_quota and not backfill:
         _refuse_beyond_fleet(gpu_class=gpu_class, start=start, end=end, count=count)
@@ -133,10 +136,14 @@ def reservation_create(
         status=S.PENDING if not (check.in_quota or backfill) else _status_for(
             start=start, end=end, now=now),
     )
+    if backfill and not check.in_quota and end > now and not quota_check(
+        team_id=team.id, gpu_class=gpu_class, start=now, end=end, count=count
+    ).in_quota:
+        _approval_capacity(reservation, now, verb="record")
     assignments = []
     if reservation.status != S.PENDING:
         assignments = assignments_create(reservation=reservation, start=start, end=end, count=count)
-    if backfill:
+    if start < now:  # a backfill, or a start within the tolerance: seconds already past
         mark_past_dirty(gpu_ids=[a.gpu_id for a in assignments], start=start, end=end, now=now)
     audit_record(
         actor=requested_by, action="reservation.backfill" if backfill else "reservation.request",
@@ -157,13 +164,16 @@ def _refuse_beyond_fleet(*, gpu_class: GpuClass, start: datetime, end: datetime,
         refusal = no_capacity_error(gpu_class=gpu_class, start=start, end=end, count=count,
                                     free_gpus=len(fmap.gpus_free_over(start, end)))
         raise NoCapacity(
-            f"{refusal.message} Only {in_service} {gpu_class.name} GPU(s) are in service "
-            "then.", field="count", free_gpus=refusal.free_gpus, next_free=refusal.next_free,
+            f"No capacity: only {in_service} {gpu_class.name} GPU(s) are in service then, "
+            f"{count} asked. {refusal.message.removeprefix('No capacity: ')}",
+            field="count", free_gpus=refusal.free_gpus, next_free=refusal.next_free,
         )
 
 
-def _approval_capacity(reservation: Reservation, start: datetime) -> None:
-    """Refuse an over-quota approval that lacks GPUs or eats another team's guarantee."""
+def _approval_capacity(reservation: Reservation, start: datetime, verb: str = "approve"
+                       ) -> None:
+    """Refuse an over-quota approval (or backfill running into the future) that lacks
+    GPUs or eats another team's guarantee from `start` on."""
     gpu_class, end, count = reservation.gpu_class, reservation.end, reservation.count
     fmap = free_map(gpu_class=gpu_class, start=start, end=end)
     shortfall = guarantee_shortfall_at(
@@ -173,7 +183,7 @@ def _approval_capacity(reservation: Reservation, start: datetime) -> None:
     if shortfall is not None:
         at, usable = shortfall
         raise NoCapacity(
-            f"Cannot approve: at {local_text(at)} only {usable} {gpu_class.name} GPU(s) are "
+            f"Cannot {verb}: at {local_text(at)} only {usable} {gpu_class.name} GPU(s) are "
             f"free beyond other teams' unused guarantees, {count} asked.",
             field=None, free_gpus=usable,
         )

@@ -91,3 +91,51 @@ def test_api_list_filtered_by_a_team_the_caller_cannot_see_is_404(fleet, url):
     assert client.get(url, {"team": "speech"}).status_code == 200
     client.force_login(fleet.admin)
     assert client.get(url, {"team": "vision"}).status_code == 200
+
+
+# --- Quota: rows of one team and class never overlap (on SQLite too) ----------------------
+
+def test_admin_cannot_add_an_overlapping_quota_row(fleet):
+    client = Client()
+    client.force_login(fleet.admin)
+    form = {"team": fleet.vision.pk, "gpu_class": fleet.gpu_class.pk, "gpus": 6,
+            "valid_from_0": "2026-12-05", "valid_from_1": "00:00:00",
+            "valid_until_0": "", "valid_until_1": ""}
+    response = client.post("/admin/reservations/quota/add/", form)
+    assert response.status_code == 200  # the form again, with the error
+    assert "overlap" in response.content.decode()
+    assert fleet.vision.quotas.count() == 1
+    # a row after the open one is closed is fine
+    quota = fleet.vision.quotas.get()
+    quota.valid_until = NOW.replace(day=5, hour=0)  # the admin's time zone is UTC
+    quota.save()
+    response = client.post("/admin/reservations/quota/add/", form)
+    assert response.status_code == 302
+    assert fleet.vision.quotas.count() == 2
+
+
+# --- Guarantees hold: also for an admin's over-quota backfill that runs into the future ----
+
+def test_over_quota_backfill_into_the_future_respects_other_teams_guarantees(fleet):
+    # 8 GPUs; speech's unused guarantee is 2, vision's quota 4: 7 would eat speech's
+    with pytest.raises(NoCapacity) as exc:
+        fleet.request(count=7, start=NOW - 2 * H, end=NOW + 2 * H, by=fleet.admin)
+    assert "guarantees" in exc.value.message and exc.value.free_gpus == 6
+    assert not Reservation.objects.exists()
+    r = fleet.request(count=6, start=NOW - 2 * H, end=NOW + 2 * H, by=fleet.admin)
+    assert r.is_backfill and r.over_quota and r.status == S.ACTIVE
+    # wholly in the past there is no guarantee left to protect
+    past = fleet.request(count=8, start=NOW - 6 * H, end=NOW - 4 * H, by=fleet.admin)
+    assert past.status == S.ENDED
+
+
+# --- A reservation starting within the lead's 5 minutes of tolerance reattributes the
+#     past minutes: their usage is recomputed (marked dirty in the same transaction) -------
+
+def test_start_within_tolerance_marks_the_past_minutes_dirty(fleet):
+    from gpuquota.usage.models import DirtyGpuHour
+
+    r = fleet.request(count=2, start=NOW - timedelta(minutes=4))  # NOW is 10:00
+    gpu_ids = {a.gpu_id for a in r.assignments.all()}
+    dirty = set(DirtyGpuHour.objects.filter(gpu_id__in=gpu_ids).values_list("gpu_id", "hour"))
+    assert {(gpu_id, NOW - H) for gpu_id in gpu_ids} <= dirty
