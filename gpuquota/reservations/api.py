@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from accounts.permissions import can_view_team, require_admin, team_for_action, team_for_view
 from accounts.selectors import teams_visible
+from gpuquota.core.errors import NotFound
 from gpuquota.reservations import serializers as s
 from gpuquota.reservations import services, services_change
 from gpuquota.reservations.models import Reservation
@@ -122,7 +123,10 @@ class ReservationListView(generics.ListCreateAPIView):
         data = s.ReservationCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        team = team_for_action(request.user, v["team"].slug)
+        try:
+            team = team_for_action(request.user, v["team"])
+        except Http404 as exc:
+            raise NotFound("No such team among those you can see.", field="team") from exc
         reservation = services.reservation_create(
             team=team, gpu_class=v["gpu_class"], count=v["count"], start=v["start"],
             end=v["end"], placement=v["placement"], purpose=v["purpose"],

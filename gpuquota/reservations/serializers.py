@@ -67,7 +67,9 @@ class ReservationSerializer(serializers.ModelSerializer):
 
 
 class ReservationCreateSerializer(serializers.Serializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    # A slug, resolved by the view through the permission module: an unknown team and
+    # one the caller may not see get the same 404, so no team's existence leaks.
+    team = serializers.SlugField(help_text="Slug of a team you lead (admins: any team).")
     gpu_class = serializers.SlugRelatedField(slug_field="name", queryset=GpuClass.objects.all())
     count = serializers.IntegerField()
     start = AwareDateTimeField()

@@ -33,30 +33,48 @@ def _soon(days=1):
 
 def _post(client, **overrides):
     start = _soon()
-    payload = {"team": "vision", "gpu_class": "H100-80GB", "count": 1,
-               "start": start.isoformat(), "end": (start + timedelta(hours=2)).isoformat()}
+    payload = {
+        "team": "vision",
+        "gpu_class": "H100-80GB",
+        "count": 1,
+        "start": start.isoformat(),
+        "end": (start + timedelta(hours=2)).isoformat(),
+    }
     payload.update(overrides)
     return client.post("/api/v1/reservations", payload, content_type="application/json")
 
 
+BAD_INPUT = [
+    (
+        {"end": _soon().isoformat(), "start": (_soon() + timedelta(hours=1)).isoformat()},
+        "end",
+        "after the start",
+    ),
+    ({"count": 0}, "count", "at least 1"),
+    ({"count": -3}, "count", "at least 1"),
+    ({"count": 10**6}, "count", "At most"),
+    ({"count": "two"}, "count", "integer"),
+    ({"gpu_class": "B200"}, "gpu_class", "does not exist"),
+    ({"start": (timezone.now() - timedelta(hours=2)).isoformat()}, "start", "past"),
+    ({"start": "2026-12-01T09:00:00"}, "start", "offset or Z"),
+    ({"end": "2026-12-01 09:00"}, "end", "offset or Z"),
+    ({"start": "tomorrow"}, "start", "format"),
+    ({"placement": "rack"}, "placement", "valid choice"),
+    ({"end": (_soon() + timedelta(days=500)).isoformat()}, "end", "366 days"),
+]
+
+
+def test_api_unknown_team_is_a_404_like_a_hidden_one(setup):
+    _roles, client = setup
+    response = _post(client, team="nope")
+    assert response.status_code == 404
+    assert response.json()["errors"][0]["field"] == "team"
+    assert not Reservation.objects.filter(requested_by=_roles.lead).exists()
+
+
 @pytest.mark.parametrize(
     ("overrides", "field", "words"),
-    [
-        ({"end": _soon().isoformat(), "start": (_soon() + timedelta(hours=1)).isoformat()},
-         "end", "after the start"),
-        ({"count": 0}, "count", "at least 1"),
-        ({"count": -3}, "count", "at least 1"),
-        ({"count": 10**6}, "count", "At most"),
-        ({"count": "two"}, "count", "integer"),
-        ({"gpu_class": "B200"}, "gpu_class", "does not exist"),
-        ({"team": "nope"}, "team", "does not exist"),
-        ({"start": (timezone.now() - timedelta(hours=2)).isoformat()}, "start", "past"),
-        ({"start": "2026-12-01T09:00:00"}, "start", "offset or Z"),
-        ({"end": "2026-12-01 09:00"}, "end", "offset or Z"),
-        ({"start": "tomorrow"}, "start", "format"),
-        ({"placement": "rack"}, "placement", "valid choice"),
-        ({"end": (_soon() + timedelta(days=500)).isoformat()}, "end", "366 days"),
-    ],
+    BAD_INPUT,
 )
 def test_api_bad_input_is_a_400_naming_the_field(setup, overrides, field, words):
     _roles, client = setup
@@ -66,22 +84,31 @@ def test_api_bad_input_is_a_400_naming_the_field(setup, overrides, field, words)
     assert body["code"] == "invalid"
     assert body["errors"][0]["field"] == field
     assert words.lower() in body["errors"][0]["message"].lower()
-    assert not Reservation.objects.filter(requested_by=_roles.lead, count__gt=0).exclude(
-        start__lt=timezone.now()).exists()
+    assert (
+        not Reservation.objects.filter(requested_by=_roles.lead, count__gt=0)
+        .exclude(start__lt=timezone.now())
+        .exists()
+    )
 
 
 def test_api_no_capacity_is_a_409_with_free_count(setup):
     _roles, client = setup
     start = _soon()
-    assert _post(client, count=2, start=start.isoformat(),
-                 end=(start + timedelta(hours=2)).isoformat()).status_code == 201
-    response = _post(client, count=1, start=start.isoformat(),
-                     end=(start + timedelta(hours=2)).isoformat())
+    assert (
+        _post(
+            client, count=2, start=start.isoformat(), end=(start + timedelta(hours=2)).isoformat()
+        ).status_code
+        == 201
+    )
+    response = _post(
+        client, count=1, start=start.isoformat(), end=(start + timedelta(hours=2)).isoformat()
+    )
     # over quota now (2 held): pending, not an error
     assert response.status_code == 201 and response.json()["status"] == "pending"
     _roles.team.quotas.update(gpus=3)
-    response = _post(client, count=1, start=start.isoformat(),
-                     end=(start + timedelta(hours=2)).isoformat())
+    response = _post(
+        client, count=1, start=start.isoformat(), end=(start + timedelta(hours=2)).isoformat()
+    )
     assert response.status_code == 409
     body = response.json()
     assert body["code"] == "no_capacity" and body["errors"][0]["field"] == "count"
@@ -91,35 +118,56 @@ def test_api_no_capacity_is_a_409_with_free_count(setup):
 def test_api_bad_extend_and_deny(setup):
     roles, client = setup
     created = _post(client).json()
-    response = client.post(f"/api/v1/reservations/{created['id']}/extend",
-                           {"end": "2027-01-01T00:00:00"}, content_type="application/json")
+    response = client.post(
+        f"/api/v1/reservations/{created['id']}/extend",
+        {"end": "2027-01-01T00:00:00"},
+        content_type="application/json",
+    )
     assert response.status_code == 400 and response.json()["errors"][0]["field"] == "end"
     admin = Client()
     admin.force_login(roles.admin)
-    response = admin.post(f"/api/v1/reservations/{created['id']}/deny", {},
-                          content_type="application/json")
+    response = admin.post(
+        f"/api/v1/reservations/{created['id']}/deny", {}, content_type="application/json"
+    )
     assert response.status_code == 400 and response.json()["errors"][0]["field"] == "reason"
-    response = admin.post(f"/api/v1/reservations/{created['id']}/deny", {"reason": "x"},
-                          content_type="application/json")
+    response = admin.post(
+        f"/api/v1/reservations/{created['id']}/deny",
+        {"reason": "x"},
+        content_type="application/json",
+    )
     assert response.status_code == 409  # not pending
 
 
 def test_availability_api(setup):
     _roles, client = setup
     body = client.get("/api/v1/availability", {"gpu_class": "H100-80GB"}).json()
-    assert body == [{"gpu_class": "H100-80GB", "start": body[0]["start"], "end": body[0]["end"],
-                     "total_gpus": 2, "free_gpus": 2}]
+    assert body == [
+        {
+            "gpu_class": "H100-80GB",
+            "start": body[0]["start"],
+            "end": body[0]["end"],
+            "total_gpus": 2,
+            "free_gpus": 2,
+        }
+    ]
     response = client.get("/api/v1/availability", {"start": "2026-12-01T00:00:00"})
     assert response.status_code == 400 and response.json()["errors"][0]["field"] == "start"
 
 
 # --- UI form ------------------------------------------------------------------------------
 
+
 def _form(client, **overrides):
     start = timezone.localtime(_soon())
-    data = {"team": "", "gpu_class": "", "count": 1, "placement": "any", "purpose": "",
-            "start": start.strftime("%Y-%m-%dT%H:%M"),
-            "end": (start + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")}
+    data = {
+        "team": "",
+        "gpu_class": "",
+        "count": 1,
+        "placement": "any",
+        "purpose": "",
+        "start": start.strftime("%Y-%m-%dT%H:%M"),
+        "end": (start + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M"),
+    }
     data.update(overrides)
     return client.post("/reservations/new/", data)
 
@@ -210,9 +258,17 @@ def test_admin_records_a_backfill_and_blocks_a_gpu_in_the_ui(form_setup):
     admin.force_login(roles.admin)
     fmt = "%Y-%m-%dT%H:%M"
     start = timezone.localtime(timezone.now() - timedelta(days=3))
-    response = admin.post("/reservations/backfill/", {
-        **ids, "count": 2, "placement": "any", "purpose": "missed booking",
-        "start": start.strftime(fmt), "end": (start + timedelta(hours=5)).strftime(fmt)})
+    response = admin.post(
+        "/reservations/backfill/",
+        {
+            **ids,
+            "count": 2,
+            "placement": "any",
+            "purpose": "missed booking",
+            "start": start.strftime(fmt),
+            "end": (start + timedelta(hours=5)).strftime(fmt),
+        },
+    )
     assert response.status_code == 302
     backfill = Reservation.objects.get(purpose="missed booking")
     assert backfill.is_backfill and backfill.status == "ended"
@@ -220,14 +276,22 @@ def test_admin_records_a_backfill_and_blocks_a_gpu_in_the_ui(form_setup):
 
     gpu = Gpu.objects.first()
     later = timezone.localtime(_soon(days=20))
-    response = admin.post("/reservations/maintenance/", {
-        "gpu": gpu.pk, "start": later.strftime(fmt), "end": "", "reason": "fan swap"})
+    response = admin.post(
+        "/reservations/maintenance/",
+        {"gpu": gpu.pk, "start": later.strftime(fmt), "end": "", "reason": "fan swap"},
+    )
     assert response.status_code == 302
     assert MaintenanceBlock.objects.get().valid_until is None
     # refused while assigned, with the message on the form
-    response = admin.post("/reservations/maintenance/", {
-        "gpu": gpu.pk, "start": start.strftime(fmt), "end": (start + timedelta(hours=1)).strftime(
-            fmt), "reason": "x"})
+    response = admin.post(
+        "/reservations/maintenance/",
+        {
+            "gpu": gpu.pk,
+            "start": start.strftime(fmt),
+            "end": (start + timedelta(hours=1)).strftime(fmt),
+            "reason": "x",
+        },
+    )
     assert response.status_code == 200 and "swap it out first" in response.content.decode()
 
 
@@ -235,24 +299,30 @@ def test_window_check_reads_local_times_and_refuses_dst_gaps(form_setup):
     roles, client, ids = form_setup
     roles.lead.timezone = "Europe/Berlin"
     roles.lead.save()
-    ok = client.get("/reservations/window-check/", {"gpu_class": ids["gpu_class"],
-                                                    "start": "2027-05-01T10:00",
-                                                    "end": "2027-05-01T12:00"})
+    ok = client.get(
+        "/reservations/window-check/",
+        {"gpu_class": ids["gpu_class"], "start": "2027-05-01T10:00", "end": "2027-05-01T12:00"},
+    )
     assert ok.json() == {"free_gpus": 2, "total_gpus": 2, "gpu_class": "H100-80GB"}
-    gap = client.get("/reservations/window-check/", {"gpu_class": ids["gpu_class"],
-                                                     "start": "2027-03-28T02:30",
-                                                     "end": "2027-03-28T12:00"})
+    gap = client.get(
+        "/reservations/window-check/",
+        {"gpu_class": ids["gpu_class"], "start": "2027-03-28T02:30", "end": "2027-03-28T12:00"},
+    )
     assert gap.status_code == 400 and "does not exist" in gap.json()["errors"]["start"]
 
 
-@pytest.mark.parametrize(("role", "status"), [("admin", 200), ("lead", 200), ("other_lead", 200),
-                                              ("member", 403), ("outsider", 403)])
+@pytest.mark.parametrize(
+    ("role", "status"),
+    [("admin", 200), ("lead", 200), ("other_lead", 200), ("member", 403), ("outsider", 403)],
+)
 def test_window_check_roles(form_setup, role, status):
     roles, _client, ids = form_setup
     client = Client()
     client.force_login(roles.users()[role])
-    response = client.get("/reservations/window-check/", {
-        "gpu_class": ids["gpu_class"], "start": "2027-05-01T10:00", "end": "2027-05-01T12:00"})
+    response = client.get(
+        "/reservations/window-check/",
+        {"gpu_class": ids["gpu_class"], "start": "2027-05-01T10:00", "end": "2027-05-01T12:00"},
+    )
     assert response.status_code == status
 
 
