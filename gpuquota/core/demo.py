@@ -62,6 +62,10 @@ SURNAMES = {
 }
 
 DEMO_SEED = 0
+# The simulated agents' GPU behaviours (agent/simulator.py): one node keeps the simulator's
+# default mix, with a GPU lost with XID 79 and a MIG one; the others run a steady mix.
+FAULTY_NODE = "ada-h100-01"
+HEALTHY_PROFILES = "training,inference,training,notebook,idle,inference,training,idle"
 
 
 def demo_gpu_uuid(hostname: str, index: int) -> str:

@@ -24,7 +24,7 @@ MODELS = [
 
 
 def test_seed_demo_builds_the_organisation_and_is_idempotent(capsys):
-    call_command("seed_demo")
+    call_command("seed_demo", history_hours=0)
     counts = {model.__name__: model.objects.count() for model in MODELS}
     assert counts["Cluster"] == 2
     assert counts["Node"] == 12
@@ -35,5 +35,5 @@ def test_seed_demo_builds_the_organisation_and_is_idempotent(capsys):
     assert counts["Reservation"] >= 4
     assert Reservation.objects.filter(status="pending").exists()
     assert "vision-lead" in capsys.readouterr().out
-    call_command("seed_demo")
+    call_command("seed_demo", history_hours=0)
     assert {model.__name__: model.objects.count() for model in MODELS} == counts

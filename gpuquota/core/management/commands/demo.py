@@ -20,10 +20,14 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from gpuquota.celery import app, collect_beat_schedule
-from gpuquota.core.demo import DEMO_PASSWORD, TEAMS, demo_agent_tokens_issue, demo_unix_users
-
-FAULTY_NODE = "ada-h100-01"  # the one node whose simulator loses a GPU and has a MIG one
-HEALTHY_PROFILES = "training,inference,training,notebook,idle,inference,training,idle"
+from gpuquota.core.demo import (
+    DEMO_PASSWORD,
+    FAULTY_NODE,
+    HEALTHY_PROFILES,
+    TEAMS,
+    demo_agent_tokens_issue,
+    demo_unix_users,
+)
 
 
 class Command(BaseCommand):

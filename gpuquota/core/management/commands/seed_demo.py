@@ -1,18 +1,39 @@
-from django.core.management.base import BaseCommand
+import time
+
+from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from gpuquota.core.demo import DEMO_PASSWORD, demo_organisation_seed
+from gpuquota.core.demo_history import DEFAULT_HISTORY_HOURS, demo_history_backfill
 from gpuquota.reservations.demo import demo_reservations_seed
 
 
 class Command(BaseCommand):
-    help = "Create the demo organisation (clusters, nodes, GPUs, teams, quotas, rates). Idempotent."
+    help = ("Create the demo organisation (clusters, nodes, GPUs, teams, quotas, rates) and "
+            "back-fill recent simulated telemetry. Idempotent.")
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--history-hours", type=int, default=DEFAULT_HISTORY_HOURS,
+            help="hours before now to back-fill with simulated telemetry, where the demo "
+            f"nodes have none yet (default {DEFAULT_HISTORY_HOURS}; 0: none)",
+        )
+
+    def handle(self, *args, history_hours, **options):
+        if history_hours < 0:
+            raise CommandError("--history-hours must be 0 or more.")
+        now = timezone.now()
         logins = demo_organisation_seed()
-        demo_reservations_seed(now=timezone.now())
+        demo_reservations_seed(now=now)
         self.stdout.write(
             self.style.SUCCESS(f"Demo organisation ready. Logins (password: {DEMO_PASSWORD}):")
         )
         for team, usernames in logins.items():
             self.stdout.write(f"  {team:<10} {', '.join(usernames)}")
+        if history_hours:
+            self.stdout.write(f"Back-filling up to {history_hours} h of simulated telemetry...")
+            began = time.monotonic()
+            samples = demo_history_backfill(hours=history_hours, now=now)
+            self.stdout.write(
+                f"Demo history: {samples} samples stored in {time.monotonic() - began:.1f} s."
+            )
