@@ -46,7 +46,7 @@ from gpuquota.usage.demo import demo_usage_catch_up
 HISTORY_WINDOW_S = 600
 HISTORY_POLL_S = 60.0
 # What `seed_demo` back-fills unless told otherwise. Each hour costs about 4 s on a small
-# machine, nearly all of it in ingestion and the rollups, so 12 h keeps seeding near a minute.
+# machine, nearly all of it in ingestion and the rollups: 8 h keeps seeding near 30 s.
 DEFAULT_HISTORY_HOURS = 8
 # The spool fsyncs every batch; in memory, where there is a tmpfs, that costs nothing.
 SCRATCH_DIR = "/dev/shm" if Path("/dev/shm").is_dir() else None
