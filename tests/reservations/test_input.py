@@ -222,10 +222,11 @@ def test_form_reads_times_in_the_users_time_zone(form_setup):
     roles, client, ids = form_setup
     roles.lead.timezone = "America/New_York"
     roles.lead.save()
-    response = _form(client, **ids, start="2027-06-01T09:00", end="2027-06-01T11:00")
+    year = timezone.now().year + 1  # a June (daylight saving time) that is in the future
+    response = _form(client, **ids, start=f"{year}-06-01T09:00", end=f"{year}-06-01T11:00")
     assert response.status_code == 302
     r = Reservation.objects.get()
-    assert r.start == datetime(2027, 6, 1, 13, 0, tzinfo=UTC)
+    assert r.start == datetime(year, 6, 1, 13, 0, tzinfo=UTC)
 
 
 def test_local_to_aware_accepts_ordinary_times():
