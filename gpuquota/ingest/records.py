@@ -118,6 +118,16 @@ class Judge:
             return None
         return found
 
+    def place(self, record: dict, path: str) -> tuple[GpuRef, tuple] | None:
+        """The GPU and window of a sample or process record, or None with the record
+        listed as rejected (it cannot be placed)."""
+        gpu = self.gpu(record["gpu_uuid"])
+        if type(gpu) is str:
+            self.out.reject(f"{path}.gpu_uuid", gpu)
+            return None
+        window = self.window(record, path)
+        return None if window is None else (gpu, window)
+
     def _window_check(self, start_text: str, end_text: str):
         start = self.instant(start_text)
         end = self.instant(end_text)
@@ -173,13 +183,9 @@ class Judge:
     # -- records ----------------------------------------------------------------------------
     def sample(self, index: int, record: dict, received_at: datetime) -> None:
         path = f"samples[{index}]"
-        gpu = self.gpu(record["gpu_uuid"])
-        if type(gpu) is str:
-            self.out.reject(f"{path}.gpu_uuid", gpu)
+        if (placed := self.place(record, path)) is None:
             return
-        window = self.window(record, path)
-        if window is None:
-            return
+        gpu, window = placed
         readings = record["readings"]
         if not 0 <= readings <= INT32:
             self.out.reject(f"{path}.readings", "must be >= 0")
@@ -214,13 +220,9 @@ class Judge:
 
     def process(self, index: int, record: dict, received_at: datetime) -> None:
         path = f"processes[{index}]"
-        gpu = self.gpu(record["gpu_uuid"])
-        if type(gpu) is str:
-            self.out.reject(f"{path}.gpu_uuid", gpu)
+        if (placed := self.place(record, path)) is None:
             return
-        window = self.window(record, path)
-        if window is None:
-            return
+        gpu, window = placed
         if not 1 <= record["pid"] <= MAX_PID:
             self.out.reject(f"{path}.pid", f"must be 1..{MAX_PID}")
             return
