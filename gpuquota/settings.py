@@ -178,7 +178,6 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # --- Mail ---------------------------------------------------------------------
 globals().update(email_settings(os.environ.get("EMAIL_URL", "console://")))
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gpuquota <gpuquota@localhost>")
-EMAIL_ENABLED = env_bool("EMAIL_ENABLED", True)
 
 # --- Time, language -----------------------------------------------------------
 LANGUAGE_CODE = "en-us"
