@@ -49,6 +49,15 @@ def period_to_date(period: Period, now: datetime | None = None) -> Period:
     return period.to_date(whole_second(now or timezone.now()))
 
 
+LAST_SPANS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
+
+
+def period_last(*, span: timedelta, now: datetime | None = None) -> Period:
+    """[hour_floor(now) - span, now): whole UTC hours back, plus the current hour to date."""
+    now = whole_second(now or timezone.now())
+    return Period(hour_floor(now) - span, now)
+
+
 def _hour_ceil(value: datetime) -> datetime:
     floor = hour_floor(value)
     return floor if floor == value else floor + HOUR

@@ -14,13 +14,15 @@ from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import Gpu, gpu_uuid_normalize
 from gpuquota.usage.charts import svg_bar_chart
-from gpuquota.usage.fleet import fleet_now, gpu_history
+from gpuquota.usage.fleet import fleet_now, fleet_summary, gpu_history, node_has_problem
 from gpuquota.usage.forms import HealthRecoverForm
 from gpuquota.usage.health import gpu_health_recover
 from gpuquota.usage.metrics import metrics_render
 from gpuquota.usage.selectors import (
+    LAST_SPANS,
     classes_utilization,
     fleet_utilization,
+    period_last,
     period_to_date,
     unreserved_busy_hours_named,
 )
@@ -41,8 +43,11 @@ def _gpu_or_404(uuid: str) -> Gpu:
 
 @login_required
 def fleet(request):
-    context = {"nodes": fleet_now(), "visible": _visible_team_ids(request.user),
-               "is_admin": is_admin(request.user)}
+    nodes = fleet_now()
+    problems = request.GET.get("problems") == "1"
+    context = {"nodes": [n for n in nodes if node_has_problem(n)] if problems else nodes,
+               "summary": fleet_summary(nodes=nodes), "problems": problems,
+               "visible": _visible_team_ids(request.user), "is_admin": is_admin(request.user)}
     return render(request, "usage/fleet.html", context)
 
 
@@ -101,10 +106,13 @@ def utilization(request):
             Period.month(now.year, now.month)
     except ValueError as exc:
         raise Http404(str(exc)) from exc
-    period = period_to_date(month, now)
+    last = request.GET.get("last")
+    if last not in LAST_SPANS:  # unknown values fall back to the month
+        last = None
+    period = period_last(span=LAST_SPANS[last], now=now) if last else period_to_date(month, now)
     admin = is_admin(request.user)
     context = {
-        "month": month, "period": period,
+        "month": month, "period": period, "last": last,
         "classes": classes_utilization(period=period),
         "fleet": fleet_utilization(period=period),
         "unreserved": unreserved_busy_hours_named(period=period) if admin else None,

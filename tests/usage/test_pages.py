@@ -1,5 +1,6 @@
 """Fleet pages against every role, bounded queries, the admin recovery button, /metrics."""
 
+import re
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
@@ -10,7 +11,7 @@ from django.utils import timezone
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.usage.services import dirty_hours_process
-from tests.factories import NodeFactory, make_gpu
+from tests.factories import NodeFactory, TeamFactory, make_gpu
 from tests.usage.factories import add_processes, minute_samples, reserve
 
 pytestmark = pytest.mark.django_db
@@ -172,3 +173,100 @@ def test_demo_catch_up_drains_the_outbox():
     minute_samples(make_gpu(), hour_floor(timezone.now()) - timedelta(hours=2), 90)
     assert demo_usage_catch_up() == 2
     assert demo_usage_catch_up() == 0
+
+
+def small_fleet():
+    """n1: three reporting GPUs (80 % reserved, 20 % degraded, 50 % failed); n2: silent, one
+    GPU still with recent windows (90 %); n3: one healthy reserved GPU at 10 %."""
+    now = timezone.now().replace(microsecond=0)
+    start = hour_floor(now) - timedelta(hours=1)
+    minutes = int((now - start).total_seconds() // 60)
+    hosts = {"n1": now, "n2": now - timedelta(hours=2), "n3": now}
+    nodes = {h: NodeFactory(hostname=h, last_seen_at=seen) for h, seen in hosts.items()}
+    gpus = {}
+    for name, host, index, util in [("a", "n1", 0, 80), ("b", "n1", 1, 20), ("c", "n1", 2, 50),
+                                     ("d", "n2", 0, 90), ("e", "n3", 0, 10)]:
+        gpus[name] = make_gpu(node=nodes[host], index=index, at=start - timedelta(days=1))
+        minute_samples(gpus[name], start, minutes, util=util)
+    for name, state in (("b", "degraded"), ("c", "failed")):
+        GpuHealthInterval.objects.create(gpu=gpus[name], state=state, reason="xid 79",
+                                         valid_from=now - timedelta(minutes=30))
+    team = TeamFactory()
+    for name in ("a", "e"):
+        reserve(team, gpus[name], start, now + timedelta(hours=2))
+    return gpus
+
+
+def stat(body: str, name: str) -> str:
+    match = re.search(rf'data-stat="{name}"><div class="label">[^<]*</div>'
+                      rf'<div class="value">([^<]*)</div>', body)
+    assert match, name
+    return match.group(1)
+
+
+def test_fleet_summary_counts_the_fleet_now(client, roles):
+    small_fleet()
+    client.force_login(roles.member)
+    body = client.get(reverse("fleet")).content.decode()
+    assert stat(body, "gpus") == "5"
+    assert stat(body, "failed") == "1"
+    assert stat(body, "degraded") == "1"
+    assert stat(body, "nodes") == "2 / 3" and "1 silent" in body
+    assert stat(body, "util") == "40.0%"  # (80+20+50+10)/4: the silent node's GPU is left out
+    assert stat(body, "reserved") == "2"
+    assert "Only problems (2)" in body
+
+
+def test_fleet_problems_filter_keeps_silent_nodes_and_unhealthy_gpus(client, roles):
+    small_fleet()
+    client.force_login(roles.member)
+    every = client.get(reverse("fleet")).content.decode()
+    assert all(f'data-node="{h}"' in every for h in ("n1", "n2", "n3"))
+    only = client.get(reverse("fleet") + "?problems=1").content.decode()
+    assert 'data-node="n1"' in only and 'data-node="n2"' in only
+    assert 'data-node="n3"' not in only
+    assert stat(only, "gpus") == "5"  # the summary stays the whole fleet's
+
+
+def test_fleet_problems_filter_with_nothing_wrong(client, roles):
+    make_gpu(node=NodeFactory(hostname="fine", last_seen_at=timezone.now()))
+    client.force_login(roles.member)
+    body = client.get(reverse("fleet") + "?problems=1").content.decode()
+    assert 'data-node="fine"' not in body and "No problems" in body
+    assert stat(body, "util") == "—"
+
+
+def busy_hours_back(roles):
+    """One GPU busy (100 %) for two hours yesterday-ish (within 24 h) and two hours three days
+    ago (within 7 days)."""
+    now = timezone.now()
+    floor = hour_floor(now)
+    gpu = make_gpu(node=NodeFactory(last_seen_at=now), at=floor - timedelta(days=9))
+    minute_samples(gpu, floor - timedelta(hours=3), 120, util=100)
+    minute_samples(gpu, floor - timedelta(days=3), 120, util=100)
+    dirty_hours_process()
+    return floor
+
+
+@pytest.mark.parametrize("last, label, hours, busy", [("24h", "Last 24 h", 24, "2.00"),
+                                                      ("7d", "Last 7 days", 168, "4.00")])
+def test_utilization_last_hours(client, roles, last, label, hours, busy):
+    floor = busy_hours_back(roles)
+    client.force_login(roles.admin)
+    response = client.get(reverse("fleet_utilization") + f"?last={last}")
+    assert response.status_code == 200
+    body = response.content.decode()
+    start = (floor - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M")
+    assert f"{label}: {start} – " in body
+    assert f"busy {busy} h of" in body
+
+
+@pytest.mark.parametrize("last", ["", "30d", "24H", "<script>"])
+def test_utilization_unknown_last_falls_back_to_the_month(client, roles, last):
+    busy_hours_back(roles)
+    client.force_login(roles.admin)
+    response = client.get(reverse("fleet_utilization"), {"last": last})
+    assert response.status_code == 200
+    body = response.content.decode()
+    now = timezone.now()
+    assert f"{now:%B %Y}: {now:%Y-%m}-01 00:00 – " in body and "Last 24 h:" not in body
