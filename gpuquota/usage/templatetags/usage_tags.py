@@ -46,6 +46,4 @@ def team_label(team_id, visible) -> str:
 @register.filter
 def util_pct(value) -> str:
     """A utilization already in percent (0..100), ROUND_HALF_UP to one decimal."""
-    if value is None:
-        return "—"
-    return f"{display_decimal(Fraction(value), '0.1')}%"
+    return pct(None if value is None else Fraction(value) / 100)
