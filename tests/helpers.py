@@ -1,6 +1,33 @@
-"""Helpers for browser tests."""
+"""Helpers shared by the test areas: browser sessions and racing threads."""
 
 import os
+import threading
+from collections.abc import Callable
+
+from django.db import connections
+
+
+def run_concurrently(jobs: list[Callable]) -> list:
+    """Run the callables at the same instant, each in its own thread with its own
+    database connection; each job's result, or the exception it raised, in order."""
+    barrier = threading.Barrier(len(jobs))
+    outcomes: list = [None] * len(jobs)
+
+    def run(index: int, job: Callable) -> None:
+        try:
+            barrier.wait()
+            outcomes[index] = job()
+        except Exception as exc:  # noqa: BLE001 - handed to the test to judge
+            outcomes[index] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=item) for item in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return outcomes
 
 
 def browser_login(page, username: str, password: str = "password") -> None:

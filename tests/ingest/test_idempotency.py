@@ -1,17 +1,16 @@
 """Identities and batch ids: nothing is stored twice; replays get the first answer."""
 
 import json
-import threading
 import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
 from gpuquota.ingest.models import AgentBatch, GpuEvent, ProcessRecord, Sample
 from gpuquota.usage.models import DirtyGpuHour
+from tests.helpers import run_concurrently
 from tests.ingest.factories import (
     Agent,
     batch,
@@ -153,22 +152,8 @@ def test_failure_while_storing_rolls_back_rows_receipt_and_outbox(monkeypatch):
 def test_concurrent_replays_are_serialised_one_202_the_rest_200():
     issued = enrolled()
     body = full_batch(new_gpu_uuid(), minutes=30)
-    results: list = []
-    barrier = threading.Barrier(6)
-
-    def send():
-        try:
-            barrier.wait()
-            response = Agent(issued.key, Client()).post(body)
-            results.append((response.status_code, response.json()))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=send) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    responses = run_concurrently([lambda: Agent(issued.key, Client()).post(body)] * 6)
+    results = [(response.status_code, response.json()) for response in responses]
     statuses = sorted(status for status, _ in results)
     assert statuses == [200] * 5 + [202]
     assert len({json.dumps(body, sort_keys=True) for _, body in results}) == 1
@@ -183,21 +168,12 @@ def test_concurrent_batches_with_the_same_records_store_each_once():
     template = full_batch(new_gpu_uuid(), minutes=20)
     for _ in range(4):
         bodies.append({**template, "batch_id": str(uuid.uuid4())})
-    results: list = []
-    barrier = threading.Barrier(len(bodies))
-
-    def send(body):
-        try:
-            barrier.wait()
-            results.append(Agent(issued.key, Client()).post(body).json())
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=send, args=(b,)) for b in bodies]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = [
+        response.json()
+        for response in run_concurrently(
+            [lambda b=b: Agent(issued.key, Client()).post(b) for b in bodies]
+        )
+    ]
     assert sum(r["samples"]["stored"] for r in results) == 20
     assert sum(r["samples"]["duplicates"] for r in results) == 60
     assert Sample.objects.count() == 20

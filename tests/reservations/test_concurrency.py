@@ -6,19 +6,19 @@ no team exceeds its quota, every other request gets a clean "no capacity" (409)
 or becomes pending (over quota), and nothing raises anything else.
 """
 
-import threading
 import time
 from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from accounts.models import Team
 from gpuquota.core.errors import DomainError
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.services import reservation_approve, reservation_create
 from tests.factories import QuotaFactory, TeamFactory
+from tests.helpers import run_concurrently
 from tests.reservations.factories import NOW, Fleet, lead_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -27,26 +27,15 @@ H = timedelta(hours=1)
 
 def _fire(jobs):
     """Run the callables at once from their own threads; outcome per job."""
-    barrier = threading.Barrier(len(jobs))
-    outcomes: list = [None] * len(jobs)
-
-    def run(i, job):
-        try:
-            barrier.wait()
-            outcomes[i] = ("ok", job())
-        except DomainError as exc:
-            outcomes[i] = (exc.code, exc.message)
-        except Exception as exc:  # noqa: BLE001 - any other exception is the failure we look for
-            outcomes[i] = ("error", repr(exc))
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(i, job)) for i, job in enumerate(jobs)]
     started = time.monotonic()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    outcomes = []
+    for result in run_concurrently(jobs):
+        if isinstance(result, DomainError):
+            outcomes.append((result.code, result.message))
+        elif isinstance(result, Exception):  # any other exception is the failure we look for
+            outcomes.append(("error", repr(result)))
+        else:
+            outcomes.append(("ok", result))
     return outcomes, time.monotonic() - started
 
 

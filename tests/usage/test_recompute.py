@@ -18,6 +18,7 @@ from gpuquota.usage.services import (
 )
 from gpuquota.usage.tasks import dirty_sweep
 from tests.factories import AdminFactory, TeamFactory, make_gpu
+from tests.helpers import run_concurrently
 from tests.usage.factories import (
     T0,
     add_processes,
@@ -80,30 +81,16 @@ def test_generation_guards_the_outbox_row():
 
 @pytest.mark.postgres
 def test_concurrent_sweeps_give_the_same_rows_as_one(transactional_db):
-    import threading
-
-    from django.db import connection
-
     gpus = [make_gpu(index=i) for i in range(3)]
     for i, gpu in enumerate(gpus):
         minute_samples(gpu, T0, 240, util=10 + i)
         add_processes(gpu, T0, 240, user="alice")
-    errors = []
 
     def sweep():
-        try:
-            while dirty_hours_process(limit=3):
-                pass
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+        while dirty_hours_process(limit=3):
+            pass
 
-    threads = [threading.Thread(target=sweep) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    errors = [r for r in run_concurrently([sweep] * 4) if isinstance(r, Exception)]
     assert not errors and not DirtyGpuHour.objects.exists()
     concurrent = sorted(GpuHourUsage.objects.values_list("gpu_id", "hour", "covered_s", "busy_s"))
     assert len(concurrent) == 12
