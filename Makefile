@@ -13,6 +13,8 @@ $(INSTALLED): requirements.txt
 	touch $@
 
 ## Run the product on the embedded default: SQLite, no broker, demo data, simulated agents.
+## Mail is written to files under var/mail/ unless EMAIL_URL says otherwise.
+demo: export EMAIL_URL ?= file://var/mail
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
