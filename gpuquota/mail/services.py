@@ -90,7 +90,8 @@ def mail_send(
     """One message per recipient, rendered from templates/mail/<template>/{subject.txt,body.txt,
     body.html} (context plus `recipient`), recorded per (key, recipient): a recipient already
     served under `key` is never mailed again (unless `force`: an explicit resend), so retries
-    after an SMTP outage or a killed worker mail only those not yet served."""
+    after an SMTP outage or a killed worker mail only those not yet served. It commits per
+    recipient, so it runs outside any transaction (inside one: `mail_send_later`)."""
     outcome = MailOutcome()
     if not mail_enabled():
         outcome.disabled = True

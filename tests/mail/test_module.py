@@ -84,7 +84,7 @@ def test_the_profile_page_sets_the_opt_out_and_mail_honours_it(db, client, smtp_
     ann = UserFactory(username="ann")
     client.force_login(ann)
     page = client.get("/accounts/profile/")
-    assert b'name="email_opt_out"' in page.content
+    assert b'name="email_opt_out"' in page.content and b"No email from gpuquota" in page.content
     response = client.post("/accounts/profile/", {
         "first_name": "Ann", "last_name": "Lee", "email": ann.email, "timezone": "UTC",
         "email_opt_out": "on"})
