@@ -249,3 +249,66 @@ def gpu_health_recover(*, gpu: Gpu, at: datetime, by, note: str) -> GpuHealthInt
     )
     gpu_usage_mark_dirty(gpu_id=gpu.id, start=at, end=old_until or now)
     return interval
+
+
+def _fmt(value: datetime | None) -> str:
+    return "open end" if value is None else f"{value:%Y-%m-%d %H:%M:%S}Z"
+
+
+@transaction.atomic
+def gpu_health_interval_record(*, gpu: Gpu, state: str, valid_from: datetime,
+                               valid_until: datetime | None, by,
+                               reason: str) -> GpuHealthInterval:
+    """An admin records that a GPU was failed or degraded over [valid_from, valid_until)
+    (open: until recovered, or for `failed` until a good sample of another boot, the
+    earlier of the two as for any failure); never overlapping another interval; audited;
+    the hours it re-attributes marked for recompute."""
+    from gpuquota.usage.models import GpuHourUsage
+    from gpuquota.usage.services import raw_data_horizon
+
+    if not (by is not None and by.is_authenticated and by.is_staff):
+        raise PermissionDenied("Only admins can record a GPU's health.")
+    if gpu.parent_id is not None:
+        raise DomainError("Record the physical GPU's health; MIG devices follow it.",
+                          field="gpu")
+    if state not in (FAILED, DEGRADED):
+        raise DomainError("The state must be failed or degraded.", field="state")
+    now = timezone.now()
+    valid_from = whole_second(valid_from)
+    valid_until = whole_second(valid_until) if valid_until is not None else None
+    if valid_from > now or (valid_until is not None and valid_until > now):
+        raise DomainError("A health interval cannot lie in the future.", field="valid_from")
+    if valid_until is not None and valid_until <= valid_from:
+        raise DomainError("The interval must end after it starts.", field="valid_until")
+    horizon = raw_data_horizon()
+    if valid_from < horizon and GpuHourUsage.objects.filter(
+            gpu=gpu, hour__gte=hour_floor(valid_from), hour__lt=horizon).exists():
+        raise Conflict(f"Raw samples before {_fmt(horizon)} have expired: the GPU-hours from "
+                       f"{_fmt(hour_floor(valid_from))} could not be recomputed.",
+                       field="valid_from")
+    overlapping = (GpuHealthInterval.objects.select_for_update().filter(gpu=gpu)
+                   .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=valid_from)))
+    if valid_until is not None:
+        overlapping = overlapping.filter(valid_from__lt=valid_until)
+    if (other := overlapping.order_by("valid_from").first()) is not None:
+        raise Conflict(f"Overlaps the {other.state} interval from {_fmt(other.valid_from)} to "
+                       f"{_fmt(other.valid_until)} ({other.reason}).", field="valid_from")
+    device_ids = [gpu.id, *gpu.mig_devices.values_list("id", flat=True)]
+    boot_id, closed_reason, until = "", "", valid_until
+    if state == FAILED:
+        boot_id = _boot_in_force(device_ids, Opener(valid_from, state, reason, ""))
+        good = boot_id and _first_good_sample(device_ids, after=valid_from, boot_id=boot_id,
+                                              before=valid_until)
+        if good:
+            until, closed_reason = good[0], _closed_reason(good[1])
+    interval = GpuHealthInterval.objects.create(
+        gpu=gpu, state=state, valid_from=valid_from, valid_until=until,
+        reason=(reason or "recorded by an admin")[:256], boot_id=boot_id,
+        closed_reason=closed_reason or ("recorded by an admin" if until else ""),
+        closed_by=by if until is not None and not closed_reason else None,
+    )
+    audit_record(actor=by, action="gpu_health_record", obj=interval, reason=reason, changes={
+        "gpu": gpu.uuid, "state": state, "valid_from": valid_from.isoformat(),
+        "valid_until": until.isoformat() if until else None})
+    gpu_usage_mark_dirty(gpu_id=gpu.id, start=valid_from, end=until or now)
+    return interval
