@@ -1,4 +1,5 @@
 import zoneinfo
+from datetime import datetime, time, timedelta
 
 from django import forms
 
@@ -14,3 +15,17 @@ class ProfileForm(forms.ModelForm):
     class Meta:
         model = User
         fields = ["first_name", "last_name", "email", "timezone", "email_opt_out"]
+
+
+class ApiTokenForm(forms.Form):
+    name = forms.CharField(max_length=120, help_text="What will use it, e.g. “nightly CI”.")
+    expires_on = forms.DateField(
+        required=False, widget=forms.DateInput(attrs={"type": "date"}),
+        help_text="Optional: it stops working after this day (your time zone).")
+
+    def expires_at(self, tz: zoneinfo.ZoneInfo) -> datetime | None:
+        """The instant the token stops working: the end of the chosen local day."""
+        day = self.cleaned_data.get("expires_on")
+        if day is None:
+            return None
+        return datetime.combine(day + timedelta(days=1), time(), tzinfo=tz)
