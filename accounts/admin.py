@@ -1,8 +1,14 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
 
 from accounts.models import ApiToken, ClusterIdentity, Membership, Team, User
-from accounts.services import identity_delete, identity_save, membership_delete, membership_save
+from accounts.services import (
+    api_token_revoke,
+    identity_delete,
+    identity_save,
+    membership_delete,
+    membership_save,
+)
 
 SAVE = {
     Membership: lambda obj, actor: membership_save(membership=obj, actor=actor),
@@ -85,7 +91,31 @@ class ClusterIdentityAdmin(ServicesSaveMixin, admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "revoked_at"]
-    list_filter = ["revoked_at"]
+    """Read-only: tokens are issued by their owners on the profile page (one service,
+    accounts.services.api_token_create); admins revoke anyone's here, through
+    api_token_revoke."""
+
+    list_display = ["name", "user", "prefix", "created_at", "last_used_at", "expires_at",
+                    "revoked_at"]
+    list_filter = ["revoked_at", "expires_at"]
     search_fields = ["name", "user__username", "prefix"]
-    readonly_fields = ["prefix", "key_hash", "created_at", "last_used_at"]
+    fields = ["name", "user", "prefix", "created_at", "last_used_at", "expires_at",
+              "revoked_at"]
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Revoke the selected tokens", permissions=["view"])
+    def revoke(self, request, queryset):
+        live = [token for token in queryset if token.revoked_at is None]
+        for token in live:
+            api_token_revoke(token=token, actor=request.user)
+        self.message_user(request, f"Revoked {len(live)} token(s).", messages.SUCCESS)

@@ -1,8 +1,6 @@
-from django.utils import timezone
 from rest_framework import authentication, exceptions
 
-from accounts.models import ApiToken
-from gpuquota.core.tokens import token_hash
+from accounts.services import api_token_use
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
@@ -15,14 +13,9 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).decode("latin-1").split()
         if len(header) != 2 or header[0] != self.keyword or not header[1].startswith(self.prefix):
             return None
-        token = (
-            ApiToken.objects.select_related("user")
-            .filter(key_hash=token_hash(header[1]), revoked_at__isnull=True)
-            .first()
-        )
-        if token is None or not token.user.is_active:
-            raise exceptions.AuthenticationFailed("Unknown or revoked API token.")
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        token = api_token_use(key=header[1])
+        if token is None:
+            raise exceptions.AuthenticationFailed("Unknown, expired or revoked API token.")
         return token.user, token
 
     def authenticate_header(self, request) -> str:

@@ -1,4 +1,5 @@
 import zoneinfo
+from datetime import datetime, time, timedelta
 
 from django import forms
 
@@ -19,3 +20,17 @@ class ProfileForm(forms.ModelForm):
             "email_opt_out": "Stops every email to you, statements included (your team's other "
             "leads still receive them)."
         }
+
+
+class ApiTokenForm(forms.Form):
+    name = forms.CharField(max_length=120, help_text="What will use it, e.g. “nightly CI”.")
+    expires_on = forms.DateField(
+        required=False, widget=forms.DateInput(attrs={"type": "date"}),
+        help_text="Optional: it stops working after this day (your time zone).")
+
+    def expires_at(self, tz: zoneinfo.ZoneInfo) -> datetime | None:
+        """The instant the token stops working: the end of the chosen local day."""
+        day = self.cleaned_data.get("expires_on")
+        if day is None:
+            return None
+        return datetime.combine(day + timedelta(days=1), time(), tzinfo=tz)

@@ -137,7 +137,8 @@ class ClusterIdentity(models.Model):
 
 
 class ApiToken(models.Model):
-    """A personal API token (Authorization: Token <key>), stored hashed."""
+    """A personal API token (`Authorization: Bearer gqu_...`), stored hashed; issued and
+    revoked only by accounts.services."""
 
     user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="api_tokens")
     name = models.CharField(max_length=120)
@@ -145,10 +146,15 @@ class ApiToken(models.Model):
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires.")
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(prefix="") & ~Q(key_hash=""),
+                                   name="api_token_prefix_and_hash_set"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

@@ -3,7 +3,7 @@ from datetime import datetime
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from accounts.models import ClusterIdentity, Membership, Team, User
+from accounts.models import ApiToken, ClusterIdentity, Membership, Team, User
 
 
 def _valid_at(at: datetime) -> Q:
@@ -75,3 +75,17 @@ def identity_resolve(
 def platform_admins() -> QuerySet[User]:
     """Every platform admin (active staff user): who is told of what waits for an admin."""
     return User.objects.filter(is_staff=True, is_active=True).order_by("username")
+
+
+def api_tokens_live(*, user: User | None = None, now: datetime | None = None
+                    ) -> QuerySet[ApiToken]:
+    """Tokens that authenticate now (not revoked, not expired), of `user` or everyone."""
+    now = now or timezone.now()
+    qs = ApiToken.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now),
+                                 revoked_at__isnull=True)
+    return qs if user is None else qs.filter(user=user)
+
+
+def api_tokens_of(*, user: User) -> QuerySet[ApiToken]:
+    """Every token of the user, newest first, revoked and expired ones included."""
+    return ApiToken.objects.filter(user=user).order_by("-created_at", "-id")

@@ -3,20 +3,74 @@ from datetime import datetime
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from accounts.models import ApiToken, ClusterIdentity, Membership, User
+from accounts.permissions import is_admin
+from accounts.selectors import api_tokens_live
+from gpuquota.core.errors import DomainError, PermissionDenied
 from gpuquota.core.services import audit_record
-from gpuquota.core.tokens import token_generate
+from gpuquota.core.tokens import token_generate, token_hash
 from gpuquota.usage.services import identity_change_mark_dirty, membership_change_mark_dirty
+
+MAX_LIVE_API_TOKENS = 50
+
+
+def _token_name_clean(name: str) -> str:
+    name = (name or "").strip()
+    if not name:
+        raise DomainError("Give the token a name (what will use it).", field="name")
+    if len(name) > 120 or "\x00" in name:
+        raise DomainError("A name of at most 120 characters, without NUL.", field="name")
+    return name
 
 
 @transaction.atomic
-def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
-    """A new personal API token; the plain key is returned once and never stored."""
+def api_token_create(*, user: User, name: str, expires_at: datetime | None = None,
+                     now: datetime | None = None) -> tuple[ApiToken, str]:
+    """A new named personal API token for `user`, optionally expiring; the plain key is
+    returned this once and only its hash is stored. The only way tokens are issued."""
+    now = now or timezone.now()
+    name = _token_name_clean(name)
+    if expires_at is not None and expires_at <= now:
+        raise DomainError("The expiry must be in the future.", field="expires_at")
+    User.objects.select_for_update().filter(pk=user.pk).first()  # one issue at a time
+    if api_tokens_live(user=user, now=now).count() >= MAX_LIVE_API_TOKENS:
+        raise DomainError(f"At most {MAX_LIVE_API_TOKENS} live tokens: revoke one first.",
+                          field="name")
     new = token_generate("u")
-    token = ApiToken.objects.create(user=user, name=name, prefix=new.prefix, key_hash=new.key_hash)
-    audit_record(actor=user, action="api_token.create", obj=token, changes={"name": name})
+    token = ApiToken.objects.create(user=user, name=name, prefix=new.prefix,
+                                    key_hash=new.key_hash, expires_at=expires_at)
+    audit_record(actor=user, action="api_token.create", obj=token, changes={
+        "name": name, "prefix": new.prefix,
+        "expires_at": expires_at.isoformat() if expires_at else None})
     return token, new.key
+
+
+@transaction.atomic
+def api_token_revoke(*, token: ApiToken, actor: User, now: datetime | None = None) -> ApiToken:
+    """Revoke a token from now on: its owner, or an admin for anyone's. Idempotent."""
+    if actor.pk != token.user_id and not is_admin(actor):
+        raise PermissionDenied("Only the token's owner or an admin can revoke it.")
+    token = ApiToken.objects.select_for_update().get(pk=token.pk)
+    if token.revoked_at is None:
+        token.revoked_at = now or timezone.now()
+        token.save(update_fields=["revoked_at"])
+        audit_record(actor=actor, action="api_token.revoke", obj=token, changes={
+            "name": token.name, "prefix": token.prefix, "user": token.user.username})
+    return token
+
+
+def api_token_use(*, key: str, now: datetime | None = None) -> ApiToken | None:
+    """The live token (not revoked, not expired, of an active user) with this key, its
+    last use recorded now; None for any other key."""
+    now = now or timezone.now()
+    token = (api_tokens_live(now=now).select_related("user")
+             .filter(key_hash=token_hash(key), user__is_active=True).first())
+    if token is not None:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token
 
 
 def _overlapping(queryset, start: datetime, end: datetime | None):

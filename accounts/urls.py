@@ -14,5 +14,8 @@ urlpatterns = [
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/profile/", views.profile, name="profile"),
+    path("accounts/profile/tokens/", views.api_token_new, name="api_token_new"),
+    path("accounts/profile/tokens/<int:pk>/revoke/", views.api_token_revoke_view,
+         name="api_token_revoke"),
     path("api/v1/me", api.MeView.as_view(), name="api-me"),
 ]

@@ -1,9 +1,18 @@
+import zoneinfo
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
 
-from accounts.forms import ProfileForm
-from accounts.selectors import teams_visible
+from accounts.forms import ApiTokenForm, ProfileForm
+from accounts.models import ApiToken
+from accounts.selectors import api_tokens_of, teams_visible
+from accounts.services import api_token_create, api_token_revoke
+from gpuquota.core.errors import DomainError
+
+NEW_TOKEN_SESSION_KEY = "accounts_new_api_token"
 
 
 @login_required
@@ -22,4 +31,41 @@ def profile(request):
         form.save()
         messages.success(request, "Profile saved.")
         return redirect("profile")
-    return render(request, "accounts/profile.html", {"form": form})
+    return _profile_render(request, form, ApiTokenForm())
+
+
+def _profile_render(request, form, token_form, status=200):
+    return render(request, "accounts/profile.html", {
+        "form": form, "token_form": token_form, "tokens": api_tokens_of(user=request.user),
+        "now": timezone.now(), "new_token": request.session.pop(NEW_TOKEN_SESSION_KEY, None),
+    }, status=status)
+
+
+@login_required
+@require_POST
+def api_token_new(request):
+    """Create a personal API token; its key is shown once, on the profile page."""
+    token_form = ApiTokenForm(request.POST)
+    if token_form.is_valid():
+        try:
+            token, key = api_token_create(
+                user=request.user, name=token_form.cleaned_data["name"],
+                expires_at=token_form.expires_at(zoneinfo.ZoneInfo(request.user.timezone)))
+        except DomainError as exc:
+            field = "expires_on" if exc.field == "expires_at" else exc.field
+            token_form.add_error(field if field in token_form.fields else None, exc.message)
+        else:
+            request.session[NEW_TOKEN_SESSION_KEY] = {"name": token.name, "key": key}
+            messages.success(request, f"Token “{token.name}” created.")
+            return redirect("profile")
+    return _profile_render(request, ProfileForm(instance=request.user), token_form, status=400)
+
+
+@login_required
+@require_POST
+def api_token_revoke_view(request, pk: int):
+    """Revoke one of the user's own tokens (admins revoke others' in the admin)."""
+    token = get_object_or_404(ApiToken, pk=pk, user=request.user)
+    api_token_revoke(token=token, actor=request.user)
+    messages.success(request, f"Token “{token.name}” ({token.prefix}…) revoked.")
+    return redirect("profile")

@@ -7,6 +7,7 @@ PostgreSQL, `REDIS_URL` to Redis as Celery broker and cache, `EMAIL_URL` to SMTP
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -95,6 +96,8 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "axes",
     "accounts",
     "gpuquota.core",
     "gpuquota.inventory",
@@ -107,6 +110,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "gpuquota.core.middleware.ApiErrorMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -115,6 +119,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "accounts.middleware.UserTimezoneMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "gpuquota.urls"
@@ -230,7 +235,13 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "gpuquota.core.api.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "gpuquota.core.pagination.StrictLimitOffsetPagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "gpuquota.core.parsers.SafeJSONParser",
+        "gpuquota.core.parsers.SafeFormParser",
+        "gpuquota.core.parsers.SafeMultiPartParser",
+    ],
+    "DEFAULT_THROTTLE_CLASSES": ["accounts.throttling.ApiUserRateThrottle"],
     "PAGE_SIZE": 100,
 }
 SPECTACULAR_SETTINGS = {
@@ -238,12 +249,33 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU quotas, reservations, telemetry ingestion and chargeback.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and ReDoc from pinned local static files: the docs work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # The agent endpoint is a plain Django view (for speed); its operation is added here.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "gpuquota.ingest.schema.agent_batches_schema",
+        "gpuquota.core.schema.error_responses",
     ],
 }
+# Per user: personal tokens and browser sessions (accounts/throttling.py); "0" turns off.
+API_THROTTLE_TOKEN_RATE = os.environ.get("API_THROTTLE_TOKEN_RATE", "600/min")
+API_THROTTLE_SESSION_RATE = os.environ.get("API_THROTTLE_SESSION_RATE", "1200/min")
+
+# --- Login throttling (django-axes) -------------------------------------------
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per user, per address
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "accounts.lockout.login_locked_out"
+# The client address is the peer's; behind a proxy, see django-axes' AXES_IPWARE_* settings.
+AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 
 # --- Logging ------------------------------------------------------------------
 LOGGING = {

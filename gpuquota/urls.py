@@ -3,6 +3,8 @@ from django.http import HttpResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from gpuquota.core.docs import same_origin_only
+
 
 def healthz(_request):
     return HttpResponse("ok", content_type="text/plain")
@@ -15,8 +17,10 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("api/docs/", same_origin_only(SpectacularSwaggerView.as_view(url_name="api-schema")),
+         name="api-docs"),
+    path("api/redoc/", same_origin_only(SpectacularRedocView.as_view(url_name="api-schema")),
+         name="api-redoc"),
     path("", include("accounts.urls")),
     path("", include("gpuquota.reservations.urls")),
     path("", include("gpuquota.ingest.urls")),

@@ -3,7 +3,7 @@
 import logging
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
 
@@ -30,13 +30,19 @@ class BatchResult:
     body: dict
 
 
-def _days(body: dict) -> set:
+def _days(body: dict, *, now: datetime, check_age: bool) -> set:
+    """The UTC days of the windows that may be stored: a window beyond the protocol's
+    bounds is rejected later anyway, and must not create a partition (year 7898...)."""
     texts = {r.get("window_start")
              for kind in ("samples", "processes") for r in body.get(kind) or ()}
+    latest = now + timedelta(seconds=conf.MAX_FUTURE_S)
+    earliest = now - timedelta(seconds=conf.MAX_AGE_S + conf.MAX_WINDOW_S) if check_age else None
     days = set()
     for text in texts:
-        if (instant := instant_parse(text)) is not None:
-            days.add(instant.astimezone(UTC).date())
+        instant = instant_parse(text) if isinstance(text, str) else None
+        if instant is None or instant > latest or (earliest and instant < earliest):
+            continue
+        days.add(instant.astimezone(UTC).date())
     return days
 
 
@@ -106,7 +112,7 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
                  ) -> BatchResult:
     """Store a structurally valid batch once per (node, batch_id), rows and outbox marks in
     one transaction; a replay gets 200 and the first response body."""
-    partitions_ensure(days=_days(body))
+    partitions_ensure(days=_days(body, now=now, check_age=check_age))
     sent_at = instant_parse(body["sent_at"])
     skew_s = round((now - sent_at).total_seconds(), 3) if sent_at else None
     with transaction.atomic():

@@ -33,3 +33,14 @@ GPU_MOVE_SILENCE_S = 15 * 60
 MAX_AGE_S = 8 * 24 * 3600
 MAX_FUTURE_S = 5 * 60
 MAX_WINDOW_S = 600
+
+
+def node_batches_per_minute() -> int:
+    """Batches one node may send per minute before it gets 429 with Retry-After
+    (INGEST_NODE_BATCHES_PER_MINUTE, default 300; 0: no limit). Read at call time."""
+    from django.conf import settings
+
+    value = getattr(settings, "INGEST_NODE_BATCHES_PER_MINUTE", None)
+    if value is None:
+        return _env_int("INGEST_NODE_BATCHES_PER_MINUTE", 300, 0)
+    return int(value)

@@ -11,7 +11,7 @@ import uuid
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -39,12 +39,13 @@ class ProtocolError(Exception):
 
 
 def instant_parse(text: str) -> datetime | None:
-    """An aware instant from ISO 8601 text (`Z` allowed), or None."""
+    """An aware instant from ISO 8601 text (`Z` allowed), in UTC, or None. In UTC: the
+    database refuses offsets beyond ±15:59, which ISO 8601 text may carry."""
     try:
         value = datetime.fromisoformat(text)
-    except ValueError:
+        return value.astimezone(UTC) if value.tzinfo is not None else None
+    except (ValueError, OverflowError):
         return None
-    return value if value.tzinfo is not None else None
 
 
 def _refuse_constant(name: str):

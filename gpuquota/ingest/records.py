@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from gpuquota.ingest import conf
 from gpuquota.ingest.models import EventType
+from gpuquota.ingest.protocol import instant_parse
 from gpuquota.inventory.models import GPU_UUID_RE
 
 INT32 = 2**31 - 1
@@ -81,22 +82,16 @@ class Judge:
             return self._instants[text]
         except KeyError:
             pass
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            value = None
-        if value is not None and (value.tzinfo is None or value.microsecond):
+        value = instant_parse(text)
+        if value is not None and value.microsecond:
             value = None
         self._instants[text] = value
         return value
 
     def moment(self, text: str) -> datetime | None:
         """An aware instant truncated to the second (accounting.md), or None."""
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            return None
-        return value.replace(microsecond=0) if value.tzinfo is not None else None
+        value = instant_parse(text)
+        return value.replace(microsecond=0) if value is not None else None
 
     def gpu(self, raw: str) -> GpuRef | str:
         found = self._uuids.get(raw)

@@ -218,6 +218,9 @@ def _operation() -> dict:
                              "AgentError"),
             "422": _response("schema_version not supported; supported_schema_versions says "
                              "which are.", "AgentError"),
+            "429": _response("The node sends faster than INGEST_NODE_BATCHES_PER_MINUTE: "
+                             "resend after Retry-After seconds.", "AgentError",
+                             {"Retry-After": "Seconds to wait."}),
             "503": _response("Storage unavailable: resend later.", "AgentError",
                              {"Retry-After": "Seconds to wait."}),
         },

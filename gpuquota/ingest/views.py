@@ -16,6 +16,7 @@ from gpuquota.core.errors import DomainError
 from gpuquota.ingest import conf
 from gpuquota.ingest.batches import batch_ingest
 from gpuquota.ingest.protocol import ProtocolError, batch_parse
+from gpuquota.ingest.ratelimit import node_batch_wait_s
 from gpuquota.ingest.selectors import node_for_token, nodes_overview
 from gpuquota.ingest.services import (
     cluster_ensure,
@@ -52,6 +53,12 @@ def agent_batches(request):
     node = node_for_token(key=key.strip())
     if node is None:
         return _unauthorized("Unknown or revoked node token.")
+    wait_s = node_batch_wait_s(node_id=node.pk)
+    if wait_s is not None:
+        limit = conf.node_batches_per_minute()
+        return _error(429, "throttled", f"Over {limit} batches a minute; resend later.",
+                      [{"field": "node", "message": f"retry after {wait_s} s"}],
+                      Retry_After=str(wait_s))
     raw = request.read(conf.MAX_BODY_BYTES + 1)
     if len(raw) > conf.MAX_BODY_BYTES:
         return _error(413, "too_large", f"The body is over {conf.MAX_BODY_BYTES} bytes.",

@@ -8,16 +8,18 @@ from datetime import timedelta
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.permissions import can_view_team, require_admin, team_for_action, team_for_view
 from accounts.selectors import teams_visible
-from gpuquota.core.errors import NotFound
+from gpuquota.core.api_fields import query_parse
+from gpuquota.core.errors import DomainError, NotFound
 from gpuquota.reservations import serializers as s
 from gpuquota.reservations import services, services_change
+from gpuquota.reservations.conf import booking_horizon_end
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.selectors import (
     audit_visible,
@@ -26,6 +28,7 @@ from gpuquota.reservations.selectors import (
     reservations_visible,
     window_availability,
 )
+from gpuquota.reservations.services import horizon_check
 
 ERRORS = {
     400: OpenApiResponse(s.ErrorSerializer, description="Bad input: names the field."),
@@ -33,6 +36,8 @@ ERRORS = {
     404: OpenApiResponse(s.ErrorSerializer, description="No such object (or not visible)."),
     409: OpenApiResponse(s.ErrorSerializer, description="No capacity, over quota, wrong state."),
 }
+LIST_FILTER_404 = OpenApiResponse(s.ErrorSerializer, description="The `team` filter names no "
+                                  "team the caller can see.")
 
 
 class TeamListView(generics.ListAPIView):
@@ -61,17 +66,15 @@ class AvailabilityView(APIView):
         responses={200: s.AvailabilitySerializer(many=True), 400: ERRORS[400]},
     )
     def get(self, request):
-        query = s.AvailabilityQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        start = query.validated_data.get("start") or timezone.now().replace(microsecond=0)
-        end = query.validated_data.get("end") or start + timedelta(days=14)
+        query = query_parse(s.AvailabilityQuerySerializer, request)
+        now = timezone.now().replace(microsecond=0)
+        start = query.get("start") or now
+        horizon_check(instant=start, now=now, field="start")
+        end = query.get("end") or min(start + timedelta(days=14), booking_horizon_end(now=now))
+        horizon_check(instant=end, now=now, field="end")
         if end <= start:
-            return Response(
-                {"code": "invalid", "detail": "The end must be after the start.",
-                 "errors": [{"field": "end", "message": "The end must be after the start."}]},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
-        gpu_class = query.validated_data.get("gpu_class")
+            raise DomainError("The end must be after the start.", field="end")
+        gpu_class = query.get("gpu_class")
         classes = [gpu_class] if gpu_class else gpu_classes_reservable()
         rows = [window_availability(gpu_class=c, start=start, end=end) for c in classes]
         return Response(s.AvailabilitySerializer(rows, many=True).data)
@@ -96,19 +99,16 @@ class ReservationListView(generics.ListCreateAPIView):
     serializer_class = s.ReservationSerializer
 
     def get_queryset(self):
+        query = query_parse(s.ReservationFilterSerializer, self.request)
         qs = reservations_visible(user=self.request.user)
-        if slug := self.request.query_params.get("team"):
+        if slug := query.get("team"):
             qs = qs.filter(team=team_for_view(self.request.user, slug))
-        if state := self.request.query_params.get("status"):
+        if state := query.get("status"):
             qs = qs.filter(status=state)
         return qs
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("team", str, description="team slug (404 if not visible)"),
-            OpenApiParameter("status", str, enum=Reservation.Status.values),
-        ]
-    )
+    @extend_schema(parameters=[s.ReservationFilterSerializer], responses={
+        200: s.ReservationSerializer(many=True), 400: ERRORS[400], 404: LIST_FILTER_404})
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
@@ -248,12 +248,13 @@ class AuditListView(generics.ListAPIView):
     serializer_class = s.AuditEntrySerializer
 
     def get_queryset(self):
+        query = query_parse(s.AuditFilterSerializer, self.request)
         qs = audit_visible(user=self.request.user)
-        if slug := self.request.query_params.get("team"):
+        if slug := query.get("team"):
             qs = qs.filter(team=team_for_view(self.request.user, slug))
         return qs
 
-    @extend_schema(parameters=[
-        OpenApiParameter("team", str, description="team slug (404 if not visible)")])
+    @extend_schema(parameters=[s.AuditFilterSerializer], responses={
+        200: s.AuditEntrySerializer(many=True), 400: ERRORS[400], 404: LIST_FILTER_404})
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)

@@ -1,25 +1,12 @@
 """API input and output shapes. Input serializers only parse; services decide."""
 
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.models import Team
+from gpuquota.core.api_fields import AwareDateTimeField, ChoiceField
 from gpuquota.inventory.models import Gpu, GpuClass, gpu_uuid_normalize
 from gpuquota.reservations.models import Reservation
-
-
-class AwareDateTimeField(serializers.DateTimeField):
-    """An ISO 8601 instant that must carry an offset or `Z` (naive times are refused)."""
-
-    def to_internal_value(self, value):
-        if isinstance(value, str):
-            parsed = parse_datetime(value.strip())
-            if parsed is not None and parsed.tzinfo is None:
-                raise serializers.ValidationError(
-                    "Give a UTC offset or Z (e.g. 2026-12-01T09:00:00Z); naive times are refused."
-                )
-        return super().to_internal_value(value)
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -74,8 +61,8 @@ class ReservationCreateSerializer(serializers.Serializer):
     count = serializers.IntegerField()
     start = AwareDateTimeField()
     end = AwareDateTimeField()
-    placement = serializers.ChoiceField(choices=Reservation.Placement.choices,
-                                        default=Reservation.Placement.ANY)
+    placement = ChoiceField(choices=Reservation.Placement.choices,
+                            default=Reservation.Placement.ANY)
     purpose = serializers.CharField(max_length=256, required=False, allow_blank=True, default="")
 
 
@@ -122,6 +109,17 @@ class AvailabilityQuerySerializer(serializers.Serializer):
         if attrs.get("start") and attrs.get("end") and attrs["end"] <= attrs["start"]:
             raise serializers.ValidationError({"end": "The end must be after the start."})
         return attrs
+
+
+class ReservationFilterSerializer(serializers.Serializer):
+    team = serializers.SlugField(required=False, max_length=64,
+                                 help_text="Team slug (404 if not visible).")
+    status = ChoiceField(choices=Reservation.Status.choices, required=False)
+
+
+class AuditFilterSerializer(serializers.Serializer):
+    team = serializers.SlugField(required=False, max_length=64,
+                                 help_text="Team slug (404 if not visible).")
 
 
 class AvailabilitySerializer(serializers.Serializer):

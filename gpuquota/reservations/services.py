@@ -26,6 +26,7 @@ from gpuquota.reservations.assigning import (
     no_capacity_error,
 )
 from gpuquota.reservations.capacity import free_map, guarantee_shortfall_at, quota_check
+from gpuquota.reservations.conf import booking_horizon_days, booking_horizon_end
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.notices import reservation_decision_notify, reservation_pending_notify
 from gpuquota.usage.services import gpu_interval_mark_dirty
@@ -60,6 +61,15 @@ def mark_past_dirty(*, gpu_ids: list[int], start: datetime, end: datetime, now: 
     gpu_interval_mark_dirty(gpu_ids=gpu_ids, start=start, end=hi)
 
 
+def horizon_check(*, instant: datetime, now: datetime, field: str) -> None:
+    """Refuse an instant beyond the booking horizon, saying the date it ends."""
+    horizon_end = booking_horizon_end(now=now)
+    if instant > horizon_end:
+        raise DomainError(
+            f"Bookings reach at most {booking_horizon_days()} days ahead: "
+            f"until {horizon_end:%Y-%m-%d %H:%M} UTC.", field=field)
+
+
 def validate_request(
     *, count: int, start: datetime, end: datetime, actor: User, now: datetime
 ) -> bool:
@@ -79,6 +89,8 @@ def validate_request(
         )
     if end - start > MAX_WINDOW:
         raise DomainError("A reservation lasts at most 366 days.", field="end")
+    horizon_check(instant=start, now=now, field="start")
+    horizon_check(instant=end, now=now, field="end")
     return backfill
 
 

@@ -25,6 +25,7 @@ from gpuquota.reservations.services import (
     S,
     assignments_end,
     effective_end,
+    horizon_check,
     mark_past_dirty,
     require_admin_actor,
     require_team_actor,
@@ -64,6 +65,7 @@ def reservation_extend(
         raise DomainError("The new end must be after the current end.", field="end")
     if end - reservation.start > MAX_WINDOW:
         raise DomainError("A reservation lasts at most 366 days.", field="end")
+    horizon_check(instant=end, now=now, field="end")
     held = list(reservation.assignments.filter(assigned_until=reservation.end)
                 .exclude(assigned_from=reservation.end).select_related("gpu"))
     old_end = reservation.end

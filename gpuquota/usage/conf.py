@@ -30,3 +30,20 @@ def dirty_sweep_interval_s() -> float:
 def dirty_sweep_batch() -> int:
     """GPU-hours one sweep recomputes at most (the next sweep takes the rest)."""
     return int(getattr(settings, "USAGE_DIRTY_SWEEP_BATCH", 2000))
+
+
+def metrics_token() -> str:
+    """The bearer token Prometheus must send to /metrics (METRICS_TOKEN; empty: none)."""
+    return str(getattr(settings, "METRICS_TOKEN", None) or os.environ.get("METRICS_TOKEN") or "")
+
+
+def metrics_allowed_networks() -> list[str]:
+    """Client networks that may scrape /metrics without a token (METRICS_ALLOWED_NETWORKS,
+    comma-separated CIDRs). Default: loopback with DEBUG=1, none in production."""
+    default = "127.0.0.0/8,::1/128" if settings.DEBUG else ""
+    raw = getattr(settings, "METRICS_ALLOWED_NETWORKS", None)
+    if raw is None:
+        raw = os.environ.get("METRICS_ALLOWED_NETWORKS", default)
+    if isinstance(raw, str):
+        raw = raw.split(",")
+    return [item.strip() for item in raw if item.strip()]

@@ -1,8 +1,11 @@
 """Prometheus metrics, computed from the database at each scrape."""
 
+import hmac
+import ipaddress
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Min
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
@@ -10,6 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 
 from gpuquota.ingest.models import Sample
 from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.usage import conf
 from gpuquota.usage.fleet import nodes_silent_count
 from gpuquota.usage.models import DirtyGpuHour
 
@@ -67,3 +71,37 @@ def metrics_render() -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(UsageCollector())
     return generate_latest(registry)
+
+
+def _networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    try:
+        return [ipaddress.ip_network(item, strict=False)
+                for item in conf.metrics_allowed_networks()]
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"METRICS_ALLOWED_NETWORKS: {exc}") from exc
+
+
+def _address_allowed(client_ip: str) -> bool:
+    try:
+        address = ipaddress.ip_address(client_ip)
+    except ValueError:
+        return False
+    return any(address in network for network in _networks())
+
+
+def metrics_access(*, authorization: str, client_ip: str) -> int:
+    """Whether a scrape may read the metrics: 200 (the configured bearer token, or a
+    client in an allowed network), 401 (a token is configured and this is not it),
+    403 (only networks are configured and this client is outside them) or 404 (no
+    token and no network configured: metrics are off)."""
+    token = conf.metrics_token()
+    networks = _networks()
+    if not token and not networks:
+        return 404
+    scheme, _, given = authorization.partition(" ")
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(
+            given.strip().encode(), token.encode()):
+        return 200
+    if _address_allowed(client_ip):
+        return 200
+    return 401 if token else 403

@@ -17,7 +17,7 @@ from gpuquota.usage.charts import svg_bar_chart
 from gpuquota.usage.fleet import fleet_now, fleet_summary, gpu_history, node_has_problem
 from gpuquota.usage.forms import HealthRecoverForm
 from gpuquota.usage.health import gpu_health_recover
-from gpuquota.usage.metrics import metrics_render
+from gpuquota.usage.metrics import metrics_access, metrics_render
 from gpuquota.usage.selectors import (
     LAST_SPANS,
     classes_utilization,
@@ -121,4 +121,15 @@ def utilization(request):
 
 
 def metrics(request):
+    """Prometheus scrape: only with METRICS_TOKEN or from METRICS_ALLOWED_NETWORKS."""
+    access = metrics_access(authorization=request.headers.get("Authorization", ""),
+                            client_ip=request.META.get("REMOTE_ADDR", ""))
+    if access == 404:
+        raise Http404("Metrics are off: set METRICS_TOKEN or METRICS_ALLOWED_NETWORKS.")
+    if access != 200:
+        response = HttpResponse("Not allowed to read the metrics.\n", status=access,
+                                content_type="text/plain; charset=utf-8")
+        if access == 401:
+            response["WWW-Authenticate"] = 'Bearer realm="gpuquota-metrics"'
+        return response
     return HttpResponse(metrics_render(), content_type=CONTENT_TYPE_LATEST)

@@ -74,7 +74,7 @@ def test_agent_endpoint_is_in_the_published_schema(schema):
         "description": "A node token (gqn_...), issued when the node is enrolled."}
     body = operation["requestBody"]["content"]["application/json"]["schema"]
     assert body == {"$ref": "#/components/schemas/AgentBatch"}
-    assert set(operation["responses"]) == {"200", "202", "400", "401", "413", "422", "503"}
+    assert set(operation["responses"]) == {"200", "202", "400", "401", "413", "422", "429", "503"}
     assert "WWW-Authenticate" in operation["responses"]["401"]["headers"]
     assert "Retry-After" in operation["responses"]["503"]["headers"]
     assert {p["name"] for p in operation["parameters"]} == {"Idempotency-Key",

@@ -125,7 +125,8 @@ def test_admin_recovers_with_a_past_time_in_their_time_zone(client, roles):
     assert GpuHealthInterval.objects.get(gpu=gpu).valid_until == began + timedelta(hours=1)
 
 
-def test_metrics(client, roles):
+def test_metrics(client, roles, settings):
+    settings.METRICS_ALLOWED_NETWORKS = "127.0.0.0/8"  # the test client's address
     fleet_data(roles, 2, 1)
     minute_samples(make_gpu(), hour_floor(timezone.now()) - timedelta(hours=3), 1)
     body = client.get("/metrics").content.decode()
@@ -158,6 +159,7 @@ def test_metrics_queue_depth_reads_the_celery_list(client, settings):
     from gpuquota.usage.metrics import CELERY_QUEUE
 
     settings.REDIS_URL = __import__("os").environ["REDIS_URL"]
+    settings.METRICS_ALLOWED_NETWORKS = "127.0.0.0/8"  # the test client's address
     broker = redis.Redis.from_url(settings.REDIS_URL)
     broker.delete(CELERY_QUEUE)
     broker.rpush(CELERY_QUEUE, "a", "b", "c")

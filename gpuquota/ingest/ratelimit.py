@@ -1,0 +1,33 @@
+"""How fast one node may send batches: a fixed one-minute window counted in the
+default cache (Redis when REDIS_URL is set, so every web process counts together)."""
+
+import logging
+import time
+
+from django.core.cache import cache
+
+from gpuquota.ingest import conf
+
+logger = logging.getLogger(__name__)
+WINDOW_S = 60
+
+
+def node_batch_wait_s(*, node_id: int, now: float | None = None) -> int | None:
+    """None when the node may send a batch now (and counts it); else the whole seconds
+    until its window ends, for Retry-After. A cache outage lets the batch through."""
+    limit = conf.node_batches_per_minute()
+    if limit <= 0:
+        return None
+    now = time.time() if now is None else now
+    window = int(now // WINDOW_S)
+    key = f"ingest_rate_{node_id}_{window}"
+    try:
+        cache.add(key, 0, timeout=2 * WINDOW_S)
+        count = cache.incr(key)
+    except Exception:  # noqa: BLE001 - the limit protects the server; storage matters more
+        logger.warning("rate limit of node %s not counted: cache unavailable", node_id,
+                       exc_info=True)
+        return None
+    if count <= limit:
+        return None
+    return max(1, (window + 1) * WINDOW_S - int(now))
