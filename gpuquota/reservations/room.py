@@ -74,6 +74,10 @@ class ClassLedger:
                 points.update(p for p in (lo, hi) if p is not None and start < p < end)
         return sorted(points)
 
+    def quota_at(self, *, team_id: int, at: datetime) -> int:
+        """The team's quota of the class in force at `at`."""
+        return _value_at([r for r in self.quotas if r[0] == team_id], at)
+
     def quota_left(self, *, team_id: int, start: datetime, end: datetime) -> int:
         """The team's quota minus what it holds, at the tightest instant (0 at least)."""
         quotas = [r for r in self.quotas if r[0] == team_id]
@@ -140,3 +144,34 @@ def request_room(*, team: Team, gpu_class: GpuClass, start: datetime, end: datet
     beyond it with an admin's approval, and the most it could ever get there."""
     ledger = ClassLedger(gpu_class=gpu_class, start=start, end=end)
     return ledger.room(team_id=team.id, start=start, end=end, same_node=same_node)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What submitting `count` GPUs would do, said before the lead submits."""
+
+    kind: str  # in_quota | over_quota | over_quota_blocked | no_capacity | impossible
+    message: str
+
+
+def room_verdict(*, room: Room, count: int, team_name: str, class_name: str) -> Verdict:
+    """The outcome `reservation_create` would give `count` GPUs now, in words."""
+    within = f"{team_name} can have {room.within_quota} {class_name} GPU(s) within its quota"
+    if count <= room.quota_left:
+        if count <= room.free_gpus:
+            return Verdict("in_quota", f"Within quota: {within}; these {count} are assigned "
+                           "at once.")
+        return Verdict("no_capacity", f"Only {room.free_gpus} are free over this whole "
+                       f"window, {count} asked: the request would be refused.")
+    if count > room.ceiling:
+        return Verdict("impossible", f"Cannot be met: at most {room.ceiling} can ever be had "
+                       f"here beyond other teams' guarantees, {count} asked: the request "
+                       "would be refused.")
+    if count <= room.can_get:
+        return Verdict("over_quota", f"Over quota: {within}; {count} asked, so the request "
+                       f"will wait for an admin's approval. Up to {room.beyond_quota} more "
+                       "can be approved now (net of other teams' unused guarantees).")
+    return Verdict("over_quota_blocked", f"Over quota: {within}; {count} asked, so the "
+                   "request will wait for an admin's approval, and an approval now would be "
+                   f"refused: only {room.can_get} can be had beyond other teams' unused "
+                   "guarantees.")
