@@ -106,6 +106,7 @@ INSTALLED_APPS = [
     "gpuquota.usage",
     "reports",
     "gpuquota.mail",
+    "gpuquota.demo",
 ]
 
 MIDDLEWARE = [
@@ -119,6 +120,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "accounts.middleware.UserTimezoneMiddleware",
+    "gpuquota.core.errorpages.ProductErrorPagesMiddleware",
     "axes.middleware.AxesMiddleware",
 ]
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
-from django.db.models import Q, Sum
+from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
 from accounts.models import Team
@@ -177,7 +177,8 @@ def team_reservations_utilization(*, team: Team, period: Period) -> list[Reserva
                                   assigned_until__gt=period.start)
         .values_list("reservation_id", flat=True)
     )
-    reservations = Reservation.objects.filter(id__in=ids).select_related("gpu_class")
+    reservations = Reservation.objects.filter(id__in=ids).select_related("gpu_class").annotate(
+        effective_end=Max("assignments__assigned_until"))
     return [
         ReservationUsage(r, UsageFigures(reserved.get(r.id, 0), failed.get(r.id, 0),
                                          sums.get(r.id, Sums())))
