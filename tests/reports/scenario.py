@@ -68,7 +68,8 @@ def _processes(gpu, start, seconds, owners):
     with transaction.atomic():
         ProcessRecord.objects.bulk_create([
             ProcessRecord(gpu=gpu, window_start=start,
-                          window_end=start + timedelta(seconds=seconds), pid=200 + i, pid_start=1, user=user, command="python",
+                          window_end=start + timedelta(seconds=seconds), pid=200 + i,
+                          pid_start=1, user=user, command="python",
                           job_source="slurm" if account else "unix", job_account=account,
                           received_at=now)
             for i, (user, account) in enumerate(owners)])
