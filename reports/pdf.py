@@ -64,6 +64,7 @@ class StatementHeader:
     approved_by: str = ""
     approved_at: datetime | None = None
     sent_at: datetime | None = None
+    figures_until: datetime | None = None  # the figures cover the month up to here
 
 
 def _money(text: str | None) -> str:
@@ -111,15 +112,15 @@ class _Styles:
         )
 
 
-def _period_label(export: dict, generated_at: datetime) -> str:
+def _period_label(export: dict, until: datetime) -> str:
     period = Period.parse_month(export["period"])
     last_day = period.end.date().toordinal() - 1
     label = (
         f"{period.start:%B %Y} ({period.start:%d %b} \u2013 "
         f"{date.fromordinal(last_day):%d %b %Y}, UTC)"
     )
-    if generated_at < period.end:
-        label += f", to date ({_utc(generated_at)})"
+    if until < period.end:
+        label += f", to date ({_utc(until)})"
     return label
 
 
@@ -155,7 +156,7 @@ def _header(export: dict, header: StatementHeader, st: _Styles) -> list:
     facts = [
         ("Team", f"{header.team_name} ({export['team']})"),
         ("Cost center", header.cost_center or "\u2014"),
-        ("Period", _period_label(export, header.generated_at)),
+        ("Period", _period_label(export, header.figures_until or header.generated_at)),
         ("Currency", export["currency"] or "\u2014"),
     ]
     if header.approved_at:

@@ -139,6 +139,9 @@ def statements_review(*, period: Period, now: datetime, late_usage: dict | None 
         )
         rows.append(row)
     return Review(
-        period=period, previous_period=before, opens_at=opens_at, open_for_approval=is_open,
+        period=period,
+        previous_period=before,
+        opens_at=opens_at,
+        open_for_approval=is_open,
         rows=rows,
     )
