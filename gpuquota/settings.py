@@ -103,6 +103,7 @@ INSTALLED_APPS = [
     "gpuquota.usage",
     "reports",
     "gpuquota.mail",
+    "gpuquota.demo",
 ]
 
 MIDDLEWARE = [

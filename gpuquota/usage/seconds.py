@@ -138,3 +138,12 @@ def failed_reserved_seconds_by_class(*, period: Period, **filters) -> dict[int, 
         Least(F("assigned_until"), Value(period.end), _until(f"{_HEALTH}valid_until", period),
               _until(f"{_CLASS}valid_until", period)),
     ), f"{_CLASS}gpu_class_id")
+
+
+def reserved_in_class_qs(period: Period, *, gpu_class, **filters) -> QuerySet:
+    """Assignments annotated with their reserved seconds while the GPU was of `gpu_class`."""
+    return seconds_annotate(
+        _assignments(period, **{f"{_CLASS}gpu_class": gpu_class}, **filters),
+        _charged_from(period, F(f"{_CLASS}valid_from")),
+        Least(F("assigned_until"), Value(period.end), _until(f"{_CLASS}valid_until", period)),
+    )

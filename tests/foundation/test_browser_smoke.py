@@ -1,6 +1,6 @@
 import pytest
 
-from gpuquota.core.demo import demo_organisation_seed
+from gpuquota.demo.organisation import demo_organisation_seed
 from tests.helpers import browser_login, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

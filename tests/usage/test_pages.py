@@ -168,7 +168,7 @@ def test_metrics_queue_depth_reads_the_celery_list(client, settings):
 
 
 def test_demo_catch_up_drains_the_outbox():
-    from gpuquota.usage.demo import demo_usage_catch_up
+    from gpuquota.demo.usage import demo_usage_catch_up
 
     minute_samples(make_gpu(), hour_floor(timezone.now()) - timedelta(hours=2), 90)
     assert demo_usage_catch_up() == 2

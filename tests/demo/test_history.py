@@ -8,14 +8,19 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from gpuquota.core import demo_history
-from gpuquota.core.demo import FAULTY_NODE, demo_gpu_uuid, demo_nodes, demo_organisation_seed
-from gpuquota.core.demo_history import demo_history_backfill
-from gpuquota.core.management.commands import seed_demo
 from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.demo import history as demo_history
+from gpuquota.demo.history import demo_history_backfill
+from gpuquota.demo.management.commands import seed_demo
+from gpuquota.demo.organisation import (
+    FAULTY_NODE,
+    demo_gpu_uuid,
+    demo_nodes,
+    demo_organisation_seed,
+)
+from gpuquota.demo.reservations import demo_reservations_seed
 from gpuquota.ingest.models import AgentBatch, GpuEvent, Sample
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
-from gpuquota.reservations.demo import demo_reservations_seed
 from gpuquota.reservations.models import Reservation
 from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
 from gpuquota.usage.selectors import reservation_utilization

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from gpuquota.celery import app, collect_beat_schedule
-from gpuquota.core.demo import (
+from gpuquota.demo.organisation import (
     DEMO_PASSWORD,
     FAULTY_NODE,
     HEALTHY_PROFILES,

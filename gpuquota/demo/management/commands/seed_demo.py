@@ -3,9 +3,9 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from gpuquota.core.demo import DEMO_PASSWORD, demo_organisation_seed
-from gpuquota.core.demo_history import DEFAULT_HISTORY_HOURS, demo_history_backfill
-from gpuquota.reservations.demo import demo_reservations_seed
+from gpuquota.demo.history import DEFAULT_HISTORY_HOURS, demo_history_backfill
+from gpuquota.demo.organisation import DEMO_PASSWORD, demo_organisation_seed
+from gpuquota.demo.reservations import demo_reservations_seed
 
 
 class Command(BaseCommand):

@@ -2,7 +2,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuquota.reservations.demo import demo_reservations_seed
+from gpuquota.demo.reservations import demo_reservations_seed
 from gpuquota.reservations.models import Reservation
 from tests.factories import AdminFactory, GpuClassFactory, NodeFactory, QuotaFactory, make_gpu
 from tests.reservations.factories import lead_of

@@ -25,7 +25,7 @@ from agent.owners import OwnerResolver
 from agent.runner import Agent, Clock
 from agent.simulator import Simulator
 from agent.spool import Spool
-from gpuquota.core.demo import (
+from gpuquota.demo.organisation import (
     DEMO_SEED,
     FAULTY_NODE,
     GPUS_PER_NODE,
@@ -35,11 +35,11 @@ from gpuquota.core.demo import (
     demo_nodes,
     demo_unix_users,
 )
+from gpuquota.demo.usage import demo_usage_catch_up
 from gpuquota.ingest.batches import batch_ingest
 from gpuquota.ingest.models import Sample
 from gpuquota.ingest.protocol import batch_check, gzip_file_decode, instant_parse
 from gpuquota.inventory.models import Gpu, Node
-from gpuquota.usage.demo import demo_usage_catch_up
 
 # The longest window the protocol takes (it divides 3600), polled ten times: an hour of the
 # 96 demo GPUs is ~600 samples in 72 batches, and 96 GPU-hours for the rollups to compute.
