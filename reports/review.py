@@ -1,5 +1,6 @@
-"""The admin's review of a month: every team's statement beside the previous month's, with
-the flags that need a look. A fixed number of queries whatever the number of teams."""
+"""What the statement pages read. The admin's review of a month: every team's statement
+beside the previous month's, with the flags that need a look, in a fixed number of queries
+whatever the number of teams; and a team's list of statements."""
 
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -9,8 +10,8 @@ from django.db.models import Sum
 
 from accounts.models import Team
 from gpuquota.core.timeutil import Period
-from reports.conf import settlement_delay
 from reports.models import Statement, StatementLine
+from reports.services_statements import approval_opens
 
 CHANGE_FLAG_RATIO = Decimal("0.25")
 COVERAGE_FLAG_RATIO = Decimal("0.90")
@@ -23,11 +24,6 @@ def month_of(period: Period) -> date:
 def previous_period(period: Period) -> Period:
     start = period.start
     return Period.month(start.year - (start.month == 1), (start.month - 2) % 12 + 1)
-
-
-def approval_opens_at(period: Period) -> datetime:
-    """The first instant a statement of `period` may be approved (period end + delay)."""
-    return period.end + settlement_delay()
 
 
 def ratio(numerator: int, denominator: int) -> Decimal | None:
@@ -87,7 +83,9 @@ class Review:
 def _flags(row: ReviewRow) -> list[str]:
     s = row.statement
     if s is None:
-        return ["no draft yet"]
+        return [
+            f"no statement this month (last month {row.previous.total} {row.previous.currency})"
+        ]
     flags = []
     if s.error:
         flags.append(f"draft failed: {s.error}")
@@ -121,10 +119,11 @@ def statements_review(*, period: Period, now: datetime, late_usage: dict | None 
         .values_list("statement__team_id")
         .annotate(total=Sum("amount"))
     )
-    opens_at = approval_opens_at(period)
+    opens_at = approval_opens(period)
     is_open = now >= opens_at
+    team_ids = {team_id for team_id, _month in statements}
     rows = []
-    for team in Team.objects.order_by("name"):
+    for team in Team.objects.filter(id__in=team_ids).order_by("name"):
         row = ReviewRow(
             team=team,
             statement=statements.get((team.pk, months[0])),
@@ -145,3 +144,8 @@ def statements_review(*, period: Period, now: datetime, late_usage: dict | None 
         open_for_approval=is_open,
         rows=rows,
     )
+
+
+def team_statements(*, team: Team, limit: int = 24) -> list[Statement]:
+    """The team's statements, newest month first (the team page's statements section)."""
+    return list(Statement.objects.filter(team=team).order_by("-month")[:limit])
