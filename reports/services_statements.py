@@ -18,6 +18,7 @@ from gpuquota.core.timeutil import Period
 from reports import conf
 from reports.models import Adjustment, Statement, StatementLine
 from reports.pricing import TeamDraft, team_drafts, utc_label
+from reports.selectors import month_after, statement_late_usage
 
 S = Statement.Status
 MAX_ADJUSTMENT = Decimal("1000000000")
@@ -272,3 +273,30 @@ def adjustment_add(*, team: Team, period: Period, amount, reason: str, by: User,
                           "corrects": corrects.pk if corrects else None}, reason=reason)
     statement_draft(team=team, period=period, now=now)
     return adjustment
+
+
+def late_usage_adjust(*, statement: Statement, by: User, now: datetime | None = None
+                      ) -> Adjustment:
+    """The one-click settlement of an approved month's late usage: an adjustment of the
+    difference, line by line in its reason, on the first open month after it."""
+    now = whole_second(now or timezone.now())
+    late = statement_late_usage(statement=statement)
+    if late is None:
+        raise Conflict("A draft has no late usage: it is recomputed instead.", field="status")
+    if late.errors:
+        raise Conflict("The month cannot be priced now: " + " ".join(late.errors))
+    if not late.difference:
+        raise Conflict(f"Nothing late to settle for {statement.period_label}.")
+    closed = set(Statement.objects.filter(team_id=statement.team_id)
+                 .exclude(status=S.DRAFT).values_list("month", flat=True))
+    month = month_after(statement.month)
+    while month in closed:
+        month = month_after(month)
+    if month > now.date():
+        raise Conflict("No open month to carry the adjustment yet.", field="period")
+    details = "; ".join(
+        f"{line.kind} {line.gpu_class_name} @ {line.rate}: {line.seconds_difference:+d} s, "
+        f"{line.difference:+}" for line in late.changed_lines)
+    return adjustment_add(team=statement.team, period=month_period(month),
+                          amount=late.difference, by=by, corrects=statement, now=now,
+                          reason=f"Late usage for {statement.period_label}: {details}")
