@@ -171,6 +171,9 @@ def _approve_locked(statement: Statement, by: User | None, now: datetime) -> Sta
     audit_record(actor=by, action="statement.approve", obj=statement, team=statement.team,
                  changes={"month": statement.period_label, "total": str(statement.total),
                           "currency": statement.currency})
+    from reports.sending import statement_send_later  # sending builds on this module
+
+    statement_send_later(statement=statement)  # the leads are mailed once this commits
     return statement
 
 
