@@ -28,6 +28,7 @@ from gpuquota.reservations.assigning import (
 from gpuquota.reservations.capacity import free_map, guarantee_shortfall_at, quota_check
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.notices import reservation_decision_notify, reservation_pending_notify
+from gpuquota.reservations.room import ClassLedger
 from gpuquota.usage.services import gpu_interval_mark_dirty
 
 __all__ = [
@@ -129,7 +130,8 @@ def reservation_create(
         lock_team_class(team_id=team.id, gpu_class_id=gpu_class.id)
     check = quota_check(team_id=team.id, gpu_class=gpu_class, start=start, end=end, count=count)
     if not check.in_quota and not backfill:
-        _refuse_beyond_fleet(gpu_class=gpu_class, start=start, end=end, count=count)
+        _refuse_impossible(team=team, gpu_class=gpu_class, start=start, end=end, count=count,
+                           same_node=placement == Reservation.Placement.SAME_NODE)
     reservation = Reservation.objects.create(
         team=team, gpu_class=gpu_class, count=count, start=start, end=end, placement=placement,
         purpose=purpose[:256], requested_by=requested_by, requested_at=now,
@@ -157,11 +159,13 @@ def reservation_create(
     return reservation
 
 
-def _refuse_beyond_fleet(*, gpu_class: GpuClass, start: datetime, end: datetime, count: int
-                         ) -> None:
-    """A request for more GPUs than the class has in service then can never be met:
-    refuse it now rather than leave it pending."""
+def _refuse_impossible(*, team: Team, gpu_class: GpuClass, start: datetime, end: datetime,
+                       count: int, same_node: bool) -> None:
+    """An over-quota request that no approval could ever meet is refused now rather than
+    left pending: more GPUs than the class has in service then, more on one node than
+    its largest node has, or more than other teams' guarantees can ever leave."""
     fmap = free_map(gpu_class=gpu_class, start=start, end=end)
+    ledger = ClassLedger(gpu_class=gpu_class, start=start, end=end, fmap=fmap)
     in_service = len(fmap.gpus)
     if count > in_service:
         refusal = no_capacity_error(gpu_class=gpu_class, start=start, end=end, count=count,
@@ -170,6 +174,22 @@ def _refuse_beyond_fleet(*, gpu_class: GpuClass, start: datetime, end: datetime,
             f"No capacity: only {in_service} {gpu_class.name} GPU(s) are in service then, "
             f"{count} asked. {refusal.message.removeprefix('No capacity: ')}",
             field="count", free_gpus=refusal.free_gpus, next_free=refusal.next_free,
+        )
+    largest = ledger.largest_node()
+    if same_node and count > largest:
+        raise NoCapacity(
+            f"No capacity: no {gpu_class.name} node has {count} GPUs (the largest has "
+            f"{largest}); ask for at most {largest} on one node, or for any node.",
+            field="count", free_gpus=ledger.free_over(start=start, end=end, same_node=True),
+        )
+    ceiling = ledger.ceiling(team_id=team.id, start=start, end=end, same_node=same_node)
+    if count > ceiling:
+        guaranteed = ledger.others_guaranteed(team_id=team.id, start=start, end=end)
+        raise NoCapacity(
+            f"No capacity: at most {ceiling} {gpu_class.name} GPU(s) can ever be had by "
+            f"{team} in that window ({in_service} in service, {guaranteed} guaranteed to "
+            f"other teams), {count} asked.",
+            field="count", free_gpus=ceiling,
         )
 
 
