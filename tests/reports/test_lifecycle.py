@@ -9,7 +9,7 @@ import pytest
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.models import AuditEntry
 from reports.models import Adjustment, Statement
-from reports.selectors import statement_late_usage, statements_review
+from reports.selectors import late_usage_month, statement_late_usage
 from reports.services_statements import (
     adjustment_add,
     late_usage_adjust,
@@ -144,9 +144,8 @@ def test_late_usage_changes_nothing_approved_and_is_settled_in_one_click(billed,
     assert [(line.kind, line.approved_seconds, line.now_seconds, line.difference)
             for line in late.changed_lines] == [("reserved", 36000, 46800, Decimal("7.50"))]
     assert late.difference == Decimal("7.50")
-    statements_draft_month(period=NOVEMBER)
-    [row] = statements_review(period=NOVEMBER)
-    assert "late usage" in row.flags and row.previous == october
+    assert late_usage_month(month=OCTOBER.start.date())[billed.team.id].difference == \
+        Decimal("7.50")
 
     adjustment = late_usage_adjust(statement=october, by=billed.admin)
     assert (adjustment.month, adjustment.amount, adjustment.corrects) == (
@@ -157,7 +156,7 @@ def test_late_usage_changes_nothing_approved_and_is_settled_in_one_click(billed,
     assert [(line.kind, line.amount) for line in november.lines.all()] == [
         ("adjustment", Decimal("7.50"))]
     assert statement_late_usage(statement=october).difference == 0
-    assert "late usage" not in statements_review(period=NOVEMBER)[0].flags
+    assert late_usage_month(month=OCTOBER.start.date())[billed.team.id].difference == 0
     with pytest.raises(Conflict):
         late_usage_adjust(statement=october, by=billed.admin)
     assert Adjustment.objects.count() == 1
