@@ -35,4 +35,5 @@ urlpatterns = [
     path("", include("gpuquota.ingest.urls")),
     path("", include("gpuquota.usage.urls")),
     path("", include("reports.urls")),
+    path("", include("reports.page_urls")),
 ]

@@ -1,3 +1,6 @@
+from decimal import Decimal
+
+from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import F, Q
@@ -45,3 +48,148 @@ class RateCard(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_class} from {self.valid_from:%Y-%m-%d}"
+
+
+class Statement(models.Model):
+    """A team's chargeback statement for one calendar month (UTC): a draft recomputed on
+    demand, then approved (frozen, in the database itself), then sent. Team and line
+    fields are snapshots so renames never change an approved statement."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        APPROVED = "approved", "Approved"
+        SENT = "sent", "Sent"
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="statements")
+    month = models.DateField(help_text="First day of the month (UTC).")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
+    currency = models.CharField(max_length=3, blank=True, help_text="Empty on a failed draft.")
+    total = models.DecimalField(max_digits=14, decimal_places=2, default=Decimal("0.00"))
+    team_name = models.CharField(max_length=120)
+    team_slug = models.CharField(max_length=64)
+    cost_center = models.CharField(max_length=64, blank=True)
+    reserved_s = models.BigIntegerField(default=0)
+    covered_s = models.BigIntegerField(default=0)
+    busy_s = models.BigIntegerField(default=0)
+    computed_at = WholeSecondDateTimeField(help_text="When the figures were computed.")
+    computed_until = WholeSecondDateTimeField(
+        help_text="The figures cover [month start, this): the month's end, or 'to date'."
+    )
+    error = models.TextField(
+        blank=True, help_text="Why the draft failed (names the class and interval)."
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="+", help_text="Empty when approved by the system.",
+    )
+    approved_at = WholeSecondDateTimeField(null=True, blank=True)
+    sent_at = WholeSecondDateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-month", "team_name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "month"], name="statement_one_per_team_month"),
+            models.CheckConstraint(
+                condition=Q(status__in=["draft", "approved", "sent"]), name="statement_status_valid"
+            ),
+            models.CheckConstraint(condition=Q(month__day=1), name="statement_month_first_day"),
+            models.CheckConstraint(
+                condition=Q(status="draft")
+                | (Q(approved_at__isnull=False) & Q(error="") & ~Q(currency="")),
+                name="statement_approved_complete",
+                violation_error_message="Only a complete draft (no error) can be approved.",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="sent") | Q(sent_at__isnull=False), name="statement_sent_at"
+            ),
+            models.CheckConstraint(
+                condition=Q(reserved_s__gte=0) & Q(covered_s__gte=0) & Q(busy_s__gte=0),
+                name="statement_seconds_non_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team_name} {self.month:%Y-%m} ({self.status})"
+
+    @property
+    def period_label(self) -> str:
+        return f"{self.month:%Y-%m}"
+
+
+class StatementLine(models.Model):
+    """One line: a kind, a class and one rate (a rate change splits a line), its integer
+    seconds and its amount, rounded once (accounting.md: Chargeback)."""
+
+    class Kind(models.TextChoices):
+        RESERVED = "reserved", "Reserved"
+        FAILURE_CREDIT = "failure_credit", "Failure credit"
+        ON_DEMAND = "on_demand", "On demand"
+        ADJUSTMENT = "adjustment", "Adjustment"
+
+    statement = models.ForeignKey(Statement, on_delete=models.CASCADE, related_name="lines")
+    position = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    gpu_class = models.ForeignKey(
+        "inventory.GpuClass", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    gpu_class_name = models.CharField(max_length=120, blank=True)
+    seconds = models.BigIntegerField(null=True, blank=True)
+    rate = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    reason = models.TextField(blank=True)
+    adjustment = models.ForeignKey(
+        "Adjustment", null=True, blank=True, on_delete=models.PROTECT, related_name="lines"
+    )
+
+    class Meta:
+        ordering = ["statement", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["statement", "position"], name="statement_line_position"
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=["reserved", "failure_credit", "on_demand", "adjustment"]),
+                name="statement_line_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(kind="adjustment", seconds__isnull=True, rate__isnull=True,
+                      gpu_class_name="")
+                    | (~Q(kind="adjustment") & Q(seconds__gt=0, rate__isnull=False))
+                ),
+                name="statement_line_shape",
+                violation_error_message="Adjustments carry no class, seconds or rate; other "
+                "lines carry positive seconds and a rate.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.gpu_class_name} {self.amount}"
+
+
+class Adjustment(models.Model):
+    """A signed amount with a reason, added by an admin to a month not yet approved.
+    `corrects` names the approved statement whose late usage it settles, if any."""
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="adjustments")
+    month = models.DateField(help_text="First day of the month (UTC) it is billed in.")
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    reason = models.TextField()
+    corrects = models.ForeignKey(
+        Statement, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="late_adjustments", help_text="The approved statement it settles.",
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                                   related_name="+")
+    created_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["month", "created_at", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(month__day=1), name="adjustment_month_first_day"),
+            models.CheckConstraint(condition=~Q(amount=0), name="adjustment_amount_non_zero"),
+            models.CheckConstraint(condition=~Q(reason=""), name="adjustment_reason_required"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.month:%Y-%m} {self.amount}"

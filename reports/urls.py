@@ -1,1 +1,14 @@
-urlpatterns: list = []
+from django.urls import path
+
+from reports import api
+
+urlpatterns = [
+    path("api/v1/statements/<str:period>.csv", api.OrganisationStatementsCsvView.as_view(),
+         name="api-statements-month-csv"),
+    path("api/v1/statements/<str:period>", api.OrganisationStatementsView.as_view(),
+         name="api-statements-month"),
+    path("api/v1/statements/<slug:team>/<str:period>.csv", api.TeamStatementCsvView.as_view(),
+         name="api-statement-csv"),
+    path("api/v1/statements/<slug:team>/<str:period>", api.TeamStatementView.as_view(),
+         name="api-statement"),
+]

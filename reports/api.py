@@ -1,0 +1,149 @@
+"""The statement export API (accounting.md, Statement export): one team's month, or the
+whole organisation's, as JSON or CSV. Drafts are shown as drafts, recomputed on request
+when stale. Leads and members see their teams, admins all, anyone else a 404."""
+
+import re
+from datetime import datetime
+
+from django.http import Http404, HttpResponse
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.permissions import team_for_view
+from accounts.selectors import teams_visible
+from gpuquota.core.errors import DomainError
+from gpuquota.core.fields import whole_second
+from gpuquota.core.timeutil import Period
+from gpuquota.reservations.serializers import ErrorSerializer
+from reports import export
+from reports.selectors import statements_visible
+from reports.services_statements import statement_current, statements_current
+
+MONTH = re.compile(r"(\d{4})-(\d{2})")
+
+
+def period_parse(text: str, now: datetime) -> Period:
+    """`YYYY-MM` of a month that has started; a DomainError naming `period` otherwise."""
+    match = MONTH.fullmatch(text)
+    if match is None:
+        raise DomainError(f"Expected a month as YYYY-MM, not {text!r}.", field="period")
+    year, month = int(match[1]), int(match[2])
+    if not 1 <= month <= 12 or year < 1970:
+        raise DomainError(f"{text} is not a month.", field="period")
+    period = Period.month(year, month)
+    if period.start > now:
+        raise DomainError(f"{text} has not started yet.", field="period")
+    return period
+
+
+class LineSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(["reserved", "failure_credit", "on_demand", "adjustment"])
+    gpu_class = serializers.CharField(allow_null=True)
+    seconds = serializers.IntegerField(allow_null=True)
+    hours = serializers.CharField(allow_null=True, help_text="Decimal string, 2 places.")
+    rate = serializers.CharField(allow_null=True, help_text="Decimal string, as stored.")
+    amount = serializers.CharField(help_text="Decimal string, 2 places.")
+    reason = serializers.CharField(required=False, help_text="Adjustments only.")
+
+
+class UtilizationSerializer(serializers.Serializer):
+    reserved_hours = serializers.CharField()
+    busy_hours = serializers.CharField()
+    utilization = serializers.CharField(help_text="busy / reserved seconds, 4 places.")
+    coverage = serializers.CharField(help_text="covered / reserved seconds, 4 places.")
+
+
+class StatementSerializer(serializers.Serializer):
+    team = serializers.CharField(help_text="The team's slug.")
+    period = serializers.CharField(help_text="YYYY-MM (UTC).")
+    currency = serializers.CharField(allow_null=True, help_text="Null on a failed draft.")
+    status = serializers.ChoiceField(["draft", "approved", "sent"])
+    lines = LineSerializer(many=True)
+    total = serializers.CharField(help_text="Decimal string: the sum of the line amounts.")
+    utilization = UtilizationSerializer()
+    error = serializers.CharField(required=False,
+                                  help_text="A failed draft only: why it cannot be approved.")
+
+
+class OrganisationStatementSerializer(StatementSerializer):
+    cost_center = serializers.CharField()
+
+
+class OrganisationSerializer(serializers.Serializer):
+    period = serializers.CharField()
+    statements = OrganisationStatementSerializer(many=True)
+
+
+ERRORS = {400: OpenApiResponse(ErrorSerializer, description="A bad or future period."),
+          404: OpenApiResponse(ErrorSerializer, description="No such team (or not visible).")}
+CSV = OpenApiResponse(OpenApiTypes.STR, description="text/csv: " + ",".join(export.CSV_COLUMNS))
+ORGANISATION_CSV = OpenApiResponse(
+    OpenApiTypes.STR, description="text/csv: " + ",".join(export.ORGANISATION_CSV_COLUMNS))
+
+
+def _csv_response(text: str, filename: str) -> HttpResponse:
+    response = HttpResponse(text, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+class _TeamStatement(APIView):
+    def statement(self, request, team: str, period: str):
+        now = whole_second(timezone.now())
+        team = team_for_view(request.user, team)
+        return statement_current(team=team, period=period_parse(period, now), now=now)
+
+
+class TeamStatementView(_TeamStatement):
+    """One team's statement of a month, in the stable export format."""
+
+    @extend_schema(responses={200: StatementSerializer, **ERRORS}, operation_id="statement")
+    def get(self, request, team: str, period: str):
+        return Response(export.statement_export(self.statement(request, team, period)))
+
+
+class TeamStatementCsvView(_TeamStatement):
+    """The same as CSV: one row per line."""
+
+    @extend_schema(responses={(200, "text/csv"): CSV, **ERRORS}, operation_id="statement_csv")
+    def get(self, request, team: str, period: str):
+        statement = self.statement(request, team, period)
+        return _csv_response(export.statement_csv(statement),
+                             export.statement_csv_filename(statement))
+
+
+class _Organisation(APIView):
+    def statements(self, request, period: str) -> tuple[Period, list]:
+        now = whole_second(timezone.now())
+        if not teams_visible(user=request.user).exists():
+            raise Http404("Not found.")
+        month = period_parse(period, now)
+        statements_current(period=month, now=now)
+        return month, list(statements_visible(user=request.user, month=month.start.date())
+                           .order_by("team_name"))
+
+
+class OrganisationStatementsView(_Organisation):
+    """Every team's statement of a month (the caller's teams; admins: all)."""
+
+    @extend_schema(responses={200: OrganisationSerializer, **ERRORS},
+                   operation_id="statements_month")
+    def get(self, request, period: str):
+        month, statements = self.statements(request, period)
+        return Response(export.organisation_export(period_label=f"{month.start:%Y-%m}",
+                                                   statements=statements))
+
+
+class OrganisationStatementsCsvView(_Organisation):
+    """One CSV file per month for finance, with `cost_center` appended."""
+
+    @extend_schema(responses={(200, "text/csv"): ORGANISATION_CSV, **ERRORS},
+                   operation_id="statements_month_csv")
+    def get(self, request, period: str):
+        month, statements = self.statements(request, period)
+        return _csv_response(export.organisation_csv(statements),
+                             f"statements-{month.start:%Y-%m}.csv")

@@ -1,0 +1,25 @@
+"""Settings of the reports app, read at call time so tests and the demo can override them."""
+
+import os
+from datetime import timedelta
+
+from django.conf import settings
+
+
+def settlement_delay() -> timedelta:
+    """A month can be approved only this long after it ends, so late agent data is in
+    (accounting.md, Closing a period; default 72 h, env GPUQUOTA_SETTLEMENT_DELAY_HOURS)."""
+    default = os.environ.get("GPUQUOTA_SETTLEMENT_DELAY_HOURS") or "72"
+    return timedelta(hours=float(getattr(settings, "SETTLEMENT_DELAY_HOURS", default)))
+
+
+def draft_max_age() -> timedelta:
+    """A draft older than this is recomputed when it is asked for (the API, the pages)."""
+    default = os.environ.get("GPUQUOTA_STATEMENT_DRAFT_MAX_AGE_S") or "600"
+    return timedelta(seconds=int(getattr(settings, "STATEMENT_DRAFT_MAX_AGE_S", default)))
+
+
+def default_currency() -> str:
+    """The currency of a statement with no priced line (only adjustments, or nothing)."""
+    default = os.environ.get("GPUQUOTA_CURRENCY") or "USD"
+    return str(getattr(settings, "STATEMENT_DEFAULT_CURRENCY", default))

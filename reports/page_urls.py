@@ -1,0 +1,26 @@
+from django.urls import path
+
+from reports import views
+
+urlpatterns = [
+    path("statements/review/", views.statement_review, name="statement_review"),
+    path("statements/review/draft/", views.statements_draft_all, name="statements_draft_all"),
+    path("statements/review/approve/", views.statements_approve_all, name="statements_approve_all"),
+    path("statements/<slug:slug>/<str:month>/", views.statement_detail, name="statement_detail"),
+    path(
+        "statements/<slug:slug>/<str:month>/approve/",
+        views.statement_approve_view,
+        name="statement_approve",
+    ),
+    path(
+        "statements/<slug:slug>/<str:month>/adjustments/",
+        views.statement_adjust,
+        name="statement_adjust",
+    ),
+    path(
+        "statements/<slug:slug>/<str:month>.csv", views.statement_csv_download, name="statement_csv"
+    ),
+    path(
+        "statements/<slug:slug>/<str:month>.pdf", views.statement_pdf_download, name="statement_pdf"
+    ),
+]

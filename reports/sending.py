@@ -1,0 +1,103 @@
+"""Sending an approved statement to its team's leads (accounting.md, Closing a period):
+one message per lead, summary in the body, CSV and PDF attached, through the one mail
+module under the key `statement:<id>`. Delivery is recorded per recipient there, so a
+retry after an SMTP outage or a killed worker mails only the leads not yet served. The
+statement becomes `sent` only once every lead is served."""
+
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from accounts.selectors import team_leads
+from gpuquota.core.errors import Conflict
+from gpuquota.core.timeutil import Period
+from gpuquota.mail.services import Attachment, MailOutcome, mail_send
+from reports.documents import (
+    organisation_name,
+    statement_csv_bytes,
+    statement_filename,
+    statement_pdf_bytes,
+)
+from reports.export import statement_export
+from reports.models import Statement, StatementLine
+from reports.services_statements import statement_mark_sent
+
+KIND_LABELS = dict(StatementLine.Kind.choices)
+
+
+def statement_mail_key(statement: Statement) -> str:
+    return f"statement:{statement.pk}"
+
+
+def _percent(ratio: str) -> str:
+    return f"{(Decimal(ratio) * 100).quantize(Decimal('0.1'), rounding=ROUND_HALF_UP)}%"
+
+
+def _mail_context(statement: Statement, export: dict) -> dict:
+    lines = [
+        line | {"label": KIND_LABELS.get(line["kind"], line["kind"])} for line in export["lines"]
+    ]
+    return {
+        "export": export | {"lines": lines},
+        "organisation": organisation_name(),
+        "team_name": statement.team_name,
+        "cost_center": statement.cost_center,
+        "period_name": f"{Period.parse_month(statement.period_label).start:%B %Y}",
+        "utilization_pct": _percent(export["utilization"]["utilization"]),
+        "coverage_pct": _percent(export["utilization"]["coverage"]),
+        "csv_name": statement_filename(statement, "csv"),
+        "statement_path": reverse(
+            "statement_detail", args=[statement.team.slug, statement.period_label]
+        ),
+    }
+
+
+def statement_attachments(*, statement: Statement, now: datetime | None = None) -> list[Attachment]:
+    """The statement's CSV and PDF, as mail attachments."""
+    return [
+        Attachment(
+            statement_filename(statement, "pdf"),
+            statement_pdf_bytes(statement=statement, now=now),
+            "application/pdf",
+        ),
+        Attachment(
+            statement_filename(statement, "csv"),
+            statement_csv_bytes(statement=statement),
+            "text/csv",
+        ),
+    ]
+
+
+def statement_send(*, statement: Statement, now: datetime | None = None) -> MailOutcome:
+    """Mail an approved statement to each current lead of its team, once per lead, and
+    mark it `sent` when every lead is served (sent now, earlier, or opted out). Refused
+    for a draft and for a team without leads; safe to call again after a partial send."""
+    statement = Statement.objects.select_related("team", "approved_by").get(pk=statement.pk)
+    if statement.status == Statement.Status.DRAFT:
+        raise Conflict("A draft cannot be sent: approve it first.", field="status")
+    leads = team_leads(team=statement.team)
+    if not leads:
+        raise Conflict(f"{statement.team.name} has no lead to send the statement to.", field="team")
+    export = statement_export(statement=statement)
+    outcome = mail_send(
+        template="statement",
+        recipients=leads,
+        context=_mail_context(statement, export),
+        key=statement_mail_key(statement),
+        attachments=statement_attachments(statement=statement, now=now),
+    )
+    if outcome.complete and statement.status == Statement.Status.APPROVED:
+        statement_mark_sent(statement=statement, at=now or timezone.now())
+    return outcome
+
+
+def statement_send_later(*, statement: Statement) -> None:
+    """Send the statement in the `reports.statement_send` task once the current
+    transaction commits (approval calls this)."""
+    from reports.tasks import statement_send_task
+
+    statement_id = statement.pk
+    transaction.on_commit(lambda: statement_send_task.delay(statement_id), robust=True)

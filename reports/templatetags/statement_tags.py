@@ -1,0 +1,22 @@
+from decimal import Decimal
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def money(value) -> str:
+    """A Decimal amount grouped by thousands with two places: -1234.5 → -1,234.50."""
+    if value is None or value == "":
+        return "—"
+    amount = Decimal(value)
+    return f"-{abs(amount):,.2f}" if amount < 0 else f"{amount:,.2f}"
+
+
+@register.filter
+def signed_pct(value) -> str:
+    """A change ratio as a signed percentage, one decimal: 0.315 → +31.5%."""
+    if value is None:
+        return "—"
+    return f"{Decimal(value) * 100:+.1f}%"

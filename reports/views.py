@@ -1,0 +1,193 @@
+"""Statement pages: the admin's review of a month, a statement page, its CSV and PDF, and
+the admin actions (approve one or all, adjust). Views parse, ask accounts.permissions,
+call one service or selector, render."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from accounts.permissions import is_admin, require_admin, team_for_view
+from gpuquota.core.errors import DomainError
+from gpuquota.core.timeutil import Period
+from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
+from reports.forms import AdjustmentForm, period_parse
+from reports.models import Statement
+from reports.review import previous_period, ratio, statements_review
+from reports.services_statements import (
+    adjustment_add,
+    approval_opens,
+    statement_approve,
+    statement_current,
+    statements_approve_month,
+    statements_draft_month,
+)
+
+
+def _period_or_404(month: str) -> Period:
+    try:
+        return period_parse(month, now=timezone.now())
+    except ValueError as exc:
+        raise Http404(str(exc)) from exc
+
+
+def _statement_or_404(request, slug: str, month: str) -> tuple[Statement, Period]:
+    team = team_for_view(request.user, slug)
+    period = _period_or_404(month)
+    return statement_current(team=team, period=period), period
+
+
+def _posted_period(request) -> Period:
+    try:
+        return period_parse(request.POST.get("month", ""), now=timezone.now())
+    except ValueError as exc:
+        raise Http404(str(exc)) from exc
+
+
+def _review_url(period: Period) -> str:
+    return f"{reverse('statement_review')}?month={period.start:%Y-%m}"
+
+
+@login_required
+def statement_review(request):
+    require_admin(request.user)
+    now = timezone.now()
+    default = previous_period(Period.month(now.year, now.month))
+    month_text = request.GET.get("month") or f"{default.start:%Y-%m}"
+    context = {"month_text": month_text, "max_month": f"{now:%Y-%m}", "review": None}
+    try:
+        period = period_parse(month_text, now=now)
+    except ValueError as exc:
+        context["month_error"] = f"Cannot show {month_text!r}: {exc}"
+        return render(request, "reports/review.html", context, status=400)
+    context["review"] = statements_review(period=period, now=now)
+    return render(request, "reports/review.html", context)
+
+
+@login_required
+@require_POST
+def statements_draft_all(request):
+    require_admin(request.user)
+    period = _posted_period(request)
+    drafted = statements_draft_month(period=period)
+    messages.success(request, f"{len(drafted)} statements of {period.start:%Y-%m} recomputed.")
+    return redirect(_review_url(period))
+
+
+@login_required
+@require_POST
+def statements_approve_all(request):
+    require_admin(request.user)
+    period = _posted_period(request)
+    try:
+        approved, refused = statements_approve_month(period=period, by=request.user)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request,
+            f"{len(approved)} statements of {period.start:%Y-%m} approved; "
+            "their teams' leads are being mailed.",
+        )
+        for statement, why in refused:
+            messages.error(request, f"{statement.team_name} not approved: {why}")
+    return redirect(_review_url(period))
+
+
+@login_required
+def statement_detail(request, slug: str, month: str):
+    statement, period = _statement_or_404(request, slug, month)
+    return _detail_page(request, statement, period, AdjustmentForm())
+
+
+def _detail_page(request, statement: Statement, period: Period, form, status: int = 200):
+    now = timezone.now()
+    opens_at = approval_opens(period)
+    context = {
+        "statement": statement,
+        "team": statement.team,
+        "period": period,
+        "month_text": f"{period.start:%Y-%m}",
+        "lines": list(statement.lines.order_by("position")),
+        "utilization": ratio(statement.busy_s, statement.reserved_s),
+        "coverage": ratio(statement.covered_s, statement.reserved_s),
+        "to_date": statement.computed_until < period.end,
+        "is_admin": is_admin(request.user),
+        "opens_at": opens_at,
+        "approvable": now >= opens_at and not statement.error,
+        "adjustment_form": form,
+    }
+    return render(request, "reports/statement_detail.html", context, status=status)
+
+
+@login_required
+@require_POST
+def statement_approve_view(request, slug: str, month: str):
+    require_admin(request.user)
+    statement, period = _statement_or_404(request, slug, month)
+    try:
+        statement_approve(statement=statement, by=request.user)
+    except DomainError as exc:
+        messages.error(request, f"{statement.team_name}: {exc.message}")
+    else:
+        messages.success(
+            request,
+            f"{statement.team_name} {period.start:%Y-%m} approved; its leads are being mailed.",
+        )
+    if request.POST.get("next") == "review":
+        return redirect(_review_url(period))
+    return redirect("statement_detail", slug=statement.team.slug, month=f"{period.start:%Y-%m}")
+
+
+@login_required
+@require_POST
+def statement_adjust(request, slug: str, month: str):
+    require_admin(request.user)
+    statement, period = _statement_or_404(request, slug, month)
+    form = AdjustmentForm(request.POST)
+    if form.is_valid():
+        try:
+            adjustment_add(
+                team=statement.team,
+                period=period,
+                amount=form.cleaned_data["amount"],
+                reason=form.cleaned_data["reason"],
+                by=request.user,
+            )
+        except DomainError as exc:
+            if exc.field not in form.fields:
+                messages.error(request, exc.message)
+                return redirect("statement_detail", slug=statement.team.slug, month=month)
+            form.add_error(exc.field, exc.message)
+        else:
+            messages.success(request, "Adjustment added.")
+            return redirect("statement_detail", slug=statement.team.slug, month=month)
+    statement.refresh_from_db()
+    return _detail_page(request, statement, period, form, status=400)
+
+
+def _download(statement: Statement, content: bytes, extension: str, mimetype: str):
+    response = HttpResponse(content, content_type=mimetype)
+    name = statement_filename(statement, extension)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@login_required
+def statement_csv_download(request, slug: str, month: str):
+    statement, _period = _statement_or_404(request, slug, month)
+    if statement.error:
+        raise Http404("This draft failed; it has no figures to download.")
+    return _download(statement, statement_csv_bytes(statement=statement), "csv", "text/csv")
+
+
+@login_required
+def statement_pdf_download(request, slug: str, month: str):
+    statement, _period = _statement_or_404(request, slug, month)
+    if statement.error:
+        raise Http404("This draft failed; it has no figures to download.")
+    pdf = statement_pdf_bytes(statement=statement)
+    return _download(statement, pdf, "pdf", "application/pdf")

@@ -1,0 +1,216 @@
+"""Statement pages against every role, the review page's flags, approval, adjustments and
+bad months. Real drafts: usage is rolled up and priced through the public services."""
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+
+from reports.models import Adjustment, Statement
+from tests.factories import GpuClassFactory, TeamFactory, make_gpu
+from tests.stmtdocs.factories import (
+    NOVEMBER,
+    NOW,
+    OCTOBER,
+    SEPTEMBER,
+    draft,
+    priced_gpus,
+    reserved_hours,
+)
+
+pytestmark = [pytest.mark.django_db]
+ROLES = ["admin", "lead", "other_lead", "member", "outsider", "anonymous"]
+SEES_TEAM = {"admin", "lead", "member"}
+
+
+@pytest.fixture(autouse=True)
+def _clock(time_machine):
+    time_machine.move_to(NOW, tick=False)
+
+
+@pytest.fixture
+def month(roles):
+    """Vision: 2 h in September, 3 h in October, all reported (+50%). Speech: 4 h in
+    October of which 1 h reported (coverage 25%). Robotics: an L4 without a rate card."""
+    vision_gpu, speech_gpu = priced_gpus(2)
+    reserved_hours(
+        roles.team, vision_gpu, SEPTEMBER.start + timedelta(days=3), 2, reported_minutes=120
+    )
+    reserved_hours(
+        roles.team, vision_gpu, OCTOBER.start + timedelta(days=3), 3, reported_minutes=180
+    )
+    reserved_hours(
+        roles.other_team, speech_gpu, OCTOBER.start + timedelta(days=4), 4, reported_minutes=60
+    )
+    robotics = TeamFactory(name="Robotics", slug="robotics")
+    l4 = make_gpu(gpu_class=GpuClassFactory(name="L4"))
+    reserved_hours(robotics, l4, OCTOBER.start + timedelta(days=5), 1, reported_minutes=0)
+    draft(SEPTEMBER, OCTOBER)
+    return roles
+
+
+def login(client, roles, role):
+    if role != "anonymous":
+        client.force_login(getattr(roles, role))
+
+
+def detail_url(slug="vision", month="2026-10", name="statement_detail"):
+    return reverse(name, args=[slug, month])
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_review_page_is_for_admins_only(client, month, role):
+    login(client, month, role)
+    response = client.get(reverse("statement_review") + "?month=2026-10")
+    expected = {"admin": 200, "anonymous": 302}.get(role, 404)
+    assert response.status_code == expected
+
+
+def test_review_page_shows_every_team_beside_last_month_with_flags(
+    client, month, django_assert_max_num_queries
+):
+    client.force_login(month.admin)
+    with django_assert_max_num_queries(12):
+        response = client.get(reverse("statement_review") + "?month=2026-10")
+    body = response.content.decode()
+    review = response.context["review"]
+    rows = {row.team.slug: row for row in review.rows}
+    assert set(rows) == {"vision", "speech", "robotics"}
+    vision, speech, robotics = rows["vision"], rows["speech"], rows["robotics"]
+    assert vision.statement.total == 7.5 and vision.previous.total == 5
+    assert vision.flags == ["total changed +50% from last month"]
+    assert speech.flags == ["coverage 25.0% (under 90%)"]
+    assert robotics.flags[0].startswith("draft failed:") and "L4" in robotics.flags[0]
+    assert [row.team.slug for row in review.approvable] == ["speech", "vision"]
+    assert "Approve all 2 drafts" in body and "+50.0%" in body and "25.0%" in body
+
+
+def test_review_page_month_picker_and_bad_months(client, month):
+    client.force_login(month.admin)
+    response = client.get(reverse("statement_review"))
+    assert response.context["month_text"] == "2026-10"  # last month by default
+    for bad in ("2026-13", "abc", "2027-01", "2026-1-1"):
+        response = client.get(reverse("statement_review") + f"?month={bad}")
+        assert response.status_code == 400, bad
+        assert "Cannot show" in response.content.decode()
+        assert response.context["review"] is None
+
+
+def test_approval_before_the_settlement_delay_is_refused_with_the_date(client, month):
+    client.force_login(month.admin)
+    draft(NOVEMBER)
+    response = client.get(reverse("statement_review") + "?month=2026-11")
+    assert "Approval for November 2026 opens on 2026-12-04 00:00 UTC" in response.content.decode()
+    response = client.post(reverse("statements_approve_all"), {"month": "2026-11"}, follow=True)
+    assert "can be approved from 2026-12-04 00:00Z" in response.content.decode()
+    assert not Statement.objects.filter(month=NOVEMBER.start.date()).exclude(status="draft")
+
+
+def test_approve_all_approves_every_complete_draft_and_names_the_failed_one(
+    client, month, django_capture_on_commit_callbacks
+):
+    client.force_login(month.admin)
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post(reverse("statements_approve_all"), {"month": "2026-10"}, follow=True)
+    body = response.content.decode()
+    assert "2 statements of 2026-10 approved" in body
+    assert "Robotics not approved" in body and "L4" in body
+    statuses = dict(
+        Statement.objects.filter(month=OCTOBER.start.date()).values_list("team_slug", "status")
+    )
+    assert statuses == {"vision": "approved", "speech": "approved", "robotics": "draft"}
+    assert len(callbacks) == 2  # one send per approved statement, after commit
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_statement_page_and_downloads_by_role(client, month, role):
+    login(client, month, role)
+    urls = [detail_url(), detail_url(name="statement_csv"), detail_url(name="statement_pdf")]
+    for url in urls:
+        response = client.get(url)
+        if role == "anonymous":
+            assert response.status_code == 302
+        else:
+            assert response.status_code == (200 if role in SEES_TEAM else 404), url
+    if role in SEES_TEAM:
+        body = client.get(urls[0]).content.decode()
+        assert "7.50 USD" in body and "H100-80GB" in body and "10800" in body
+        assert ("Add an adjustment" in body) == (role == "admin")
+        assert ('id="approve"' in body) == (role == "admin")
+        csv = client.get(urls[1])
+        assert csv["Content-Disposition"] == 'attachment; filename="statement-vision-2026-10.csv"'
+        assert b"vision,2026-10,USD,reserved,H100-80GB,10800,3.00,2.5" in csv.content
+        pdf = client.get(urls[2])
+        assert pdf["Content-Type"] == "application/pdf" and pdf.content.startswith(b"%PDF")
+
+
+def test_statement_page_bad_months_are_404(client, month):
+    client.force_login(month.admin)
+    for bad in ("2026-13", "abc", "2027-01", "0-0"):
+        assert client.get(detail_url(month=bad)).status_code == 404, bad
+        assert client.get(detail_url(month=bad, name="statement_pdf")).status_code == 404, bad
+
+
+def test_a_failed_draft_shows_its_reason_and_has_no_downloads(client, month):
+    client.force_login(month.admin)
+    body = client.get(detail_url("robotics")).content.decode()
+    assert "This draft failed" in body and "L4" in body
+    assert 'id="download-pdf"' not in body and 'id="approve"' not in body
+    assert client.get(detail_url("robotics", name="statement_csv")).status_code == 404
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_admin_actions_are_refused_to_everyone_else(client, month, role):
+    login(client, month, role)
+    posts = [
+        (detail_url(name="statement_approve"), {}),
+        (detail_url(name="statement_adjust"), {"amount": "-1.00", "reason": "x"}),
+        (reverse("statements_approve_all"), {"month": "2026-10"}),
+        (reverse("statements_draft_all"), {"month": "2026-10"}),
+    ]
+    for url, data in posts:
+        response = client.post(url, data)
+        if role == "admin":
+            assert response.status_code == 302, url
+        else:
+            assert response.status_code == (302 if role == "anonymous" else 404), url
+            assert response.status_code != 302 or "/login" in response["Location"]
+    approved = Statement.objects.filter(team_slug="vision", status="approved").exists()
+    assert approved == (role == "admin")
+
+
+def test_an_adjustment_becomes_a_line_and_bad_input_is_the_form_message(client, month):
+    client.force_login(month.admin)
+    url = detail_url(name="statement_adjust")
+    response = client.post(url, {"amount": "-2.25", "reason": "Scheduler outage"}, follow=True)
+    assert "Adjustment added." in response.content.decode()
+    statement = Statement.objects.get(team_slug="vision", month=OCTOBER.start.date())
+    assert statement.total == 5.25
+    assert statement.lines.filter(kind="adjustment", reason="Scheduler outage").exists()
+    for data, message in [
+        ({"amount": "0", "reason": "nothing"}, "changes nothing"),
+        ({"amount": "1.234", "reason": "cents"}, "2 decimal places"),
+        ({"amount": "abc", "reason": "x"}, "Enter a number"),
+        ({"amount": "5", "reason": ""}, "This field is required"),
+    ]:
+        response = client.post(url, data)
+        assert response.status_code == 400 and message in response.content.decode(), data
+    client.post(detail_url(name="statement_approve"))
+    response = client.post(url, {"amount": "1.00", "reason": "late"}, follow=True)
+    assert "is approved: add the correction to an open month" in response.content.decode()
+    assert Adjustment.objects.count() == 1
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_team_page_lists_the_statements_with_downloads(client, month, role):
+    login(client, month, role)
+    response = client.get(reverse("team_detail", args=["vision"]))
+    if role not in SEES_TEAM:
+        assert response.status_code in (302, 404)
+        return
+    body = response.content.decode()
+    section = body.split('id="team-statements"')[1].split("</table>")[0]
+    assert "October 2026" in section and "September 2026" in section
+    assert "7.50" in section and "5.00" in section
+    assert detail_url(name="statement_pdf") in section
+    assert detail_url(name="statement_csv", month="2026-09") in section
