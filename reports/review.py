@@ -1,24 +1,21 @@
-"""What the statement pages read. The admin's review of a month: every team's statement
-beside the previous month's, with the flags that need a look, in a fixed number of queries
-whatever the number of teams; and a team's list of statements."""
+"""The admin's review page of a month, on `reports.selectors.statements_review`: each
+team's row with the link to its statement and whether it can be approved now, and when
+approval opens. A fixed number of queries whatever the number of teams."""
 
-from dataclasses import dataclass, field
-from datetime import date, datetime
-from decimal import Decimal
-
-from django.db.models import Sum
+from dataclasses import dataclass
+from datetime import datetime
 
 from accounts.models import Team
 from gpuquota.core.timeutil import Period
-from reports.models import Statement, StatementLine
+from reports.models import Statement
+from reports.selectors import (
+    LateUsage,
+    ReviewRow,
+    month_before,
+    statement_late_usage,
+    statements_review,
+)
 from reports.services_statements import approval_opens
-
-CHANGE_FLAG_RATIO = Decimal("0.25")
-COVERAGE_FLAG_RATIO = Decimal("0.90")
-
-
-def month_of(period: Period) -> date:
-    return period.start.date()
 
 
 def previous_period(period: Period) -> Period:
@@ -26,126 +23,59 @@ def previous_period(period: Period) -> Period:
     return Period.month(start.year - (start.month == 1), (start.month - 2) % 12 + 1)
 
 
-def ratio(numerator: int, denominator: int) -> Decimal | None:
-    """numerator / denominator as a Decimal, None when nothing is reserved."""
-    if not denominator:
-        return None
-    return Decimal(numerator) / Decimal(denominator)
+@dataclass(frozen=True)
+class ReviewEntry:
+    row: ReviewRow
+    slug: str
+    approvable: bool
 
 
-@dataclass
-class ReviewRow:
-    """One team's line on the review page."""
-
-    team: Team
-    statement: Statement | None
-    previous: Statement | None
-    failure_credits: Decimal = Decimal("0.00")
-    late_usage: Decimal = Decimal("0.00")
-    flags: list[str] = field(default_factory=list)
-    approvable: bool = False
-
-    @property
-    def change(self) -> Decimal | None:
-        """(total − previous total) / |previous total|; None without a comparable previous."""
-        if self.statement is None or self.previous is None or not self.previous.total:
-            return None
-        return (self.statement.total - self.previous.total) / abs(self.previous.total)
-
-    @property
-    def utilization(self) -> Decimal | None:
-        s = self.statement
-        return None if s is None else ratio(s.busy_s, s.reserved_s)
-
-    @property
-    def coverage(self) -> Decimal | None:
-        s = self.statement
-        return None if s is None else ratio(s.covered_s, s.reserved_s)
-
-
-@dataclass
+@dataclass(frozen=True)
 class Review:
     period: Period
     previous_period: Period
     opens_at: datetime
     open_for_approval: bool
-    rows: list[ReviewRow]
+    entries: list[ReviewEntry]
 
     @property
-    def approvable(self) -> list[ReviewRow]:
-        return [row for row in self.rows if row.approvable]
+    def approvable(self) -> list[ReviewEntry]:
+        return [entry for entry in self.entries if entry.approvable]
 
     @property
     def flagged(self) -> int:
-        return sum(1 for row in self.rows if row.flags)
+        return sum(1 for entry in self.entries if entry.row.flags)
 
 
-def _flags(row: ReviewRow) -> list[str]:
-    s = row.statement
-    if s is None:
-        return [
-            f"no statement this month (last month {row.previous.total} {row.previous.currency})"
-        ]
-    flags = []
-    if s.error:
-        flags.append(f"draft failed: {s.error}")
-    change = row.change
-    if change is not None and abs(change) > CHANGE_FLAG_RATIO:
-        flags.append(f"total changed {change * 100:+.0f}% from last month")
-    elif change is None and row.previous is not None and s.total:
-        flags.append("charges where last month had none")
-    if row.coverage is not None and row.coverage < COVERAGE_FLAG_RATIO:
-        flags.append(f"coverage {row.coverage * 100:.1f}% (under 90%)")
-    if row.late_usage:
-        flags.append("late usage for an approved month")
-    return flags
-
-
-def statements_review(*, period: Period, now: datetime, late_usage: dict | None = None) -> Review:
-    """Every team's statement for `period` beside its previous month's, failure credits,
-    flags and whether it can be approved now. `late_usage` maps team id to the amount by
-    which data that arrived after approval would change an earlier month."""
-    late_usage = late_usage or {}
-    before = previous_period(period)
-    months = [month_of(period), month_of(before)]
-    statements = {
-        (s.team_id, s.month): s
-        for s in Statement.objects.filter(month__in=months).select_related("approved_by")
-    }
-    credits = dict(
-        StatementLine.objects.filter(
-            statement__month=months[0], kind=StatementLine.Kind.FAILURE_CREDIT
-        )
-        .values_list("statement__team_id")
-        .annotate(total=Sum("amount"))
-    )
+def review_month(*, period: Period, now: datetime) -> Review:
+    """Every team's statement of `period` beside the previous month's, with flags, and
+    which drafts an admin can approve now (complete drafts, once the delay has passed)."""
+    rows = statements_review(period=period)
+    slugs = dict(Team.objects.filter(id__in=[r.team_id for r in rows]).values_list("id", "slug"))
     opens_at = approval_opens(period)
     is_open = now >= opens_at
-    team_ids = {team_id for team_id, _month in statements}
-    rows = []
-    for team in Team.objects.filter(id__in=team_ids).order_by("name"):
-        row = ReviewRow(
-            team=team,
-            statement=statements.get((team.pk, months[0])),
-            previous=statements.get((team.pk, months[1])),
-            failure_credits=credits.get(team.pk, Decimal("0.00")),
-            late_usage=late_usage.get(team.pk, Decimal("0.00")),
-        )
-        row.flags = _flags(row)
+
+    def approvable(row: ReviewRow) -> bool:
         s = row.statement
-        row.approvable = bool(
-            is_open and s is not None and s.status == Statement.Status.DRAFT and not s.error
-        )
-        rows.append(row)
+        return is_open and s is not None and s.status == Statement.Status.DRAFT and not s.error
+
     return Review(
         period=period,
-        previous_period=before,
+        previous_period=previous_period(period),
         opens_at=opens_at,
         open_for_approval=is_open,
-        rows=rows,
+        entries=[ReviewEntry(row, slugs[row.team_id], approvable(row)) for row in rows],
     )
 
 
-def team_statements(*, team: Team, limit: int = 24) -> list[Statement]:
-    """The team's statements, newest month first (the team page's statements section)."""
-    return list(Statement.objects.filter(team=team).order_by("-month")[:limit])
+def statement_page_late_usage(*, statement: Statement) -> LateUsage | None:
+    """The late usage a statement page shows: its own when it is approved or sent; for a
+    draft, the previous month's (the draft is where an admin settles it)."""
+    if statement.status != Statement.Status.DRAFT:
+        return statement_late_usage(statement=statement)
+    previous = (
+        Statement.objects.filter(team_id=statement.team_id, month=month_before(statement.month))
+        .exclude(status=Statement.Status.DRAFT)
+        .first()
+    )
+    return None if previous is None else statement_late_usage(statement=previous)

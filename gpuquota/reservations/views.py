@@ -37,7 +37,7 @@ from gpuquota.reservations.selectors import (
     window_availability,
 )
 from gpuquota.usage.selectors import team_usage_context
-from reports.review import team_statements
+from reports.selectors import team_statements
 
 
 def _user_tz(request) -> ZoneInfo:
@@ -68,7 +68,7 @@ def team_detail(request, slug: str):
         "extend_form": ExtendForm(),
         "now": now,
         **team_usage_context(team=team, now=now),
-        "team_statements": team_statements(team=team),
+        "team_statements": team_statements(team=team)[:24],
     }
     return render(request, "reservations/team_detail.html", context)
 

@@ -1,6 +1,9 @@
 from decimal import Decimal
+from fractions import Fraction
 
 from django import template
+
+from gpuquota.usage.figures import display_decimal
 
 register = template.Library()
 
@@ -19,4 +22,5 @@ def signed_pct(value) -> str:
     """A change ratio as a signed percentage, one decimal: 0.315 → +31.5%."""
     if value is None:
         return "—"
-    return f"{Decimal(value) * 100:+.1f}%"
+    percent = display_decimal(Fraction(value) * 100, "0.1")
+    return f"+{percent}%" if percent > 0 else f"{percent}%"

@@ -74,14 +74,14 @@ def test_review_page_shows_every_team_beside_last_month_with_flags(
         response = client.get(reverse("statement_review") + "?month=2026-10")
     body = response.content.decode()
     review = response.context["review"]
-    rows = {row.team.slug: row for row in review.rows}
+    rows = {entry.slug: entry.row for entry in review.entries}
     assert set(rows) == {"vision", "speech", "robotics"}
     vision, speech, robotics = rows["vision"], rows["speech"], rows["robotics"]
     assert vision.statement.total == 7.5 and vision.previous.total == 5
-    assert vision.flags == ["total changed +50% from last month"]
-    assert speech.flags == ["coverage 25.0% (under 90%)"]
-    assert robotics.flags[0].startswith("draft failed:") and "L4" in robotics.flags[0]
-    assert [row.team.slug for row in review.approvable] == ["speech", "vision"]
+    assert vision.flags == ["change over 25%"]
+    assert speech.flags == ["coverage under 90%"]
+    assert robotics.flags[0].startswith("failed:") and "L4" in robotics.flags[0]
+    assert [entry.slug for entry in review.approvable] == ["speech", "vision"]
     assert "Approve all 2 drafts" in body and "+50.0%" in body and "25.0%" in body
 
 
@@ -139,7 +139,7 @@ def test_statement_page_and_downloads_by_role(client, month, role):
         assert ('id="approve"' in body) == (role == "admin")
         csv = client.get(urls[1])
         assert csv["Content-Disposition"] == 'attachment; filename="statement-vision-2026-10.csv"'
-        assert b"vision,2026-10,USD,reserved,H100-80GB,10800,3.00,2.5" in csv.content
+        assert b"vision,2026-10,USD,reserved,H100-80GB,10800,3.00,2.50,7.50,\r\n" in csv.content
         pdf = client.get(urls[2])
         assert pdf["Content-Type"] == "application/pdf" and pdf.content.startswith(b"%PDF")
 
