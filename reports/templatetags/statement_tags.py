@@ -4,6 +4,7 @@ from fractions import Fraction
 from django import template
 
 from gpuquota.usage.figures import display_decimal
+from reports.export import rate_text
 
 register = template.Library()
 
@@ -24,3 +25,9 @@ def signed_pct(value) -> str:
         return "—"
     percent = display_decimal(Fraction(value) * 100, "0.1")
     return f"+{percent}%" if percent > 0 else f"{percent}%"
+
+
+@register.filter
+def rate(value) -> str:
+    """A rate as the export shows it: as stored, with at least two places."""
+    return "—" if value is None else rate_text(Decimal(value))
