@@ -1,15 +1,13 @@
-"""Reads of statements: who sees which, late usage of approved months, the admins'
-review of a month (accounting.md, Closing a period)."""
+"""Reads of statements: who sees which, and late usage of approved months (accounting.md,
+Closing a period). The review page's reads are in `reports/review.py`."""
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
-from fractions import Fraction
 
 from django.db.models import Prefetch, QuerySet, Sum
 
-from accounts.models import Team, User
+from accounts.models import User
 from accounts.selectors import teams_visible
 from gpuquota.core.timeutil import Period
 from reports.models import Statement, StatementLine
@@ -34,11 +32,6 @@ def statements_visible(*, user: User, month: date | None = None) -> QuerySet[Sta
     lines = Prefetch("lines", queryset=StatementLine.objects.order_by("position"))
     qs = Statement.objects.filter(team__in=teams_visible(user=user)).prefetch_related(lines)
     return qs.filter(month=month) if month else qs
-
-
-def team_statements(*, team: Team) -> QuerySet[Statement]:
-    """Every statement of a team, newest month first (the team page's section)."""
-    return Statement.objects.filter(team=team).order_by("-month")
 
 
 @dataclass
@@ -128,76 +121,3 @@ def statement_late_usage(*, statement: Statement) -> LateUsage | None:
     settled = statement.late_adjustments.aggregate(total=Sum("amount"))["total"]
     return _late_usage(statement, draft or TeamDraft(statement.team_id),
                        settled or Decimal("0.00"))
-
-
-@dataclass
-class ReviewRow:
-    """One team on the review page: this month's statement beside the previous one."""
-
-    team_id: int
-    team_name: str
-    statement: Statement | None
-    previous: Statement | None
-    late_usage: LateUsage | None = None
-    failure_credit: Decimal = Decimal("0.00")
-
-    @property
-    def change(self) -> Fraction | None:
-        """Relative change of the total against the previous month (None: no base)."""
-        if self.statement is None or self.previous is None or not self.previous.total:
-            return None
-        return Fraction(self.statement.total - self.previous.total) / \
-            Fraction(self.previous.total)
-
-    @property
-    def utilization(self) -> Fraction | None:
-        s = self.statement
-        return Fraction(s.busy_s, s.reserved_s) if s and s.reserved_s else None
-
-    @property
-    def coverage(self) -> Fraction | None:
-        s = self.statement
-        return Fraction(s.covered_s, s.reserved_s) if s and s.reserved_s else None
-
-    @property
-    def flags(self) -> list[str]:
-        """What needs a look: a failed draft, a change over 25 %, coverage under 90 %,
-        late usage of the previous month."""
-        flags = []
-        if self.statement is not None and self.statement.error:
-            flags.append(f"failed: {self.statement.error}")
-        if self.change is not None and abs(self.change) > Fraction(1, 4):
-            flags.append("change over 25%")
-        if self.coverage is not None and self.coverage < Fraction(9, 10):
-            flags.append("coverage under 90%")
-        if self.late_usage is not None and self.late_usage.difference:
-            flags.append("late usage")
-        return flags
-
-
-def statements_review(*, period: Period) -> list[ReviewRow]:
-    """Every team with a statement this month or last, side by side, with flags; a fixed
-    number of queries (plus one pricing pass when last month is approved)."""
-    month = period.start.date()
-    previous_month = month_before(month)
-    rows: dict[int, ReviewRow] = {}
-    both = Statement.objects.filter(month__in=[month, previous_month])
-    credits = defaultdict(Decimal)
-    for team_id, total in (StatementLine.objects.filter(
-            statement__month=month, kind=StatementLine.Kind.FAILURE_CREDIT)
-            .values_list("statement__team_id").annotate(total=Sum("amount"))):
-        credits[team_id] = total
-    for statement in both.order_by("team_name"):
-        row = rows.setdefault(statement.team_id, ReviewRow(statement.team_id,
-                                                           statement.team_name, None, None))
-        if statement.month == month:
-            row.statement, row.team_name = statement, statement.team_name
-        else:
-            row.previous = statement
-    for team_id, late in late_usage_month(month=previous_month).items():
-        if team_id in rows:
-            rows[team_id].late_usage = late
-    for team_id, row in rows.items():
-        row.failure_credit = credits.get(team_id, Decimal("0.00"))
-    return sorted(rows.values(), key=lambda r: r.team_name)
-

@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 from django import forms
 from django.utils import timezone
 
+from accounts.models import Team
 from gpuquota.inventory.models import Gpu
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.selectors import gpu_classes_reservable
@@ -96,15 +97,20 @@ class MaintenanceForm(forms.Form):
 
 
 class WindowCheckForm(forms.Form):
-    """The reservation form's live check: a class and a local window."""
+    """The reservation form's live check: a class and a local window; with a team (one
+    the user leads) and a count, what submitting would do."""
 
     gpu_class = forms.ModelChoiceField(queryset=None)
     start = LocalDateTimeField()
     end = LocalDateTimeField()
+    team = forms.ModelChoiceField(queryset=None, required=False, to_field_name="pk")
+    count = forms.IntegerField(required=False, min_value=1, max_value=100_000)
+    placement = forms.ChoiceField(choices=Reservation.Placement.choices, required=False)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, teams=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["gpu_class"].queryset = gpu_classes_reservable()
+        self.fields["team"].queryset = teams if teams is not None else Team.objects.none()
 
     def clean(self):
         data = super().clean()

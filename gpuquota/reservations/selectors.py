@@ -12,6 +12,7 @@ from gpuquota.core.models import AuditEntry
 from gpuquota.inventory.models import Gpu, GpuClass, MaintenanceBlock
 from gpuquota.reservations.capacity import counted_rows, free_map
 from gpuquota.reservations.models import Assignment, Quota, Reservation
+from gpuquota.reservations.room import ClassLedger, Room
 
 S = Reservation.Status
 
@@ -111,16 +112,28 @@ def reservation_with_gpus(*, pk: int) -> Reservation:
 
 def reservations_pending() -> list[Reservation]:
     """Over-quota requests waiting for an admin, oldest first, each with the team's
-    quota then (`quota_gpus`) and the GPUs free over its window now (`free_gpus`)."""
+    quota then (`quota_gpus`), what the team could get over the window now (`room`) and
+    the number an approval now would work with (`approvable`: what `reservation_approve`
+    checks, net of other teams' unused guarantees when still over quota). One ledger
+    per class: the query count does not grow with the number of requests."""
     rows = list(_with_assignments(Reservation.objects.filter(status=S.PENDING)).order_by(
         "requested_at", "id"))
-    now = timezone.now()
+    now = timezone.now().replace(microsecond=0)
+    by_class: dict[int, list[Reservation]] = {}
     for r in rows:
-        start = max(r.start, now)
-        quota = quotas_current(team=r.team, at=start).filter(gpu_class=r.gpu_class).first()
-        r.quota_gpus = quota.gpus if quota else 0
-        r.free_gpus = (window_availability(gpu_class=r.gpu_class, start=start, end=r.end)
-                       ["free_gpus"] if r.end > start else 0)
+        r.quota_gpus, r.room, r.approvable = 0, None, 0
+        if r.end > max(r.start, now):
+            by_class.setdefault(r.gpu_class_id, []).append(r)
+    for waiting in by_class.values():
+        start = max(min(r.start for r in waiting), now)
+        ledger = ClassLedger(gpu_class=waiting[0].gpu_class, start=start,
+                             end=max(r.end for r in waiting))
+        for r in waiting:
+            window_start = max(r.start, now)
+            r.quota_gpus = ledger.quota_at(team_id=r.team_id, at=window_start)
+            r.room = ledger.room(team_id=r.team_id, start=window_start, end=r.end,
+                                 same_node=r.placement == Reservation.Placement.SAME_NODE)
+            r.approvable = r.room.approvable(r.count)
     return rows
 
 
@@ -155,6 +168,7 @@ class AvailabilityCell:
     free_min: int
     free_max: int
     total: int
+    room: Room | None = None  # for the form's team: within quota, beyond it
 
     @property
     def level(self) -> str:
@@ -172,9 +186,10 @@ class AvailabilityRow:
 
 
 def availability(*, tz: ZoneInfo, days: int = 14, today: date | None = None,
-                 gpu_classes=None) -> list[AvailabilityRow]:
+                 gpu_classes=None, team: Team | None = None) -> list[AvailabilityRow]:
     """Per class and local day (in `tz`) of the coming `days`: GPUs free all day,
-    and the fewest and most free at any instant of it."""
+    and the fewest and most free at any instant of it; with `team`, what the team can
+    get that day within its quota and beyond it (`room`, as the form and approval say)."""
     now = timezone.now().replace(microsecond=0)
     today = today or timezone.localtime(now, tz).date()
     bounds = [datetime.combine(today + timedelta(days=d), time(), tzinfo=tz)
@@ -183,14 +198,17 @@ def availability(*, tz: ZoneInfo, days: int = 14, today: date | None = None,
     rows = []
     for gpu_class in gpu_classes if gpu_classes is not None else gpu_classes_reservable():
         fmap = free_map(gpu_class=gpu_class, start=bounds[0], end=bounds[-1])
+        ledger = None if team is None else ClassLedger(
+            gpu_class=gpu_class, start=bounds[0], end=bounds[-1], fmap=fmap)
         total = len(fmap.gpus)
         cells = []
         for lo, hi in zip(bounds, bounds[1:], strict=False):
             points = [lo] + sorted(p for p in fmap.breakpoints() if lo < p < hi)
             counts = [fmap.free_count_at(p) for p in points]
             day = timezone.localtime(lo, tz).date()
+            room = ledger.room(team_id=team.id, start=lo, end=hi) if ledger else None
             cells.append(AvailabilityCell(day, len(fmap.gpus_free_over(lo, hi)),
-                                          min(counts), max(counts), total))
+                                          min(counts), max(counts), total, room))
         rows.append(AvailabilityRow(gpu_class, total, cells))
     return rows
 

@@ -27,6 +27,8 @@ from gpuquota.reservations.assigning import (
 )
 from gpuquota.reservations.capacity import free_map, guarantee_shortfall_at, quota_check
 from gpuquota.reservations.models import Assignment, Reservation
+from gpuquota.reservations.notices import reservation_decision_notify, reservation_pending_notify
+from gpuquota.reservations.room import ClassLedger
 from gpuquota.usage.services import gpu_interval_mark_dirty
 
 __all__ = [
@@ -128,7 +130,8 @@ def reservation_create(
         lock_team_class(team_id=team.id, gpu_class_id=gpu_class.id)
     check = quota_check(team_id=team.id, gpu_class=gpu_class, start=start, end=end, count=count)
     if not check.in_quota and not backfill:
-        _refuse_beyond_fleet(gpu_class=gpu_class, start=start, end=end, count=count)
+        _refuse_impossible(team=team, gpu_class=gpu_class, start=start, end=end, count=count,
+                           same_node=placement == Reservation.Placement.SAME_NODE)
     reservation = Reservation.objects.create(
         team=team, gpu_class=gpu_class, count=count, start=start, end=end, placement=placement,
         purpose=purpose[:256], requested_by=requested_by, requested_at=now,
@@ -151,14 +154,18 @@ def reservation_create(
         changes={**_window_changes(reservation), "gpus": _gpu_list(assignments)},
         reason=purpose,
     )
+    if reservation.status == S.PENDING:
+        reservation_pending_notify(reservation)  # mailed after commit
     return reservation
 
 
-def _refuse_beyond_fleet(*, gpu_class: GpuClass, start: datetime, end: datetime, count: int
-                         ) -> None:
-    """A request for more GPUs than the class has in service then can never be met:
-    refuse it now rather than leave it pending."""
+def _refuse_impossible(*, team: Team, gpu_class: GpuClass, start: datetime, end: datetime,
+                       count: int, same_node: bool) -> None:
+    """An over-quota request that no approval could ever meet is refused now rather than
+    left pending: more GPUs than the class has in service then, more on one node than
+    its largest node has, or more than other teams' guarantees can ever leave."""
     fmap = free_map(gpu_class=gpu_class, start=start, end=end)
+    ledger = ClassLedger(gpu_class=gpu_class, start=start, end=end, fmap=fmap)
     in_service = len(fmap.gpus)
     if count > in_service:
         refusal = no_capacity_error(gpu_class=gpu_class, start=start, end=end, count=count,
@@ -167,6 +174,22 @@ def _refuse_beyond_fleet(*, gpu_class: GpuClass, start: datetime, end: datetime,
             f"No capacity: only {in_service} {gpu_class.name} GPU(s) are in service then, "
             f"{count} asked. {refusal.message.removeprefix('No capacity: ')}",
             field="count", free_gpus=refusal.free_gpus, next_free=refusal.next_free,
+        )
+    largest = ledger.largest_node()
+    if same_node and count > largest:
+        raise NoCapacity(
+            f"No capacity: no {gpu_class.name} node has {count} GPUs (the largest has "
+            f"{largest}); ask for at most {largest} on one node, or for any node.",
+            field="count", free_gpus=ledger.free_over(start=start, end=end, same_node=True),
+        )
+    ceiling = ledger.ceiling(team_id=team.id, start=start, end=end, same_node=same_node)
+    if count > ceiling:
+        guaranteed = ledger.others_guaranteed(team_id=team.id, start=start, end=end)
+        raise NoCapacity(
+            f"No capacity: at most {ceiling} {gpu_class.name} GPU(s) can ever be had by "
+            f"{team} in that window ({in_service} in service, {guaranteed} guaranteed to "
+            f"other teams), {count} asked.",
+            field="count", free_gpus=ceiling,
         )
 
 
@@ -222,6 +245,7 @@ def reservation_approve(
                  "charged_from": start.isoformat()},
         reason=reason,
     )
+    reservation_decision_notify(reservation, decision="approved")  # mailed after commit
     return reservation
 
 
@@ -243,6 +267,7 @@ def reservation_deny(
     reservation.save(update_fields=["status", "decided_by", "decision_reason"])
     audit_record(actor=actor, action="reservation.deny", obj=reservation, team=reservation.team,
                  changes={"status": [S.PENDING, S.DENIED]}, reason=reason)
+    reservation_decision_notify(reservation, decision="denied")  # mailed after commit
     return reservation
 
 
@@ -357,5 +382,6 @@ def reservations_advance(*, now: datetime | None = None) -> dict[str, int]:
         audit_record(actor=None, action="reservation.expire", obj=reservation,
                      team=reservation.team, changes={"status": [S.PENDING, S.DENIED]},
                      reason=reservation.decision_reason)
+        reservation_decision_notify(reservation, decision="expired")  # mailed after commit
         moved["expired"] += 1
     return moved

@@ -6,6 +6,7 @@ urlpatterns = [
     # pages
     path("teams/<slug:slug>/", views.team_detail, name="team_detail"),
     path("reservations/new/", views.reservation_new, name="reservation_new"),
+    path("reservations/availability/", views.availability_grid, name="reservation_availability"),
     path("reservations/window-check/", views.window_check, name="reservation_window_check"),
     path("reservations/<int:pk>/release/", views.reservation_release_view,
          name="reservation_release"),

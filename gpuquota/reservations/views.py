@@ -28,6 +28,7 @@ from gpuquota.reservations.forms import (
     WindowCheckForm,
 )
 from gpuquota.reservations.models import Reservation
+from gpuquota.reservations.room import request_room, room_verdict
 from gpuquota.reservations.selectors import (
     availability,
     maintenance_blocks_recent,
@@ -98,13 +99,34 @@ def _reservation_form_page(request, *, backfill: bool):
                 messages.success(request, f"Reservation #{reservation.pk}: {reservation.count} × "
                                  f"{reservation.gpu_class} — {_gpus_text(reservation)}.")
             return redirect("team_detail", slug=team.slug)
+    grid_team = _grid_team(teams, form["team"].value())
     context = {
         "form": form,
         "backfill": backfill,
-        "availability": availability(tz=_user_tz(request)),
+        "availability": availability(tz=_user_tz(request), team=grid_team),
+        "grid_team": grid_team,
+        "current_year": timezone.localdate().year,
         "tz": request.user.timezone,
     }
     return render(request, "reservations/reservation_form.html", context)
+
+
+def _grid_team(teams, value):
+    """The team whose quota the grid counts: the one picked (first led by default)."""
+    team = teams.filter(pk=value).first() if str(value or "").isdigit() else None
+    return team or teams.first()
+
+
+@login_required
+def availability_grid(request):
+    """The availability grid alone, for the team picked in the form (?team=<id>)."""
+    if not is_lead_anywhere(request.user):
+        return render(request, "reservations/not_a_lead.html", status=403)
+    grid_team = _grid_team(teams_led(user=request.user).order_by("name"),
+                           request.GET.get("team"))
+    return render(request, "reservations/_availability.html", {
+        "availability": availability(tz=_user_tz(request), team=grid_team),
+        "grid_team": grid_team, "current_year": timezone.localdate().year})
 
 
 @login_required
@@ -117,17 +139,28 @@ def reservation_new(request):
 @login_required
 def window_check(request):
     """JSON for the form's live hint: GPUs free over the typed window, or why the
-    window cannot be read (DST, end before start)."""
+    window cannot be read (DST, end before start); with a team and a count, what the
+    team can get within and beyond its quota and what submitting would do."""
     if not is_lead_anywhere(request.user):
         return JsonResponse({"error": "Only team leads and admins can reserve."}, status=403)
-    form = WindowCheckForm(request.GET)
+    form = WindowCheckForm(request.GET, teams=teams_led(user=request.user))
     if not form.is_valid():
         errors = {field: " ".join(messages_) for field, messages_ in form.errors.items()}
         return JsonResponse({"errors": errors}, status=400)
     v = form.cleaned_data
     found = window_availability(gpu_class=v["gpu_class"], start=v["start"], end=v["end"])
-    return JsonResponse({"free_gpus": found["free_gpus"], "total_gpus": found["total_gpus"],
-                         "gpu_class": found["gpu_class"]})
+    body = {"free_gpus": found["free_gpus"], "total_gpus": found["total_gpus"],
+            "gpu_class": found["gpu_class"]}
+    if v["team"] is not None and v["start"] >= timezone.now() - services.LEAD_START_TOLERANCE:
+        room = request_room(team=v["team"], gpu_class=v["gpu_class"], start=v["start"],
+                            end=v["end"], same_node=v["placement"] == "same_node")
+        body.update(within_quota=room.within_quota, beyond_quota=room.beyond_quota,
+                    quota_left=room.quota_left, ceiling=room.ceiling)
+        if v["count"]:
+            verdict = room_verdict(room=room, count=v["count"], team_name=v["team"].name,
+                                   class_name=v["gpu_class"].name)
+            body.update(verdict=verdict.kind, verdict_message=verdict.message)
+    return JsonResponse(body)
 
 
 @login_required

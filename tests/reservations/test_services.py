@@ -215,12 +215,13 @@ def test_the_database_refuses_double_booking_on_postgres_only_via_services(fleet
 
 def test_over_quota_approval_keeps_other_teams_guarantees():
     fleet = Fleet.create(sizes=(4, 4), vision_quota=2, speech_quota=4)
-    too_big = request(fleet, count=5)
+    held_already = request(fleet, count=2)  # vision's whole quota, in the same window
+    too_big = request(fleet, count=3)  # 6 free, 4 of them speech's unused guarantee
     fits = request(fleet, count=4, start=NOW + 4 * H, end=NOW + 5 * H)
-    assert too_big.status == fits.status == S.PENDING
+    assert too_big.status == fits.status == S.PENDING and held_already.status == S.SCHEDULED
     with pytest.raises(NoCapacity) as exc:
         reservation_approve(reservation=too_big, actor=fleet.admin, now=NOW)
-    assert "guarantees" in exc.value.message and "only 4" in exc.value.message
+    assert "guarantees" in exc.value.message and "only 2" in exc.value.message
     too_big.refresh_from_db()
     assert too_big.status == S.PENDING and not too_big.assignments.exists()
     approved = reservation_approve(reservation=fits, actor=fleet.admin, reason="ok", now=NOW)
@@ -352,6 +353,25 @@ def test_backfill_cannot_double_book_the_past(fleet):
     request(fleet, count=8, start=start, end=end, by=fleet.admin)
     with pytest.raises(NoCapacity):
         request(fleet, team=fleet.speech, count=1, start=start, end=end, by=fleet.admin)
+
+
+def test_more_than_other_teams_guarantees_can_ever_leave_is_refused_at_once():
+    fleet = Fleet.create(sizes=(4, 4), vision_quota=2, speech_quota=4)
+    with pytest.raises(NoCapacity) as exc:
+        request(fleet, count=5)
+    assert "at most 4 H100-80GB GPU(s) can ever be had by Vision" in exc.value.message
+    assert "4 guaranteed to other teams" in exc.value.message
+    assert not Reservation.objects.exists()
+    assert request(fleet, count=4).status == S.PENDING  # possible once approved
+
+
+def test_same_node_beyond_the_largest_node_is_refused_at_once():
+    fleet = Fleet.create(sizes=(4, 2), vision_quota=2, speech_quota=0)
+    with pytest.raises(NoCapacity) as exc:
+        request(fleet, count=5, placement="same_node")
+    assert "no H100-80GB node has 5 GPUs (the largest has 4)" in exc.value.message
+    assert not Reservation.objects.exists()
+    assert request(fleet, count=4, placement="same_node").status == S.PENDING
 
 
 def test_more_gpus_than_the_class_has_is_refused_not_left_pending(fleet):
