@@ -1,21 +1,24 @@
-"""The admin's review page of a month, on `reports.selectors.statements_review`: each
-team's row with the link to its statement and whether it can be approved now, and when
-approval opens. A fixed number of queries whatever the number of teams."""
+"""What the statement pages read. The admin's review of a month: every team with a
+statement this month or last, side by side, with the flags that need a look and whether it
+can be approved now, in a fixed number of queries (plus one pricing pass when last month is
+approved, for its late usage); the late usage a statement page shows; a team's statements."""
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
+
+from django.db.models import QuerySet, Sum
 
 from accounts.models import Team
 from gpuquota.core.timeutil import Period
-from reports.models import Statement
-from reports.selectors import (
-    LateUsage,
-    ReviewRow,
-    month_before,
-    statement_late_usage,
-    statements_review,
-)
+from reports.models import Statement, StatementLine
+from reports.selectors import LateUsage, late_usage_month, month_before, statement_late_usage
 from reports.services_statements import approval_opens
+
+CHANGE_FLAG = Fraction(1, 4)
+COVERAGE_FLAG = Fraction(9, 10)
 
 
 def previous_period(period: Period) -> Period:
@@ -23,11 +26,50 @@ def previous_period(period: Period) -> Period:
     return Period.month(start.year - (start.month == 1), (start.month - 2) % 12 + 1)
 
 
-@dataclass(frozen=True)
-class ReviewEntry:
-    row: ReviewRow
+@dataclass
+class ReviewRow:
+    """One team on the review page: this month's statement beside the previous one."""
+
+    team_id: int
+    team_name: str
     slug: str
-    approvable: bool
+    statement: Statement | None = None
+    previous: Statement | None = None
+    late_usage: LateUsage | None = None
+    failure_credit: Decimal = Decimal("0.00")
+    approvable: bool = False
+
+    @property
+    def change(self) -> Fraction | None:
+        """Relative change of the total against the previous month (None: no base)."""
+        if self.statement is None or self.previous is None or not self.previous.total:
+            return None
+        return Fraction(self.statement.total - self.previous.total) / Fraction(self.previous.total)
+
+    @property
+    def utilization(self) -> Fraction | None:
+        s = self.statement
+        return Fraction(s.busy_s, s.reserved_s) if s and s.reserved_s else None
+
+    @property
+    def coverage(self) -> Fraction | None:
+        s = self.statement
+        return Fraction(s.covered_s, s.reserved_s) if s and s.reserved_s else None
+
+    @property
+    def flags(self) -> list[str]:
+        """What needs a look: a failed draft, a change over 25 %, coverage under 90 %,
+        late usage of the previous (approved) month."""
+        flags = []
+        if self.statement is not None and self.statement.error:
+            flags.append(f"failed: {self.statement.error}")
+        if self.change is not None and abs(self.change) > CHANGE_FLAG:
+            flags.append("change over 25%")
+        if self.coverage is not None and self.coverage < COVERAGE_FLAG:
+            flags.append("coverage under 90%")
+        if self.late_usage is not None and self.late_usage.difference:
+            flags.append("late usage")
+        return flags
 
 
 @dataclass(frozen=True)
@@ -36,35 +78,55 @@ class Review:
     previous_period: Period
     opens_at: datetime
     open_for_approval: bool
-    entries: list[ReviewEntry]
+    rows: list[ReviewRow]
 
     @property
-    def approvable(self) -> list[ReviewEntry]:
-        return [entry for entry in self.entries if entry.approvable]
+    def approvable(self) -> list[ReviewRow]:
+        return [row for row in self.rows if row.approvable]
 
     @property
     def flagged(self) -> int:
-        return sum(1 for entry in self.entries if entry.row.flags)
+        return sum(1 for row in self.rows if row.flags)
 
 
-def review_month(*, period: Period, now: datetime) -> Review:
-    """Every team's statement of `period` beside the previous month's, with flags, and
-    which drafts an admin can approve now (complete drafts, once the delay has passed)."""
-    rows = statements_review(period=period)
-    slugs = dict(Team.objects.filter(id__in=[r.team_id for r in rows]).values_list("id", "slug"))
+def statements_review(*, period: Period, now: datetime) -> Review:
+    """Every team with a statement of `period` or of the month before, side by side, with
+    failure credits, the previous month's late usage, flags, and which drafts an admin can
+    approve now (complete drafts, once the settlement delay has passed)."""
+    month, previous_month = period.start.date(), month_before(period.start.date())
     opens_at = approval_opens(period)
     is_open = now >= opens_at
-
-    def approvable(row: ReviewRow) -> bool:
+    credits = defaultdict(
+        Decimal,
+        StatementLine.objects.filter(statement__month=month, kind=StatementLine.Kind.FAILURE_CREDIT)
+        .values_list("statement__team_id")
+        .annotate(total=Sum("amount")),
+    )
+    both = list(Statement.objects.filter(month__in=[month, previous_month]).order_by("-month"))
+    slugs = dict(Team.objects.filter(id__in={s.team_id for s in both}).values_list("id", "slug"))
+    rows: dict[int, ReviewRow] = {}
+    for statement in both:
+        row = rows.setdefault(
+            statement.team_id,
+            ReviewRow(statement.team_id, statement.team_name, slugs[statement.team_id]),
+        )
+        if statement.month == month:
+            row.statement = statement
+        else:
+            row.previous = statement
+    for team_id, late in late_usage_month(month=previous_month).items():
+        if team_id in rows:
+            rows[team_id].late_usage = late
+    for team_id, row in rows.items():
+        row.failure_credit = credits[team_id]
         s = row.statement
-        return is_open and s is not None and s.status == Statement.Status.DRAFT and not s.error
-
+        row.approvable = bool(is_open and s and s.status == Statement.Status.DRAFT and not s.error)
     return Review(
         period=period,
         previous_period=previous_period(period),
         opens_at=opens_at,
         open_for_approval=is_open,
-        entries=[ReviewEntry(row, slugs[row.team_id], approvable(row)) for row in rows],
+        rows=sorted(rows.values(), key=lambda r: r.team_name),
     )
 
 
@@ -79,3 +141,8 @@ def statement_page_late_usage(*, statement: Statement) -> LateUsage | None:
         .first()
     )
     return None if previous is None else statement_late_usage(statement=previous)
+
+
+def team_statements(*, team: Team, limit: int = 24) -> QuerySet[Statement]:
+    """The team's statements, newest month first (the team page's statements section)."""
+    return Statement.objects.filter(team=team).order_by("-month")[:limit]

@@ -18,7 +18,7 @@ from gpuquota.core.timeutil import Period
 from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
 from reports.forms import AdjustmentForm, period_parse
 from reports.models import Statement
-from reports.review import previous_period, review_month, statement_page_late_usage
+from reports.review import previous_period, statement_page_late_usage, statements_review
 from reports.services_statements import (
     adjustment_add,
     approval_opens,
@@ -66,7 +66,7 @@ def statement_review(request):
     except ValueError as exc:
         context["month_error"] = f"Cannot show {month_text!r}: {exc}"
         return render(request, "reports/review.html", context, status=400)
-    context["review"] = review_month(period=period, now=now)
+    context["review"] = statements_review(period=period, now=now)
     return render(request, "reports/review.html", context)
 
 

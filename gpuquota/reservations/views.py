@@ -38,7 +38,7 @@ from gpuquota.reservations.selectors import (
     window_availability,
 )
 from gpuquota.usage.selectors import team_usage_context
-from reports.selectors import team_statements
+from reports.review import team_statements
 
 
 def _user_tz(request) -> ZoneInfo:
@@ -69,7 +69,7 @@ def team_detail(request, slug: str):
         "extend_form": ExtendForm(),
         "now": now,
         **team_usage_context(team=team, now=now),
-        "team_statements": team_statements(team=team)[:24],
+        "team_statements": team_statements(team=team),
     }
     return render(request, "reservations/team_detail.html", context)
 
