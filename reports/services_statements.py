@@ -300,3 +300,24 @@ def late_usage_adjust(*, statement: Statement, by: User, now: datetime | None = 
     return adjustment_add(team=statement.team, period=month_period(month),
                           amount=late.difference, by=by, corrects=statement, now=now,
                           reason=f"Late usage for {statement.period_label}: {details}")
+
+
+def month_previous(now: datetime) -> Period:
+    """The calendar month (UTC) before the one `now` is in."""
+    first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return month_period(first.date().replace(month=first.month - 1) if first.month > 1
+                        else first.date().replace(year=first.year - 1, month=12))
+
+
+def statements_refresh_open(*, now: datetime | None = None) -> dict[str, int]:
+    """Recompute the open drafts: the current month to date, and last month while any of
+    its statements is still a draft (or none exists yet). Idempotent."""
+    now = whole_second(now or timezone.now())
+    current = Period.month(now.year, now.month)
+    refreshed = {f"{current.start:%Y-%m}": len(statements_draft_month(period=current, now=now))}
+    previous = month_previous(now)
+    statements = Statement.objects.filter(month=previous.start.date())
+    if not statements.exists() or statements.filter(status=S.DRAFT).exists():
+        refreshed[f"{previous.start:%Y-%m}"] = len(
+            statements_draft_month(period=previous, now=now))
+    return refreshed

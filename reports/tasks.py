@@ -3,11 +3,15 @@
 import logging
 
 from celery import shared_task
+from celery.schedules import crontab
+from django.utils import timezone
 
 from gpuquota.core.errors import Conflict
 from gpuquota.mail.conf import retry_countdown_s
 from reports.models import Statement
+from reports.notices import statements_month_start, statements_unapproved_remind
 from reports.sending import statement_send
+from reports.services_statements import month_previous, statements_refresh_open
 
 logger = logging.getLogger(__name__)
 
@@ -28,3 +32,43 @@ def statement_send_task(self, statement_id: int) -> dict:
     if outcome.failed:
         raise self.retry(countdown=retry_countdown_s(self.request.retries))
     return {"statement": statement_id, **outcome.summary()}
+
+
+@shared_task(name="reports.statements_month_start", autoretry_for=(Exception,),
+             retry_backoff=True, max_retries=5)
+def statements_month_start_task() -> dict:
+    """The 1st (UTC): draft last month's statements and tell the admins (mailed once per
+    month and admin, so a retry or a second run mails nobody twice)."""
+    return statements_month_start(now=timezone.now())
+
+
+@shared_task(name="reports.statements_remind_unapproved", autoretry_for=(Exception,),
+             retry_backoff=True, max_retries=3)
+def statements_remind_unapproved_task() -> dict:
+    """Once last month can be approved, remind the admins once of drafts left."""
+    now = timezone.now()
+    outcome = statements_unapproved_remind(period=month_previous(now), now=now)
+    return {"reminded": False} if outcome is None else {"reminded": True, **outcome.summary()}
+
+
+@shared_task(name="reports.statements_refresh_open", autoretry_for=(Exception,),
+             retry_backoff=True, max_retries=3)
+def statements_refresh_open_task() -> dict[str, int]:
+    """Recompute the open drafts (this month to date, last month until approved)."""
+    return statements_refresh_open()
+
+
+BEAT_SCHEDULE = {
+    "statements-month-start": {
+        "task": "reports.statements_month_start",
+        "schedule": crontab(minute=15, hour=0, day_of_month=1),
+    },
+    "statements-remind-unapproved": {
+        "task": "reports.statements_remind_unapproved",
+        "schedule": crontab(minute=20),
+    },
+    "statements-refresh-open": {
+        "task": "reports.statements_refresh_open",
+        "schedule": crontab(minute="*/30"),
+    },
+}
