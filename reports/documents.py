@@ -25,7 +25,7 @@ def statement_filename(statement: Statement, extension: str) -> str:
 
 def statement_csv_bytes(*, statement: Statement) -> bytes:
     """The statement's CSV exactly as `GET /api/v1/statements/<team>/<YYYY-MM>.csv`."""
-    return statement_csv(statement=statement).encode()
+    return statement_csv(statement).encode()
 
 
 def statement_pdf_bytes(*, statement: Statement, now: datetime | None = None) -> bytes:
@@ -43,7 +43,7 @@ def statement_pdf_bytes(*, statement: Statement, now: datetime | None = None) ->
         figures_until=statement.computed_until,
     )
     return statement_pdf(
-        export=statement_export(statement=statement),
+        export=statement_export(statement),
         header=header,
         daily=daily_usage(period=covered, team=statement.team),
     )

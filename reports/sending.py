@@ -81,7 +81,7 @@ def statement_send(*, statement: Statement, now: datetime | None = None) -> Mail
     leads = team_leads(team=statement.team)
     if not leads:
         raise Conflict(f"{statement.team.name} has no lead to send the statement to.", field="team")
-    export = statement_export(statement=statement)
+    export = statement_export(statement)
     outcome = mail_send(
         template="statement",
         recipients=leads,

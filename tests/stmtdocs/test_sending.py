@@ -58,7 +58,7 @@ def test_each_lead_receives_the_statement_with_csv_and_pdf(approved, leads, role
     [message] = smtp_server.to("lead2@example.org")
     assert message.message["Subject"] == "GPU statement Vision October 2026: 7.50 USD"
     assert "Hello Grace Hopper" in message.text() and "Total: 7.50 USD" in message.text()
-    assert "Reserved H100-80GB: 3.00 h at 2.5 = 7.50" in message.text()
+    assert "Reserved H100-80GB: 3.00 h at 2.50 = 7.50" in message.text()
     assert "<strong>Vision</strong>" in message.html()
     attachments = message.attachments()
     assert set(attachments) == {"statement-vision-2026-10.pdf", "statement-vision-2026-10.csv"}
@@ -68,7 +68,7 @@ def test_each_lead_receives_the_statement_with_csv_and_pdf(approved, leads, role
     assert "7.50 USD" in text and "Vision (vision)" in text and "APPROVED" in text
     assert attachments["statement-vision-2026-10.csv"] == (
         "text/csv",
-        statement_csv(statement=approved).encode(),
+        statement_csv(approved).encode(),
     )
     approved.refresh_from_db()
     assert approved.status == Statement.Status.SENT and approved.sent_at == NOW
