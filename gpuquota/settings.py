@@ -90,6 +90,7 @@ INSTALLED_APPS = [
     "gpuquota.ingest",
     "gpuquota.usage",
     "reports",
+    "reclaim",
 ]
 
 MIDDLEWARE = [
