@@ -2,6 +2,7 @@
 
 from celery import shared_task
 from django.db import DatabaseError, InterfaceError, OperationalError
+from django.utils.dateparse import parse_datetime
 
 from reclaim.conf import evaluate_interval_s, release_interval_s
 
@@ -29,21 +30,22 @@ BEAT_SCHEDULE = {
 
 
 @shared_task(name="reclaim.evaluate", **RETRY)
-def evaluate_task() -> dict:
-    """Evaluate every eligible reservation against the policy in force."""
+def evaluate_task(now: str | None = None) -> dict:
+    """Evaluate every eligible reservation against the policy in force (at `now`, ISO
+    8601, when given: a replay or a test's frozen clock)."""
     from reclaim.services import recommendations_evaluate
 
-    return recommendations_evaluate()
+    return recommendations_evaluate(now=parse_datetime(now) if now else None)
 
 
 @shared_task(name="reclaim.release_due", **RETRY)
-def release_due_task() -> dict:
-    """Release the accepted recommendations whose grace ended, then send the notices
-    an earlier run or an outage left unsent."""
+def release_due_task(now: str | None = None) -> dict:
+    """Release the accepted recommendations whose grace ended (by `now`, ISO 8601, when
+    given), then send the notices an earlier run or an outage left unsent."""
     from reclaim.lifecycle import recommendations_release_due
     from reclaim.notify import notices_pending, recommendation_notify
 
-    counts = recommendations_release_due()
+    counts = recommendations_release_due(now=parse_datetime(now) if now else None)
     counts["notices_unsent"] = sum(
         not recommendation_notify(recommendation_id=rec_id, event=event)
         for rec_id, event in notices_pending())
