@@ -107,6 +107,7 @@ INSTALLED_APPS = [
     "reports",
     "gpuquota.mail",
     "gpuquota.demo",
+    "reclaim",
 ]
 
 MIDDLEWARE = [

@@ -36,4 +36,5 @@ urlpatterns = [
     path("", include("gpuquota.usage.urls")),
     path("", include("reports.urls")),
     path("", include("reports.page_urls")),
+    path("", include("reclaim.urls")),
 ]
