@@ -4,7 +4,7 @@ WORKDIR /app
 COPY requirements.txt .
 RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
-RUN DEBUG=0 SECRET_KEY=build-only-collectstatic python manage.py collectstatic --noinput
+RUN DEBUG=0 SECRET_KEY=build-only-collectstatic GPUQUOTA_MAIL_ENABLED=0 python manage.py collectstatic --noinput
 RUN useradd --system --uid 10001 gpuquota && mkdir -p /app/var && chown gpuquota /app/var
 USER gpuquota
 EXPOSE 8000

@@ -52,6 +52,7 @@ def env_for(database: str) -> dict:
     return {**os.environ, "DATABASE_URL": f"{PG}/{database}", "DEBUG": "0",
             "SECRET_KEY": "bench-only-secret-key-not-for-production-use-0123456789",
             "SECURE_SSL_REDIRECT": "0", "ALLOWED_HOSTS": "*", "LOG_LEVEL": "WARNING",
+            "GPUQUOTA_MAIL_ENABLED": "0",
             "REDIS_URL": "", "STATIC_ROOT": str(ROOT / "var" / "bench-static")}
 
 

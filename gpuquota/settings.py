@@ -37,8 +37,18 @@ def env_int(name: str, default: int) -> int:
 
 
 def email_settings(url: str) -> dict:
-    """Translate EMAIL_URL (console://, smtp://user:pass@host:port?tls=1, smtps://...)."""
+    """Translate EMAIL_URL (console://, file://var/mail, smtp://user:pass@host:port?tls=1,
+    smtps://...)."""
     parsed = urlparse(url)
+    if parsed.scheme == "file":
+        path = (parsed.netloc + parsed.path).strip()
+        if not path:
+            raise ImproperlyConfigured(f"EMAIL_URL names no folder: {url!r}")
+        folder = Path(path) if Path(path).is_absolute() else BASE_DIR / path
+        return {
+            "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
+            "EMAIL_FILE_PATH": str(folder),
+        }
     if parsed.scheme == "console":
         return {"EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend"}
     if parsed.scheme == "locmem":
@@ -57,7 +67,9 @@ def email_settings(url: str) -> dict:
             "EMAIL_USE_TLS": query.get("tls", ["0"])[0] in ("1", "true"),
             "EMAIL_TIMEOUT": 30,
         }
-    raise ImproperlyConfigured(f"EMAIL_URL scheme must be console, locmem, smtp or smtps: {url!r}")
+    raise ImproperlyConfigured(
+        f"EMAIL_URL scheme must be console, file, locmem, smtp or smtps: {url!r}"
+    )
 
 
 DEBUG = env_bool("DEBUG", True)
@@ -91,6 +103,7 @@ INSTALLED_APPS = [
     "gpuquota.usage",
     "reports",
     "reclaim",
+    "gpuquota.mail",
 ]
 
 MIDDLEWARE = [
@@ -179,6 +192,15 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # --- Mail ---------------------------------------------------------------------
 globals().update(email_settings(os.environ.get("EMAIL_URL", "console://")))
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gpuquota <gpuquota@localhost>")
+# The global off switch of gpuquota.mail: off, nothing is sent and nothing recorded as sent.
+MAIL_ENABLED = env_bool("GPUQUOTA_MAIL_ENABLED", True)
+if MAIL_ENABLED and not DEBUG and not os.environ.get("EMAIL_URL"):
+    raise ImproperlyConfigured(
+        "Mail is on but EMAIL_URL is not set: set it (smtp://..., or console:// to print mail) "
+        "or switch mail off with GPUQUOTA_MAIL_ENABLED=0"
+    )
+# Links in mail point here.
+GPUQUOTA_BASE_URL = os.environ.get("GPUQUOTA_BASE_URL", "http://127.0.0.1:8000")
 
 # --- Time, language -----------------------------------------------------------
 LANGUAGE_CODE = "en-us"

@@ -96,6 +96,36 @@ def browser_page(live_server):
             browser.close()
 
 
+@pytest.fixture
+def smtp_server(settings):
+    """A real SMTP server (aiosmtpd) on 127.0.0.1 at a free port, with Django's SMTP backend
+    pointed at it and mail switched on. Yields a `tests.smtp.SmtpServer`:
+    `.messages` (each a `Received`: `.to`, `.rcpt_tos`, `.message` (an EmailMessage),
+    `.text()`, `.html()`, `.attachments()` -> {filename: (content type, bytes)}),
+    `.to(address)` the messages delivered to one address, `.recipients()` every envelope
+    recipient once per message, `.stop()`/`.start()` to take the server down and up again
+    (senders get connection refused meanwhile), `.refused` addresses answered with 550.
+    Messages are captured before the server answers 250, so they are there as soon as
+    `mail_send` returns."""
+    import logging
+
+    from tests.smtp import SmtpServer
+
+    logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd's per-command log
+    server = SmtpServer()
+    server.start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", server.port
+    settings.EMAIL_HOST_USER = settings.EMAIL_HOST_PASSWORD = ""
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    settings.EMAIL_TIMEOUT = 10
+    settings.MAIL_ENABLED = True
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def live_server(live_server, django_db_blocker):
     """pytest-django's live server, whose request threads' database sessions are

@@ -1,0 +1,22 @@
+from django.contrib import admin
+
+from gpuquota.mail.models import MailDelivery
+
+
+@admin.register(MailDelivery)
+class MailDeliveryAdmin(admin.ModelAdmin):
+    """Read-only: the record of what was mailed to whom (written by `mail_send` only)."""
+
+    list_display = ["key", "recipient", "template", "status", "attempts", "sent_at", "updated_at"]
+    list_filter = ["status", "template"]
+    search_fields = ["key", "recipient__username", "recipient__email", "message_id"]
+    readonly_fields = [f.name for f in MailDelivery._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
