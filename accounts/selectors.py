@@ -70,3 +70,8 @@ def identity_resolve(
         .select_related("user", "team")
         .first()
     )
+
+
+def platform_admins() -> QuerySet[User]:
+    """Every platform admin (active staff user): who is told of what waits for an admin."""
+    return User.objects.filter(is_staff=True, is_active=True).order_by("username")

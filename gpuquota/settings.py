@@ -102,8 +102,8 @@ INSTALLED_APPS = [
     "gpuquota.ingest",
     "gpuquota.usage",
     "reports",
-    "reclaim",
     "gpuquota.mail",
+    "reclaim",
 ]
 
 MIDDLEWARE = [

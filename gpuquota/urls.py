@@ -22,4 +22,5 @@ urlpatterns = [
     path("", include("gpuquota.ingest.urls")),
     path("", include("gpuquota.usage.urls")),
     path("", include("reports.urls")),
+    path("", include("reclaim.urls")),
 ]

@@ -1,6 +1,7 @@
 """A real SMTP server on loopback for the mail tests (aiosmtpd): see the `smtp_server`
 fixture in tests/conftest.py."""
 
+import asyncio
 import email
 import email.policy
 import socket
@@ -46,6 +47,11 @@ class _Handler:
         return "250 OK"
 
     async def handle_DATA(self, server, session, envelope):
+        if self.server.hang & set(envelope.rcpt_tos):
+            self.server.hanging += 1
+            while self.server.hang & set(envelope.rcpt_tos):  # the sender waits for our reply
+                await asyncio.sleep(0.05)
+            return "451 4.3.0 try again later"
         message = email.message_from_bytes(envelope.original_content or envelope.content,
                                            policy=email.policy.default)
         with self.server.lock:
@@ -59,11 +65,15 @@ class _Handler:
 class SmtpServer:
     """A capturing SMTP server on 127.0.0.1:`port`. `stop()` closes the port (senders get
     connection refused, as with a server that is down) and `start()` opens it again;
-    `refused` holds addresses the server answers 550 for."""
+    `refused` holds addresses the server answers 550 for; a message to an address in `hang`
+    is held without an answer (`hanging` counts them) until the address leaves `hang`, then
+    refused with 451, never captured."""
 
     port: int = 0
     messages: list[Received] = field(default_factory=list)
     refused: set[str] = field(default_factory=set)
+    hang: set[str] = field(default_factory=set)
+    hanging: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     _controller: Controller | None = None
 
@@ -76,6 +86,7 @@ class SmtpServer:
         self._controller.start()
 
     def stop(self) -> None:
+        self.hang.clear()
         if self._controller is not None:
             self._controller.stop()
             self._controller = None

@@ -5,6 +5,7 @@ import hashlib
 from dataclasses import dataclass
 
 from django.template import Context, Engine
+from django.urls import reverse
 from django.utils import timezone
 
 from gpuquota.mail.conf import base_url, message_id_domain
@@ -23,10 +24,11 @@ def template_names(template: str) -> tuple[str, str, str]:
 
 
 def mail_render(*, template: str, context: dict, recipient) -> RenderedMail:
-    """The three parts of `template` for `recipient` (context gains `recipient` and
-    `base_url`); datetimes show in the recipient's time zone."""
+    """The three parts of `template` for `recipient` (context gains `recipient`, `base_url`
+    and `profile_url`, where opting out is); datetimes show in the recipient's time zone."""
     subject_name, text_name, html_name = template_names(template)
-    full = {**context, "recipient": recipient, "base_url": base_url()}
+    full = {**context, "recipient": recipient, "base_url": base_url(),
+            "profile_url": base_url() + reverse("profile")}
     with timezone.override(recipient.timezone or "UTC"):
         engine = Engine.get_default()
         subject = engine.get_template(subject_name).render(Context(full, autoescape=False))

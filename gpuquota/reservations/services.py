@@ -27,6 +27,7 @@ from gpuquota.reservations.assigning import (
 )
 from gpuquota.reservations.capacity import free_map, guarantee_shortfall_at, quota_check
 from gpuquota.reservations.models import Assignment, Reservation
+from gpuquota.reservations.notices import reservation_decision_notify, reservation_pending_notify
 from gpuquota.usage.services import gpu_interval_mark_dirty
 
 __all__ = [
@@ -151,6 +152,8 @@ def reservation_create(
         changes={**_window_changes(reservation), "gpus": _gpu_list(assignments)},
         reason=purpose,
     )
+    if reservation.status == S.PENDING:
+        reservation_pending_notify(reservation)  # mailed after commit
     return reservation
 
 
@@ -222,6 +225,7 @@ def reservation_approve(
                  "charged_from": start.isoformat()},
         reason=reason,
     )
+    reservation_decision_notify(reservation, decision="approved")  # mailed after commit
     return reservation
 
 
@@ -243,6 +247,7 @@ def reservation_deny(
     reservation.save(update_fields=["status", "decided_by", "decision_reason"])
     audit_record(actor=actor, action="reservation.deny", obj=reservation, team=reservation.team,
                  changes={"status": [S.PENDING, S.DENIED]}, reason=reason)
+    reservation_decision_notify(reservation, decision="denied")  # mailed after commit
     return reservation
 
 
@@ -357,5 +362,6 @@ def reservations_advance(*, now: datetime | None = None) -> dict[str, int]:
         audit_record(actor=None, action="reservation.expire", obj=reservation,
                      team=reservation.team, changes={"status": [S.PENDING, S.DENIED]},
                      reason=reservation.decision_reason)
+        reservation_decision_notify(reservation, decision="expired")  # mailed after commit
         moved["expired"] += 1
     return moved

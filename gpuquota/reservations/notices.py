@@ -1,0 +1,49 @@
+"""Mail about reservation decisions, sent through gpuquota.mail after the deciding
+transaction commits: admins learn of a request waiting for approval, the requesting lead
+of its approval, denial (with the reason) or expiry undecided. Keys are per reservation and
+event, so each is mailed once whatever retries happen."""
+
+from django.urls import reverse
+
+from accounts.selectors import platform_admins
+from gpuquota.mail.conf import base_url
+from gpuquota.mail.services import mail_send_later
+from gpuquota.reservations.models import Reservation
+
+
+def reservation_mail_context(reservation: Reservation) -> dict:
+    """What every reservation mail shows (JSON-safe: it travels to the mail worker)."""
+    return {"reservation": {
+        "id": reservation.pk,
+        "team": reservation.team.name,
+        "gpu_class": reservation.gpu_class.name,
+        "count": reservation.count,
+        "start": reservation.start,
+        "end": reservation.end,
+        "purpose": reservation.purpose,
+        "over_quota": reservation.over_quota,
+        "requested_by": reservation.requested_by.get_full_name()
+        or reservation.requested_by.username,
+        "decision_reason": reservation.decision_reason,
+        "decided_by": (reservation.decided_by.get_full_name() or reservation.decided_by.username)
+        if reservation.decided_by else "",
+        "team_url": base_url() + reverse("team_detail", args=[reservation.team.slug]),
+        "pending_url": base_url() + reverse("reservation_pending"),
+    }}
+
+
+def reservation_pending_notify(reservation: Reservation) -> None:
+    """After commit: every admin is told that `reservation` waits for approval."""
+    mail_send_later(template="reservation_pending", recipients=platform_admins(),
+                    context=reservation_mail_context(reservation),
+                    key=f"reservation:{reservation.pk}:pending")
+
+
+def reservation_decision_notify(reservation: Reservation, *, decision: str) -> None:
+    """After commit: the requesting lead is told of the decision on `reservation`:
+    `approved`, `denied` (with the reason) or `expired` (denied, its window passed undecided)."""
+    if decision not in ("approved", "denied", "expired"):
+        raise ValueError(f"unknown reservation decision {decision!r}")
+    mail_send_later(template=f"reservation_{decision}", recipients=[reservation.requested_by],
+                    context=reservation_mail_context(reservation),
+                    key=f"reservation:{reservation.pk}:{decision}")

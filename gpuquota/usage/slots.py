@@ -1,0 +1,171 @@
+"""Busy time per GPU in fixed UTC slots, straight from the samples (accounting.md,
+"Reclaim recommendations": concurrency per 60 s slot, a GPU counting in a slot when
+busy at least 30 s of it). Four queries whatever the number of GPUs or slots.
+
+Only the seconds inside the given assignments' charged windows count, and never
+the seconds while the GPU was failed. MIG devices count for their parent: a
+second is busy when any of its devices is busy.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Q
+
+from gpuquota.ingest.models import Sample
+from gpuquota.inventory.models import Gpu, GpuHealthInterval
+from gpuquota.reservations.models import Assignment
+from gpuquota.usage.conf import MAX_WINDOW_S, busy_util_percent
+from gpuquota.usage.rollup import coverage_pieces
+
+Interval = tuple[int, int]
+
+
+def _s(value: datetime) -> int:
+    return int(value.timestamp())
+
+
+@dataclass
+class GpuSlots:
+    """One physical GPU's busy seconds per slot (slot k = [k·slot_s, (k+1)·slot_s) in
+    epoch seconds) inside the counted intervals, and when it was last busy."""
+
+    gpu_id: int
+    slot_s: int
+    busy_by_slot: dict[int, int] = field(default_factory=dict)
+    counted_s: int = 0
+    failed_s: int = 0
+    last_busy_at: datetime | None = None
+
+    @property
+    def busy_s(self) -> int:
+        return sum(self.busy_by_slot.values())
+
+    def busy_slots(self, *, min_busy_s: int) -> set[int]:
+        return {k for k, s in self.busy_by_slot.items() if s >= min_busy_s}
+
+
+def _merge(intervals: list[Interval]) -> list[Interval]:
+    merged: list[Interval] = []
+    for a, b in sorted(intervals):
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        elif a < b:
+            merged.append((a, b))
+    return merged
+
+
+def _subtract(intervals: list[Interval], holes: list[Interval]) -> list[Interval]:
+    result = []
+    for a, b in intervals:
+        pieces = [(a, b)]
+        for h0, h1 in holes:
+            pieces = [p for x, y in pieces for p in ((x, min(y, h0)), (max(x, h1), y))
+                      if p[0] < p[1]]
+        result.extend(pieces)
+    return result
+
+
+def _intersect(xs: list[Interval], ys: list[Interval]) -> list[Interval]:
+    out = []
+    for a, b in xs:
+        for c, d in ys:
+            lo, hi = max(a, c), min(b, d)
+            if lo < hi:
+                out.append((lo, hi))
+    return _merge(out)
+
+
+def _counted_spans(*, gpu_ids: list[int], start: datetime, end: datetime,
+                   assignment_filter: Q) -> tuple[dict[int, list[Interval]], dict[int, int]]:
+    """Per GPU: the charged, non-failed parts of its matching assignments in the window,
+    and its failed seconds in the window."""
+    spans: dict[int, list[Interval]] = defaultdict(list)
+    rows = Assignment.objects.filter(
+        assignment_filter, gpu_id__in=gpu_ids, assigned_from__lt=end, assigned_until__gt=start
+    ).values("gpu_id", "assigned_from", "assigned_until", "reservation__start",
+             "reservation__approved_at")
+    lo, hi = _s(start), _s(end)
+    for row in rows:
+        charged = max(row["assigned_from"], row["reservation__start"],
+                      row["reservation__approved_at"] or row["reservation__start"])
+        a, b = max(lo, _s(charged)), min(hi, _s(row["assigned_until"]))
+        if a < b:
+            spans[row["gpu_id"]].append((a, b))
+    failures: dict[int, list[Interval]] = defaultdict(list)
+    for row in GpuHealthInterval.objects.filter(
+        Q(valid_until__isnull=True) | Q(valid_until__gt=start), gpu_id__in=gpu_ids,
+        state=GpuHealthInterval.State.FAILED, valid_from__lt=end,
+    ).values("gpu_id", "valid_from", "valid_until"):
+        until = hi if row["valid_until"] is None else _s(row["valid_until"])
+        failures[row["gpu_id"]].append((max(lo, _s(row["valid_from"])), min(hi, until)))
+    failures = {gpu: _merge(f) for gpu, f in failures.items()}
+    counted = {gpu: _subtract(_merge(s), failures.get(gpu, [])) for gpu, s in spans.items()}
+    return counted, {gpu: sum(b - a for a, b in f) for gpu, f in failures.items()}
+
+
+def gpu_busy_slots(*, gpu_ids: list[int], start: datetime, end: datetime,
+                   assignment_filter: Q | None = None, slot_s: int = 60) -> dict[int, GpuSlots]:
+    """Per physical GPU: busy seconds per UTC slot over [start, end), counting only
+    the seconds inside its assignments matching `assignment_filter` (e.g.
+    `Q(reservation=r)`; None: any assignment) and outside failed intervals."""
+    devices: dict[int, int] = {}
+    for row in Gpu.objects.filter(Q(id__in=gpu_ids) | Q(parent_id__in=gpu_ids)).values(
+            "id", "parent_id"):
+        devices[row["id"]] = row["parent_id"] or row["id"]
+    counted, failed = _counted_spans(gpu_ids=gpu_ids, start=start, end=end,
+                             assignment_filter=assignment_filter or Q())
+    by_device: dict[int, list[dict]] = defaultdict(list)
+    for row in Sample.objects.filter(
+        gpu_id__in=list(devices), window_start__gte=start - timedelta(seconds=MAX_WINDOW_S),
+        window_start__lt=end,
+    ).order_by("gpu_id", "window_start").values(
+            "gpu_id", "window_start", "window_end", "readings", "util_gpu_avg", "energy_j",
+            "memory_used_bytes_max"):
+        by_device[row["gpu_id"]].append(row)
+    busy_from = busy_util_percent()
+    busy: dict[int, list[Interval]] = defaultdict(list)
+    for device, rows in by_device.items():
+        busy[devices[device]].extend(
+            (p.start, p.end) for p in coverage_pieces(rows, busy_from) if p.busy)
+    result = {}
+    for gpu_id in gpu_ids:
+        spans = counted.get(gpu_id, [])
+        slots = GpuSlots(gpu_id=gpu_id, slot_s=slot_s,
+                         counted_s=sum(b - a for a, b in spans), failed_s=failed.get(gpu_id, 0))
+        intervals = _intersect(_merge(busy.get(gpu_id, [])), spans)
+        for a, b in intervals:
+            for k in range(a // slot_s, (b - 1) // slot_s + 1):
+                seconds = min(b, (k + 1) * slot_s) - max(a, k * slot_s)
+                slots.busy_by_slot[k] = slots.busy_by_slot.get(k, 0) + seconds
+        if intervals:
+            slots.last_busy_at = datetime.fromtimestamp(intervals[-1][1], tz=UTC)
+        result[gpu_id] = slots
+    return result
+
+
+def slot_range(*, start: datetime, end: datetime, slot_s: int = 60) -> range:
+    """The slots lying wholly inside [start, end)."""
+    return range(-(-_s(start) // slot_s), _s(end) // slot_s)
+
+
+def concurrency_per_slot(*, slots: dict[int, GpuSlots], start: datetime, end: datetime,
+                         slot_s: int = 60, min_busy_s: int = 30) -> list[int]:
+    """For every slot wholly inside [start, end): how many GPUs were busy at least
+    `min_busy_s` of it."""
+    counts: dict[int, int] = defaultdict(int)
+    for gpu in slots.values():
+        for k in gpu.busy_slots(min_busy_s=min_busy_s):
+            counts[k] += 1
+    return [counts.get(k, 0) for k in slot_range(start=start, end=end, slot_s=slot_s)]
+
+
+def nearest_rank_percentile(values: list[int], percentile: int) -> int | None:
+    """The nearest-rank percentile: the smallest value with at least `percentile` % of
+    the values at or below it (None for no values)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = -(-percentile * len(ordered) // 100)
+    return ordered[max(rank, 1) - 1]

@@ -1,0 +1,59 @@
+"""Settings of the reclaim policy, read at call time (tests and the demo override
+them) from Django settings, else the environment, else the defaults of accounting.md."""
+
+import os
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+
+
+def _value(name: str, default: str) -> str:
+    return str(getattr(settings, name, None) or os.environ.get(name) or default)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The thresholds one evaluation (or one backtest) applies."""
+
+    lookback: timedelta
+    idle_busy_fraction: Decimal
+    min_coverage: Decimal
+    grace: timedelta
+    snooze: timedelta
+    percentile: int = 95
+    slot_s: int = 60
+    slot_busy_s: int = 30
+
+    def override(self, **changes) -> "Policy":
+        """The same policy with some thresholds changed (a backtest's what-if)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def policy() -> Policy:
+    """The policy in force: RECLAIM_LOOKBACK_S (24 h), RECLAIM_IDLE_BUSY_FRACTION (0.10),
+    RECLAIM_MIN_COVERAGE (0.8), RECLAIM_GRACE_S (4 h), RECLAIM_SNOOZE_S (7 days)."""
+    return Policy(
+        lookback=timedelta(seconds=int(_value("RECLAIM_LOOKBACK_S", "86400"))),
+        idle_busy_fraction=Decimal(_value("RECLAIM_IDLE_BUSY_FRACTION", "0.10")),
+        min_coverage=Decimal(_value("RECLAIM_MIN_COVERAGE", "0.8")),
+        grace=timedelta(seconds=int(_value("RECLAIM_GRACE_S", "14400"))),
+        snooze=timedelta(seconds=int(_value("RECLAIM_SNOOZE_S", str(7 * 86400)))),
+    )
+
+
+def evaluate_interval_s() -> float:
+    """How often beat runs the evaluation (RECLAIM_EVALUATE_INTERVAL_S, hourly)."""
+    return float(_value("RECLAIM_EVALUATE_INTERVAL_S", "3600"))
+
+
+def release_interval_s() -> float:
+    """How often beat releases recommendations whose grace ended (RECLAIM_RELEASE_INTERVAL_S)."""
+    return float(_value("RECLAIM_RELEASE_INTERVAL_S", "180"))
+
+
+def grace_busy_s() -> int:
+    """A GPU busy this long during the grace period (in slots of at least 30 busy
+    seconds) is in use again: its release is skipped (RECLAIM_GRACE_BUSY_S, 60)."""
+    return int(_value("RECLAIM_GRACE_BUSY_S", "60"))

@@ -1,0 +1,81 @@
+"""Mail to a team's leads about a recommendation: accepted (which GPUs, why, when they
+go), released, closed (busy again) and withdrawn. Sent outside any transaction by the
+`reclaim.notify` task after the change commits; `*_notified_at` records that every
+lead was served, so the release sweep resends only what an outage left unsent (the
+mail module never mails one lead twice under one key)."""
+
+from django.db.models import Q
+from django.utils import timezone
+
+from accounts.selectors import team_leads
+from gpuquota.core.fields import whole_second
+from gpuquota.mail.services import mail_send
+from reclaim.models import Recommendation
+
+R = Recommendation.Status
+EVENTS = {
+    "accepted": ("accept_notified_at", "reclaim_accepted"),
+    "released": ("release_notified_at", "reclaim_released"),
+    "closed": ("release_notified_at", "reclaim_closed"),
+    "withdrawn": ("release_notified_at", "reclaim_withdrawn"),
+}
+
+
+def notice_context(rec: Recommendation) -> dict:
+    """What every reclaim mail shows: the reservation, the GPUs with their evidence."""
+    per_gpu = rec.evidence.get("gpus", {})
+    gpus = []
+    for row in rec.gpu_rows.select_related("gpu__node").order_by("gpu__node__hostname",
+                                                                  "gpu__index"):
+        ev = per_gpu.get(str(row.gpu_id), {})
+        gpus.append({"name": f"{row.gpu.node.hostname}/{row.gpu.index}", "uuid": row.gpu.uuid,
+                     "state": row.state, "note": row.note,
+                     "busy_pct": _pct(ev.get("busy_fraction")),
+                     "mean_util": ev.get("mean_util_gpu"),
+                     "memory_gib": _gib(ev.get("memory_used_bytes_max")),
+                     "last_busy_at": ev.get("last_busy_at") or "never in the window"})
+    reservation = rec.reservation
+    return {"rec": rec, "reservation": reservation, "team": reservation.team, "gpus": gpus,
+            "kind": rec.get_kind_display(), "target_count": rec.target_count,
+            "window_start": rec.window_start, "window_end": rec.window_end,
+            "grace_until": rec.grace_until, "released_at": rec.released_at,
+            "savings": rec.savings, "currency": rec.currency, "note": rec.closed_note,
+            "reason": rec.objection_decision_reason or rec.dismissed_reason}
+
+
+def _pct(value: str | None) -> str:
+    return "no data" if value is None else f"{float(value) * 100:.1f}%"
+
+
+def _gib(value: int | None) -> str:
+    return "none" if not value else f"{value / 2**30:.1f} GiB"
+
+
+def recommendation_notify(*, recommendation_id: int, event: str) -> bool:
+    """Mail the team's leads about `event`; True once every lead has been served."""
+    field, template = EVENTS[event]
+    rec = Recommendation.objects.select_related("reservation__team", "reservation__gpu_class"
+                                                ).get(pk=recommendation_id)
+    if getattr(rec, field) is not None:
+        return True
+    outcome = mail_send(template=template, recipients=team_leads(team=rec.reservation.team),
+                        context=notice_context(rec), key=f"reclaim-{rec.pk}-{event}")
+    if not outcome.complete:
+        return False
+    Recommendation.objects.filter(pk=rec.pk, **{f"{field}__isnull": True}).update(
+        **{field: whole_second(timezone.now())})
+    return True
+
+
+def notices_pending() -> list[tuple[int, str]]:
+    """(recommendation id, event) of every notice not yet fully served."""
+    accepted = Recommendation.objects.filter(
+        accepted_at__isnull=False, released_by__isnull=True, accept_notified_at__isnull=True)
+    pending = [(rec_id, "accepted") for rec_id in accepted.values_list("id", flat=True)]
+    after = Recommendation.objects.filter(
+        Q(status__in=[R.RELEASED, R.CLOSED], accepted_at__isnull=False)
+        | Q(status=R.DISMISSED, objection_decision="withdrawn"),
+        release_notified_at__isnull=True)
+    events = {R.RELEASED: "released", R.CLOSED: "closed", R.DISMISSED: "withdrawn"}
+    pending += [(rec_id, events[status]) for rec_id, status in after.values_list("id", "status")]
+    return sorted(pending)
