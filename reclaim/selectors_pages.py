@@ -1,0 +1,205 @@
+"""Reads for the reclaim pages: the admin review page, the team page's banner and the
+audit trail of each recommendation. Each runs a fixed number of queries whatever the
+number of recommendations, GPUs or hours."""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+from django.db.models import Prefetch, Q, QuerySet, Sum
+from django.utils.dateparse import parse_datetime
+from django.utils.safestring import SafeString
+
+from accounts.models import Team
+from gpuquota.core.models import AuditEntry
+from gpuquota.core.timeutil import hour_floor
+from gpuquota.inventory.models import Gpu
+from gpuquota.usage.models import GpuHourUsage
+from reclaim.charts import GpuRow, svg_utilization_strips
+from reclaim.models import Exemption, Recommendation, RecommendationGpu
+
+R = Recommendation.Status
+K = Recommendation.Kind
+HOUR = timedelta(hours=1)
+RECENT_LIMIT = 20
+AUDIT_TYPE = Recommendation._meta.label_lower
+
+
+@dataclass
+class GpuEvidence:
+    """What the agents saw on one GPU of the reservation over the window."""
+
+    gpu: Gpu
+    recommended: bool
+    state: str
+    coverage: Fraction | None
+    busy_fraction: Fraction | None
+    mean_util_gpu: Decimal | None
+    memory_used_bytes_max: int | None
+    process_count: int
+    users_seen: list[str]
+    last_busy_at: datetime | None
+    release_state: str = ""
+    release_note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu.node.hostname}/{self.gpu.index}"
+
+
+@dataclass
+class RecommendationView:
+    rec: Recommendation
+    gpus: list[GpuEvidence]
+    audit: list[AuditEntry] = field(default_factory=list)
+    chart: SafeString | None = None
+
+    @property
+    def recommended(self) -> list[GpuEvidence]:
+        return [g for g in self.gpus if g.recommended]
+
+
+def _fraction(value: str | None) -> Fraction | None:
+    return None if value is None else Fraction(value)
+
+
+def _recommendations(qs: QuerySet) -> list[Recommendation]:
+    return list(qs.select_related(
+        "reservation__team", "reservation__gpu_class", "exemption", "accepted_by",
+        "objection_by", "objection_decided_by", "dismissed_by", "released_by",
+    ).prefetch_related(Prefetch("gpu_rows", queryset=RecommendationGpu.objects.order_by("gpu_id"))))
+
+
+def _views(recs: list[Recommendation], *, charts: bool) -> list[RecommendationView]:
+    """Evidence rows (one query for the GPUs), audit (one query) and, if asked, the
+    utilization strips (one query) of these recommendations."""
+    gpu_ids = {int(g) for r in recs for g in r.evidence.get("gpus", {})}
+    gpu_ids |= {row.gpu_id for r in recs for row in r.gpu_rows.all()}
+    gpus = Gpu.objects.select_related("node").in_bulk(gpu_ids) if gpu_ids else {}
+    views = []
+    for rec in recs:
+        rows = {row.gpu_id: row for row in rec.gpu_rows.all()}
+        per_gpu = rec.evidence.get("gpus", {})
+        evidence = []
+        for gpu_id in sorted({int(g) for g in per_gpu} | set(rows)):
+            ev = per_gpu.get(str(gpu_id), {})
+            row = rows.get(gpu_id)
+            last = ev.get("last_busy_at")
+            evidence.append(GpuEvidence(
+                gpu=gpus[gpu_id], recommended=row is not None, state=ev.get("state", ""),
+                coverage=_fraction(ev.get("coverage")),
+                busy_fraction=_fraction(ev.get("busy_fraction")),
+                mean_util_gpu=None if ev.get("mean_util_gpu") is None
+                else Decimal(ev["mean_util_gpu"]),
+                memory_used_bytes_max=ev.get("memory_used_bytes_max"),
+                process_count=ev.get("process_count", 0), users_seen=ev.get("users_seen", []),
+                last_busy_at=parse_datetime(last) if last else None,
+                release_state=row.state if row else "", release_note=row.note if row else "",
+            ))
+        evidence.sort(key=lambda g: (not g.recommended, g.gpu.node.hostname, g.gpu.index or 0))
+        views.append(RecommendationView(rec=rec, gpus=evidence))
+    _attach_audit(views)
+    if charts:
+        _attach_charts(views)
+    return views
+
+
+def _attach_audit(views: list[RecommendationView]) -> None:
+    by_id = {str(v.rec.pk): v for v in views}
+    if not by_id:
+        return
+    entries = AuditEntry.objects.filter(object_type=AUDIT_TYPE, object_id__in=list(by_id)) \
+        .select_related("actor").order_by("at", "id")
+    for entry in entries:
+        by_id[entry.object_id].audit.append(entry)
+
+
+def _hours(start: datetime, end: datetime) -> list[datetime]:
+    hours, hour = [], hour_floor(start)
+    while hour < end:
+        hours.append(hour)
+        hour += HOUR
+    return hours
+
+
+def _attach_charts(views: list[RecommendationView]) -> None:
+    """Mean utilization per GPU and hour inside each reservation's assignments over its
+    window (failed time left out), from the hourly rollups: one query for all."""
+    if not views:
+        return
+    start = hour_floor(min(v.rec.window_start for v in views))
+    end = max(v.rec.window_end for v in views)
+    rows = (GpuHourUsage.objects
+            .filter(reservation_id__in={v.rec.reservation_id for v in views}, failed=False,
+                    kind=GpuHourUsage.Kind.RESERVED, hour__gte=start, hour__lt=end)
+            .values("reservation_id", "gpu_id", "hour")
+            .annotate(covered=Sum("covered_s"), weighted=Sum("util_weighted")).order_by())
+    util: dict[tuple, Decimal | None] = {}
+    for row in rows:
+        util[(row["reservation_id"], row["gpu_id"], row["hour"])] = (
+            row["weighted"] / row["covered"] if row["covered"] else None)
+    for view in views:
+        hours = _hours(view.rec.window_start, view.rec.window_end)
+        strips = [GpuRow(label=("▸ " if g.recommended else "") + g.label,
+                         values=[util.get((view.rec.reservation_id, g.gpu.id, h))
+                                 for h in hours])
+                  for g in view.gpus]
+        view.chart = svg_utilization_strips(
+            hours=hours, rows=strips,
+            title=f"Mean utilization per hour of the GPUs of reservation "
+                  f"#{view.rec.reservation_id}; ▸ marks the recommended GPUs")
+
+
+def review_context(*, now: datetime) -> dict:
+    """Everything the admin review page shows: open recommendations (over-quota first,
+    then by savings), coverage warnings, exempt ones, objections awaiting a decision,
+    accepted ones in their grace period, recent outcomes and the exemptions."""
+    live = _recommendations(Recommendation.objects.filter(status__in=Recommendation.LIVE))
+    recent = _recommendations(
+        Recommendation.objects.exclude(status__in=Recommendation.LIVE)
+        .order_by("-updated_at", "-id")[:RECENT_LIMIT])
+    views = _views(live, charts=True)
+    recent_views = _views(recent, charts=False)
+    is_open = [v for v in views if v.rec.status == R.OPEN]
+    return {
+        "open": [v for v in is_open if v.rec.kind != K.COVERAGE_WARNING
+                 and not v.rec.exemption_id],
+        "warnings": [v for v in is_open if v.rec.kind == K.COVERAGE_WARNING],
+        "exempt": [v for v in is_open if v.rec.exemption_id
+                   and v.rec.kind != K.COVERAGE_WARNING],
+        "objected": [v for v in views if v.rec.status == R.OBJECTED],
+        "accepted": sorted([v for v in views if v.rec.status == R.ACCEPTED],
+                           key=lambda v: (v.rec.grace_until, v.rec.pk)),
+        "recent": recent_views,
+        "exemptions": list(Exemption.objects.filter(until__gt=now).select_related(
+            "reservation__team", "reservation__gpu_class", "team", "gpu_class", "created_by")
+            .order_by("until", "id")),
+    }
+
+
+def recommendation_view(*, recommendation: Recommendation) -> RecommendationView:
+    """One recommendation with its evidence, chart and whole audit trail."""
+    rec = _recommendations(Recommendation.objects.filter(pk=recommendation.pk))[0]
+    return _views([rec], charts=True)[0]
+
+
+TEAM_AUDIT_ACTIONS = Q(action__startswith="reclaim.") | Q(action="reservation.reclaim")
+
+
+def team_reclaim_context(*, team: Team, now: datetime) -> dict:
+    """The team page's reclaim banner: accepted and objected recommendations (which
+    GPUs, why, when they go), open reclaim recommendations a lead may act on at once,
+    and the team's reclaim audit entries."""
+    live = _recommendations(Recommendation.objects.filter(
+        reservation__team=team, status__in=Recommendation.LIVE).exclude(
+        kind=K.COVERAGE_WARNING).order_by("grace_until", "id"))
+    views = _views(live, charts=False)
+    return {
+        "reclaim_notices": [v for v in views if v.rec.status in (R.ACCEPTED, R.OBJECTED)],
+        "reclaim_idle": [v for v in views if v.rec.status == R.OPEN and v.rec.kind == K.RECLAIM
+                         and not v.rec.exemption_id],
+        "reclaim_audit": list(AuditEntry.objects.filter(TEAM_AUDIT_ACTIONS, team=team)
+                              .select_related("actor").order_by("-at", "-id")[:RECENT_LIMIT]),
+        "reclaim_now": now,
+    }
