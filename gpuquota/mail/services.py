@@ -175,8 +175,10 @@ def _claim(*, recipient: User, template: str, key: str, force: bool) -> str:
         if delivery.status in (D.SENT, D.SKIPPED) and not force:
             return delivery.status
         if delivery.status == D.SENDING and delivery.attempts:
-            logger.warning("mail %s to user %s: the previous attempt was interrupted; sending "
-                           "again with the same Message-ID", key, recipient.pk)
+            # Interrupted (worker killed), or another call between its claim and its send:
+            # the send step's lock and status check tell the two apart.
+            logger.info("mail %s to user %s: an earlier attempt did not finish; claiming it "
+                        "again (same Message-ID)", key, recipient.pk)
         skip_reason = _skip_reason(recipient)
         delivery.template = template
         if skip_reason:
