@@ -113,6 +113,13 @@ def test_admin_class_change_goes_through_the_service(client):
     assert AuditEntry.objects.filter(action="gpu.class_change").exists()
     refused = client.post(url, {**data, "new_class": new.id})
     assert refused.status_code == 200 and b"already of class L40S" in refused.content
+    retired = client.post(url, {**data, "new_class": "", "retired_at_0": "2026-06-01",
+                                "retired_at_1": "00:00:00", "change_reason": "scrapped"})
+    assert retired.status_code == 302
+    gpu.refresh_from_db()
+    assert gpu.retired_at == datetime(2026, 6, 1, tzinfo=UTC)
+    entry = AuditEntry.objects.get(action="gpu.service_change")
+    assert entry.reason == "scrapped" and entry.changes["retired_at"][0] is None
 
 
 def test_admin_health_interval_add_and_recover_go_through_services(client):
