@@ -1,10 +1,45 @@
 from django.contrib import admin
 
+from gpuquota.core.admin import ServiceAdminMixin, ServiceModelForm
 from reports.models import RateCard
+from reports.services import rate_card_change, rate_card_create, rate_card_end
+
+_RATE_FIELDS = ("reserved_rate", "on_demand_rate", "currency")
+
+
+class RateCardForm(ServiceModelForm):
+    """Saves through the rate-card services (audited, re-priced hours marked)."""
+
+    class Meta:
+        model = RateCard
+        fields = ["gpu_class", "valid_from", "valid_until", *_RATE_FIELDS]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._before = {name: getattr(self.instance, name)
+                        for name in ("valid_until", *_RATE_FIELDS)}
+
+    def apply(self, data: dict) -> RateCard:
+        if self.instance._state.adding:
+            return rate_card_create(
+                gpu_class=data["gpu_class"], valid_from=data["valid_from"],
+                valid_until=data.get("valid_until"), reserved_rate=data["reserved_rate"],
+                on_demand_rate=data["on_demand_rate"], currency=data["currency"], by=self.user)
+        card = RateCard.objects.get(pk=self.instance.pk)
+        if data.get("valid_until") != self._before["valid_until"]:
+            card = rate_card_end(rate_card=card, at=data.get("valid_until"), by=self.user)
+        changed = {name: data[name] for name in _RATE_FIELDS
+                   if name in data and data[name] != self._before[name]}
+        if changed:
+            card = rate_card_change(rate_card=card, by=self.user, **changed)
+        return card
 
 
 @admin.register(RateCard)
-class RateCardAdmin(admin.ModelAdmin):
+class RateCardAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    """Rate cards change only through `reports.services` (never deleted: end them)."""
+
+    form = RateCardForm
     list_display = [
         "gpu_class",
         "valid_from",
@@ -15,3 +50,9 @@ class RateCardAdmin(admin.ModelAdmin):
     ]
     list_filter = ["gpu_class", "currency"]
     date_hierarchy = "valid_from"
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["gpu_class", "valid_from"] if obj is not None else []
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

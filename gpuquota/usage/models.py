@@ -28,7 +28,9 @@ class DirtyGpuHour(models.Model):
 class GpuHourUsage(models.Model):
     """What one physical GPU did in one UTC hour, per attribution bucket.
 
-    A bucket is (kind, assignment, owner team, split_ways, failed, gpu class).
+    A bucket is (kind, assignment, owner team, split_ways, failed, gpu class, rate card
+    in force): rows are cut at rate-card boundaries too, so a month can be priced from
+    the rollups alone once its raw samples have expired.
     Every second in a row is a whole second: the row's `covered_s` and `busy_s`
     are the seconds of the windows that fell in the bucket. A window of
     unreserved time with processes of n distinct owner teams gives n rows with
@@ -59,6 +61,10 @@ class GpuHourUsage(models.Model):
     )
     split_ways = models.PositiveSmallIntegerField(default=1)
     failed = models.BooleanField(default=False, help_text="Seconds while the GPU was failed.")
+    rate_card = models.ForeignKey(
+        "reports.RateCard", null=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The rate card of the class in force over these seconds; empty = none.",
+    )
     covered_s = models.IntegerField(default=0)
     busy_s = models.IntegerField(default=0)
     util_weighted = models.DecimalField(
@@ -97,6 +103,7 @@ class GpuHourUsage(models.Model):
                 Coalesce("team", Value(0)),
                 "split_ways",
                 "failed",
+                Coalesce("rate_card", Value(0)),
                 name="usage_bucket_unique",
             ),
         ]

@@ -19,6 +19,7 @@ from gpuquota.inventory.models import Gpu, GpuClassInterval, GpuHealthInterval, 
 from gpuquota.reservations.models import Assignment
 from gpuquota.usage.conf import MAX_WINDOW_S, busy_util_percent
 from gpuquota.usage.owners import OwnerResolver
+from reports.models import RateCard
 
 RESERVED, UNRESERVED = "reserved", "unreserved"
 
@@ -89,6 +90,7 @@ class BucketKey:
     team_id: int | None
     split_ways: int
     failed: bool
+    rate_card_id: int | None = None
 
 
 @dataclass
@@ -105,6 +107,7 @@ class UsageInputs:
     failures: dict[int, list[Span]]
     clusters: dict[int, list[Span]]
     resolver: OwnerResolver
+    rate_cards: dict[int, list[Span]] = field(default_factory=dict)  # by gpu class id
 
 
 def coverage_pieces(samples: list[dict], busy_from: Decimal) -> list[Piece]:
@@ -212,13 +215,22 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
     clusters = spans(
         GpuNodeInterval.objects.filter(window, gpu_id__in=gpu_ids), "node__cluster_id"
     )
+    class_ids = set(current_class.values()) | {
+        span.value for values in classes.values() for span in values
+    }
+    rate_cards: dict[int, list[Span]] = defaultdict(list)
+    cards = RateCard.objects.filter(window, gpu_class_id__in=class_ids)
+    for row in cards.values("id", "gpu_class_id", "valid_from", "valid_until"):
+        until = row["valid_until"]
+        rate_cards[row["gpu_class_id"]].append(
+            Span(_s(row["valid_from"]), None if until is None else _s(until), row["id"]))
     cluster_ids = set(current_cluster.values()) | {
         span.value for values in clusters.values() for span in values
     }
     return UsageInputs(
         start=_s(start), end=_s(end), devices=devices, current_class=current_class,
         current_cluster=current_cluster, pieces=pieces, procs=procs, assignments=assignments,
-        classes=classes, failures=failures, clusters=clusters,
+        classes=classes, failures=failures, clusters=clusters, rate_cards=rate_cards,
         # process windows loaded may start up to one window before `start`
         resolver=OwnerResolver(cluster_ids=cluster_ids,
                                start=start - timedelta(seconds=MAX_WINDOW_S), end=end),
@@ -260,7 +272,9 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
     classes = inputs.classes.get(gpu_id, [])
     failures = inputs.failures.get(gpu_id, [])
     clusters = inputs.clusters.get(gpu_id, [])
-    for a, b in pairwise(_cuts(lo, hi, pieces, procs, assignments, classes, failures)):
+    class_ids = {span.value for span in classes} | {inputs.current_class[gpu_id]}
+    cards = [span for class_id in class_ids for span in inputs.rate_cards.get(class_id, ())]
+    for a, b in pairwise(_cuts(lo, hi, pieces, procs, assignments, classes, failures, cards)):
         active = [p for p in pieces if p.start <= a < p.end]
         if not active:
             continue
@@ -272,12 +286,14 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
         klass = _at(classes, a)
         failed = _at(failures, a) is not None
         class_id = klass.value if klass else inputs.current_class[gpu_id]
+        card = _at(inputs.rate_cards.get(class_id, []), a)
+        card_id = card.value if card else None
         assignment = _at(assignments, a)
         if assignment is not None:
             assignment_id, reservation_id, team_id = assignment.value
             # the team's GPU: whoever ran there is shown to it
             keyed = [(BucketKey(RESERVED, class_id, assignment_id, reservation_id, team_id, 1,
-                                failed), seg_procs)]
+                                failed, card_id), seg_procs)]
         else:
             node = _at(clusters, a)
             cluster_id = node.value if node else inputs.current_cluster[gpu_id]
@@ -291,7 +307,8 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
             # split among the distinct owner teams; unattributed only when there is none
             owners = set(owner_of.values()) - {None} or {None}
             keyed = [
-                (BucketKey(UNRESERVED, class_id, None, None, team_id, len(owners), failed),
+                (BucketKey(UNRESERVED, class_id, None, None, team_id, len(owners), failed,
+                           card_id),
                  [r for r, owner in owner_of.items() if owner == team_id])
                 for team_id in owners
             ]

@@ -86,16 +86,16 @@ def _edges_have_raw_data(edges: list[tuple]) -> None:
 
 
 def usage_rows(*, period: Period, edge_gpu_ids: Callable[[datetime, datetime], list | None],
-               **filters) -> list[dict]:
-    """Rollup sums over `period` grouped by bucket (KEY_FIELDS), for the buckets
-    matching `filters` (field=value on KEY_FIELDS). `edge_gpu_ids(start, end)` says which
+               key_fields: tuple[str, ...] = KEY_FIELDS, **filters) -> list[dict]:
+    """Rollup sums over `period` grouped by bucket (`key_fields`), for the buckets
+    matching `filters` (field=value on those fields). `edge_gpu_ids(start, end)` says which
     GPUs a partial edge hour must be computed for (None: all)."""
     hours, edges = _split(period)
     rows: list[dict] = []
     if hours is not None:
         rows += list(
             GpuHourUsage.objects.filter(hour__gte=hours[0], hour__lt=hours[1], **filters)
-            .values(*KEY_FIELDS)
+            .values(*key_fields)
             .annotate(covered_s=Sum("covered_s"), busy_s=Sum("busy_s"),
                       util_weighted=Sum("util_weighted"))
             .order_by()
@@ -109,7 +109,7 @@ def usage_rows(*, period: Period, edge_gpu_ids: Callable[[datetime, datetime], l
             if gpu_id not in inputs.current_class:
                 continue  # a MIG device whose parent is not in scope
             for key, bucket in usage_buckets(inputs=inputs, gpu_id=gpu_id).items():
-                row = {name: getattr(key, name) for name in KEY_FIELDS}
+                row = {name: getattr(key, name) for name in key_fields}
                 if all(row[name] == value for name, value in filters.items()):
                     row.update(covered_s=bucket.covered_s, busy_s=bucket.busy_s,
                                util_weighted=bucket.util_weighted)

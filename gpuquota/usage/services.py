@@ -129,6 +129,7 @@ def gpu_hour_recompute(*, gpu_id: int, hour: datetime) -> int:
             gpu_id=gpu_id, hour=hour, gpu_class_id=key.gpu_class_id, kind=key.kind,
             assignment_id=key.assignment_id, reservation_id=key.reservation_id,
             team_id=key.team_id, split_ways=key.split_ways, failed=key.failed,
+            rate_card_id=key.rate_card_id,
             covered_s=bucket.covered_s, busy_s=bucket.busy_s,
             util_weighted=bucket.util_weighted, energy_j=bucket.energy_j,
             memory_used_bytes_max=bucket.memory_used_bytes_max,
