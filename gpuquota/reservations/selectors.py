@@ -29,16 +29,6 @@ def quotas_current(*, team: Team, at: datetime | None = None) -> QuerySet[Quota]
     )
 
 
-def quotas_overlapping(*, team: Team, gpu_class: GpuClass, start: datetime,
-                       end: datetime | None, exclude_pk: int | None = None) -> QuerySet[Quota]:
-    """The team's quota rows of the class that overlap [start, end) (end None: open)."""
-    rows = Quota.objects.filter(team=team, gpu_class=gpu_class).filter(
-        Q(valid_until__isnull=True) | Q(valid_until__gt=start))
-    if end is not None:
-        rows = rows.filter(valid_from__lt=end)
-    return rows.exclude(pk=exclude_pk) if exclude_pk else rows
-
-
 @dataclass
 class QuotaUse:
     gpu_class: GpuClass
