@@ -2,6 +2,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from django.core.paginator import Page, Paginator
 from django.db.models import F, Max, Prefetch, Q, QuerySet
 from django.utils import timezone
 
@@ -26,16 +27,6 @@ def quotas_current(*, team: Team, at: datetime | None = None) -> QuerySet[Quota]
         .select_related("gpu_class")
         .order_by("gpu_class__name")
     )
-
-
-def quotas_overlapping(*, team: Team, gpu_class: GpuClass, start: datetime,
-                       end: datetime | None, exclude_pk: int | None = None) -> QuerySet[Quota]:
-    """The team's quota rows of the class that overlap [start, end) (end None: open)."""
-    rows = Quota.objects.filter(team=team, gpu_class=gpu_class).filter(
-        Q(valid_until__isnull=True) | Q(valid_until__gt=start))
-    if end is not None:
-        rows = rows.filter(valid_from__lt=end)
-    return rows.exclude(pk=exclude_pk) if exclude_pk else rows
 
 
 @dataclass
@@ -81,14 +72,20 @@ class TeamReservations:
     current: list[Reservation] = field(default_factory=list)
     upcoming: list[Reservation] = field(default_factory=list)
     past: list[Reservation] = field(default_factory=list)
+    past_page: Page | None = None
 
 
-def team_reservations(*, team: Team, now: datetime | None = None, past_limit: int = 30
-                      ) -> TeamReservations:
-    """The team's reservations split into pending, current, upcoming and past."""
+PAST_PER_PAGE = 20
+
+
+def team_reservations(*, team: Team, now: datetime | None = None, past_page: int = 1,
+                      per_page: int = PAST_PER_PAGE) -> TeamReservations:
+    """The team's reservations split into pending, current, upcoming and past; past ones
+    (newest first) a page at a time (`past_page`, out-of-range numbers give the last)."""
     now = now or timezone.now()
     out = TeamReservations()
     qs = _with_assignments(Reservation.objects.filter(team=team)).order_by("start", "id")
+    overdue = []  # still counted but past their effective end: the clock has not moved them
     for r in qs.filter(Q(status=S.PENDING) | Q(status__in=[S.SCHEDULED, S.ACTIVE])):
         if r.status == S.PENDING:
             out.pending.append(r)
@@ -97,11 +94,10 @@ def team_reservations(*, team: Team, now: datetime | None = None, past_limit: in
         elif r.effective_end and r.effective_end > now:
             out.current.append(r)
         else:
-            out.past.append(r)
-    out.past += list(
-        qs.filter(status__in=[S.ENDED, S.CANCELLED, S.DENIED]).order_by("-start", "-id")[
-            :past_limit]
-    )
+            overdue.append(r)
+    ended = qs.filter(status__in=[S.ENDED, S.CANCELLED, S.DENIED]).order_by("-start", "-id")
+    out.past_page = Paginator(ended, per_page).get_page(past_page)
+    out.past = (overdue if out.past_page.number == 1 else []) + list(out.past_page)
     return out
 
 
@@ -230,3 +226,34 @@ def maintenance_blocks_recent(*, limit: int = 50) -> QuerySet[MaintenanceBlock]:
     """The latest maintenance blocks, newest first, with GPU and node."""
     return MaintenanceBlock.objects.select_related(
         "gpu__node", "gpu__gpu_class", "created_by").order_by("-valid_from")[:limit]
+
+
+def quotas_listed(*, team: Team | None = None, gpu_class: GpuClass | None = None
+                  ) -> QuerySet[Quota]:
+    """Every quota row over time (optionally of one team and/or class), by team, class
+    and start."""
+    rows = Quota.objects.select_related("team", "gpu_class")
+    if team is not None:
+        rows = rows.filter(team=team)
+    if gpu_class is not None:
+        rows = rows.filter(gpu_class=gpu_class)
+    return rows.order_by("team__name", "gpu_class__name", "valid_from")
+
+
+def reservations_filtered(*, team: Team | None = None, gpu_class: GpuClass | None = None,
+                          status: str | None = None, start: datetime | None = None,
+                          end: datetime | None = None) -> QuerySet[Reservation]:
+    """All reservations (admins' list), newest first, with GPUs and effective end;
+    `start`/`end`: those whose window overlaps [start, end)."""
+    qs = Reservation.objects.all()
+    if team is not None:
+        qs = qs.filter(team=team)
+    if gpu_class is not None:
+        qs = qs.filter(gpu_class=gpu_class)
+    if status:
+        qs = qs.filter(status=status)
+    if start is not None:
+        qs = qs.filter(end__gt=start)
+    if end is not None:
+        qs = qs.filter(start__lt=end)
+    return _with_assignments(qs).order_by("-start", "-id")

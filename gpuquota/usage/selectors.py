@@ -250,14 +250,6 @@ def classes_utilization(*, period: Period) -> list[tuple[GpuClass, FleetFigures]
     ]
 
 
-def team_usage_context(*, team: Team, now: datetime | None = None) -> dict:
-    """What `usage/_reservation_utilization.html` needs: this month to date, per reservation."""
-    now = now or timezone.now()
-    period = period_to_date(Period.month(now.year, now.month), now)
-    return {"usage_period": period,
-            "reservation_usage": team_reservations_utilization(team=team, period=period)}
-
-
 def unreserved_busy_hours_named(*, period: Period) -> list[dict]:
     """Unreserved busy hours per owner team name (display-rounded), largest first."""
     shares = unreserved_busy_by_team(period=period)
