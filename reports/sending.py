@@ -15,8 +15,8 @@ from accounts.selectors import team_leads
 from gpuquota.core.errors import Conflict
 from gpuquota.core.timeutil import Period
 from gpuquota.mail.services import Attachment, MailOutcome, mail_send
+from reports.conf import organisation_name
 from reports.documents import (
-    organisation_name,
     statement_csv_bytes,
     statement_filename,
     statement_pdf_bytes,
