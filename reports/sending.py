@@ -94,6 +94,12 @@ def statement_send(*, statement: Statement, now: datetime | None = None) -> Mail
     return outcome
 
 
+def statements_unsent_ids() -> list[int]:
+    """Approved statements whose leads have not all been served yet, oldest first."""
+    unsent = Statement.objects.filter(status=Statement.Status.APPROVED).order_by("approved_at")
+    return list(unsent.values_list("id", flat=True))
+
+
 def statement_send_later(*, statement: Statement) -> None:
     """Send the statement in the `reports.statement_send` task once the current
     transaction commits (approval calls this)."""

@@ -159,3 +159,17 @@ def test_approval_sends_after_commit(roles, leads, smtp_server, django_capture_o
     statement_send_task(statement.pk)  # what the callback enqueues
     statement.refresh_from_db()
     assert statement.status == Statement.Status.SENT and len(smtp_server.messages) == 2
+
+
+def test_the_hourly_sweep_sends_approved_statements_left_unsent(approved, leads, smtp_server):
+    from reports.tasks import BEAT_SCHEDULE, statements_send_pending_task
+
+    assert BEAT_SCHEDULE["statements-send-pending"]["task"] == "reports.statements_send_pending"
+    smtp_server.stop()  # the after-commit send ran out of retries during an outage
+    assert not statement_send(statement=approved).complete
+    smtp_server.start()
+    assert statements_send_pending_task.apply().get() == {"queued": [approved.pk]}
+    statement_send_task(approved.pk)  # what it queued (a worker runs it)
+    approved.refresh_from_db()
+    assert approved.status == Statement.Status.SENT and len(smtp_server.messages) == 2
+    assert statements_send_pending_task.apply().get() == {"queued": []}
