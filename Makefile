@@ -13,6 +13,8 @@ $(INSTALLED): requirements.txt
 	touch $@
 
 ## Run the product on the embedded default: SQLite, no broker, demo data, simulated agents.
+# Last month's statements can be approved at once (the settlement delay is 72 h otherwise).
+demo: export GPUQUOTA_SETTLEMENT_DELAY_HOURS ?= 0
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
