@@ -2,6 +2,7 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
+PORT ?= 8000
 INSTALLED := $(VENV)/.installed
 
 .PHONY: demo test lint check bench-ingest bench-agent clean
@@ -12,7 +13,8 @@ $(INSTALLED): requirements.txt
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
-## Run the product on the embedded default: SQLite, no broker, demo data, simulated agents.
+## Run the product on the embedded default: SQLite, no broker, demo data, simulated agents
+## (on another port: `PORT=8001 make demo`).
 # Last month's statements can be approved at once (the settlement delay is 72 h otherwise).
 demo: export GPUQUOTA_SETTLEMENT_DELAY_HOURS ?= 0
 ## Mail is written to files under var/mail/ unless EMAIL_URL says otherwise.
@@ -20,7 +22,7 @@ demo: export EMAIL_URL ?= file://var/mail
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	$(PY) manage.py demo
+	$(PY) manage.py demo --addr 127.0.0.1:$(PORT)
 
 ## Run the whole test suite (PostgreSQL/Redis/browser tests need DATABASE_URL/REDIS_URL/chromium).
 test: $(INSTALLED)

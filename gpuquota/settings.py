@@ -116,6 +116,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "accounts.middleware.UserTimezoneMiddleware",
+    "gpuquota.core.errorpages.ProductErrorPagesMiddleware",
 ]
 
 ROOT_URLCONF = "gpuquota.urls"

@@ -1,5 +1,6 @@
 from django.contrib import admin
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponsePermanentRedirect
+from django.templatetags.static import static
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
@@ -8,11 +9,19 @@ def healthz(_request):
     return HttpResponse("ok", content_type="text/plain")
 
 
+def favicon(_request):
+    return HttpResponsePermanentRedirect(static("img/favicon.svg"))
+
+
+handler404 = "gpuquota.core.errorpages.page_not_found"
+
+
 admin.site.site_header = "gpuquota administration"
 admin.site.site_title = "gpuquota admin"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("favicon.ico", favicon),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -2,6 +2,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from django.core.paginator import Page, Paginator
 from django.db.models import F, Max, Prefetch, Q, QuerySet
 from django.utils import timezone
 
@@ -81,14 +82,20 @@ class TeamReservations:
     current: list[Reservation] = field(default_factory=list)
     upcoming: list[Reservation] = field(default_factory=list)
     past: list[Reservation] = field(default_factory=list)
+    past_page: Page | None = None
 
 
-def team_reservations(*, team: Team, now: datetime | None = None, past_limit: int = 30
-                      ) -> TeamReservations:
-    """The team's reservations split into pending, current, upcoming and past."""
+PAST_PER_PAGE = 20
+
+
+def team_reservations(*, team: Team, now: datetime | None = None, past_page: int = 1,
+                      per_page: int = PAST_PER_PAGE) -> TeamReservations:
+    """The team's reservations split into pending, current, upcoming and past; past ones
+    (newest first) a page at a time (`past_page`, out-of-range numbers give the last)."""
     now = now or timezone.now()
     out = TeamReservations()
     qs = _with_assignments(Reservation.objects.filter(team=team)).order_by("start", "id")
+    overdue = []  # still counted but past their effective end: the clock has not moved them
     for r in qs.filter(Q(status=S.PENDING) | Q(status__in=[S.SCHEDULED, S.ACTIVE])):
         if r.status == S.PENDING:
             out.pending.append(r)
@@ -97,11 +104,10 @@ def team_reservations(*, team: Team, now: datetime | None = None, past_limit: in
         elif r.effective_end and r.effective_end > now:
             out.current.append(r)
         else:
-            out.past.append(r)
-    out.past += list(
-        qs.filter(status__in=[S.ENDED, S.CANCELLED, S.DENIED]).order_by("-start", "-id")[
-            :past_limit]
-    )
+            overdue.append(r)
+    ended = qs.filter(status__in=[S.ENDED, S.CANCELLED, S.DENIED]).order_by("-start", "-id")
+    out.past_page = Paginator(ended, per_page).get_page(past_page)
+    out.past = (overdue if out.past_page.number == 1 else []) + list(out.past_page)
     return out
 
 

@@ -37,7 +37,7 @@ from gpuquota.reservations.selectors import (
     team_reservations,
     window_availability,
 )
-from gpuquota.usage.selectors import team_usage_context
+from gpuquota.usage.history import month_of, team_month_context
 from reports.review import team_statements
 
 
@@ -60,15 +60,21 @@ def _gpus_text(reservation: Reservation) -> str:
 def team_detail(request, slug: str):
     team = team_for_view(request.user, slug)
     now = timezone.now()
+    try:
+        month = month_of(text=request.GET.get("month"), now=now)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        month = month_of(text=None, now=now)
     context = {
         "team": team,
         "can_act": can_act_for_team(request.user, team),
         "members": team_members(team=team),
         "quota_usage": quota_usage(team=team, at=now),
-        "reservations": team_reservations(team=team, now=now),
+        "reservations": team_reservations(team=team, now=now,
+                                          past_page=request.GET.get("past") or 1),
         "extend_form": ExtendForm(),
         "now": now,
-        **team_usage_context(team=team, now=now),
+        **team_month_context(team=team, month=month, now=now),
         "team_statements": team_statements(team=team),
     }
     return render(request, "reservations/team_detail.html", context)

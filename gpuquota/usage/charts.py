@@ -47,3 +47,58 @@ def svg_bar_chart(*, points: Sequence[tuple[datetime, float | Decimal | None]], 
                      f'fill="#667085">No data</text>')
     parts.append("</svg>")
     return mark_safe("".join(parts))
+
+
+RESERVED_COLOR, BUSY_COLOR = "#c7d4f5", "#2f5bd3"
+
+
+def svg_reserved_busy_chart(*, days: Sequence, title: str) -> SafeString:
+    """Reserved (pale) and busy-inside-reserved (dark, drawn over it) GPU-hours per UTC
+    day, from `usage.daily.DayUsage` rows; the y axis is rounded up to a readable step."""
+    plot_w, plot_h = WIDTH - PAD_L - 8, HEIGHT - PAD_B - PAD_T
+    peak = max([float(d.reserved_s) / 3600 for d in days] + [float(d.busy_s) / 3600
+                                                              for d in days] + [0])
+    top = _nice_ceiling(peak)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'class="chart reserved-busy" role="img" aria-label="{escape(title)}">'
+        f'<title>{escape(title)}</title>',
+    ]
+    for fraction in (0, 0.5, 1):
+        y = PAD_T + plot_h * (1 - fraction)
+        parts.append(f'<line x1="{PAD_L}" x2="{WIDTH - 8}" y1="{y:.1f}" y2="{y:.1f}" '
+                     f'stroke="#e3e7ee"/><text x="{PAD_L - 4}" y="{y + 4:.1f}" '
+                     f'text-anchor="end" font-size="10" fill="#667085">'
+                     f'{top * fraction:g} h</text>')
+    if not days or peak == 0:
+        parts.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" '
+                     f'fill="#667085">Nothing reserved in this period</text>')
+    step = plot_w / max(len(days), 1)
+    for i, d in enumerate(days):
+        x = PAD_L + i * step
+        label = (f"{d.day:%a %Y-%m-%d}: reserved {d.reserved_hours} GPU-h, busy "
+                 f"{d.busy_hours} GPU-h")
+        for value, color, cls in ((d.reserved_s, RESERVED_COLOR, "reserved"),
+                                  (d.busy_s, BUSY_COLOR, "busy")):
+            height = plot_h * float(value) / 3600 / top if top else 0
+            parts.append(
+                f'<rect class="{cls}" data-day="{d.day:%Y-%m-%d}" x="{x + step * 0.12:.1f}" '
+                f'y="{PAD_T + plot_h - height:.1f}" width="{max(step * 0.76, 0.5):.1f}" '
+                f'height="{height:.1f}" fill="{color}"><title>{escape(label)}</title></rect>')
+    for i in sorted({0, len(days) - 1} if days else set()):
+        anchor, x = ("start", PAD_L) if i == 0 else ("end", WIDTH - 8)
+        parts.append(f'<text x="{x}" y="{HEIGHT - 6}" font-size="10" fill="#667085" '
+                     f'text-anchor="{anchor}">{days[i].day:%d %b}</text>')
+    parts.append("</svg>")
+    return mark_safe("".join(parts))
+
+
+def _nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 × 10^n at or above `value` (1 for nothing)."""
+    if value <= 0:
+        return 1
+    magnitude = 10 ** (len(str(int(value))) - 1) if value >= 1 else 0.1
+    for factor in (1, 2, 2.5, 5, 10):
+        if factor * magnitude >= value:
+            return factor * magnitude
+    return 10 * magnitude

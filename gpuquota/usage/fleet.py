@@ -82,12 +82,14 @@ def fleet_now(*, now: datetime | None = None) -> list[NodeNow]:
         view = physical.get(gpu_id)
         if view is None:
             continue
+        view.sample_at = max(r["window_start"] for r in by_device.values())
+        if view.health == "failed":
+            continue  # a lost GPU's last readings say nothing about it now
         utils = [r["util_gpu_avg"] for r in by_device.values() if r["util_gpu_avg"] is not None]
         memory = [r["memory_used_bytes_avg"] for r in by_device.values()
                   if r["memory_used_bytes_avg"] is not None]
         view.util = max(utils) if utils else None
         view.memory_used_bytes = sum(memory) if memory else None
-        view.sample_at = max(r["window_start"] for r in by_device.values())
     nodes = {n.id: NodeNow(node=n, silent=node_is_silent(n, now))
              for n in Node.objects.select_related("cluster")}
     for view in sorted(physical.values(), key=lambda v: (v.gpu.index is None, v.gpu.index or 0,
@@ -110,6 +112,11 @@ class FleetSummary:
     util_mean: Decimal | None
     reserved: int
 
+    @property
+    def usable(self) -> int:
+        """In service and not failed: what capacity counts."""
+        return self.gpus - self.failed
+
 
 def node_has_problem(node: NodeNow) -> bool:
     """The agent is silent or a GPU is failed or degraded now."""
@@ -118,7 +125,7 @@ def node_has_problem(node: NodeNow) -> bool:
 
 def fleet_summary(*, nodes: list[NodeNow]) -> FleetSummary:
     """Headline counts of a `fleet_now` result (no queries); the mean utilization is over
-    GPUs of reporting nodes that have a last window."""
+    GPUs of reporting nodes that have a last window (failed GPUs have none)."""
     gpus = [g for n in nodes for g in n.gpus]
     utils = [g.util for n in nodes if not n.silent for g in n.gpus if g.util is not None]
     silent = sum(1 for n in nodes if n.silent)

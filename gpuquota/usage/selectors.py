@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
-from django.db.models import Q, Sum
+from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
 from accounts.models import Team
@@ -177,7 +177,8 @@ def team_reservations_utilization(*, team: Team, period: Period) -> list[Reserva
                                   assigned_until__gt=period.start)
         .values_list("reservation_id", flat=True)
     )
-    reservations = Reservation.objects.filter(id__in=ids).select_related("gpu_class")
+    reservations = Reservation.objects.filter(id__in=ids).select_related("gpu_class").annotate(
+        effective_end=Max("assignments__assigned_until"))
     return [
         ReservationUsage(r, UsageFigures(reserved.get(r.id, 0), failed.get(r.id, 0),
                                          sums.get(r.id, Sums())))
@@ -247,14 +248,6 @@ def classes_utilization(*, period: Period) -> list[tuple[GpuClass, FleetFigures]
         ))
         for klass in GpuClass.objects.filter(id__in=ids).order_by("name")
     ]
-
-
-def team_usage_context(*, team: Team, now: datetime | None = None) -> dict:
-    """What `usage/_reservation_utilization.html` needs: this month to date, per reservation."""
-    now = now or timezone.now()
-    period = period_to_date(Period.month(now.year, now.month), now)
-    return {"usage_period": period,
-            "reservation_usage": team_reservations_utilization(team=team, period=period)}
 
 
 def unreserved_busy_hours_named(*, period: Period) -> list[dict]:

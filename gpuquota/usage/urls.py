@@ -5,6 +5,7 @@ from gpuquota.usage import views
 urlpatterns = [
     path("fleet/", views.fleet, name="fleet"),
     path("fleet/utilization/", views.utilization, name="fleet_utilization"),
+    path("fleet/glossary/", views.glossary, name="usage_glossary"),
     path("fleet/gpus/<str:uuid>/", views.gpu_detail, name="gpu_detail"),
     path("fleet/gpus/<str:uuid>/recover/", views.gpu_recover, name="gpu_recover"),
     path("metrics", views.metrics, name="metrics"),

@@ -13,7 +13,9 @@ from accounts.selectors import teams_visible
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import Gpu, gpu_uuid_normalize
-from gpuquota.usage.charts import svg_bar_chart
+from gpuquota.usage.charts import svg_bar_chart, svg_reserved_busy_chart
+from gpuquota.usage.conf import agent_silent_after_s, busy_util_percent
+from gpuquota.usage.daily import daily_usage
 from gpuquota.usage.fleet import fleet_now, fleet_summary, gpu_history, node_has_problem
 from gpuquota.usage.forms import HealthRecoverForm
 from gpuquota.usage.health import gpu_health_recover
@@ -111,13 +113,26 @@ def utilization(request):
         last = None
     period = period_last(span=LAST_SPANS[last], now=now) if last else period_to_date(month, now)
     admin = is_admin(request.user)
+    classes = classes_utilization(period=period)
     context = {
         "month": month, "period": period, "last": last,
-        "classes": classes_utilization(period=period),
+        "classes": classes,
+        "fleet_chart": svg_reserved_busy_chart(
+            days=daily_usage(period=period), title="Fleet: reserved versus busy GPU-hours per day"),
+        "class_charts": [(klass, svg_reserved_busy_chart(
+            days=daily_usage(period=period, gpu_class=klass),
+            title=f"{klass.name}: reserved versus busy GPU-hours per day"))
+            for klass, _figures in classes],
         "fleet": fleet_utilization(period=period),
         "unreserved": unreserved_busy_hours_named(period=period) if admin else None,
     }
     return render(request, "usage/utilization.html", context)
+
+
+@login_required
+def glossary(request):
+    return render(request, "usage/glossary.html", {
+        "busy_threshold": busy_util_percent(), "silent_after_s": agent_silent_after_s()})
 
 
 def metrics(request):

@@ -11,6 +11,7 @@
   var hint = document.getElementById("window-hint");
   var submit = form.querySelector("button[type=submit]");
   var timer = null;
+  var asked = 0;  // answers to older questions are dropped
   function field(name) { return form.querySelector("[name=" + name + "]"); }
   function pad(n) { return (n < 10 ? "0" : "") + n; }
   function local(d) {
@@ -68,9 +69,11 @@
     var params = new URLSearchParams({gpu_class: cls, start: start, end: end,
       team: field("team").value, count: field("count").value || "",
       placement: field("placement").value});
+    var question = ++asked;
     fetch(hint.getAttribute("data-url") + "?" + params.toString(), {credentials: "same-origin"})
       .then(function (response) { return response.json(); })
       .then(function (data) {
+        if (question !== asked) { return; }
         submit.textContent = submit.getAttribute("data-label");
         if (data.errors) { say("errorlist", Object.values(data.errors)); return; }
         if (data.error) { say("errorlist", [data.error]); return; }

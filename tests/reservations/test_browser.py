@@ -101,3 +101,67 @@ def test_admin_approves_a_pending_request(org, browser_page):
     page.goto("/teams/vision/")
     assert page.locator(f"#reservation-{pending.pk} .gpu-chip").count() == 5
     screenshot(page, "reservations-team-page-admin")
+
+
+def test_lead_is_warned_before_an_over_quota_request_and_sees_the_same_numbers_as_the_admin(
+        org, browser_page):
+    page = browser_page
+    browser_login(page, org.vision_lead.username)
+    page.goto("/reservations/new/")
+    # day 6: nothing booked; vision's quota is 4, speech's unused guarantee 2 of 8
+    cell = page.locator("#availability tbody tr").filter(has_text="H100-80GB").locator("td").nth(5)
+    assert cell.inner_text().replace("\n", "") == "4+2"
+    assert "4 within Vision's quota, 2 more beyond it" in cell.get_attribute("title")
+    cell.click()
+    page.fill("[name=count]", "6")
+    page.locator("[name=count]").dispatch_event("change")
+    page.wait_for_function(
+        "document.getElementById('window-hint').dataset.verdict === 'over_quota'")
+    hint = page.inner_text("#window-hint")
+    assert "Your team can have 4 within its quota, +2 beyond it with approval." in hint
+    assert "Over quota" in hint and "will wait for an admin's approval" in hint
+    assert page.inner_text("#reservation-form button[type=submit]") == "Request approval"
+    screenshot(page, "reservations-form-over-quota-warning")
+    page.fill("[name=count]", "7")
+    page.locator("[name=count]").dispatch_event("change")
+    page.wait_for_function(
+        "document.getElementById('window-hint').dataset.verdict === 'impossible'")
+    assert page.inner_text("#reservation-form button[type=submit]") == "Reserve"
+    page.fill("[name=count]", "6")
+    page.locator("[name=count]").dispatch_event("change")
+    page.wait_for_function(
+        "document.getElementById('window-hint').dataset.verdict === 'over_quota'")
+    page.fill("[name=purpose]", "big sweep")
+    page.click("#reservation-form button[type=submit]")
+    page.wait_for_url("**/teams/vision/")
+    assert "is over Vision's quota" in page.locator(".messages").inner_text()
+    pending = Reservation.objects.get(purpose="big sweep")
+    assert pending.status == "pending" and pending.count == 6
+    page.context.clear_cookies()
+    browser_login(page, org.admin.username)
+    page.goto("/reservations/pending/")
+    row = page.locator(f"#pending-{pending.pk}")
+    assert row.locator(".approvable").get_attribute("data-approvable") == "6"
+    assert "4 in quota · +2 beyond" in row.locator(".approvable").inner_text()
+    screenshot(page, "reservations-admin-queue-same-numbers")
+    row.locator("button[value=approve]").click()
+    page.wait_for_load_state("networkidle")
+    assert f"Request #{pending.pk} approved" in page.locator(".messages").inner_text()
+    pending.refresh_from_db()
+    assert pending.assignments.count() == 6
+
+
+def test_an_impossible_request_is_refused_at_once_in_the_form(org, browser_page):
+    page = browser_page
+    browser_login(page, org.vision_lead.username)
+    page.goto("/reservations/new/")
+    page.locator("#availability tbody tr").filter(has_text="H100-80GB").locator("td").nth(6).click()
+    page.fill("[name=count]", "7")  # 8 in service, 2 guaranteed to speech
+    page.locator("[name=count]").dispatch_event("change")
+    page.wait_for_function(
+        "document.getElementById('window-hint').dataset.verdict === 'impossible'")
+    page.click("#reservation-form button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    assert "can ever be had by Vision" in page.locator("#count-errors").inner_text()
+    assert not Reservation.objects.filter(count=7).exists()
+    screenshot(page, "reservations-form-impossible")

@@ -2,6 +2,7 @@ from fractions import Fraction
 
 from django import template
 
+from gpuquota.usage.conf import busy_util_percent
 from gpuquota.usage.figures import display_decimal
 
 register = template.Library()
@@ -47,3 +48,9 @@ def team_label(team_id, visible) -> str:
 def util_pct(value) -> str:
     """A utilization already in percent (0..100), ROUND_HALF_UP to one decimal."""
     return pct(None if value is None else Fraction(value) / 100)
+
+
+@register.simple_tag
+def busy_threshold() -> str:
+    """The busy threshold in force (BUSY_UTIL_PERCENT), as shown next to busy figures."""
+    return f"{busy_util_percent().normalize():f}"

@@ -1,0 +1,46 @@
+"""How reservations read: their effective end after a release, everywhere they are
+listed, and dates with the year when it is not the current one."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.template import Context, Template
+from django.test import Client
+from django.utils import timezone
+
+from gpuquota.reservations.services import reservation_release
+from tests.reservations.factories import Fleet
+
+pytestmark = pytest.mark.django_db
+H = timedelta(hours=1)
+
+
+def _render(text: str, **context) -> str:
+    return Template("{% load when %}" + text).render(Context(context))
+
+
+def test_dates_carry_the_year_only_when_it_is_not_this_year():
+    this_year = timezone.localdate().year
+    assert _render("{{ t|when }}", t=datetime(2030, 1, 1, 9, 0, tzinfo=UTC)) == \
+        "Tue 01 Jan 2030 09:00"
+    assert _render("{{ t|when }}", t=datetime(this_year, 3, 4, 5, 6, tzinfo=UTC)).endswith(
+        "04 Mar 05:06")
+    assert _render("{{ t|day }}", t=datetime(2030, 1, 1).date()) == "Tue 01 Jan 2030"
+    assert _render("{{ t|when:'open' }}", t=None) == "open"
+
+
+def test_after_a_release_every_table_shows_the_effective_end():
+    fleet = Fleet.create()
+    now = timezone.now().replace(microsecond=0)
+    start = now - 2 * H
+    reservation = fleet.request(count=1, start=start, end=now + 10 * H, by=fleet.admin, now=now)
+    released = reservation_release(reservation=reservation, actor=fleet.vision_lead, now=now)
+    client = Client()
+    client.force_login(fleet.vision_lead)
+    page = client.get("/teams/vision/").content.decode()
+    effective = timezone.localtime(now).strftime("%d %b %H:%M")
+    booked = timezone.localtime(released.end).strftime("%d %b %H:%M")
+    assert f'data-effective-end="{now.isoformat()}"' in page
+    usage_table = page[page.index('id="reservation-utilization"'):]
+    assert effective in usage_table and "<s class=\"muted\" title=\"Booked end\">" in usage_table
+    assert booked in usage_table  # the booked end, struck through
