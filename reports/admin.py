@@ -1,18 +1,14 @@
-from django import forms
 from django.contrib import admin
 
-from gpuquota.core.errors import DomainError
+from gpuquota.core.admin import ServiceAdminMixin, ServiceModelForm
 from reports.models import RateCard
 from reports.services import rate_card_change, rate_card_create, rate_card_end
 
 _RATE_FIELDS = ("reserved_rate", "on_demand_rate", "currency")
 
 
-class RateCardForm(forms.ModelForm):
-    """Saves through the rate-card services (audited, re-priced hours marked); their
-    refusals become form errors. `user` is set by the admin per request."""
-
-    user = None
+class RateCardForm(ServiceModelForm):
+    """Saves through the rate-card services (audited, re-priced hours marked)."""
 
     class Meta:
         model = RateCard
@@ -23,17 +19,7 @@ class RateCardForm(forms.ModelForm):
         self._before = {name: getattr(self.instance, name)
                         for name in ("valid_until", *_RATE_FIELDS)}
 
-    def _post_clean(self):
-        super()._post_clean()
-        if self.errors:
-            return
-        try:
-            self.instance = self._apply(self.cleaned_data)
-        except DomainError as error:
-            field = error.field if error.field in self.fields else None
-            self.add_error(field, error.message)
-
-    def _apply(self, data: dict) -> RateCard:
+    def apply(self, data: dict) -> RateCard:
         if self.instance._state.adding:
             return rate_card_create(
                 gpu_class=data["gpu_class"], valid_from=data["valid_from"],
@@ -50,7 +36,7 @@ class RateCardForm(forms.ModelForm):
 
 
 @admin.register(RateCard)
-class RateCardAdmin(admin.ModelAdmin):
+class RateCardAdmin(ServiceAdminMixin, admin.ModelAdmin):
     """Rate cards change only through `reports.services` (never deleted: end them)."""
 
     form = RateCardForm
@@ -68,12 +54,5 @@ class RateCardAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         return ["gpu_class", "valid_from"] if obj is not None else []
 
-    def get_form(self, request, obj=None, **kwargs):
-        form = super().get_form(request, obj, **kwargs)
-        return type(form.__name__, (form,), {"user": request.user})
-
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
-
-    def save_model(self, request, obj, form, change):
-        """Saved by the service during validation (`RateCardForm._post_clean`)."""

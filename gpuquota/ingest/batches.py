@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from django.db import connection, transaction
 
 from gpuquota.ingest import conf
-from gpuquota.ingest.models import AgentBatch
+from gpuquota.ingest.models import AgentBatch, NodeBoot
 from gpuquota.ingest.partitions import partitions_ensure
 from gpuquota.ingest.placement import gpus_place
 from gpuquota.ingest.protocol import instant_parse
@@ -65,6 +65,17 @@ def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
     return row[0] if row else None
 
 
+def _boot_of(*, node: Node, body: dict, now: datetime) -> int | None:
+    """The batch's boot (created at its first batch); None when the agent sent no boot_id.
+    A spooled batch carries the boot it was collected under, whenever it arrives."""
+    boot_id = str((body["node"] or {}).get("boot_id") or "").replace("\x00", "")[:64]
+    if not boot_id:
+        return None
+    boot, _ = NodeBoot.objects.get_or_create(node=node, boot_id=boot_id,
+                                             defaults={"first_received_at": now})
+    return boot.pk
+
+
 def _node_seen(*, node: Node, body: dict, now: datetime, skew_s: float | None,
                nulled: list) -> None:
     """Node.last_seen_at, versions, boot id and clock skew from this batch."""
@@ -106,7 +117,8 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
         _node_seen(node=node, body=body, now=now, skew_s=skew_s, nulled=nulled)
         placed = gpus_place(body=body, node=node, now=now, rejected=rejected, nulled=nulled)
         outcome = records_judge(body=body, gpus=placed, node_id=node.pk, now=now,
-                                check_age=check_age)
+                                check_age=check_age,
+                                boot_pk=_boot_of(node=node, body=body, now=now))
         results = {name: records_store(table=table, rows=rows) for name, table, rows in (
             ("samples", SAMPLES, outcome.samples), ("processes", PROCESSES, outcome.processes),
             ("events", EVENTS, outcome.events))}

@@ -55,6 +55,33 @@ class AgentBatch(models.Model):
 
 
 
+class NodeBoot(models.Model):
+    """One boot of a node, as its agent reported `boot_id`; never deleted, so the samples
+    and events sent under it keep their boot (health's automatic close reads it)."""
+
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="boots")
+    boot_id = models.CharField(max_length=64)
+    first_received_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "boot_id"], name="node_boot_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} boot {self.boot_id}"
+
+
+def _boot_field() -> models.ForeignKey:
+    # No database constraint or index: checked per row it would slow every COPY; boots
+    # are never deleted.
+    return models.ForeignKey(
+        NodeBoot, null=True, on_delete=models.DO_NOTHING, related_name="+",
+        db_constraint=False, db_index=False,
+        help_text="The boot of the node the record was collected under (its batch's boot_id).",
+    )
+
+
 class Sample(models.Model):
     """One GPU's state over [window_start, window_end).
 
@@ -81,6 +108,7 @@ class Sample(models.Model):
     ecc_uncorrected = models.BigIntegerField(null=True)
     ecc_corrected = models.BigIntegerField(null=True)
     received_at = models.DateTimeField()
+    boot = _boot_field()
 
     def __str__(self) -> str:
         return f"gpu {self.gpu_id} @ {self.window_start:%Y-%m-%dT%H:%M:%SZ}"
@@ -156,6 +184,7 @@ class GpuEvent(models.Model):
     xid = models.IntegerField(null=True)
     detail = models.CharField(max_length=256, null=True)
     received_at = models.DateTimeField()
+    boot = _boot_field()
 
     class Meta:
         ordering = ["-ts"]

@@ -62,9 +62,11 @@ class Outcome:
 class Judge:
     """Record checks for one batch: the GPUs it may write and the time bounds."""
 
-    def __init__(self, *, gpus: dict, now: datetime, check_age: bool = True):
+    def __init__(self, *, gpus: dict, now: datetime, check_age: bool = True,
+                 boot_pk: int | None = None):
         # gpus: normalised uuid -> GpuRef, or a string saying why records for it are rejected.
         self.gpus = gpus
+        self.boot_pk = boot_pk
         self.latest = now + timedelta(seconds=conf.MAX_FUTURE_S)
         self.earliest = now - timedelta(seconds=conf.MAX_AGE_S) if check_age else None
         self.out = Outcome()
@@ -215,7 +217,7 @@ class Judge:
             _int(self.bounded(record, "clock_event_reasons", path, 0, INT64)),
             _int(self.bounded(record, "ecc_uncorrected", path, 0, INT64)),
             _int(self.bounded(record, "ecc_corrected", path, 0, INT64)),
-            received_at,
+            received_at, self.boot_pk,
         ))
 
     def process(self, index: int, record: dict, received_at: datetime) -> None:
@@ -296,7 +298,7 @@ class Judge:
             gpu_id = gpu.id
         self.out.events.append((
             event_id, node_id, gpu_id, ts, kind, _int(xid),
-            self.text(record.get("detail"), f"{path}.detail"), received_at,
+            self.text(record.get("detail"), f"{path}.detail"), received_at, self.boot_pk,
         ))
 
 
@@ -327,9 +329,10 @@ def _uuid(value: str):
 
 
 def records_judge(*, body: dict, gpus: dict, node_id: int, now: datetime,
-                  check_age: bool = True) -> Outcome:
-    """Rows for every record of `body` that can be stored; the rest listed as rejected."""
-    judge = Judge(gpus=gpus, now=now, check_age=check_age)
+                  check_age: bool = True, boot_pk: int | None = None) -> Outcome:
+    """Rows for every record of `body` that can be stored (samples and events with the
+    batch's boot); the rest listed as rejected."""
+    judge = Judge(gpus=gpus, now=now, check_age=check_age, boot_pk=boot_pk)
     for index, record in enumerate(body.get("samples") or ()):
         judge.sample(index, record, now)
     for index, record in enumerate(body.get("processes") or ()):

@@ -36,8 +36,10 @@ class Table:
 
     @property
     def values(self) -> tuple[str, ...]:
-        """Columns that make two records with the same identity a conflict when they differ."""
-        return tuple(c for c in self.columns if c not in self.key and c != "received_at")
+        """Columns that make two records with the same identity a conflict when they differ
+        (not when or under which boot they were delivered)."""
+        return tuple(c for c in self.columns
+                     if c not in self.key and c not in ("received_at", "boot_id"))
 
 
 SAMPLES = Table(
@@ -45,7 +47,7 @@ SAMPLES = Table(
     ("gpu_id", "window_start", "window_end", "readings", "util_gpu_avg", "util_gpu_max",
      "util_mem_avg", "memory_used_bytes_avg", "memory_used_bytes_max", "power_w_avg",
      "energy_j", "temp_c_max", "clock_event_reasons", "ecc_uncorrected", "ecc_corrected",
-     "received_at"),
+     "received_at", "boot_id"),
     ("gpu_id", "window_start"), "gpu_id", "window_start", "window_end")
 PROCESSES = Table(
     ProcessRecord,
@@ -55,7 +57,7 @@ PROCESSES = Table(
     ("gpu_id", "window_start", "pid", "pid_start"), "gpu_id", "window_start", "window_end")
 EVENTS = Table(
     GpuEvent,
-    ("event_id", "node_id", "gpu_id", "ts", "type", "xid", "detail", "received_at"),
+    ("event_id", "node_id", "gpu_id", "ts", "type", "xid", "detail", "received_at", "boot_id"),
     ("event_id",), "gpu_id", "ts", None)
 
 

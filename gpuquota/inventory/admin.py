@@ -1,6 +1,10 @@
+from django import forms
 from django.contrib import admin
 from django.utils import timezone
 
+from gpuquota.core.admin import ServiceAdminMixin, ServiceModelForm
+from gpuquota.core.errors import DomainError
+from gpuquota.inventory.history import gpu_class_change, gpu_node_change
 from gpuquota.inventory.models import (
     Cluster,
     Gpu,
@@ -12,7 +16,8 @@ from gpuquota.inventory.models import (
     MaintenanceBlock,
     Node,
 )
-from gpuquota.inventory.services import model_mapping_save
+from gpuquota.inventory.services import model_mapping_delete, model_mapping_save
+from gpuquota.usage.health import gpu_health_interval_record, gpu_health_recover
 
 
 class NodeInline(admin.TabularInline):
@@ -72,7 +77,7 @@ class GpuClassAdmin(admin.ModelAdmin):
         for mapping in formset.save(commit=False):
             _save_mapping(request, mapping)
         for mapping in formset.deleted_objects:
-            mapping.delete()
+            model_mapping_delete(mapping=mapping, actor=request.user, at=timezone.now())
 
 
 @admin.register(GpuModelMapping)
@@ -86,10 +91,26 @@ class GpuModelMappingAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         _save_mapping(request, obj)
 
+    def delete_model(self, request, obj):
+        model_mapping_delete(mapping=obj, actor=request.user, at=timezone.now())
+
+    def delete_queryset(self, request, queryset):
+        for mapping in queryset:
+            self.delete_model(request, mapping)
+
 
 class IntervalInline(admin.TabularInline):
+    """History, shown only: it changes through audited services (the GPU form's class and
+    node changes, the health interval admin), which mark what they re-attribute."""
+
     extra = 0
     can_delete = False
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
 
 
 class GpuNodeIntervalInline(IntervalInline):
@@ -108,8 +129,10 @@ class GpuHealthIntervalInline(IntervalInline):
     readonly_fields = ["closed_by"]
 
 
-class MaintenanceBlockInline(IntervalInline):
+class MaintenanceBlockInline(admin.TabularInline):
     model = MaintenanceBlock
+    extra = 0
+    can_delete = False
     fields = ["valid_from", "valid_until", "reason", "created_by"]
     readonly_fields = ["created_by"]
 
@@ -117,8 +140,38 @@ class MaintenanceBlockInline(IntervalInline):
         return False
 
 
+class GpuForm(ServiceModelForm):
+    """The GPU's own fields, plus a change of class or node from an instant, each through
+    its audited service (`inventory.history`)."""
+
+    new_class = forms.ModelChoiceField(GpuClass.objects.all(), required=False,
+                                       label="Change class to")
+    new_node = forms.ModelChoiceField(Node.objects.all(), required=False,
+                                      label="Record a move to node")
+    change_at = forms.SplitDateTimeField(required=False, label="Change from (UTC)",
+                                         help_text="Defaults to now; may lie in the past.")
+    change_reason = forms.CharField(required=False, max_length=256)
+
+    class Meta:
+        model = Gpu
+        fields = ["index", "pci_bus_id", "memory_total_bytes", "power_limit_w",
+                  "commissioned_at", "retired_at"]
+
+    def apply(self, data: dict) -> Gpu:
+        gpu = self.save()
+        at = data.get("change_at") or timezone.now()
+        reason = data.get("change_reason", "")
+        if data.get("new_class") is not None:
+            gpu = gpu_class_change(gpu=gpu, gpu_class=data["new_class"], at=at, by=self.user,
+                                   reason=reason)
+        if data.get("new_node") is not None:
+            gpu = gpu_node_change(gpu=gpu, node=data["new_node"], at=at, by=self.user,
+                                  reason=reason)
+        return gpu
+
+
 @admin.register(Gpu)
-class GpuAdmin(admin.ModelAdmin):
+class GpuAdmin(ServiceAdminMixin, admin.ModelAdmin):
     list_display = [
         "uuid",
         "node",
@@ -130,7 +183,15 @@ class GpuAdmin(admin.ModelAdmin):
     ]
     list_filter = ["gpu_class", "node__cluster", "retired_at"]
     search_fields = ["uuid", "node__hostname", "model_name", "pci_bus_id"]
+    form = GpuForm
     readonly_fields = ["uuid", "parent", "node", "gpu_class", "model_name", "last_seen_at"]
+    fieldsets = [
+        (None, {"fields": ["uuid", "parent", "node", "gpu_class", "model_name", "index",
+                           "pci_bus_id", "memory_total_bytes", "power_limit_w",
+                           "commissioned_at", "retired_at", "last_seen_at"]}),
+        ("Change of history (audited, recomputed)",
+         {"fields": ["new_class", "new_node", "change_at", "change_reason"]}),
+    ]
     inlines = [
         GpuNodeIntervalInline,
         GpuClassIntervalInline,
@@ -143,12 +204,43 @@ class GpuAdmin(admin.ModelAdmin):
         return False
 
 
+class GpuHealthIntervalForm(ServiceModelForm):
+    """Adding records an interval (`gpu_health_interval_record`); changing sets when it
+    ended, as an admin's recovery (`gpu_health_recover`, `closed_reason` its note)."""
+
+    class Meta:
+        model = GpuHealthInterval
+        fields = ["gpu", "state", "valid_from", "valid_until", "reason", "closed_reason"]
+
+    def apply(self, data: dict) -> GpuHealthInterval:
+        if self.instance._state.adding:
+            return gpu_health_interval_record(
+                gpu=data["gpu"], state=data["state"], valid_from=data["valid_from"],
+                valid_until=data.get("valid_until"), reason=data.get("reason", ""),
+                by=self.user)
+        interval = GpuHealthInterval.objects.get(pk=self.instance.pk)
+        at = data.get("valid_until")
+        if at == interval.valid_until:
+            return interval
+        if at is None:
+            raise DomainError("A recovered interval cannot be reopened.", field="valid_until")
+        return gpu_health_recover(gpu=interval.gpu, at=at, by=self.user,
+                                  note=data.get("closed_reason", ""))
+
+
 @admin.register(GpuHealthInterval)
-class GpuHealthIntervalAdmin(admin.ModelAdmin):
+class GpuHealthIntervalAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    form = GpuHealthIntervalForm
     list_display = ["gpu", "state", "valid_from", "valid_until", "reason"]
     list_filter = ["state"]
     search_fields = ["gpu__uuid", "reason"]
     date_hierarchy = "valid_from"
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["gpu", "state", "valid_from", "reason", "boot_id", "closed_by"] if obj else []
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(MaintenanceBlock)

@@ -117,3 +117,31 @@ def model_mapping_save(*, mapping: GpuModelMapping, actor, at: datetime) -> GpuM
         },
     )
     return mapping
+
+
+@transaction.atomic
+def model_mapping_delete(*, mapping: GpuModelMapping, actor, at: datetime) -> list[Gpu]:
+    """Remove a model's mapping: its GPUs get the class named after the model from `at`,
+    as an unmapped model's do (seconds before stay in the class they had); audited, the
+    hour in progress marked. Returns the GPUs reclassified."""
+    from gpuquota.core.services import audit_record
+    from gpuquota.usage.services import gpu_interval_mark_dirty
+
+    at = whole_second(at)
+    model_name, old_class = mapping.model_name, mapping.gpu_class
+    entry = audit_record(actor=actor, action="gpu_model_mapping.delete", obj=mapping,
+                         changes={"model_name": model_name, "gpu_class": old_class.name})
+    mapping.delete()
+    unmapped = gpu_class_for_model(model_name=model_name)
+    moved = [
+        gpu_reclassify(gpu=gpu, gpu_class=unmapped, at=at)
+        for gpu in Gpu.objects.filter(model_name=model_name, parent__isnull=True)
+        .exclude(gpu_class=unmapped)
+    ]
+    for gpu in moved:
+        gpu.mig_devices.update(gpu_class=unmapped)
+    if moved:
+        gpu_interval_mark_dirty(gpu_ids=[gpu.id for gpu in moved], start=at, end=at)
+    entry.changes["gpus_reclassified"] = [gpu.uuid for gpu in moved]
+    entry.save(update_fields=["changes"])
+    return moved

@@ -1,10 +1,14 @@
 """GPU health from events and samples (accounting.md, Inventory: the health table).
 
 Openers (events, samples with uncorrected ECC errors) open `failed` or `degraded`
-intervals; a failed interval closes at the window_start of the first sample with
-readings >= 1 after the node reports a new boot_id, or at an admin's recovery
-time. Every change marks the GPU-hours it re-attributes dirty. Evaluation is
-idempotent: an opener inside an interval at least as bad changes nothing.
+intervals; a failed interval ends at the earlier of an admin's recovery time and the
+window_start of the first sample with readings >= 1 after it began, sent under a boot
+other than the one it failed under (each sample and event keeps its batch's boot).
+Only sample times and boot ids decide: the same data imported in any order, or late
+from a spool, converges on the same intervals (an end only moves earlier, to a good
+sample found later; an opener inside a failed interval that arrived first is absorbed;
+when an end moves, the openers after it are evaluated again). Every change marks the
+GPU-hours it re-attributes dirty. Evaluation is idempotent.
 """
 
 from dataclasses import dataclass
@@ -18,16 +22,15 @@ from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
-from gpuquota.ingest.models import AgentBatch, EventType, GpuEvent, Sample
+from gpuquota.ingest.models import EventType, GpuEvent, Sample
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
-from gpuquota.usage.services import gpu_usage_mark_dirty
+from gpuquota.usage.services import gpu_hours_mark_dirty, gpu_usage_mark_dirty
 
 FAILED_XIDS = frozenset({48, 64, 79, 95, 119, 120})
 DEGRADED_XIDS = frozenset({63, 74, 92, 94})
 FAILED, DEGRADED = GpuHealthInterval.State.FAILED, GpuHealthInterval.State.DEGRADED
 _RANK = {DEGRADED: 1, FAILED: 2}
-#: Records of one batch are stored with (about) the batch's receipt time.
-_RECEIPT_TOLERANCE = timedelta(seconds=5)
+ONE_SECOND = timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ class Opener:
     at: datetime
     state: str
     reason: str
-    received_at: datetime
+    boot_id: str  # the boot it was sent under ("" when the agent sent none)
 
 
 def event_health_state(*, type: str, xid: int | None) -> str | None:
@@ -56,33 +59,68 @@ def event_health_state(*, type: str, xid: int | None) -> str | None:
 def _openers(device_ids: list[int], start: datetime, end: datetime) -> list[Opener]:
     openers = []
     events = GpuEvent.objects.filter(gpu_id__in=device_ids, ts__gte=start, ts__lt=end)
-    for event in events.values("ts", "type", "xid", "received_at"):
+    for event in events.values("ts", "type", "xid", "boot__boot_id"):
         state = event_health_state(type=event["type"], xid=event["xid"])
         if state is not None:
             reason = f"xid {event['xid']}" if event["type"] == EventType.XID else event["type"]
-            openers.append(Opener(event["ts"], state, reason, event["received_at"]))
+            openers.append(Opener(event["ts"], state, reason, event["boot__boot_id"] or ""))
     samples = Sample.objects.filter(
         gpu_id__in=device_ids, window_start__gte=start, window_start__lt=end,
         ecc_uncorrected__gt=0,
     )
-    for sample in samples.values("window_start", "ecc_uncorrected", "received_at"):
+    for sample in samples.values("window_start", "ecc_uncorrected", "boot__boot_id"):
         reason = f"{sample['ecc_uncorrected']} uncorrected ECC error(s) in a sample"
-        openers.append(Opener(sample["window_start"], FAILED, reason, sample["received_at"]))
-    return sorted(openers, key=lambda o: (o.at, -_RANK[o.state]))
+        openers.append(Opener(sample["window_start"], FAILED, reason,
+                              sample["boot__boot_id"] or ""))
+    return sorted(openers, key=lambda o: (o.at, -_RANK[o.state], o.reason))
 
 
-def _boot_at_receipt(node_id: int, received_at: datetime) -> str:
-    """The boot_id of the batch that carried a record (the batch received closest to it)."""
-    batches = AgentBatch.objects.filter(node_id=node_id).exclude(boot_id="")
-    before = batches.filter(received_at__lte=received_at).order_by("-received_at").first()
-    after = batches.filter(received_at__gt=received_at).order_by("received_at").first()
-    candidates = [b for b in (before, after) if b is not None]
-    if not candidates:
-        return ""
-    return min(candidates, key=lambda b: abs(b.received_at - received_at)).boot_id
+def _boot_in_force(device_ids: list[int], opener: Opener) -> str:
+    """The boot a failure happened under: the one its own record was sent under, else
+    that of the GPU's last sample starting at or before it. Sample data, never receipts."""
+    if opener.boot_id:
+        return opener.boot_id
+    found = (Sample.objects.filter(gpu_id__in=device_ids, window_start__lte=opener.at,
+                                   boot__isnull=False)
+             .order_by("-window_start").values_list("boot__boot_id", flat=True).first())
+    return found or ""
 
 
-def _health_open(gpu: Gpu, opener: Opener) -> bool:
+def _first_good_sample(device_ids: list[int], *, after: datetime, boot_id: str,
+                       before: datetime | None, not_before: datetime | None = None):
+    """(window_start, boot_id) of the first sample with readings >= 1 starting after
+    `after` (and in [not_before, before)) sent under a boot other than `boot_id`."""
+    good = (Sample.objects.filter(gpu_id__in=device_ids, readings__gte=1,
+                                  window_start__gt=after, boot__isnull=False)
+            .exclude(boot__boot_id=boot_id))
+    if before is not None:
+        good = good.filter(window_start__lt=before)
+    if not_before is not None:
+        good = good.filter(window_start__gte=not_before)
+    return good.order_by("window_start").values_list("window_start", "boot__boot_id").first()
+
+
+def _closed_reason(boot_id: str) -> str:
+    return f"new boot {boot_id[:36]} and a good sample"
+
+
+def _later(interval_until: datetime | None, *others: datetime | None) -> datetime | None:
+    """The latest of some ends, None (open) winning."""
+    ends = [interval_until, *others]
+    return None if any(e is None for e in ends) else max(ends)
+
+
+def _reevaluate_marks(gpu: Gpu, device_ids: list[int], start: datetime,
+                      end: datetime | None) -> None:
+    """Mark what a change of [start, end) re-attributes, and the hours of the openers there
+    (they may open intervals of their own now), so the sweep evaluates them again."""
+    until = end or timezone.now()
+    gpu_usage_mark_dirty(gpu_id=gpu.id, start=start, end=until)
+    event_hours = GpuEvent.objects.filter(gpu_id__in=device_ids, ts__gte=start, ts__lt=until)
+    gpu_hours_mark_dirty(marks=[(gpu.id, ts) for ts in event_hours.values_list("ts", flat=True)])
+
+
+def _health_open(gpu: Gpu, device_ids: list[int], opener: Opener) -> bool:
     intervals = list(GpuHealthInterval.objects.filter(gpu=gpu).order_by("valid_from"))
     covering = next(
         (i for i in intervals
@@ -91,7 +129,7 @@ def _health_open(gpu: Gpu, opener: Opener) -> bool:
     )
     if covering is not None and _RANK[covering.state] >= _RANK[opener.state]:
         return False
-    boot_id = _boot_at_receipt(gpu.node_id, opener.received_at)
+    boot_id = _boot_in_force(device_ids, opener)
     if covering is not None:  # degraded → failed from this instant
         until = covering.valid_until
         if covering.valid_from == opener.at:
@@ -103,52 +141,65 @@ def _health_open(gpu: Gpu, opener: Opener) -> bool:
     else:
         later = [i.valid_from for i in intervals if i.valid_from > opener.at]
         until = min(later) if later else None
+    closed_reason, marked_until = "", until
+    if opener.state == FAILED and boot_id:
+        closed_reason, until, marked_until = _failed_end(gpu, device_ids, opener, boot_id, until)
     GpuHealthInterval.objects.create(
         gpu=gpu, state=opener.state, valid_from=opener.at, valid_until=until,
-        reason=opener.reason[:256], boot_id=boot_id,
+        reason=opener.reason[:256], boot_id=boot_id, closed_reason=closed_reason,
     )
-    gpu_usage_mark_dirty(gpu_id=gpu.id, start=opener.at, end=until or timezone.now())
+    _reevaluate_marks(gpu, device_ids, opener.at, marked_until)
     return True
+
+
+def _failed_end(gpu: Gpu, device_ids: list[int], opener: Opener, boot_id: str,
+                until: datetime | None) -> tuple[str, datetime | None, datetime | None]:
+    """Where a new failed interval ends: at the first good sample of another boot, which
+    may lie beyond automatic intervals that follow it (their openers lie inside it then, as
+    if the data had come in order: they are absorbed). Returns (closed_reason, end, the
+    latest end of what changed)."""
+    marked_until = until
+    while True:
+        good = _first_good_sample(device_ids, after=opener.at, boot_id=boot_id, before=until)
+        if good is not None:
+            return _closed_reason(good[1]), good[0], marked_until
+        following = (GpuHealthInterval.objects.filter(gpu=gpu, valid_from=until,
+                                                       closed_by__isnull=True).first()
+                     if until is not None else None)
+        if following is None:
+            return "", until, marked_until
+        until = (GpuHealthInterval.objects.filter(gpu=gpu, valid_from__gt=until)
+                 .order_by("valid_from").values_list("valid_from", flat=True).first())
+        marked_until = _later(marked_until, following.valid_until)
+        following.delete()
 
 
 def _health_auto_close(gpu: Gpu, device_ids: list[int], hour: datetime) -> bool:
-    # The open interval, or one an admin closed at a time that a good sample of this hour
-    # may precede: the interval ends at the earlier of the two.
-    interval = (
-        GpuHealthInterval.objects.filter(gpu=gpu, state=FAILED)
+    """End failed intervals overlapping the hour at a good sample of this hour sent under
+    another boot than theirs, when it is earlier than their end (the admin's recovery
+    included): evaluated for every hour with data, the end is the first such sample."""
+    end = hour + timedelta(hours=1)
+    intervals = (
+        GpuHealthInterval.objects.filter(gpu=gpu, state=FAILED, valid_from__lt=end)
         .exclude(boot_id="")
-        .filter(Q(valid_until__isnull=True)
-                | Q(closed_by__isnull=False, valid_from__lt=hour + timedelta(hours=1),
-                    valid_until__gt=hour))
-        .order_by("-valid_from")
-        .first()
+        .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=hour))
+        .order_by("valid_from")
     )
-    if interval is None:
-        return False
-    new_boot = (
-        AgentBatch.objects.filter(node_id=gpu.node_id, received_at__gt=interval.valid_from)
-        .exclude(Q(boot_id="") | Q(boot_id=interval.boot_id))
-        .order_by("received_at")
-        .first()
-    )
-    if new_boot is None:
-        return False
-    good = Sample.objects.filter(
-        gpu_id__in=device_ids, readings__gte=1, window_start__gt=interval.valid_from,
-        received_at__gte=new_boot.received_at - _RECEIPT_TOLERANCE,
-    )
-    old_until = interval.valid_until
-    if old_until is not None:
-        good = good.filter(window_start__lt=old_until)
-    good = good.order_by("window_start").values_list("window_start", flat=True).first()
-    if good is None:
-        return False
-    interval.valid_until = good
-    interval.closed_reason = f"new boot {new_boot.boot_id[:36]} and a good sample"
-    interval.closed_by = None  # the admin's recovery stays in the audit log
-    interval.save(update_fields=["valid_until", "closed_reason", "closed_by"])
-    gpu_usage_mark_dirty(gpu_id=gpu.id, start=good, end=old_until or timezone.now())
-    return True
+    changed = False
+    for interval in intervals:
+        old_until = interval.valid_until
+        good = _first_good_sample(
+            device_ids, after=interval.valid_from, boot_id=interval.boot_id,
+            before=end if old_until is None else min(end, old_until), not_before=hour)
+        if good is None:
+            continue
+        interval.valid_until = good[0]
+        interval.closed_reason = _closed_reason(good[1])
+        interval.closed_by = None  # the admin's recovery stays in the audit log
+        interval.save(update_fields=["valid_until", "closed_reason", "closed_by"])
+        _reevaluate_marks(gpu, device_ids, good[0], old_until)
+        changed = True
+    return changed
 
 
 @transaction.atomic
@@ -160,7 +211,7 @@ def gpu_health_evaluate(*, gpu_id: int, hour: datetime) -> int:
         gpu = Gpu.objects.get(id=gpu.parent_id)
     device_ids = [gpu.id, *gpu.mig_devices.values_list("id", flat=True)]
     changes = sum(
-        _health_open(gpu, opener)
+        _health_open(gpu, device_ids, opener)
         for opener in _openers(device_ids, hour, hour + timedelta(hours=1))
     )
     return changes + _health_auto_close(gpu, device_ids, hour_floor(hour))
@@ -197,4 +248,67 @@ def gpu_health_recover(*, gpu: Gpu, at: datetime, by, note: str) -> GpuHealthInt
                  "valid_until": [old_until.isoformat() if old_until else None, at.isoformat()]},
     )
     gpu_usage_mark_dirty(gpu_id=gpu.id, start=at, end=old_until or now)
+    return interval
+
+
+def _fmt(value: datetime | None) -> str:
+    return "open end" if value is None else f"{value:%Y-%m-%d %H:%M:%S}Z"
+
+
+@transaction.atomic
+def gpu_health_interval_record(*, gpu: Gpu, state: str, valid_from: datetime,
+                               valid_until: datetime | None, by,
+                               reason: str) -> GpuHealthInterval:
+    """An admin records that a GPU was failed or degraded over [valid_from, valid_until)
+    (open: until recovered, or for `failed` until a good sample of another boot, the
+    earlier of the two as for any failure); never overlapping another interval; audited;
+    the hours it re-attributes marked for recompute."""
+    from gpuquota.usage.models import GpuHourUsage
+    from gpuquota.usage.services import raw_data_horizon
+
+    if not (by is not None and by.is_authenticated and by.is_staff):
+        raise PermissionDenied("Only admins can record a GPU's health.")
+    if gpu.parent_id is not None:
+        raise DomainError("Record the physical GPU's health; MIG devices follow it.",
+                          field="gpu")
+    if state not in (FAILED, DEGRADED):
+        raise DomainError("The state must be failed or degraded.", field="state")
+    now = timezone.now()
+    valid_from = whole_second(valid_from)
+    valid_until = whole_second(valid_until) if valid_until is not None else None
+    if valid_from > now or (valid_until is not None and valid_until > now):
+        raise DomainError("A health interval cannot lie in the future.", field="valid_from")
+    if valid_until is not None and valid_until <= valid_from:
+        raise DomainError("The interval must end after it starts.", field="valid_until")
+    horizon = raw_data_horizon()
+    if valid_from < horizon and GpuHourUsage.objects.filter(
+            gpu=gpu, hour__gte=hour_floor(valid_from), hour__lt=horizon).exists():
+        raise Conflict(f"Raw samples before {_fmt(horizon)} have expired: the GPU-hours from "
+                       f"{_fmt(hour_floor(valid_from))} could not be recomputed.",
+                       field="valid_from")
+    overlapping = (GpuHealthInterval.objects.select_for_update().filter(gpu=gpu)
+                   .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=valid_from)))
+    if valid_until is not None:
+        overlapping = overlapping.filter(valid_from__lt=valid_until)
+    if (other := overlapping.order_by("valid_from").first()) is not None:
+        raise Conflict(f"Overlaps the {other.state} interval from {_fmt(other.valid_from)} to "
+                       f"{_fmt(other.valid_until)} ({other.reason}).", field="valid_from")
+    device_ids = [gpu.id, *gpu.mig_devices.values_list("id", flat=True)]
+    boot_id, closed_reason, until = "", "", valid_until
+    if state == FAILED:
+        boot_id = _boot_in_force(device_ids, Opener(valid_from, state, reason, ""))
+        good = boot_id and _first_good_sample(device_ids, after=valid_from, boot_id=boot_id,
+                                              before=valid_until)
+        if good:
+            until, closed_reason = good[0], _closed_reason(good[1])
+    interval = GpuHealthInterval.objects.create(
+        gpu=gpu, state=state, valid_from=valid_from, valid_until=until,
+        reason=(reason or "recorded by an admin")[:256], boot_id=boot_id,
+        closed_reason=closed_reason or ("recorded by an admin" if until else ""),
+        closed_by=by if until is not None and not closed_reason else None,
+    )
+    audit_record(actor=by, action="gpu_health_record", obj=interval, reason=reason, changes={
+        "gpu": gpu.uuid, "state": state, "valid_from": valid_from.isoformat(),
+        "valid_until": until.isoformat() if until else None})
+    gpu_usage_mark_dirty(gpu_id=gpu.id, start=valid_from, end=until or now)
     return interval

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import ClusterIdentity
-from gpuquota.ingest.models import AgentBatch, GpuEvent, ProcessRecord, Sample
+from gpuquota.ingest.models import GpuEvent, NodeBoot, ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu
 from gpuquota.inventory.services import gpu_register
 from gpuquota.reservations.models import Assignment, Reservation
@@ -27,8 +27,16 @@ def _physical(gpu: Gpu) -> int:
     return gpu.parent_id or gpu.id
 
 
+def node_boot(node, boot_id: str | None) -> NodeBoot | None:
+    """The node's boot of that boot_id (as ingestion records it), or None."""
+    if boot_id is None:
+        return None
+    return NodeBoot.objects.get_or_create(node=node, boot_id=boot_id,
+                                          defaults={"first_received_at": timezone.now()})[0]
+
+
 def add_samples(gpu: Gpu, rows: list[dict]) -> None:
-    """rows: {start, seconds=60, util, readings=6, ...}; stored and marked dirty."""
+    """rows: {start, seconds=60, util, readings=6, boot=None, ...}; stored and marked dirty."""
     now = timezone.now()
     objs = []
     for row in rows:
@@ -39,7 +47,8 @@ def add_samples(gpu: Gpu, rows: list[dict]) -> None:
             gpu=gpu, window_start=start, window_end=start + timedelta(seconds=seconds),
             readings=row.pop("readings", 6),
             util_gpu_avg=None if util is None else Decimal(str(util)),
-            received_at=row.pop("received_at", now), **row,
+            received_at=row.pop("received_at", now),
+            boot=node_boot(gpu.node, row.pop("boot", None)), **row,
         ))
     with transaction.atomic():
         Sample.objects.bulk_create(objs, ignore_conflicts=True)
@@ -70,21 +79,14 @@ def add_processes(gpu: Gpu, start: datetime, minutes: int, *, user: str | None =
 
 
 def add_event(gpu: Gpu, ts: datetime, type: str, xid: int | None = None,
-              received_at: datetime | None = None) -> GpuEvent:
+              received_at: datetime | None = None, boot: str | None = None) -> GpuEvent:
     with transaction.atomic():
         event = GpuEvent.objects.create(
             event_id=uuid.uuid4(), node=gpu.node, gpu=gpu, ts=ts, type=type, xid=xid,
-            received_at=received_at or ts,
+            received_at=received_at or ts, boot=node_boot(gpu.node, boot),
         )
         gpu_hours_mark_dirty(marks=[(_physical(gpu), ts)])
     return event
-
-
-def add_batch(node, boot_id: str, received_at: datetime) -> AgentBatch:
-    return AgentBatch.objects.create(
-        node=node, batch_id=uuid.uuid4(), agent_instance_id=uuid.uuid4(), boot_id=boot_id,
-        received_at=received_at, response_body={},
-    )
 
 
 def reserve(team, gpu: Gpu, start: datetime, end: datetime, *, approved_at=None,

@@ -12,7 +12,7 @@ from gpuquota.usage.health import gpu_health_recover
 from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
 from gpuquota.usage.services import dirty_hours_process
 from tests.factories import AdminFactory, UserFactory, make_gpu
-from tests.usage.factories import T0, add_batch, add_event, add_samples, mig_device, minute_samples
+from tests.usage.factories import T0, add_event, add_samples, mig_device, minute_samples
 
 pytestmark = pytest.mark.django_db
 H = timedelta(hours=1)
@@ -93,20 +93,15 @@ def test_mig_device_event_fails_the_parent():
 
 def test_failed_closes_at_first_good_sample_after_a_new_boot():
     gpu = make_gpu()
-    add_batch(gpu.node, "boot-1", ev(9))
-    add_event(gpu, ev(10), "gpu_lost", received_at=ev(10))
-    add_batch(gpu.node, "boot-1", ev(10))
+    add_event(gpu, ev(10), "gpu_lost", boot="boot-1")
     dirty_hours_process()
     # a good sample from the old boot does not close it
-    add_samples(gpu, [{"start": ev(11), "received_at": ev(12)}])
-    add_batch(gpu.node, "boot-1", ev(12))
+    add_samples(gpu, [{"start": ev(11), "boot": "boot-1"}])
     dirty_hours_process()
     assert states(gpu)[0][2] is None
     # new boot: a sample without readings does not close it, the next with readings does
-    add_batch(gpu.node, "boot-2", ev(30))
-    add_samples(gpu, [{"start": ev(29), "readings": 0, "util": None, "received_at": ev(30)},
-                      {"start": ev(31), "readings": 1, "util": 0, "received_at": ev(32)}])
-    add_batch(gpu.node, "boot-2", ev(32))
+    add_samples(gpu, [{"start": ev(29), "readings": 0, "util": None, "boot": "boot-2"},
+                      {"start": ev(31), "readings": 1, "util": 0, "boot": "boot-2"}])
     dirty_hours_process()
     [(state, start, until, _)] = states(gpu)
     assert (state, start, until) == ("failed", ev(10), ev(31))
@@ -140,24 +135,21 @@ def test_failed_ends_at_the_earlier_of_admin_recovery_and_the_good_sample():
     """An admin recovered at :40, then late data shows a good sample of a new boot at
     :25: the interval ends at :25 (accounting.md, Inventory)."""
     gpu = make_gpu()
-    add_batch(gpu.node, "boot-1", ev(9))
-    add_event(gpu, ev(10), "gpu_lost", received_at=ev(10))
+    add_event(gpu, ev(10), "gpu_lost", boot="boot-1")
     dirty_hours_process()
     gpu_health_recover(gpu=gpu, at=ev(40), by=AdminFactory(), note="reseated")
     dirty_hours_process()
-    add_batch(gpu.node, "boot-2", ev(50))
-    add_samples(gpu, [{"start": ev(25), "readings": 3, "util": 0, "received_at": ev(50)}])
+    add_samples(gpu, [{"start": ev(25), "readings": 3, "util": 0, "boot": "boot-2",
+                       "received_at": ev(50)}])
     dirty_hours_process()
     [(state, start, until, _)] = states(gpu)
     assert (state, start, until) == ("failed", ev(10), ev(25))
     assert DirtyGpuHour.objects.filter(gpu=gpu, hour=T0).exists()
     # a good sample after the admin's time changes nothing
     other = make_gpu(index=1)
-    add_batch(other.node, "boot-1", ev(9))
-    add_event(other, ev(10), "gpu_lost", received_at=ev(10))
+    add_event(other, ev(10), "gpu_lost", boot="boot-1")
     dirty_hours_process()
     gpu_health_recover(gpu=other, at=ev(20), by=AdminFactory(), note="")
-    add_batch(other.node, "boot-2", ev(50))
-    add_samples(other, [{"start": ev(25), "readings": 3, "util": 0, "received_at": ev(50)}])
+    add_samples(other, [{"start": ev(25), "readings": 3, "util": 0, "boot": "boot-2"}])
     dirty_hours_process()
     assert states(other)[0][2] == ev(20)
