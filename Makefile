@@ -15,10 +15,10 @@ $(INSTALLED): requirements.txt
 
 ## Run the product on the embedded default: SQLite, no broker, demo data, simulated agents
 ## (on another port: `PORT=8001 make demo`).
-## Mail is written to files under var/mail/ unless EMAIL_URL says otherwise.
-demo: export EMAIL_URL ?= file://var/mail
 # Last month's statements can be approved at once (the settlement delay is 72 h otherwise).
 demo: export GPUQUOTA_SETTLEMENT_DELAY_HOURS ?= 0
+## Mail is written to files under var/mail/ unless EMAIL_URL says otherwise.
+demo: export EMAIL_URL ?= file://var/mail
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo

@@ -1,22 +1,15 @@
 """A statement's files, from the same data as the export API: the CSV and the PDF."""
 
-import os
 from datetime import datetime
 
-from django.conf import settings
 from django.utils import timezone
 
 from gpuquota.core.timeutil import Period
 from gpuquota.usage.daily import daily_usage
+from reports.conf import organisation_name
 from reports.export import statement_csv, statement_export
 from reports.models import Statement
 from reports.pdf import StatementHeader, statement_pdf
-
-
-def organisation_name() -> str:
-    """The organisation a statement is issued by (`GPUQUOTA_ORGANISATION_NAME`)."""
-    default = os.environ.get("GPUQUOTA_ORGANISATION_NAME") or "gpuquota"
-    return str(getattr(settings, "ORGANISATION_NAME", default))
 
 
 def statement_filename(statement: Statement, extension: str) -> str:
@@ -25,7 +18,7 @@ def statement_filename(statement: Statement, extension: str) -> str:
 
 def statement_csv_bytes(*, statement: Statement) -> bytes:
     """The statement's CSV exactly as `GET /api/v1/statements/<team>/<YYYY-MM>.csv`."""
-    return statement_csv(statement=statement).encode()
+    return statement_csv(statement).encode()
 
 
 def statement_pdf_bytes(*, statement: Statement, now: datetime | None = None) -> bytes:
@@ -43,7 +36,7 @@ def statement_pdf_bytes(*, statement: Statement, now: datetime | None = None) ->
         figures_until=statement.computed_until,
     )
     return statement_pdf(
-        export=statement_export(statement=statement),
+        export=statement_export(statement),
         header=header,
         daily=daily_usage(period=covered, team=statement.team),
     )

@@ -18,6 +18,11 @@ urlpatterns = [
         name="statement_adjust",
     ),
     path(
+        "statements/<slug:slug>/<str:month>/late-usage/",
+        views.statement_late_adjust,
+        name="statement_late_adjust",
+    ),
+    path(
         "statements/<slug:slug>/<str:month>.csv", views.statement_csv_download, name="statement_csv"
     ),
     path(

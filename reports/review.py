@@ -1,24 +1,24 @@
-"""What the statement pages read. The admin's review of a month: every team's statement
-beside the previous month's, with the flags that need a look, in a fixed number of queries
-whatever the number of teams; and a team's list of statements."""
+"""What the statement pages read. The admin's review of a month: every team with a
+statement this month or last, side by side, with the flags that need a look and whether it
+can be approved now, in a fixed number of queries (plus one pricing pass when last month is
+approved, for its late usage); the late usage a statement page shows; a team's statements."""
 
-from dataclasses import dataclass, field
-from datetime import date, datetime
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
+from fractions import Fraction
 
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 
 from accounts.models import Team
 from gpuquota.core.timeutil import Period
 from reports.models import Statement, StatementLine
+from reports.selectors import LateUsage, late_usage_month, month_before, statement_late_usage
 from reports.services_statements import approval_opens
 
-CHANGE_FLAG_RATIO = Decimal("0.25")
-COVERAGE_FLAG_RATIO = Decimal("0.90")
-
-
-def month_of(period: Period) -> date:
-    return period.start.date()
+CHANGE_FLAG = Fraction(1, 4)
+COVERAGE_FLAG = Fraction(9, 10)
 
 
 def previous_period(period: Period) -> Period:
@@ -26,44 +26,53 @@ def previous_period(period: Period) -> Period:
     return Period.month(start.year - (start.month == 1), (start.month - 2) % 12 + 1)
 
 
-def ratio(numerator: int, denominator: int) -> Decimal | None:
-    """numerator / denominator as a Decimal, None when nothing is reserved."""
-    if not denominator:
-        return None
-    return Decimal(numerator) / Decimal(denominator)
-
-
 @dataclass
 class ReviewRow:
-    """One team's line on the review page."""
+    """One team on the review page: this month's statement beside the previous one."""
 
-    team: Team
-    statement: Statement | None
-    previous: Statement | None
-    failure_credits: Decimal = Decimal("0.00")
-    late_usage: Decimal = Decimal("0.00")
-    flags: list[str] = field(default_factory=list)
+    team_id: int
+    team_name: str
+    slug: str
+    statement: Statement | None = None
+    previous: Statement | None = None
+    late_usage: LateUsage | None = None
+    failure_credit: Decimal = Decimal("0.00")
     approvable: bool = False
 
     @property
-    def change(self) -> Decimal | None:
-        """(total − previous total) / |previous total|; None without a comparable previous."""
+    def change(self) -> Fraction | None:
+        """Relative change of the total against the previous month (None: no base)."""
         if self.statement is None or self.previous is None or not self.previous.total:
             return None
-        return (self.statement.total - self.previous.total) / abs(self.previous.total)
+        return Fraction(self.statement.total - self.previous.total) / Fraction(self.previous.total)
 
     @property
-    def utilization(self) -> Decimal | None:
+    def utilization(self) -> Fraction | None:
         s = self.statement
-        return None if s is None else ratio(s.busy_s, s.reserved_s)
+        return Fraction(s.busy_s, s.reserved_s) if s and s.reserved_s else None
 
     @property
-    def coverage(self) -> Decimal | None:
+    def coverage(self) -> Fraction | None:
         s = self.statement
-        return None if s is None else ratio(s.covered_s, s.reserved_s)
+        return Fraction(s.covered_s, s.reserved_s) if s and s.reserved_s else None
+
+    @property
+    def flags(self) -> list[str]:
+        """What needs a look: a failed draft, a change over 25 %, coverage under 90 %,
+        late usage of the previous (approved) month."""
+        flags = []
+        if self.statement is not None and self.statement.error:
+            flags.append(f"failed: {self.statement.error}")
+        if self.change is not None and abs(self.change) > CHANGE_FLAG:
+            flags.append("change over 25%")
+        if self.coverage is not None and self.coverage < COVERAGE_FLAG:
+            flags.append("coverage under 90%")
+        if self.late_usage is not None and self.late_usage.difference:
+            flags.append("late usage")
+        return flags
 
 
-@dataclass
+@dataclass(frozen=True)
 class Review:
     period: Period
     previous_period: Period
@@ -80,72 +89,60 @@ class Review:
         return sum(1 for row in self.rows if row.flags)
 
 
-def _flags(row: ReviewRow) -> list[str]:
-    s = row.statement
-    if s is None:
-        return [
-            f"no statement this month (last month {row.previous.total} {row.previous.currency})"
-        ]
-    flags = []
-    if s.error:
-        flags.append(f"draft failed: {s.error}")
-    change = row.change
-    if change is not None and abs(change) > CHANGE_FLAG_RATIO:
-        flags.append(f"total changed {change * 100:+.0f}% from last month")
-    elif change is None and row.previous is not None and s.total:
-        flags.append("charges where last month had none")
-    if row.coverage is not None and row.coverage < COVERAGE_FLAG_RATIO:
-        flags.append(f"coverage {row.coverage * 100:.1f}% (under 90%)")
-    if row.late_usage:
-        flags.append("late usage for an approved month")
-    return flags
-
-
-def statements_review(*, period: Period, now: datetime, late_usage: dict | None = None) -> Review:
-    """Every team's statement for `period` beside its previous month's, failure credits,
-    flags and whether it can be approved now. `late_usage` maps team id to the amount by
-    which data that arrived after approval would change an earlier month."""
-    late_usage = late_usage or {}
-    before = previous_period(period)
-    months = [month_of(period), month_of(before)]
-    statements = {
-        (s.team_id, s.month): s
-        for s in Statement.objects.filter(month__in=months).select_related("approved_by")
-    }
-    credits = dict(
-        StatementLine.objects.filter(
-            statement__month=months[0], kind=StatementLine.Kind.FAILURE_CREDIT
-        )
-        .values_list("statement__team_id")
-        .annotate(total=Sum("amount"))
-    )
+def statements_review(*, period: Period, now: datetime) -> Review:
+    """Every team with a statement of `period` or of the month before, side by side, with
+    failure credits, the previous month's late usage, flags, and which drafts an admin can
+    approve now (complete drafts, once the settlement delay has passed)."""
+    month, previous_month = period.start.date(), month_before(period.start.date())
     opens_at = approval_opens(period)
     is_open = now >= opens_at
-    team_ids = {team_id for team_id, _month in statements}
-    rows = []
-    for team in Team.objects.filter(id__in=team_ids).order_by("name"):
-        row = ReviewRow(
-            team=team,
-            statement=statements.get((team.pk, months[0])),
-            previous=statements.get((team.pk, months[1])),
-            failure_credits=credits.get(team.pk, Decimal("0.00")),
-            late_usage=late_usage.get(team.pk, Decimal("0.00")),
+    credits = defaultdict(
+        Decimal,
+        StatementLine.objects.filter(statement__month=month, kind=StatementLine.Kind.FAILURE_CREDIT)
+        .values_list("statement__team_id")
+        .annotate(total=Sum("amount")),
+    )
+    both = list(Statement.objects.filter(month__in=[month, previous_month]).order_by("-month"))
+    slugs = dict(Team.objects.filter(id__in={s.team_id for s in both}).values_list("id", "slug"))
+    rows: dict[int, ReviewRow] = {}
+    for statement in both:
+        row = rows.setdefault(
+            statement.team_id,
+            ReviewRow(statement.team_id, statement.team_name, slugs[statement.team_id]),
         )
-        row.flags = _flags(row)
+        if statement.month == month:
+            row.statement = statement
+        else:
+            row.previous = statement
+    for team_id, late in late_usage_month(month=previous_month).items():
+        if team_id in rows:
+            rows[team_id].late_usage = late
+    for team_id, row in rows.items():
+        row.failure_credit = credits[team_id]
         s = row.statement
-        row.approvable = bool(
-            is_open and s is not None and s.status == Statement.Status.DRAFT and not s.error
-        )
-        rows.append(row)
+        row.approvable = bool(is_open and s and s.status == Statement.Status.DRAFT and not s.error)
     return Review(
         period=period,
-        previous_period=before,
+        previous_period=previous_period(period),
         opens_at=opens_at,
         open_for_approval=is_open,
-        rows=rows,
+        rows=sorted(rows.values(), key=lambda r: r.team_name),
     )
 
 
-def team_statements(*, team: Team, limit: int = 24) -> list[Statement]:
+def statement_page_late_usage(*, statement: Statement) -> LateUsage | None:
+    """The late usage a statement page shows: its own when it is approved or sent; for a
+    draft, the previous month's (the draft is where an admin settles it)."""
+    if statement.status != Statement.Status.DRAFT:
+        return statement_late_usage(statement=statement)
+    previous = (
+        Statement.objects.filter(team_id=statement.team_id, month=month_before(statement.month))
+        .exclude(status=Statement.Status.DRAFT)
+        .first()
+    )
+    return None if previous is None else statement_late_usage(statement=previous)
+
+
+def team_statements(*, team: Team, limit: int = 24) -> QuerySet[Statement]:
     """The team's statements, newest month first (the team page's statements section)."""
-    return list(Statement.objects.filter(team=team).order_by("-month")[:limit])
+    return Statement.objects.filter(team=team).order_by("-month")[:limit]

@@ -2,6 +2,8 @@
 the admin actions (approve one or all, adjust). Views parse, ask accounts.permissions,
 call one service or selector, render."""
 
+from fractions import Fraction
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
@@ -16,10 +18,11 @@ from gpuquota.core.timeutil import Period
 from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
 from reports.forms import AdjustmentForm, period_parse
 from reports.models import Statement
-from reports.review import previous_period, ratio, statements_review
+from reports.review import previous_period, statement_page_late_usage, statements_review
 from reports.services_statements import (
     adjustment_add,
     approval_opens,
+    late_usage_adjust,
     statement_approve,
     statement_current,
     statements_approve_month,
@@ -112,8 +115,9 @@ def _detail_page(request, statement: Statement, period: Period, form, status: in
         "period": period,
         "month_text": f"{period.start:%Y-%m}",
         "lines": list(statement.lines.order_by("position")),
-        "utilization": ratio(statement.busy_s, statement.reserved_s),
-        "coverage": ratio(statement.covered_s, statement.reserved_s),
+        "utilization": Fraction(statement.busy_s, statement.reserved_s or 1),
+        "coverage": Fraction(statement.covered_s, statement.reserved_s or 1),
+        "late": statement_page_late_usage(statement=statement),
         "to_date": statement.computed_until < period.end,
         "is_admin": is_admin(request.user),
         "opens_at": opens_at,
@@ -167,6 +171,23 @@ def statement_adjust(request, slug: str, month: str):
             return redirect("statement_detail", slug=statement.team.slug, month=month)
     statement.refresh_from_db()
     return _detail_page(request, statement, period, form, status=400)
+
+
+@login_required
+@require_POST
+def statement_late_adjust(request, slug: str, month: str):
+    """The one-click adjustment of an approved month's late usage (on the next open month)."""
+    require_admin(request.user)
+    statement, _period = _statement_or_404(request, slug, month)
+    try:
+        adjustment = late_usage_adjust(statement=statement, by=request.user)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect("statement_detail", slug=slug, month=month)
+    messages.success(
+        request, f"Adjustment of {adjustment.amount} added to {adjustment.month:%Y-%m}."
+    )
+    return redirect("statement_detail", slug=slug, month=f"{adjustment.month:%Y-%m}")
 
 
 def _download(statement: Statement, content: bytes, extension: str, mimetype: str):

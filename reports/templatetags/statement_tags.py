@@ -1,6 +1,10 @@
 from decimal import Decimal
+from fractions import Fraction
 
 from django import template
+
+from gpuquota.usage.figures import display_decimal
+from reports.export import rate_text
 
 register = template.Library()
 
@@ -19,4 +23,11 @@ def signed_pct(value) -> str:
     """A change ratio as a signed percentage, one decimal: 0.315 → +31.5%."""
     if value is None:
         return "—"
-    return f"{Decimal(value) * 100:+.1f}%"
+    percent = display_decimal(Fraction(value) * 100, "0.1")
+    return f"+{percent}%" if percent > 0 else f"{percent}%"
+
+
+@register.filter
+def rate(value) -> str:
+    """A rate as the export shows it: as stored, with at least two places."""
+    return "—" if value is None else rate_text(Decimal(value))

@@ -30,7 +30,7 @@ def reserved_hours(team, gpu, start: datetime, hours: int, *, reported_minutes: 
         minute_samples(gpu, start, reported_minutes, util=60)
 
 
-def draft(*periods: Period) -> None:
+def draft(*periods: Period, now: datetime = NOW) -> None:
     dirty_hours_process()
     for period in periods:
-        statements_draft_month(period=period, now=NOW)
+        statements_draft_month(period=period, now=now)

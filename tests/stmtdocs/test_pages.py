@@ -74,15 +74,45 @@ def test_review_page_shows_every_team_beside_last_month_with_flags(
         response = client.get(reverse("statement_review") + "?month=2026-10")
     body = response.content.decode()
     review = response.context["review"]
-    rows = {row.team.slug: row for row in review.rows}
+    rows = {row.slug: row for row in review.rows}
     assert set(rows) == {"vision", "speech", "robotics"}
     vision, speech, robotics = rows["vision"], rows["speech"], rows["robotics"]
     assert vision.statement.total == 7.5 and vision.previous.total == 5
-    assert vision.flags == ["total changed +50% from last month"]
-    assert speech.flags == ["coverage 25.0% (under 90%)"]
-    assert robotics.flags[0].startswith("draft failed:") and "L4" in robotics.flags[0]
-    assert [row.team.slug for row in review.approvable] == ["speech", "vision"]
+    assert vision.flags == ["change over 25%"]
+    assert speech.flags == ["coverage under 90%"]
+    assert robotics.flags[0].startswith("failed:") and "L4" in robotics.flags[0]
+    assert [row.slug for row in review.approvable] == ["speech", "vision"]
     assert "Approve all 2 drafts" in body and "+50.0%" in body and "25.0%" in body
+
+
+def test_review_page_queries_do_not_grow_with_the_number_of_teams(client, month):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.force_login(month.admin)
+    client.post(detail_url(month="2026-09", name="statement_approve"))  # late usage is read
+    url = reverse("statement_review") + "?month=2026-10"
+    client.get(url)
+    with CaptureQueriesContext(connection) as few:
+        client.get(url)
+    for n in range(5):
+        team = TeamFactory(name=f"Extra {n}", slug=f"extra-{n}")
+        for period, status in ((SEPTEMBER, "approved"), (OCTOBER, "draft")):
+            Statement.objects.create(
+                team=team,
+                month=period.start.date(),
+                status=status,
+                currency="USD",
+                team_name=team.name,
+                team_slug=team.slug,
+                computed_at=NOW,
+                computed_until=period.end,
+                approved_at=NOW if status == "approved" else None,
+            )
+    with CaptureQueriesContext(connection) as many:
+        response = client.get(url)
+    assert len(response.context["review"].rows) == 8
+    assert len(many.captured_queries) == len(few.captured_queries)
 
 
 def test_review_page_month_picker_and_bad_months(client, month):
@@ -139,7 +169,7 @@ def test_statement_page_and_downloads_by_role(client, month, role):
         assert ('id="approve"' in body) == (role == "admin")
         csv = client.get(urls[1])
         assert csv["Content-Disposition"] == 'attachment; filename="statement-vision-2026-10.csv"'
-        assert b"vision,2026-10,USD,reserved,H100-80GB,10800,3.00,2.5" in csv.content
+        assert b"vision,2026-10,USD,reserved,H100-80GB,10800,3.00,2.50,7.50,\r\n" in csv.content
         pdf = client.get(urls[2])
         assert pdf["Content-Type"] == "application/pdf" and pdf.content.startswith(b"%PDF")
 
@@ -214,3 +244,38 @@ def test_team_page_lists_the_statements_with_downloads(client, month, role):
     assert "7.50" in section and "5.00" in section
     assert detail_url(name="statement_pdf") in section
     assert detail_url(name="statement_csv", month="2026-09") in section
+
+
+def test_late_usage_is_flagged_shown_line_by_line_and_settled_in_one_click(client, month):
+    client.force_login(month.admin)
+    client.post(detail_url(name="statement_approve"))
+    gpu = (
+        Statement.objects.get(team_slug="vision", month=OCTOBER.start.date()).lines.get().gpu_class
+    )
+    late_gpu = make_gpu(gpu_class=gpu)
+    reserved_hours(month.team, late_gpu, OCTOBER.start + timedelta(days=9), 1, reported_minutes=0)
+    draft(NOVEMBER)
+
+    response = client.get(reverse("statement_review") + "?month=2026-11")
+    [vision] = [row for row in response.context["review"].rows if row.slug == "vision"]
+    assert "late usage" in vision.flags and vision.late_usage.difference == 2.5
+    page = client.get(detail_url(month="2026-11")).content.decode()
+    assert "Late usage of October 2026" in page and 'id="late-adjust"' in page
+    approved_page = client.get(detail_url()).content.decode()
+    late_table = approved_page.split('id="late-lines"')[1].split("</table>")[0]
+    assert "3.00" in late_table and "4.00" in late_table and "2.50" in late_table
+
+    member = client.__class__()
+    member.force_login(month.member)
+    assert 'id="late-adjust"' not in member.get(detail_url(month="2026-11")).content.decode()
+    assert member.post(detail_url(name="statement_late_adjust")).status_code == 404
+
+    response = client.post(detail_url(name="statement_late_adjust"), follow=True)
+    assert "Adjustment of 2.50 added to 2026-11." in response.content.decode()
+    november = Statement.objects.get(team_slug="vision", month=NOVEMBER.start.date())
+    assert november.lines.filter(kind="adjustment", amount=2.5).exists()
+    page = client.get(detail_url(month="2026-11")).content.decode()
+    assert "Already settled by adjustments" in page and 'id="late-adjust"' not in page
+    assert '<td class="num" id="late-difference">0.00</td>' in page
+    response = client.post(detail_url(name="statement_late_adjust"), follow=True)
+    assert "Nothing late to settle for 2026-10." in response.content.decode()
