@@ -15,7 +15,9 @@ $(INSTALLED): requirements.txt
 
 ## Run the product on the embedded default: SQLite, no broker, demo data, simulated agents
 ## (on another port: `PORT=8001 make demo`). Mail is written to files under var/mail/ unless
-## EMAIL_URL says otherwise.
+## EMAIL_URL says otherwise; last month's statements can be approved at once (the settlement
+## delay is 72 h otherwise).
+demo: export GPUQUOTA_SETTLEMENT_DELAY_HOURS ?= 0
 demo: export EMAIL_URL ?= file://var/mail
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput

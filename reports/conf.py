@@ -23,3 +23,9 @@ def default_currency() -> str:
     """The currency of a statement with no priced line (only adjustments, or nothing)."""
     default = os.environ.get("GPUQUOTA_CURRENCY") or "USD"
     return str(getattr(settings, "STATEMENT_DEFAULT_CURRENCY", default))
+
+
+def organisation_name() -> str:
+    """Who issues the statements, on their PDF and mail (env GPUQUOTA_ORGANISATION_NAME)."""
+    default = os.environ.get("GPUQUOTA_ORGANISATION_NAME") or "gpuquota"
+    return str(getattr(settings, "ORGANISATION_NAME", default))

@@ -1,22 +1,15 @@
 """A statement's files, from the same data as the export API: the CSV and the PDF."""
 
-import os
 from datetime import datetime
 
-from django.conf import settings
 from django.utils import timezone
 
 from gpuquota.core.timeutil import Period
 from gpuquota.usage.daily import daily_usage
+from reports.conf import organisation_name
 from reports.export import statement_csv, statement_export
 from reports.models import Statement
 from reports.pdf import StatementHeader, statement_pdf
-
-
-def organisation_name() -> str:
-    """The organisation a statement is issued by (`GPUQUOTA_ORGANISATION_NAME`)."""
-    default = os.environ.get("GPUQUOTA_ORGANISATION_NAME") or "gpuquota"
-    return str(getattr(settings, "ORGANISATION_NAME", default))
 
 
 def statement_filename(statement: Statement, extension: str) -> str:

@@ -160,7 +160,7 @@ def _header(export: dict, header: StatementHeader, st: _Styles) -> list:
         ("Currency", export["currency"] or "\u2014"),
     ]
     if header.approved_at:
-        who = f" by {header.approved_by}" if header.approved_by else ""
+        who = f" by {header.approved_by}" if header.approved_by else " by the system"
         facts.append(("Approved", f"{_utc(header.approved_at)}{who}"))
     if header.sent_at:
         facts.append(("Sent", _utc(header.sent_at)))

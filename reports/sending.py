@@ -15,8 +15,8 @@ from accounts.selectors import team_leads
 from gpuquota.core.errors import Conflict
 from gpuquota.core.timeutil import Period
 from gpuquota.mail.services import Attachment, MailOutcome, mail_send
+from reports.conf import organisation_name
 from reports.documents import (
-    organisation_name,
     statement_csv_bytes,
     statement_filename,
     statement_pdf_bytes,
@@ -92,6 +92,12 @@ def statement_send(*, statement: Statement, now: datetime | None = None) -> Mail
     if outcome.complete and statement.status == Statement.Status.APPROVED:
         statement_mark_sent(statement=statement, at=now or timezone.now())
     return outcome
+
+
+def statements_unsent_ids() -> list[int]:
+    """Approved statements whose leads have not all been served yet, oldest first."""
+    unsent = Statement.objects.filter(status=Statement.Status.APPROVED).order_by("approved_at")
+    return list(unsent.values_list("id", flat=True))
 
 
 def statement_send_later(*, statement: Statement) -> None:

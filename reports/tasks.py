@@ -10,7 +10,7 @@ from gpuquota.core.errors import Conflict
 from gpuquota.mail.conf import retry_countdown_s
 from reports.models import Statement
 from reports.notices import statements_month_start, statements_unapproved_remind
-from reports.sending import statement_send
+from reports.sending import statement_send, statements_unsent_ids
 from reports.services_statements import month_previous, statements_refresh_open
 
 logger = logging.getLogger(__name__)
@@ -32,6 +32,16 @@ def statement_send_task(self, statement_id: int) -> dict:
     if outcome.failed:
         raise self.retry(countdown=retry_countdown_s(self.request.retries))
     return {"statement": statement_id, **outcome.summary()}
+
+
+@shared_task(name="reports.statements_send_pending")
+def statements_send_pending_task() -> dict:
+    """Queue the sending of every approved statement not yet sent: catches an approval whose
+    after-commit task never ran (broker down) or ran out of retries (a long SMTP outage)."""
+    ids = statements_unsent_ids()
+    for statement_id in ids:
+        statement_send_task.delay(statement_id)
+    return {"queued": ids}
 
 
 @shared_task(name="reports.statements_month_start", autoretry_for=(Exception,),
@@ -59,6 +69,10 @@ def statements_refresh_open_task() -> dict[str, int]:
 
 
 BEAT_SCHEDULE = {
+    "statements-send-pending": {
+        "task": "reports.statements_send_pending",
+        "schedule": crontab(minute=45),
+    },
     "statements-month-start": {
         "task": "reports.statements_month_start",
         "schedule": crontab(minute=15, hour=0, day_of_month=1),

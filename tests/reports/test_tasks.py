@@ -36,6 +36,7 @@ def test_the_schedule_is_declared_and_collected():
         "statements-month-start": "reports.statements_month_start",
         "statements-remind-unapproved": "reports.statements_remind_unapproved",
         "statements-refresh-open": "reports.statements_refresh_open",
+        "statements-send-pending": "reports.statements_send_pending",
     }
     start = BEAT_SCHEDULE["statements-month-start"]["schedule"]
     assert start.day_of_month == {1} and start.hour == {0}

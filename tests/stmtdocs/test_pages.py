@@ -85,6 +85,36 @@ def test_review_page_shows_every_team_beside_last_month_with_flags(
     assert "Approve all 2 drafts" in body and "+50.0%" in body and "25.0%" in body
 
 
+def test_review_page_queries_do_not_grow_with_the_number_of_teams(client, month):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.force_login(month.admin)
+    client.post(detail_url(month="2026-09", name="statement_approve"))  # late usage is read
+    url = reverse("statement_review") + "?month=2026-10"
+    client.get(url)
+    with CaptureQueriesContext(connection) as few:
+        client.get(url)
+    for n in range(5):
+        team = TeamFactory(name=f"Extra {n}", slug=f"extra-{n}")
+        for period, status in ((SEPTEMBER, "approved"), (OCTOBER, "draft")):
+            Statement.objects.create(
+                team=team,
+                month=period.start.date(),
+                status=status,
+                currency="USD",
+                team_name=team.name,
+                team_slug=team.slug,
+                computed_at=NOW,
+                computed_until=period.end,
+                approved_at=NOW if status == "approved" else None,
+            )
+    with CaptureQueriesContext(connection) as many:
+        response = client.get(url)
+    assert len(response.context["review"].rows) == 8
+    assert len(many.captured_queries) == len(few.captured_queries)
+
+
 def test_review_page_month_picker_and_bad_months(client, month):
     client.force_login(month.admin)
     response = client.get(reverse("statement_review"))

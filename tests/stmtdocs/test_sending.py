@@ -49,7 +49,10 @@ def _pdf_text(content: bytes) -> str:
     return "\n".join(page.extract_text() for page in pypdf.PdfReader(io.BytesIO(content)).pages)
 
 
-def test_each_lead_receives_the_statement_with_csv_and_pdf(approved, leads, roles, smtp_server):
+def test_each_lead_receives_the_statement_with_csv_and_pdf(
+    approved, leads, roles, smtp_server, settings
+):
+    settings.ORGANISATION_NAME = "Example Research Institute"
     outcome = statement_send(statement=approved)
 
     assert outcome.complete and sorted(u.username for u in outcome.sent) == ["lead", "lead2"]
@@ -57,7 +60,11 @@ def test_each_lead_receives_the_statement_with_csv_and_pdf(approved, leads, role
     assert roles.member.email not in smtp_server.recipients()
     [message] = smtp_server.to("lead2@example.org")
     assert message.message["Subject"] == "GPU statement Vision October 2026: 7.50 USD"
-    assert "Hello Grace Hopper" in message.text() and "Total: 7.50 USD" in message.text()
+    assert "Hello Grace Hopper" in message.text()
+    assert (
+        "Example Research Institute has approved" in message.text()
+        and "Total: 7.50 USD" in message.text()
+    )
     assert "Reserved H100-80GB: 3.00 h at 2.50 = 7.50" in message.text()
     assert "<strong>Vision</strong>" in message.html()
     attachments = message.attachments()
@@ -66,6 +73,7 @@ def test_each_lead_receives_the_statement_with_csv_and_pdf(approved, leads, role
     assert mimetype == "application/pdf"
     text = _pdf_text(pdf)
     assert "7.50 USD" in text and "Vision (vision)" in text and "APPROVED" in text
+    assert "Example Research Institute" in text and "CC-" in text
     assert attachments["statement-vision-2026-10.csv"] == (
         "text/csv",
         statement_csv(approved).encode(),
@@ -151,3 +159,17 @@ def test_approval_sends_after_commit(roles, leads, smtp_server, django_capture_o
     statement_send_task(statement.pk)  # what the callback enqueues
     statement.refresh_from_db()
     assert statement.status == Statement.Status.SENT and len(smtp_server.messages) == 2
+
+
+def test_the_hourly_sweep_sends_approved_statements_left_unsent(approved, leads, smtp_server):
+    from reports.tasks import BEAT_SCHEDULE, statements_send_pending_task
+
+    assert BEAT_SCHEDULE["statements-send-pending"]["task"] == "reports.statements_send_pending"
+    smtp_server.stop()  # the after-commit send ran out of retries during an outage
+    assert not statement_send(statement=approved).complete
+    smtp_server.start()
+    assert statements_send_pending_task.apply().get() == {"queued": [approved.pk]}
+    statement_send_task(approved.pk)  # what it queued (a worker runs it)
+    approved.refresh_from_db()
+    assert approved.status == Statement.Status.SENT and len(smtp_server.messages) == 2
+    assert statements_send_pending_task.apply().get() == {"queued": []}
