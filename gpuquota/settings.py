@@ -240,6 +240,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU quotas, reservations, telemetry ingestion and chargeback.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {"StatementStatusEnum": "reports.models.Statement.Status"},
     # The agent endpoint is a plain Django view (for speed); its operation is added here.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

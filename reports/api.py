@@ -20,6 +20,7 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.timeutil import Period
 from gpuquota.reservations.serializers import ErrorSerializer
 from reports import export
+from reports.models import Statement, StatementLine
 from reports.selectors import statements_visible
 from reports.services_statements import statement_current, statements_current
 
@@ -41,7 +42,7 @@ def period_parse(text: str, now: datetime) -> Period:
 
 
 class LineSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(["reserved", "failure_credit", "on_demand", "adjustment"])
+    kind = serializers.ChoiceField(StatementLine.Kind.choices)
     gpu_class = serializers.CharField(allow_null=True)
     seconds = serializers.IntegerField(allow_null=True)
     hours = serializers.CharField(allow_null=True, help_text="Decimal string, 2 places.")
@@ -61,7 +62,7 @@ class StatementSerializer(serializers.Serializer):
     team = serializers.CharField(help_text="The team's slug.")
     period = serializers.CharField(help_text="YYYY-MM (UTC).")
     currency = serializers.CharField(allow_null=True, help_text="Null on a failed draft.")
-    status = serializers.ChoiceField(["draft", "approved", "sent"])
+    status = serializers.ChoiceField(Statement.Status.choices)
     lines = LineSerializer(many=True)
     total = serializers.CharField(help_text="Decimal string: the sum of the line amounts.")
     utilization = UtilizationSerializer()

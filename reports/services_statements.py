@@ -18,7 +18,7 @@ from gpuquota.core.timeutil import Period
 from reports import conf
 from reports.models import Adjustment, Statement, StatementLine
 from reports.pricing import TeamDraft, team_drafts, utc_label
-from reports.selectors import month_after, statement_late_usage
+from reports.selectors import month_after, month_before, statement_late_usage
 
 S = Statement.Status
 MAX_ADJUSTMENT = Decimal("1000000000")
@@ -304,9 +304,7 @@ def late_usage_adjust(*, statement: Statement, by: User, now: datetime | None = 
 
 def month_previous(now: datetime) -> Period:
     """The calendar month (UTC) before the one `now` is in."""
-    first = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    return month_period(first.date().replace(month=first.month - 1) if first.month > 1
-                        else first.date().replace(year=first.year - 1, month=12))
+    return month_period(month_before(now.date().replace(day=1)))
 
 
 def statements_refresh_open(*, now: datetime | None = None) -> dict[str, int]:

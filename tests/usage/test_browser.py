@@ -71,3 +71,48 @@ def test_fleet_page_as_a_member_of_another_team(transactional_db, browser_page):
     assert browser_page.locator("text=another team").count() == 1
     assert browser_page.locator("text=Vision").count() == 0
     screenshot(browser_page, "usage-fleet-other-team")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lead_picks_a_past_month_on_the_team_page_and_reads_its_chart(live_server, browser_page):
+    from datetime import UTC, datetime
+
+    from gpuquota.reservations.models import Reservation
+    from tests.usage.factories import T0
+
+    roles = RoleMatrix.create()
+    roles.lead.set_password("password")
+    roles.lead.save()
+    gpus = [make_gpu(node=NodeFactory(hostname="h100-01"), index=i,
+                     at=datetime(2026, 9, 1, tzinfo=UTC)) for i in range(2)]
+    for day in (3, 10, 20):
+        start = datetime(2026, 10, day, 8, tzinfo=UTC)
+        for gpu in gpus:
+            minute_samples(gpu, start, 180, util=70)
+            reserve(roles.team, gpu, start, start + timedelta(hours=6),
+                    status=Reservation.Status.ENDED)
+    minute_samples(gpus[0], T0, 60, util=90)
+    dirty_hours_process()
+    page = browser_page
+    browser_login(page, roles.lead.username)
+    page.goto("/teams/vision/")
+    page.fill(".month-picker input[name=month]", "2026-10")
+    page.click(".month-picker button[type=submit]")
+    page.wait_for_url("**month=2026-10**")
+    heading = page.inner_text("#figures h2")
+    assert "October 2026" in heading and "to date" not in heading
+    chart = page.locator("#daily-chart svg")
+    assert chart.locator("rect.reserved").count() == 31
+    busy = chart.locator('rect.busy[data-day="2026-10-10"]')
+    assert "reserved 12.00 GPU-h, busy 6.00 GPU-h" in busy.locator("title").text_content()
+    assert page.locator("#reservation-utilization tbody tr").count() == 6
+    assert "Oct 2026" in page.inner_text("#trend")
+    page.locator("#daily-chart").scroll_into_view_if_needed()
+    screenshot(page, "team-page-past-month-chart")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto("/teams/vision/?month=2026-10")
+    screenshot(page, "team-page-390px")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.goto("/reservations/new/")
+    screenshot(page, "reservation-form-390px")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
