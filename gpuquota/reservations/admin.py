@@ -1,37 +1,44 @@
-"""Django admin: quotas are edited here; reservations are read-only here (every
-change goes through the services, which check capacity and write the audit log)."""
+"""Django admin: quotas are edited here through the quota services; reservations are
+read-only here (every change goes through the services, which check capacity and write
+the audit log)."""
 
-from django import forms
 from django.contrib import admin
 
+from gpuquota.core.admin import ServiceAdminMixin, ServiceModelForm
 from gpuquota.reservations.models import Assignment, Quota, Reservation
-from gpuquota.reservations.selectors import quotas_overlapping
+from gpuquota.reservations.quotas import quota_create, quota_end
 
 
-class QuotaAdminForm(forms.ModelForm):
-    """Refuses a row overlapping another of its team and class on every database (the
-    exclusion constraint only exists on PostgreSQL)."""
+class QuotaAdminForm(ServiceModelForm):
+    """Saves through the quota services (audited; overlaps and gaps refused with the
+    reason, on every database). A row's size and start are history: end it and add one."""
 
     class Meta:
         model = Quota
         fields = ["team", "gpu_class", "gpus", "valid_from", "valid_until"]
 
-    def clean(self):
-        data = super().clean()
-        team, gpu_class, start = data.get("team"), data.get("gpu_class"), data.get("valid_from")
-        if team and gpu_class and start and quotas_overlapping(
-            team=team, gpu_class=gpu_class, start=start, end=data.get("valid_until"),
-            exclude_pk=self.instance.pk,
-        ).exists():
-            raise forms.ValidationError("Quota rows of one team and class cannot overlap.")
-        return data
+    def apply(self, data: dict) -> Quota:
+        if self.instance._state.adding:
+            return quota_create(team=data["team"], gpu_class=data["gpu_class"],
+                                gpus=data["gpus"], valid_from=data["valid_from"],
+                                valid_until=data.get("valid_until"), by=self.user)
+        return quota_end(quota=Quota.objects.get(pk=self.instance.pk),
+                         at=data.get("valid_until"), by=self.user)
 
 
 @admin.register(Quota)
-class QuotaAdmin(admin.ModelAdmin):
+class QuotaAdmin(ServiceAdminMixin, admin.ModelAdmin):
+    """Quotas change only through `reservations.quotas` (never deleted: end them)."""
+
     form = QuotaAdminForm
     list_display = ["team", "gpu_class", "gpus", "valid_from", "valid_until"]
     list_filter = ["gpu_class", "team"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["team", "gpu_class", "gpus", "valid_from"] if obj is not None else []
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 class AssignmentInline(admin.TabularInline):

@@ -6,7 +6,8 @@ from django import forms
 from django.utils import timezone
 
 from accounts.models import Team
-from gpuquota.inventory.models import Gpu
+from gpuquota.core.timeutil import Period
+from gpuquota.inventory.models import Gpu, GpuClass
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.selectors import gpu_classes_reservable
 
@@ -117,3 +118,58 @@ class WindowCheckForm(forms.Form):
         if data.get("start") and data.get("end") and data["end"] <= data["start"]:
             self.add_error("end", "The end must be after the start.")
         return data
+
+
+class QuotaForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.order_by("name"), empty_label=None)
+    gpu_class = forms.ModelChoiceField(queryset=GpuClass.objects.order_by("name"),
+                                       empty_label=None, label="GPU class")
+    gpus = forms.IntegerField(label="GPUs guaranteed", min_value=0)
+    valid_from = LocalDateTimeField(label="From")
+    valid_until = LocalDateTimeField(label="Until", required=False,
+                                     help_text="Empty: until further notice.")
+    reason = forms.CharField(max_length=500, required=False)
+
+
+class RateCardForm(forms.Form):
+    gpu_class = forms.ModelChoiceField(queryset=GpuClass.objects.order_by("name"),
+                                       empty_label=None, label="GPU class")
+    reserved_rate = forms.DecimalField(label="Reserved rate (per GPU-hour)", min_value=0,
+                                       decimal_places=4, max_digits=12)
+    on_demand_rate = forms.DecimalField(label="On-demand rate (per busy GPU-hour)",
+                                        min_value=0, decimal_places=4, max_digits=12)
+    currency = forms.CharField(max_length=3, initial="USD")
+    valid_from = LocalDateTimeField(label="From")
+    valid_until = LocalDateTimeField(label="Until", required=False,
+                                     help_text="Empty: until further notice.")
+    reason = forms.CharField(max_length=500, required=False)
+
+
+class EndForm(forms.Form):
+    """When a quota row or rate card stops; empty: open-ended again."""
+
+    at = LocalDateTimeField(label="Ends", required=False)
+    reason = forms.CharField(max_length=500, required=False)
+
+
+class ListFilterForm(forms.Form):
+    """Filters of the admins' lists; every field optional, bad values are form errors."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.order_by("name"), required=False,
+                                  to_field_name="slug", empty_label="All teams")
+    gpu_class = forms.ModelChoiceField(queryset=GpuClass.objects.order_by("name"),
+                                       required=False, to_field_name="name",
+                                       empty_label="All classes", label="GPU class")
+    status = forms.ChoiceField(choices=[("", "Any status"), *Reservation.Status.choices],
+                               required=False)
+    month = forms.CharField(required=False, widget=forms.TextInput(
+        attrs={"type": "month"}), help_text="Reservations overlapping this month (UTC).")
+
+    def clean_month(self):
+        text = self.cleaned_data["month"]
+        if not text:
+            return None
+        try:
+            return Period.parse_month(text)
+        except ValueError:
+            raise forms.ValidationError("Pick a month as YYYY-MM.") from None

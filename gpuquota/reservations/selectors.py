@@ -29,16 +29,6 @@ def quotas_current(*, team: Team, at: datetime | None = None) -> QuerySet[Quota]
     )
 
 
-def quotas_overlapping(*, team: Team, gpu_class: GpuClass, start: datetime,
-                       end: datetime | None, exclude_pk: int | None = None) -> QuerySet[Quota]:
-    """The team's quota rows of the class that overlap [start, end) (end None: open)."""
-    rows = Quota.objects.filter(team=team, gpu_class=gpu_class).filter(
-        Q(valid_until__isnull=True) | Q(valid_until__gt=start))
-    if end is not None:
-        rows = rows.filter(valid_from__lt=end)
-    return rows.exclude(pk=exclude_pk) if exclude_pk else rows
-
-
 @dataclass
 class QuotaUse:
     gpu_class: GpuClass
@@ -236,3 +226,34 @@ def maintenance_blocks_recent(*, limit: int = 50) -> QuerySet[MaintenanceBlock]:
     """The latest maintenance blocks, newest first, with GPU and node."""
     return MaintenanceBlock.objects.select_related(
         "gpu__node", "gpu__gpu_class", "created_by").order_by("-valid_from")[:limit]
+
+
+def quotas_listed(*, team: Team | None = None, gpu_class: GpuClass | None = None
+                  ) -> QuerySet[Quota]:
+    """Every quota row over time (optionally of one team and/or class), by team, class
+    and start."""
+    rows = Quota.objects.select_related("team", "gpu_class")
+    if team is not None:
+        rows = rows.filter(team=team)
+    if gpu_class is not None:
+        rows = rows.filter(gpu_class=gpu_class)
+    return rows.order_by("team__name", "gpu_class__name", "valid_from")
+
+
+def reservations_filtered(*, team: Team | None = None, gpu_class: GpuClass | None = None,
+                          status: str | None = None, start: datetime | None = None,
+                          end: datetime | None = None) -> QuerySet[Reservation]:
+    """All reservations (admins' list), newest first, with GPUs and effective end;
+    `start`/`end`: those whose window overlaps [start, end)."""
+    qs = Reservation.objects.all()
+    if team is not None:
+        qs = qs.filter(team=team)
+    if gpu_class is not None:
+        qs = qs.filter(gpu_class=gpu_class)
+    if status:
+        qs = qs.filter(status=status)
+    if start is not None:
+        qs = qs.filter(end__gt=start)
+    if end is not None:
+        qs = qs.filter(start__lt=end)
+    return _with_assignments(qs).order_by("-start", "-id")

@@ -49,14 +49,25 @@ class ReservationSerializer(serializers.ModelSerializer):
     requested_by = serializers.CharField(source="requested_by.username")
     decided_by = serializers.CharField(source="decided_by.username", allow_null=True)
     assignments = serializers.SerializerMethodField()
+    effective_end = serializers.SerializerMethodField(
+        help_text="The latest end of its assignments: earlier than `end` after a release, "
+        "shrink or cancel; null while it holds no GPUs (pending, denied).")
 
     class Meta:
         model = Reservation
         fields = [
-            "id", "team", "gpu_class", "count", "start", "end", "placement", "status",
-            "over_quota", "is_backfill", "purpose", "requested_by", "requested_at",
+            "id", "team", "gpu_class", "count", "start", "end", "effective_end", "placement",
+            "status", "over_quota", "is_backfill", "purpose", "requested_by", "requested_at",
             "decided_by", "approved_at", "decision_reason", "assignments",
         ]
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_effective_end(self, obj):
+        if hasattr(obj, "effective_end"):
+            end = obj.effective_end
+        else:
+            end = max((a.assigned_until for a in obj.assignments.all()), default=None)
+        return serializers.DateTimeField().to_representation(end) if end else None
 
     @extend_schema_field(AssignmentSerializer(many=True))
     def get_assignments(self, obj):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from gpuquota.reservations import api, views
+from gpuquota.reservations import api, views, views_manage
 
 urlpatterns = [
     # pages
@@ -16,6 +16,12 @@ urlpatterns = [
     path("reservations/<int:pk>/decide/", views.reservation_decide, name="reservation_decide"),
     path("reservations/backfill/", views.reservation_backfill, name="reservation_backfill"),
     path("reservations/maintenance/", views.maintenance_new, name="maintenance_new"),
+    path("manage/quotas/", views_manage.quotas_page, name="manage_quotas"),
+    path("manage/quotas/<int:pk>/end/", views_manage.quota_end_view, name="manage_quota_end"),
+    path("manage/rate-cards/", views_manage.rate_cards_page, name="manage_rate_cards"),
+    path("manage/rate-cards/<int:pk>/end/", views_manage.rate_card_end_view,
+         name="manage_rate_card_end"),
+    path("manage/reservations/", views_manage.reservations_page, name="manage_reservations"),
     # API
     path("api/v1/teams", api.TeamListView.as_view(), name="api-teams"),
     path("api/v1/gpu-classes", api.GpuClassListView.as_view(), name="api-gpu-classes"),

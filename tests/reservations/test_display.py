@@ -44,3 +44,22 @@ def test_after_a_release_every_table_shows_the_effective_end():
     usage_table = page[page.index('id="reservation-utilization"'):]
     assert effective in usage_table and "<s class=\"muted\" title=\"Booked end\">" in usage_table
     assert booked in usage_table  # the booked end, struck through
+
+
+def test_the_api_gives_the_effective_end():
+    fleet = Fleet.create()
+    now = timezone.now().replace(microsecond=0)
+    reservation = fleet.request(count=1, start=now - 2 * H, end=now + 10 * H, by=fleet.admin,
+                                now=now)
+    client = Client()
+    client.force_login(fleet.vision_lead)
+    before = client.get(f"/api/v1/reservations/{reservation.pk}").json()
+    assert before["effective_end"] == before["end"]
+    reservation_release(reservation=reservation, actor=fleet.vision_lead, now=now)
+    after = client.get(f"/api/v1/reservations/{reservation.pk}").json()
+    listed = client.get("/api/v1/reservations").json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert after["effective_end"] != after["end"]
+    assert after["effective_end"].startswith(timezone.localtime(now).strftime("%Y-%m-%dT%H:%M"))
+    assert [r["effective_end"] for r in rows if r["id"] == reservation.pk] == \
+        [after["effective_end"]]

@@ -147,3 +147,26 @@ def test_grid_fragment_follows_the_team_picked(busy_fleet):
     member.force_login(busy_fleet.vision_lead)
     assert "For Vision" in member.get("/reservations/availability/",
                                       {"team": busy_fleet.speech.pk}).content.decode()
+
+
+def _page_queries(client, url) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    return len(captured)
+
+
+def test_form_grid_and_queue_pages_run_the_same_queries_at_two_sizes(busy_fleet):
+    lead, admin = Client(), Client()
+    lead.force_login(busy_fleet.vision_lead)
+    admin.force_login(busy_fleet.admin)
+    busy_fleet.request(count=4)
+    urls = [(lead, "/reservations/new/"), (lead, "/reservations/availability/"),
+            (admin, "/reservations/pending/")]
+    small = [_page_queries(client, url) for client, url in urls]
+    now = timezone.now().replace(microsecond=0)
+    for hour in range(8):
+        start = now + (30 + 5 * hour) * H
+        busy_fleet.request(count=1, start=start, end=start + 2 * H, now=now)
+        busy_fleet.request(team=busy_fleet.speech, count=3, start=start, end=start + H,
+                           now=now)
+    assert [_page_queries(client, url) for client, url in urls] == small

@@ -46,7 +46,7 @@ def test_fleet_pages_screenshots(transactional_db, browser_page):
     browser_login(page, "admin")
     page.goto("/fleet/")
     assert page.locator("text=agent silent").count() == 1
-    assert page.locator(".badge.failed").count() == 1
+    assert page.locator(".badge.failed").count() == 2  # its health, and in place of a reading
     screenshot(page, "usage-fleet-admin")
     page.goto(f"/fleet/gpus/{gpus[0].uuid}/")
     assert page.locator("svg.chart").count() == 2

@@ -135,4 +135,4 @@ def test_query_count_does_not_grow_with_the_fleet():
     _fleet(2, small)
     _fleet(12, large)
     dirty_hours_process()
-    assert _queries(small) == _queries(large) <= 12
+    assert _queries(small) == _queries(large) <= 16
