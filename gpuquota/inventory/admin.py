@@ -4,7 +4,7 @@ from django.utils import timezone
 
 from gpuquota.core.admin import ServiceAdminMixin, ServiceModelForm
 from gpuquota.core.errors import DomainError
-from gpuquota.inventory.history import gpu_class_change, gpu_node_change
+from gpuquota.inventory.history import gpu_class_change, gpu_node_change, gpu_service_change
 from gpuquota.inventory.models import (
     Cluster,
     Gpu,
@@ -141,8 +141,8 @@ class MaintenanceBlockInline(admin.TabularInline):
 
 
 class GpuForm(ServiceModelForm):
-    """The GPU's own fields, plus a change of class or node from an instant, each through
-    its audited service (`inventory.history`)."""
+    """The GPU's descriptive fields; its service interval and a change of class or node
+    from an instant, each through its audited service (`inventory.history`)."""
 
     new_class = forms.ModelChoiceField(GpuClass.objects.all(), required=False,
                                        label="Change class to")
@@ -158,9 +158,14 @@ class GpuForm(ServiceModelForm):
                   "commissioned_at", "retired_at"]
 
     def apply(self, data: dict) -> Gpu:
-        gpu = self.save()
-        at = data.get("change_at") or timezone.now()
         reason = data.get("change_reason", "")
+        gpu = Gpu.objects.get(pk=self.instance.pk)
+        for name in ("index", "pci_bus_id", "memory_total_bytes", "power_limit_w"):
+            setattr(gpu, name, data.get(name))
+        gpu.save(update_fields=["index", "pci_bus_id", "memory_total_bytes", "power_limit_w"])
+        gpu = gpu_service_change(gpu=gpu, commissioned_at=data["commissioned_at"],
+                                 retired_at=data.get("retired_at"), by=self.user, reason=reason)
+        at = data.get("change_at") or timezone.now()
         if data.get("new_class") is not None:
             gpu = gpu_class_change(gpu=gpu, gpu_class=data["new_class"], at=at, by=self.user,
                                    reason=reason)

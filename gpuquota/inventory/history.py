@@ -99,3 +99,27 @@ def gpu_node_change(*, gpu: Gpu, node: Node, at: datetime, by, reason: str = "")
         "gpu": gpu.uuid, "node": [old, str(node)], "at": at.isoformat(),
         "gpu_hours_marked": marked})
     return gpu
+
+
+@transaction.atomic
+def gpu_service_change(*, gpu: Gpu, commissioned_at: datetime, retired_at: datetime | None,
+                       by, reason: str = "") -> Gpu:
+    """An admin corrects when a GPU entered or left service (fleet and capacity figures
+    read it; rollups do not, so nothing is recomputed); audited."""
+    _admin_only(by)
+    gpu = Gpu.objects.select_for_update().get(pk=gpu.pk)
+    commissioned_at = whole_second(commissioned_at)
+    retired_at = whole_second(retired_at) if retired_at is not None else None
+    if retired_at is not None and retired_at <= commissioned_at:
+        raise DomainError("A GPU must retire after it was commissioned.", field="retired_at")
+    before = (gpu.commissioned_at, gpu.retired_at)
+    if before == (commissioned_at, retired_at):
+        return gpu
+    gpu.commissioned_at, gpu.retired_at = commissioned_at, retired_at
+    gpu.save(update_fields=["commissioned_at", "retired_at"])
+    audit_record(actor=by, action="gpu.service_change", obj=gpu, reason=reason, changes={
+        "gpu": gpu.uuid,
+        "commissioned_at": [before[0].isoformat(), commissioned_at.isoformat()],
+        "retired_at": [before[1].isoformat() if before[1] else None,
+                       retired_at.isoformat() if retired_at else None]})
+    return gpu

@@ -17,9 +17,10 @@ from django.db.models.functions import Least
 
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import UNRESERVED
 from gpuquota.usage.seconds import _assignments, _charged_from, _until, seconds_annotate
-from gpuquota.usage.selectors import KEY_FIELDS, usage_rows
+from gpuquota.usage.selectors import _split, usage_rows
 from reports.models import RateCard
 
 _CLASS = "gpu__class_history__"
@@ -95,16 +96,27 @@ def _order(row: dict) -> tuple:
 
 
 def _on_demand(period: Period, team_ids: list[int] | None) -> list[dict]:
-    rows = usage_rows(period=period, edge_gpu_ids=lambda start, end: None,
-                      key_fields=(*KEY_FIELDS, "rate_card_id"), kind=UNRESERVED, failed=False)
+    hours, edges = _split(period)
+    fields = ("team_id", "gpu_class_id", "rate_card_id", "split_ways")
+    rows: list[dict] = []
+    if hours is not None:
+        # Only what pricing needs is grouped: one lean aggregate over the month's rollups.
+        whole = GpuHourUsage.objects.filter(hour__gte=hours[0], hour__lt=hours[1],
+                                            kind=UNRESERVED, failed=False)
+        if team_ids is not None:
+            whole = whole.filter(team_id__in=team_ids)
+        rows += whole.values(*fields).annotate(busy_s=Sum("busy_s")).order_by()
+    for start, end in edges:  # partial hours, from raw samples by the same rule
+        rows += usage_rows(period=Period(start, end), edge_gpu_ids=lambda a, b: None,
+                           key_fields=(*fields, "kind", "failed"), kind=UNRESERVED,
+                           failed=False)
     grouped: dict[tuple, int] = defaultdict(int)
     for row in rows:
         if team_ids is not None and row["team_id"] not in team_ids:
             continue
-        key = (row["team_id"], row["gpu_class_id"], row["rate_card_id"], row["split_ways"])
-        grouped[key] += int(row["busy_s"])
-    result = [{"team_id": t, "gpu_class_id": c, "rate_card_id": r, "split_ways": n,
-               "busy_s": s} for (t, c, r, n), s in grouped.items() if s]
+        grouped[tuple(row[f] for f in fields)] += int(row["busy_s"])
+    result = [dict(zip((*fields, "busy_s"), (*key, seconds), strict=True))
+              for key, seconds in grouped.items() if seconds]
     return sorted(result, key=_order)
 
 

@@ -113,6 +113,13 @@ def test_admin_class_change_goes_through_the_service(client):
     assert AuditEntry.objects.filter(action="gpu.class_change").exists()
     refused = client.post(url, {**data, "new_class": new.id})
     assert refused.status_code == 200 and b"already of class L40S" in refused.content
+    retired = client.post(url, {**data, "new_class": "", "retired_at_0": "2026-06-01",
+                                "retired_at_1": "00:00:00", "change_reason": "scrapped"})
+    assert retired.status_code == 302
+    gpu.refresh_from_db()
+    assert gpu.retired_at == datetime(2026, 6, 1, tzinfo=UTC)
+    entry = AuditEntry.objects.get(action="gpu.service_change")
+    assert entry.reason == "scrapped" and entry.changes["retired_at"][0] is None
 
 
 def test_admin_health_interval_add_and_recover_go_through_services(client):
@@ -150,3 +157,39 @@ def test_admin_mapping_deletion_is_audited_and_unmaps_the_gpus(client):
     assert gpu.gpu_class == GpuClass.objects.get(name=gpu.model_name)
     entry = AuditEntry.objects.get(action="gpu_model_mapping.delete")
     assert entry.changes["gpus_reclassified"] == [gpu.uuid]
+
+
+@pytest.mark.browser
+def test_admin_history_and_rate_card_pages_in_a_browser(transactional_db, browser_page):
+    from tests.factories import RoleMatrix
+    from tests.helpers import browser_login, screenshot
+
+    RoleMatrix.create()
+    gpu = make_gpu()
+    klass = GpuClassFactory(name="H200")
+    page = browser_page
+    browser_login(page, "admin")
+    page.goto(reverse("admin:inventory_gpu_change", args=[gpu.pk]))
+    assert page.locator("text=Change of history (audited, recomputed)").count() == 1
+    screenshot(page, "admin-gpu-history")
+    page.goto(reverse("admin:reports_ratecard_add"))
+    page.select_option("#id_gpu_class", str(klass.id))
+    page.fill("#id_valid_from_0", "2026-10-31")
+    page.fill("#id_valid_from_1", "22:00:00")
+    page.fill("#id_reserved_rate", "2.50")
+    page.fill("#id_on_demand_rate", "3.00")
+    page.click("input[name=_save]")
+    page.wait_for_load_state("networkidle")
+    assert AuditEntry.objects.filter(action="rate_card.create").count() == 1
+    page.goto(reverse("admin:reports_ratecard_add"))
+    page.select_option("#id_gpu_class", str(klass.id))
+    page.fill("#id_valid_from_0", "2026-10-30")
+    page.fill("#id_valid_from_1", "00:00:00")
+    page.fill("#id_valid_until_0", "2026-10-30")
+    page.fill("#id_valid_until_1", "12:00:00")
+    page.fill("#id_reserved_rate", "2.00")
+    page.fill("#id_on_demand_rate", "3.00")
+    page.click("input[name=_save]")
+    page.wait_for_load_state("networkidle")
+    assert page.locator("text=no H200 rate card from 2026-10-30 12:00:00Z").count() == 1
+    screenshot(page, "admin-rate-card-gap-refused")
