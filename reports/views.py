@@ -40,6 +40,9 @@ def _period_or_404(month: str) -> Period:
 def _statement_or_404(request, slug: str, month: str) -> tuple[Statement, Period]:
     team = team_for_view(request.user, slug)
     period = _period_or_404(month)
+    stored = team.statements.filter(month=period.start.date()).exists()
+    if period.end <= team.created_at and not stored:
+        raise Http404("The team did not exist then.")  # no drafts for arbitrary old months
     return statement_current(team=team, period=period), period
 
 

@@ -44,7 +44,7 @@ def org(roles):
     return roles, month
 
 
-def test_admin_reviews_adjusts_and_approves_the_month(org, browser_page):
+def test_admin_reviews_adjusts_and_approves_the_month(org, browser_page, smtp_server):
     roles, month = org
     label = f"{month.start:%Y-%m}"
     page = browser_page
@@ -75,14 +75,17 @@ def test_admin_reviews_adjusts_and_approves_the_month(org, browser_page):
     page.click("#approve-all")
     page.wait_for_selector("text=2 statements of")
     assert "Robotics not approved" in page.inner_text(".messages")
-    assert "Approved" in page.inner_text("#review-vision")
+    assert "Sent" in page.inner_text("#review-vision")  # approved, then mailed after commit
     assert page.locator("#approve-all").count() == 0
     assert page.inner_text("#nothing-to-approve") == "No draft left to approve."
     screenshot(page, "statements-review-approved")
     statuses = dict(
         Statement.objects.filter(month=month.start.date()).values_list("team_slug", "status")
     )
-    assert statuses["vision"] in ("approved", "sent") and statuses["robotics"] == "draft"
+    assert statuses == {"vision": "sent", "speech": "sent", "robotics": "draft"}
+    assert sorted(smtp_server.recipients()) == ["lead@example.org", "other_lead@example.org"]
+    [mail] = smtp_server.to("lead@example.org")
+    assert "6.25 USD" in mail.message["Subject"] and len(mail.attachments()) == 2
 
 
 def test_lead_finds_the_statements_on_the_team_page_and_downloads_the_pdf(org, browser_page):

@@ -176,7 +176,7 @@ def test_statement_page_and_downloads_by_role(client, month, role):
 
 def test_statement_page_bad_months_are_404(client, month):
     client.force_login(month.admin)
-    for bad in ("2026-13", "abc", "2027-01", "0-0"):
+    for bad in ("2026-13", "abc", "2027-01", "0-0", "1990-01"):
         assert client.get(detail_url(month=bad)).status_code == 404, bad
         assert client.get(detail_url(month=bad, name="statement_pdf")).status_code == 404, bad
 
