@@ -7,6 +7,7 @@ from accounts.models import Team
 from gpuquota.core.api_fields import AwareDateTimeField, ChoiceField
 from gpuquota.inventory.models import Gpu, GpuClass, gpu_uuid_normalize
 from gpuquota.reservations.models import Reservation
+from gpuquota.reservations.services import MAX_GPUS_PER_REQUEST
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -58,7 +59,10 @@ class ReservationCreateSerializer(serializers.Serializer):
     # one the caller may not see get the same 404, so no team's existence leaks.
     team = serializers.SlugField(help_text="Slug of a team you lead (admins: any team).")
     gpu_class = serializers.SlugRelatedField(slug_field="name", queryset=GpuClass.objects.all())
-    count = serializers.IntegerField()
+    count = serializers.IntegerField(
+        min_value=1, max_value=MAX_GPUS_PER_REQUEST,
+        error_messages={"min_value": "Ask for at least 1 GPU.",
+                        "max_value": f"At most {MAX_GPUS_PER_REQUEST} GPUs per request."})
     start = AwareDateTimeField()
     end = AwareDateTimeField()
     placement = ChoiceField(choices=Reservation.Placement.choices,
