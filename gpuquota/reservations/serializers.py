@@ -116,14 +116,15 @@ class AvailabilityQuerySerializer(serializers.Serializer):
 
 
 class ReservationFilterSerializer(serializers.Serializer):
-    team = serializers.SlugField(required=False, max_length=64,
-                                 help_text="Team slug (404 if not visible).")
-    status = ChoiceField(choices=Reservation.Status.choices, required=False)
+    team = serializers.SlugField(required=False, allow_blank=True, max_length=64,
+                                 help_text="Team slug (404 if not visible); empty: all.")
+    status = ChoiceField(choices=Reservation.Status.choices, required=False, allow_blank=True,
+                         help_text="Empty: all.")
 
 
 class AuditFilterSerializer(serializers.Serializer):
-    team = serializers.SlugField(required=False, max_length=64,
-                                 help_text="Team slug (404 if not visible).")
+    team = serializers.SlugField(required=False, allow_blank=True, max_length=64,
+                                 help_text="Team slug (404 if not visible); empty: all.")
 
 
 class AvailabilitySerializer(serializers.Serializer):
