@@ -69,6 +69,11 @@ def test_impossible_start_of_availability_is_a_400(lead_api, value):
     assert fields(body) == {"start"}
 
 
+def test_an_empty_instant_is_refused_not_read_as_absent(lead_api):
+    body = error(lead_api.get("/api/v1/availability?start="), 400)
+    assert fields(body) == {"start"}
+
+
 # 2. NUL bytes ----------------------------------------------------------------------------
 @pytest.mark.parametrize(("url", "field"), [
     ("/api/v1/reservations?team=%00", "team"),
