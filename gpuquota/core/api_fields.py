@@ -13,7 +13,20 @@ MAX_YEAR = 2999
 class AwareDateTimeField(serializers.DateTimeField):
     """An ISO 8601 instant that must carry an offset or `Z` (naive times are refused),
     be a real date and time (no minute 99, no 30 February, no offset +25:00) and fall
-    in the years 1970..2999, so date arithmetic on it can never overflow."""
+    in the years 1970..2999, so date arithmetic on it can never overflow. An empty
+    string is not an instant (leave the parameter out instead)."""
+
+    def get_value(self, dictionary):
+        # DRF reads an empty optional form or query value as "not given"; here it is refused.
+        if self.field_name in dictionary and dictionary.get(self.field_name) == "":
+            return ""
+        return super().get_value(dictionary)
+
+    def run_validation(self, data=serializers.empty):
+        if data == "":
+            raise serializers.ValidationError(
+                "Give a date and time (e.g. 2026-12-01T09:00:00Z), or leave it out.")
+        return super().run_validation(data)
 
     def to_internal_value(self, value):
         if isinstance(value, str):

@@ -73,7 +73,14 @@ class ApiErrorMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        parameter = _query_nul(request)
+        try:
+            parameter = _query_nul(request)
+        except TooManyFieldsSent:
+            limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+            if is_api(request):
+                return api_error(400, f"More than {limit} query parameters.", field="query")
+            return HttpResponse(f"Bad request: more than {limit} query parameters.",
+                                status=400, content_type="text/plain; charset=utf-8")
         if parameter is not None:
             if is_api(request):
                 return api_error(400, f"{NUL_MESSAGE}", field=parameter)

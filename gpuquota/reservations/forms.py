@@ -6,6 +6,7 @@ from django import forms
 from django.utils import timezone
 
 from accounts.models import Team
+from gpuquota.core.api_fields import MAX_YEAR, MIN_YEAR
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import Gpu, GpuClass
 from gpuquota.reservations.models import Reservation
@@ -49,6 +50,8 @@ class LocalDateTimeField(forms.Field):
                 continue
         else:
             raise forms.ValidationError("Enter a date and time like 2026-12-01 09:00.")
+        if not MIN_YEAR <= naive.year <= MAX_YEAR:  # date arithmetic must never overflow
+            raise forms.ValidationError(f"Give a year from {MIN_YEAR} to {MAX_YEAR}.")
         return local_to_aware(naive, timezone.get_current_timezone())
 
     def prepare_value(self, value):

@@ -7,6 +7,7 @@ from accounts.models import Team
 from gpuquota.core.api_fields import AwareDateTimeField, ChoiceField
 from gpuquota.inventory.models import Gpu, GpuClass, gpu_uuid_normalize
 from gpuquota.reservations.models import Reservation
+from gpuquota.reservations.services import MAX_GPUS_PER_REQUEST
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -69,7 +70,10 @@ class ReservationCreateSerializer(serializers.Serializer):
     # one the caller may not see get the same 404, so no team's existence leaks.
     team = serializers.SlugField(help_text="Slug of a team you lead (admins: any team).")
     gpu_class = serializers.SlugRelatedField(slug_field="name", queryset=GpuClass.objects.all())
-    count = serializers.IntegerField()
+    count = serializers.IntegerField(
+        min_value=1, max_value=MAX_GPUS_PER_REQUEST,
+        error_messages={"min_value": "Ask for at least 1 GPU.",
+                        "max_value": f"At most {MAX_GPUS_PER_REQUEST} GPUs per request."})
     start = AwareDateTimeField()
     end = AwareDateTimeField()
     placement = ChoiceField(choices=Reservation.Placement.choices,
@@ -123,14 +127,15 @@ class AvailabilityQuerySerializer(serializers.Serializer):
 
 
 class ReservationFilterSerializer(serializers.Serializer):
-    team = serializers.SlugField(required=False, max_length=64,
-                                 help_text="Team slug (404 if not visible).")
-    status = ChoiceField(choices=Reservation.Status.choices, required=False)
+    team = serializers.SlugField(required=False, allow_blank=True, max_length=64,
+                                 help_text="Team slug (404 if not visible); empty: all.")
+    status = ChoiceField(choices=Reservation.Status.choices, required=False, allow_blank=True,
+                         help_text="Empty: all.")
 
 
 class AuditFilterSerializer(serializers.Serializer):
-    team = serializers.SlugField(required=False, max_length=64,
-                                 help_text="Team slug (404 if not visible).")
+    team = serializers.SlugField(required=False, allow_blank=True, max_length=64,
+                                 help_text="Team slug (404 if not visible); empty: all.")
 
 
 class AvailabilitySerializer(serializers.Serializer):

@@ -69,6 +69,11 @@ def test_impossible_start_of_availability_is_a_400(lead_api, value):
     assert fields(body) == {"start"}
 
 
+def test_an_empty_instant_is_refused_not_read_as_absent(lead_api):
+    body = error(lead_api.get("/api/v1/availability?start="), 400)
+    assert fields(body) == {"start"}
+
+
 # 2. NUL bytes ----------------------------------------------------------------------------
 @pytest.mark.parametrize(("url", "field"), [
     ("/api/v1/reservations?team=%00", "team"),
@@ -199,6 +204,12 @@ def test_2000_form_fields_are_a_json_400(lead_api):
     assert "form fields" in error(response, 400)["detail"]
 
 
+def test_2000_query_parameters_are_a_json_400(lead_api):
+    query = "&".join(f"p{i}=1" for i in range(2000))
+    assert "query parameters" in error(lead_api.get(f"/api/v1/reservations?{query}"),
+                                       400)["detail"]
+
+
 @pytest.mark.parametrize("url", ["/api/v1/reservations/null,null", "/api/v1/nope", "/api/"])
 def test_unknown_api_paths_are_a_json_404(lead_api, url):
     assert error(lead_api.get(url), 404)["code"] == "not_found"
@@ -238,4 +249,20 @@ def test_the_schema_documents_the_404_of_list_filters(client):
         assert parameters["limit"]["schema"]["maximum"] == 1000
     status = {p["name"]: p for p in schema["paths"]["/api/v1/reservations"]["get"][
         "parameters"]}["status"]
-    assert set(status["schema"]["enum"]) == set(Reservation.Status.values)
+    assert set(status["schema"]["enum"]) == {*Reservation.Status.values, ""}  # "": all
+
+
+def test_empty_filters_mean_all(lead_api, reservation):
+    for url in ("/api/v1/reservations?status=&team=", "/api/v1/audit?team="):
+        assert lead_api.get(url).status_code == 200
+
+
+def test_the_reservation_form_refuses_year_9999(roles, fleet):
+    client = Client()
+    client.force_login(roles.lead)
+    response = client.post("/reservations/new/", {
+        "team": roles.team.pk, "gpu_class": fleet.pk, "count": 1, "placement": "any",
+        "start": "9999-12-31T10:00", "end": "9999-12-31T12:00"})
+    assert response.status_code in (200, 400)
+    assert "Give a year from 1970 to 2999" in response.content.decode()
+    assert not Reservation.objects.exists()
