@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from gpuquota.core.models import AuditEntry
 from gpuquota.reservations.models import Assignment
-from reclaim.models import Exemption, Recommendation, RecommendationGpu
-from tests.reclaim.factories import World, held_gpus
+from reclaim.models import Exemption, Recommendation
+from tests.reclaim.factories import World, make_rec
 
 pytestmark = pytest.mark.django_db
 ROLES = ["admin", "lead", "other_lead", "member", "outsider", "anonymous"]
@@ -21,21 +21,6 @@ S = Recommendation.Status
 @pytest.fixture
 def world():
     return World.create(gpus=4)
-
-
-def make_rec(world, *, status=S.OPEN, kind="reclaim", count=2, gpus=1, **fields):
-    """A recommendation on a fresh reservation of the team, as the evaluation leaves it."""
-    now = timezone.now().replace(microsecond=0)
-    reservation = world.reserve(count=count, start=now - timedelta(days=2),
-                                end=now + timedelta(days=2), now=now)
-    rec = Recommendation.objects.create(
-        reservation=reservation, kind=kind, status=status, window_start=now - timedelta(days=1),
-        window_end=now, evaluated_at=now, created_at=now, updated_at=now,
-        evidence={"gpus": {}}, savings="120.00", currency="USD",
-        target_count=1 if kind == "right_size" else None, **fields)
-    for gpu in held_gpus(reservation)[:gpus]:
-        RecommendationGpu.objects.create(recommendation=rec, gpu=gpu)
-    return rec
 
 
 def client_for(world, role) -> Client:
