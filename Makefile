@@ -19,6 +19,9 @@ $(INSTALLED): requirements.txt
 ## delay is 72 h otherwise).
 demo: export GPUQUOTA_SETTLEMENT_DELAY_HOURS ?= 0
 demo: export EMAIL_URL ?= file://var/mail
+## Reclaim on a shortened look-back (1 h) and grace (5 min), so the demo shows it.
+demo: export RECLAIM_LOOKBACK_S ?= 3600
+demo: export RECLAIM_GRACE_S ?= 300
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo

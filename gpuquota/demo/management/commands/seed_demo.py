@@ -7,6 +7,7 @@ from gpuquota.demo.history import DEFAULT_HISTORY_HOURS, demo_history_backfill
 from gpuquota.demo.last_month import demo_last_month_seed
 from gpuquota.demo.organisation import DEMO_PASSWORD, demo_organisation_seed
 from gpuquota.demo.reservations import demo_reservations_seed
+from reclaim.demo import demo_reclaim_seed
 
 
 class Command(BaseCommand):
@@ -27,6 +28,7 @@ class Command(BaseCommand):
         logins = demo_organisation_seed()
         demo_reservations_seed(now=now)
         drafts = demo_last_month_seed(now=now)
+        demo_reclaim_seed(now=now)
         self.stdout.write(
             self.style.SUCCESS(f"Demo organisation ready. Logins (password: {DEMO_PASSWORD}):")
         )
