@@ -12,10 +12,10 @@ from accounts.models import User
 from gpuquota.core.demo import FAULTY_NODE, demo_organisation_seed
 from gpuquota.core.demo_history import demo_history_backfill
 from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.demo.reclaim import demo_reclaim_seed
 from gpuquota.reservations.capacity import free_map
 from gpuquota.reservations.demo import demo_reservations_seed
 from gpuquota.usage.seconds import reserved_seconds
-from reclaim.demo import demo_reclaim_seed
 from reclaim.lifecycle import recommendation_accept, recommendations_release_due
 from reclaim.models import Recommendation
 from reclaim.services import recommendations_evaluate

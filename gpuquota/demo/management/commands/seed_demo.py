@@ -6,8 +6,8 @@ from django.utils import timezone
 from gpuquota.demo.history import DEFAULT_HISTORY_HOURS, demo_history_backfill
 from gpuquota.demo.last_month import demo_last_month_seed
 from gpuquota.demo.organisation import DEMO_PASSWORD, demo_organisation_seed
+from gpuquota.demo.reclaim import demo_reclaim_seed
 from gpuquota.demo.reservations import demo_reservations_seed
-from reclaim.demo import demo_reclaim_seed
 
 
 class Command(BaseCommand):
