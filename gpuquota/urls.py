@@ -23,4 +23,5 @@ urlpatterns = [
     path("", include("gpuquota.usage.urls")),
     path("", include("reports.urls")),
     path("", include("reclaim.urls")),
+    path("", include("reclaim.urls_pages")),
 ]

@@ -37,6 +37,7 @@ from gpuquota.reservations.selectors import (
     window_availability,
 )
 from gpuquota.usage.selectors import team_usage_context
+from reclaim.selectors_pages import team_reclaim_context
 
 
 def _user_tz(request) -> ZoneInfo:
@@ -67,6 +68,7 @@ def team_detail(request, slug: str):
         "extend_form": ExtendForm(),
         "now": now,
         **team_usage_context(team=team, now=now),
+        **team_reclaim_context(team=team, now=now),
     }
     return render(request, "reservations/team_detail.html", context)
 
