@@ -12,6 +12,7 @@ from gpuquota.ingest.models import Sample
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.usage.fleet import nodes_silent_count
 from gpuquota.usage.models import DirtyGpuHour
+from reclaim.metrics import ReclaimCollector
 
 CELERY_QUEUE = "celery"
 
@@ -66,4 +67,5 @@ def metrics_render() -> bytes:
     """The exposition text of one scrape."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(UsageCollector())
+    registry.register(ReclaimCollector())
     return generate_latest(registry)

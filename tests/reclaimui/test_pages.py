@@ -436,3 +436,31 @@ def test_backtest_bad_input_is_shown_on_the_form(client, roles, fleet):
         assert response.status_code == 200, query
         body = body_of(response)
         assert message in body and 'id="backtest-result"' not in body, query
+
+
+def backtest_stat(body: str, name: str) -> str:
+    import re
+
+    match = re.search(rf'data-stat="{name}"><div class="label">[^<]*</div>'
+                      rf'<div class="value">([^<]*)<', body)
+    assert match, name
+    return match.group(1)
+
+
+def test_backtest_panel_runs_the_policy_on_the_history(client, roles):
+    from reclaim.backtest import policy_backtest
+    from reclaim.conf import policy
+
+    reclaim_fleet(roles, hours=5)  # history longer than the 2 h look-back
+    client.force_login(roles.admin)
+    body = body_of(client.get(reverse("reclaim_review") + "?days=1"))
+    expected = policy_backtest(policy=policy(), days=1)
+    assert expected.recommendations, "the idle GPUs would have been recommended"
+    assert 'id="backtest-result"' in body
+    assert backtest_stat(body, "backtest-recommendations") == str(len(expected.recommendations))
+    assert backtest_stat(body, "backtest-gpu-hours") == f"{expected.gpu_hours_returned:.1f}"
+    assert backtest_stat(body, "backtest-false") == str(expected.false_reclaims)
+    # a stricter threshold finds nothing: nothing is busy less than 0 % of the time
+    body = body_of(client.get(reverse("reclaim_review") + "?days=1&idle_busy_fraction=0"))
+    assert backtest_stat(body, "backtest-recommendations") == "0"
+    assert "idle below 0.0% busy" in body
