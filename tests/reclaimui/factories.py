@@ -14,9 +14,10 @@ from gpuquota.usage.services import dirty_hours_process, gpu_interval_mark_dirty
 from reclaim.models import Recommendation
 from reclaim.services import recommendations_evaluate
 from tests.factories import AdminFactory, NodeFactory, RateCardFactory, make_gpu
-from tests.usage.factories import add_processes, minute_samples
+from tests.usage.factories import add_processes, add_samples, minute_samples
 
 LOOKBACK_H = 2
+ALTERNATING = -1  # a GPU's `utils` entry: busy 10 minutes in 20, out of step with its neighbour
 GIB = 2**30
 
 
@@ -59,11 +60,16 @@ def reservation_with_telemetry(team, *, utils: list[int | None], now: datetime,
                                       assigned_until=reservation.end)
         gpu_interval_mark_dirty(gpu_ids=[g.id for g in gpus], start=start, end=reservation.end)
     minutes = int((now - start).total_seconds() // 60)
-    for gpu, util in zip(gpus, utils, strict=True):
+    for i, (gpu, util) in enumerate(zip(gpus, utils, strict=True)):
         if util is None:
             continue
-        minute_samples(gpu, start, minutes, util=util, memory_used_bytes_max=30 * GIB,
-                       memory_used_bytes_avg=30 * GIB)
+        if util == ALTERNATING:  # busy every other 10 minutes, half the GPUs at a time
+            add_samples(gpu, [{"start": start + timedelta(minutes=m),
+                               "util": 90 if (m // 10) % 2 == i % 2 else 0}
+                              for m in range(minutes)])
+        else:
+            minute_samples(gpu, start, minutes, util=util, memory_used_bytes_max=30 * GIB,
+                           memory_used_bytes_avg=30 * GIB)
         add_processes(gpu, start, minutes, user="alice")
     return reservation
 

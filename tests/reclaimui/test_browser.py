@@ -61,6 +61,15 @@ def test_accept_banner_objection_uphold(browser_page, eager_tasks):
     assert "over quota" in page.locator(".rec").first.inner_text()  # Speech's, ranked first
     assert card.locator("svg.chart.strips rect").count() >= 2 * HOURS
     screenshot(page, "reclaim-review-open")
+    # tune the thresholds on the history before accepting anything
+    page.fill("#id_days", "1")
+    page.fill("#id_lookback_hours", "2")
+    page.click("#backtest button[type=submit]")
+    page.wait_for_load_state("networkidle")
+    result = page.locator("#backtest-result").inner_text()
+    assert "look-back 2 h" in result and "#1 vision" in result and "#2 speech" in result
+    assert int(page.locator("[data-stat=backtest-recommendations] .value").inner_text()) >= 2
+    page.locator("#backtest").screenshot(path="test-artifacts/reclaim-backtest-panel.png")
     card.locator("button", has_text="Accept").click()
     page.wait_for_load_state("networkidle")
     assert f"Recommendation #{rec.pk} accepted" in page.locator(".messages").inner_text()
@@ -137,3 +146,7 @@ def test_lead_releases_idle_gpus_in_one_step(browser_page, eager_tasks):
     assert Recommendation.objects.get(reservation=reservation).status == "released"
     assert "released by the team" in page.locator("#reclaim-audit").inner_text()
     screenshot(page, "reclaim-team-after-self-release")
+    page.goto("/fleet/")
+    figures = page.locator("#reclaim-figures")
+    assert figures.locator("[data-stat=reclaimed-gpu-hours] .value").inner_text() != "0.0 GPU-h"
+    figures.screenshot(path="test-artifacts/reclaim-fleet-figures.png")

@@ -11,7 +11,7 @@ from gpuquota.core.models import AuditEntry
 from gpuquota.reservations.models import Assignment
 from reclaim import lifecycle
 from reclaim.models import Exemption, Recommendation
-from tests.reclaimui.factories import reclaim_fleet
+from tests.reclaimui.factories import ALTERNATING, reclaim_fleet, reservation_with_telemetry
 
 pytestmark = pytest.mark.django_db
 NOT_ADMINS = ["lead", "other_lead", "member", "outsider"]
@@ -110,17 +110,45 @@ def test_detail_page_with_audit_for_admins_and_the_team(client, roles, vision_re
         assert client.get(url).status_code == 404, role
 
 
-@pytest.mark.parametrize("extra", [0, 4])
-def test_review_page_runs_bounded_queries(client, roles, extra, django_assert_max_num_queries):
-    fleet = reclaim_fleet(roles, extra=extra)
-    for reservation in fleet.reservations[2:4]:  # some accepted, one objected
+def more_recommendations(roles, fleet, n: int) -> None:
+    """n more idle Speech reservations, evaluated; the first two accepted, one objected."""
+    from gpuquota.usage.services import dirty_hours_process
+    from reclaim.services import recommendations_evaluate
+
+    added = [reservation_with_telemetry(roles.other_team, utils=[0, 0], now=fleet.now)
+             for _ in range(n)]
+    dirty_hours_process()
+    recommendations_evaluate(now=fleet.now)
+    fleet.reservations += added
+    for reservation in added[:2]:
         lifecycle.recommendation_accept(recommendation=fleet.recommendation(reservation),
                                         actor=roles.admin)
-    client.force_login(roles.admin)
-    with django_assert_max_num_queries(16):
-        response = client.get(reverse("reclaim_review"))
+    lifecycle.recommendation_object(recommendation=fleet.recommendation(added[0]),
+                                    actor=roles.other_lead, reason="needed")
+
+
+def queries_of(client, url: str) -> tuple[int, str]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
     assert response.status_code == 200
-    assert body_of(response).count('<section class="rec') == len(fleet.reservations)
+    return len(captured), body_of(response)
+
+
+def test_review_and_team_pages_run_bounded_queries(client, roles, fleet):
+    client.force_login(roles.admin)
+    review, team = reverse("reclaim_review"), reverse("team_detail", args=["speech"])
+    small_review, _ = queries_of(client, review)
+    small_team, _ = queries_of(client, team)
+    more_recommendations(roles, fleet, 4)
+    large_review, body = queries_of(client, review)
+    assert body.count('<section class="rec') == len(fleet.reservations)
+    large_team, body = queries_of(client, team)
+    assert body.count('class="banner"') == 2 and 'id="reclaim-idle"' in body
+    assert large_review == small_review <= 16
+    assert large_team == small_team
 
 
 # --- admin actions: roles (the refused roles first: they change nothing) -------------
@@ -464,3 +492,29 @@ def test_backtest_panel_runs_the_policy_on_the_history(client, roles):
     body = body_of(client.get(reverse("reclaim_review") + "?days=1&idle_busy_fraction=0"))
     assert backtest_stat(body, "backtest-recommendations") == "0"
     assert "idle below 0.0% busy" in body
+
+
+def test_right_size_card_and_banner(client, roles, fleet):
+    from gpuquota.usage.services import dirty_hours_process
+    from reclaim.services import recommendations_evaluate
+
+    reservation = reservation_with_telemetry(roles.team, utils=[ALTERNATING] * 4, now=fleet.now,
+                                             host="sweep-node")
+    dirty_hours_process()
+    recommendations_evaluate(now=fleet.now)
+    rec = fleet.recommendation(reservation, kind="right_size")
+    assert rec.target_count == 2
+    client.force_login(roles.admin)
+    body = body_of(client.get(reverse("reclaim_review")))
+    card = body[body.index(f'id="rec-{rec.pk}"'):]
+    card = card[:card.index("</section>")]
+    assert "Shrink from 4 to 2 GPUs" in card and "<strong>2</strong> of 4 held" in card
+    assert card.count("<tr class=\"recommended\">") == 2 and "50.0%" in card
+    lifecycle.recommendation_accept(recommendation=rec, actor=roles.admin)
+    client.force_login(roles.lead)
+    body = body_of(client.get(reverse("team_detail", args=["vision"])))
+    banner = body[body.index(f'id="reclaim-notice-{rec.pk}"'):body.index("<h2>Quota</h2>")]
+    assert f"Reservation #{reservation.pk} is to shrink from 4 to 2 GPUs" in banner
+    assert "at most 2 GPUs were busy at once 95% of the time" in banner
+    assert reverse("reclaim_object", args=[rec.pk]) in banner
+    assert "Release them now" not in banner  # self-release gives back idle GPUs only
