@@ -13,6 +13,8 @@ $(INSTALLED): requirements.txt
 	touch $@
 
 ## Run the product on the embedded default: SQLite, no broker, demo data, simulated agents.
+demo: export RECLAIM_LOOKBACK_S ?= 3600
+demo: export RECLAIM_GRACE_S ?= 300
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo

@@ -74,7 +74,7 @@ class RecommendationDetailView(APIView):
 class _AdminAction(APIView):
     """An admin's action: 404 for those who may not read it, 403 for readers."""
 
-    input_serializer = s.ReasonSerializer
+    input_serializer = s.DecisionReasonSerializer
 
     def act(self, rec, user, data):  # pragma: no cover - overridden
         raise NotImplementedError
@@ -114,9 +114,9 @@ class DismissView(_AdminAction):
 
 
 class ObjectView(_AdminAction):
-    input_serializer = s.RequiredReasonSerializer
+    input_serializer = s.ObjectionReasonSerializer
 
-    @_schema(s.RequiredReasonSerializer, "Object before the grace ends (the team's leads)")
+    @_schema(s.ObjectionReasonSerializer, "Object before the grace ends (the team's leads)")
     def post(self, request, pk: int):
         return super().post(request, pk)
 
@@ -125,7 +125,7 @@ class ObjectView(_AdminAction):
 
 
 class UpholdView(_AdminAction):
-    @_schema(s.ReasonSerializer, "Uphold after an objection (admins): the release goes ahead")
+    @_schema(s.DecisionReasonSerializer, "Uphold an objection (admins): the release goes ahead")
     def post(self, request, pk: int):
         return super().post(request, pk)
 
@@ -134,7 +134,7 @@ class UpholdView(_AdminAction):
 
 
 class WithdrawView(_AdminAction):
-    @_schema(s.ReasonSerializer, "Withdraw after an objection (admins): the GPUs stay")
+    @_schema(s.DecisionReasonSerializer, "Withdraw after an objection (admins): the GPUs stay")
     def post(self, request, pk: int):
         return super().post(request, pk)
 

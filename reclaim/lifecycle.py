@@ -20,7 +20,7 @@ from gpuquota.reservations.services import assignments_end, require_admin_actor
 from gpuquota.usage.slots import gpu_busy_slots
 from reclaim.conf import grace_busy_s, policy
 from reclaim.models import Recommendation, RecommendationGpu
-from reclaim.services import MAX_REASON
+from reclaim.services import MAX_REASON, exemption_for
 
 R = Recommendation.Status
 G = RecommendationGpu.State
@@ -257,6 +257,18 @@ def recommendation_release(*, recommendation: Recommendation, now: datetime | No
     if rec.status != R.ACCEPTED or rec.grace_until > now:
         return rec  # done already, objected, or not due: nothing to do
     lock_team_class(team_id=rec.reservation.team_id, gpu_class_id=rec.reservation.gpu_class_id)
+    reservation = Reservation.objects.get(pk=rec.reservation_id)
+    exemption = exemption_for(reservation=reservation, now=now)
+    if reservation.status != Reservation.Status.ACTIVE or exemption is not None:
+        rec.status, rec.closed_at, rec.updated_at = R.CLOSED, now, now
+        rec.closed_note = (
+            f"Exempted before the release ({exemption.reason}): nothing released."
+            if exemption else
+            "The reservation ended before the grace period did: nothing to release.")
+        rec.save()
+        _audit(rec, actor=None, action="close", reason=rec.closed_note,
+               changes={"status": [R.ACCEPTED, R.CLOSED]})
+        return rec
     rows = list(rec.gpu_rows.filter(state=G.PENDING).select_related("gpu"))
     busy = _busy_again(rec, [r.gpu_id for r in rows], now)
     for row in rows:

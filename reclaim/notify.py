@@ -4,6 +4,8 @@ go), released, closed (busy again) and withdrawn. Sent outside any transaction b
 lead was served, so the release sweep resends only what an outage left unsent (the
 mail module never mails one lead twice under one key)."""
 
+from datetime import timedelta
+
 from django.db.models import Q
 from django.utils import timezone
 
@@ -13,6 +15,7 @@ from gpuquota.mail.services import mail_send
 from reclaim.models import Recommendation
 
 R = Recommendation.Status
+RESEND_WITHIN = timedelta(days=2)
 EVENTS = {
     "accepted": ("accept_notified_at", "reclaim_accepted"),
     "released": ("release_notified_at", "reclaim_released"),
@@ -67,12 +70,14 @@ def recommendation_notify(*, recommendation_id: int, event: str) -> bool:
     return True
 
 
-def notices_pending() -> list[tuple[int, str]]:
-    """(recommendation id, event) of every notice not yet fully served."""
-    accepted = Recommendation.objects.filter(
+def notices_pending(*, within: timedelta = RESEND_WITHIN) -> list[tuple[int, str]]:
+    """(recommendation id, event) of every notice not yet fully served, for the steps
+    of the last `within` (older news is not worth a late mail)."""
+    recent = Recommendation.objects.filter(updated_at__gte=timezone.now() - within)
+    accepted = recent.filter(
         accepted_at__isnull=False, released_by__isnull=True, accept_notified_at__isnull=True)
     pending = [(rec_id, "accepted") for rec_id in accepted.values_list("id", flat=True)]
-    after = Recommendation.objects.filter(
+    after = recent.filter(
         Q(status__in=[R.RELEASED, R.CLOSED], accepted_at__isnull=False)
         | Q(status=R.DISMISSED, objection_decision="withdrawn"),
         release_notified_at__isnull=True)

@@ -61,15 +61,15 @@ class RecommendationSerializer(serializers.ModelSerializer):
         return rec.exemption_id is not None
 
 
-class ReasonSerializer(serializers.Serializer):
+class DecisionReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, allow_blank=True, default="")
 
 
-class RequiredReasonSerializer(serializers.Serializer):
+class ObjectionReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000)
 
 
-class DismissSerializer(RequiredReasonSerializer):
+class DismissSerializer(ObjectionReasonSerializer):
     snooze_s = serializers.IntegerField(
         min_value=0, max_value=366 * 86400, required=False,
         help_text="Quiet for this long (default RECLAIM_SNOOZE_S).")
@@ -131,10 +131,19 @@ class BacktestReclaimSerializer(serializers.Serializer):
     team = serializers.CharField()
     recommended_at = serializers.DateTimeField()
     released_at = serializers.DateTimeField()
-    gpus = serializers.IntegerField(source="gpu_ids.__len__")
-    skipped_busy_in_grace = serializers.IntegerField(source="skipped_gpu_ids.__len__")
-    false_reclaims = serializers.IntegerField(source="false_gpu_ids.__len__")
+    gpus = serializers.SerializerMethodField()
+    skipped_busy_in_grace = serializers.SerializerMethodField()
+    false_reclaims = serializers.SerializerMethodField()
     gpu_hours_returned = serializers.SerializerMethodField()
+
+    def get_gpus(self, rec) -> int:
+        return len(rec.gpu_ids)
+
+    def get_skipped_busy_in_grace(self, rec) -> int:
+        return len(rec.skipped_gpu_ids)
+
+    def get_false_reclaims(self, rec) -> int:
+        return len(rec.false_gpu_ids)
 
     def get_gpu_hours_returned(self, rec) -> str:
         return f"{rec.returned_s / 3600:.2f}"
@@ -144,13 +153,16 @@ class BacktestSerializer(serializers.Serializer):
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
     policy = serializers.SerializerMethodField()
-    recommendations = serializers.IntegerField(source="recommendations.__len__")
+    recommendations = serializers.SerializerMethodField()
     gpus_released = serializers.IntegerField()
     gpu_hours_returned = serializers.DecimalField(max_digits=14, decimal_places=2)
     false_reclaims = serializers.IntegerField()
     false_reclaim_rate = serializers.DecimalField(max_digits=6, decimal_places=4)
     savings = serializers.DecimalField(max_digits=14, decimal_places=2, source="savings_amount")
     items = BacktestReclaimSerializer(source="recommendations", many=True)
+
+    def get_recommendations(self, result) -> int:
+        return len(result.recommendations)
 
     def get_policy(self, result) -> dict:
         p = result.policy

@@ -42,10 +42,13 @@ def evaluate_task(now: str | None = None) -> dict:
 def release_due_task(now: str | None = None) -> dict:
     """Release the accepted recommendations whose grace ended (by `now`, ISO 8601, when
     given), then send the notices an earlier run or an outage left unsent."""
+    from gpuquota.mail.conf import mail_enabled
     from reclaim.lifecycle import recommendations_release_due
     from reclaim.notify import notices_pending, recommendation_notify
 
     counts = recommendations_release_due(now=parse_datetime(now) if now else None)
+    if not mail_enabled():
+        return counts
     counts["notices_unsent"] = sum(
         not recommendation_notify(recommendation_id=rec_id, event=event)
         for rec_id, event in notices_pending())

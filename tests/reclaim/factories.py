@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.db import transaction
+from django.utils import timezone
 
 from accounts.models import Membership, Team, User
 from gpuquota.ingest.models import ProcessRecord, Sample
@@ -15,6 +16,7 @@ from gpuquota.inventory.models import Gpu, GpuClass
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.services import reservation_create
 from gpuquota.usage.services import dirty_hours_process, gpu_hours_mark_dirty
+from reclaim.models import Recommendation, RecommendationGpu
 from tests.factories import (
     AdminFactory,
     GpuClassFactory,
@@ -70,6 +72,21 @@ class World:
         return reservation_create(team=team or self.team, gpu_class=self.gpu_class,
                                   count=count, start=start, end=end, requested_by=self.admin,
                                   now=now)
+
+
+def make_rec(world, *, status="open", kind="reclaim", count=2, gpus=1, **fields):
+    """A recommendation on a fresh reservation of the team, as the evaluation leaves it."""
+    now = timezone.now().replace(microsecond=0)
+    reservation = world.reserve(count=count, start=now - timedelta(days=2),
+                                end=now + timedelta(days=2), now=now)
+    rec = Recommendation.objects.create(
+        reservation=reservation, kind=kind, status=status, window_start=now - timedelta(days=1),
+        window_end=now, evaluated_at=now, created_at=now, updated_at=now,
+        evidence={"gpus": {}}, savings="120.00", currency="USD",
+        target_count=1 if kind == "right_size" else None, **fields)
+    for gpu in held_gpus(reservation)[:gpus]:
+        RecommendationGpu.objects.create(recommendation=rec, gpu=gpu)
+    return rec
 
 
 def held_gpus(reservation: Reservation) -> list[Gpu]:

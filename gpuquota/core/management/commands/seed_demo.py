@@ -6,6 +6,7 @@ from django.utils import timezone
 from gpuquota.core.demo import DEMO_PASSWORD, demo_organisation_seed
 from gpuquota.core.demo_history import DEFAULT_HISTORY_HOURS, demo_history_backfill
 from gpuquota.reservations.demo import demo_reservations_seed
+from reclaim.demo import demo_reclaim_seed
 
 
 class Command(BaseCommand):
@@ -25,6 +26,7 @@ class Command(BaseCommand):
         now = timezone.now()
         logins = demo_organisation_seed()
         demo_reservations_seed(now=now)
+        demo_reclaim_seed(now=now)
         self.stdout.write(
             self.style.SUCCESS(f"Demo organisation ready. Logins (password: {DEMO_PASSWORD}):")
         )

@@ -1,0 +1,69 @@
+"""Lifecycle edges without telemetry: what a release does when the world changed during
+the grace, and a right-size release."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from gpuquota.reservations.models import Assignment
+from gpuquota.reservations.services import reservation_release
+from reclaim.lifecycle import recommendation_accept, recommendation_release
+from reclaim.models import Exemption
+from tests.reclaim.factories import World, held_gpus, make_rec
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def world():
+    return World.create(gpus=4)
+
+
+def accept_and_release(world, rec):
+    now = timezone.now().replace(microsecond=0)
+    recommendation_accept(recommendation=rec, actor=world.admin, now=now)
+    return recommendation_release(recommendation=rec, now=now + timedelta(hours=5)), now
+
+
+def test_an_exemption_made_during_the_grace_stops_the_release(world):
+    rec = make_rec(world)
+    recommendation_accept(recommendation=rec, actor=world.admin)
+    Exemption.objects.create(reservation=rec.reservation, reason="benchmark week",
+                             until=timezone.now() + timedelta(days=2), created_by=world.admin,
+                             created_at=timezone.now())
+    rec = recommendation_release(recommendation=rec, now=timezone.now() + timedelta(hours=5))
+    assert rec.status == "closed" and "benchmark week" in rec.closed_note
+    assert not Assignment.objects.filter(end_reason="reclaimed").exists()
+
+
+def test_a_reservation_released_by_its_team_during_the_grace_closes_it(world):
+    rec = make_rec(world)
+    recommendation_accept(recommendation=rec, actor=world.admin)
+    reservation_release(reservation=rec.reservation, actor=world.lead)
+    rec = recommendation_release(recommendation=rec, now=timezone.now() + timedelta(hours=5))
+    assert rec.status == "closed" and "ended before" in rec.closed_note
+
+
+def test_a_right_size_release_shrinks_to_the_target(world):
+    rec = make_rec(world, kind="right_size", count=3, gpus=2)
+    gone = {r.gpu_id for r in rec.gpu_rows.all()}
+    rec, accepted_at = accept_and_release(world, rec)
+    assert rec.status == "released"
+    rec.reservation.refresh_from_db()
+    assert rec.reservation.count == 1 and rec.reservation.status == "active"
+    ended = Assignment.objects.filter(reservation=rec.reservation, end_reason="reclaimed")
+    assert {a.gpu_id for a in ended} == gone
+    assert {a.assigned_until for a in ended} == {accepted_at + timedelta(hours=4)}
+    kept = set(g.id for g in held_gpus(rec.reservation)) - gone
+    assert len(kept) == 1
+
+
+def test_releasing_every_gpu_ends_the_reservation_and_a_second_run_does_nothing(world):
+    rec = make_rec(world, count=2, gpus=2)
+    rec, _at = accept_and_release(world, rec)
+    rec.reservation.refresh_from_db()
+    assert rec.reservation.status == "ended"
+    again = recommendation_release(recommendation=rec, now=timezone.now() + timedelta(hours=6))
+    assert again.status == "released" and Assignment.objects.filter(
+        end_reason="reclaimed").count() == 2
