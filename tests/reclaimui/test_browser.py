@@ -67,7 +67,9 @@ def test_accept_banner_objection_uphold(browser_page, eager_tasks):
     page.click("#backtest button[type=submit]")
     page.wait_for_load_state("networkidle")
     result = page.locator("#backtest-result").inner_text()
-    assert "look-back 2 h" in result and "#1 vision" in result and "#2 speech" in result
+    vision, speech = fleet.reservations
+    assert "look-back 2 h" in result
+    assert f"#{vision.pk} vision" in result and f"#{speech.pk} speech" in result
     assert int(page.locator("[data-stat=backtest-recommendations] .value").inner_text()) >= 2
     page.locator("#backtest").screenshot(path="test-artifacts/reclaim-backtest-panel.png")
     card.locator("button", has_text="Accept").click()
@@ -109,6 +111,11 @@ def test_accept_banner_objection_uphold(browser_page, eager_tasks):
     assert "overruled" in page.locator(".messages").inner_text()
     rec.refresh_from_db()
     assert rec.status == "accepted" and rec.objection_decision == "upheld"
+    page.goto(f"/reclaim/{rec.pk}/")
+    audit = page.locator(f"#rec-{rec.pk} details.audit").inner_text()
+    assert "objection overruled by admin: the node is needed for the deadline" in audit
+    assert "objected by lead: evaluation job starts tonight" in audit
+    screenshot(page, "reclaim-detail-audit")
 
     page.context.clear_cookies()
     browser_login(page, "lead")

@@ -518,3 +518,18 @@ def test_right_size_card_and_banner(client, roles, fleet):
     assert "at most 2 GPUs were busy at once 95% of the time" in banner
     assert reverse("reclaim_object", args=[rec.pk]) in banner
     assert "Release them now" not in banner  # self-release gives back idle GPUs only
+
+
+def test_anonymous_posts_go_to_the_login_page_and_change_nothing(client, roles, vision_rec):
+    reservation = vision_rec.reservation
+    urls = [reverse(name, args=[vision_rec.pk]) for name in (
+        "reclaim_accept", "reclaim_dismiss", "reclaim_uphold", "reclaim_withdraw",
+        "reclaim_object")]
+    urls += [reverse("reclaim_accept_bulk"), reverse("reclaim_exemption_create"),
+             reverse("reclaim_release_idle", args=[reservation.pk])]
+    for url in urls:
+        response = client.post(url, {"reason": "x", "ids": [vision_rec.pk]})
+        assert response.status_code == 302 and "/accounts/login/" in response["Location"], url
+    vision_rec.refresh_from_db()
+    assert vision_rec.status == "open" and not Exemption.objects.exists()
+    assert reservation.assignments.filter(assigned_until__gt=timezone.now()).count() == 2
