@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpuquota.ingest.partitions import partitions_ensure
-from tests.reclaimui.factories import policy_settings
+from tests.reclaimui.factories import policy_settings, reclaim_fleet
 
 
 @pytest.fixture(scope="session")
@@ -17,3 +17,13 @@ def django_db_setup(django_db_setup, django_db_blocker):
 @pytest.fixture(autouse=True)
 def _short_lookback(settings):
     policy_settings(settings)
+
+
+@pytest.fixture
+def fleet(roles):
+    return reclaim_fleet(roles)
+
+
+@pytest.fixture
+def vision_rec(fleet):
+    return fleet.recommendation(fleet.reservations[0])

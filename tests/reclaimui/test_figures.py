@@ -9,7 +9,6 @@ import time_machine
 from django.urls import reverse
 
 from reclaim import lifecycle
-from tests.reclaimui.factories import reclaim_fleet
 
 pytestmark = pytest.mark.django_db
 
@@ -19,11 +18,6 @@ def stat(body: str, name: str) -> str:
                       rf'<div class="value">([^<]*)<', body)
     assert match, name
     return match.group(1).strip()
-
-
-@pytest.fixture
-def fleet(roles):
-    return reclaim_fleet(roles)
 
 
 def test_fleet_page_and_metrics_before_and_after_a_release(client, roles, fleet):
