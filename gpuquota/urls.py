@@ -37,4 +37,5 @@ urlpatterns = [
     path("", include("reports.urls")),
     path("", include("reports.page_urls")),
     path("", include("reclaim.urls")),
+    path("", include("reclaim.urls_pages")),
 ]

@@ -9,7 +9,7 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
-LABEL_W, CELL_H, GAP, AXIS_H, WIDTH = 96, 14, 2, 14, 460
+LABEL_W, CELL_H, GAP, AXIS_H, WIDTH = 104, 14, 2, 14, 620
 
 
 @dataclass

@@ -38,6 +38,7 @@ from gpuquota.reservations.selectors import (
     window_availability,
 )
 from gpuquota.usage.history import month_of, team_month_context
+from reclaim.selectors_pages import team_reclaim_context
 from reports.review import team_statements
 
 
@@ -76,6 +77,7 @@ def team_detail(request, slug: str):
         "now": now,
         **team_month_context(team=team, month=month, now=now),
         "team_statements": team_statements(team=team),
+        **team_reclaim_context(team=team, now=now),
     }
     return render(request, "reservations/team_detail.html", context)
 

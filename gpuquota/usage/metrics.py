@@ -16,6 +16,7 @@ from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.usage import conf
 from gpuquota.usage.fleet import nodes_silent_count
 from gpuquota.usage.models import DirtyGpuHour
+from reclaim.metrics import ReclaimCollector
 
 CELERY_QUEUE = "celery"
 
@@ -70,6 +71,7 @@ def metrics_render() -> bytes:
     """The exposition text of one scrape."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(UsageCollector())
+    registry.register(ReclaimCollector())
     return generate_latest(registry)
 
 

@@ -28,6 +28,7 @@ from gpuquota.usage.selectors import (
     period_to_date,
     unreserved_busy_hours_named,
 )
+from reclaim.selectors import reclaim_figures
 
 
 def _visible_team_ids(user) -> set[int] | None:
@@ -49,7 +50,8 @@ def fleet(request):
     problems = request.GET.get("problems") == "1"
     context = {"nodes": [n for n in nodes if node_has_problem(n)] if problems else nodes,
                "summary": fleet_summary(nodes=nodes), "problems": problems,
-               "visible": _visible_team_ids(request.user), "is_admin": is_admin(request.user)}
+               "visible": _visible_team_ids(request.user), "is_admin": is_admin(request.user),
+               "reclaim": reclaim_figures()}
     return render(request, "usage/fleet.html", context)
 
 

@@ -9,12 +9,12 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import User
-from gpuquota.core.demo import FAULTY_NODE, demo_organisation_seed
-from gpuquota.core.demo_history import demo_history_backfill
 from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.demo.history import demo_history_backfill
+from gpuquota.demo.organisation import FAULTY_NODE, demo_organisation_seed
 from gpuquota.demo.reclaim import demo_reclaim_seed
+from gpuquota.demo.reservations import demo_reservations_seed
 from gpuquota.reservations.capacity import free_map
-from gpuquota.reservations.demo import demo_reservations_seed
 from gpuquota.usage.seconds import reserved_seconds
 from reclaim.lifecycle import recommendation_accept, recommendations_release_due
 from reclaim.models import Recommendation
