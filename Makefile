@@ -13,6 +13,9 @@ $(INSTALLED): requirements.txt
 	touch $@
 
 ## Run the product on the embedded default: SQLite, no broker, demo data, simulated agents.
+## Mail is written to files under var/mail/ unless EMAIL_URL says otherwise.
+demo: export EMAIL_URL ?= file://var/mail
+## Reclaim on a shortened look-back (1 h) and grace (5 min), so the demo shows it.
 demo: export RECLAIM_LOOKBACK_S ?= 3600
 demo: export RECLAIM_GRACE_S ?= 300
 demo: $(INSTALLED)

@@ -14,3 +14,8 @@ class ProfileForm(forms.ModelForm):
     class Meta:
         model = User
         fields = ["first_name", "last_name", "email", "timezone", "email_opt_out"]
+        labels = {"email_opt_out": "No email from gpuquota"}
+        help_texts = {
+            "email_opt_out": "Stops every email to you, statements included (your team's other "
+            "leads still receive them)."
+        }

@@ -96,6 +96,19 @@ def browser_page(live_server):
             browser.close()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _celery_tasks_in_process():
+    """Tasks queued by the code under test (`mail.send` after a commit) run in the test's
+    process, as on the embedded default, even with REDIS_URL set: nothing is left on the
+    broker for no one. Tests of real workers start their own (tests/usage/test_e2e.py)."""
+    from gpuquota.celery import app
+
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = previous
+
+
 @pytest.fixture
 def smtp_server(settings):
     """A real SMTP server (aiosmtpd) on 127.0.0.1 at a free port, with Django's SMTP backend

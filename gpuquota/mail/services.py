@@ -90,7 +90,8 @@ def mail_send(
     """One message per recipient, rendered from templates/mail/<template>/{subject.txt,body.txt,
     body.html} (context plus `recipient`), recorded per (key, recipient): a recipient already
     served under `key` is never mailed again (unless `force`: an explicit resend), so retries
-    after an SMTP outage or a killed worker mail only those not yet served."""
+    after an SMTP outage or a killed worker mail only those not yet served. It commits per
+    recipient, so it runs outside any transaction (inside one: `mail_send_later`)."""
     outcome = MailOutcome()
     if not mail_enabled():
         outcome.disabled = True
@@ -174,8 +175,10 @@ def _claim(*, recipient: User, template: str, key: str, force: bool) -> str:
         if delivery.status in (D.SENT, D.SKIPPED) and not force:
             return delivery.status
         if delivery.status == D.SENDING and delivery.attempts:
-            logger.warning("mail %s to user %s: the previous attempt was interrupted; sending "
-                           "again with the same Message-ID", key, recipient.pk)
+            # Interrupted (worker killed), or another call between its claim and its send:
+            # the send step's lock and status check tell the two apart.
+            logger.info("mail %s to user %s: an earlier attempt did not finish; claiming it "
+                        "again (same Message-ID)", key, recipient.pk)
         skip_reason = _skip_reason(recipient)
         delivery.template = template
         if skip_reason:

@@ -15,8 +15,6 @@ from gpuquota.reservations.services import (
 from tests.factories import AdminFactory
 from tests.reservations.factories import NOW, Fleet
 
-pytestmark = pytest.mark.usefixtures("celery_eager")
-
 
 @pytest.fixture
 def fleet(db):

@@ -10,7 +10,7 @@ from gpuquota.mail.services import mail_send_later
 from gpuquota.mail.tasks import mail_send_task
 from tests.factories import UserFactory
 
-pytestmark = pytest.mark.usefixtures("test_templates", "celery_eager")
+pytestmark = pytest.mark.usefixtures("test_templates")
 
 
 def later(users, key="task-key"):

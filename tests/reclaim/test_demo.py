@@ -23,18 +23,8 @@ from reclaim.services import recommendations_evaluate
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def eager_tasks():
-    from gpuquota.celery import app
-
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous
-
-
 def test_the_demo_notebook_is_recommended_accepted_mailed_and_released(
-        settings, smtp_server, eager_tasks):
+        settings, smtp_server):
     settings.RECLAIM_LOOKBACK_S, settings.RECLAIM_GRACE_S = 3600, 300  # as `make demo` sets
     now = hour_floor(timezone.now()) - timedelta(minutes=20)
     demo_organisation_seed()

@@ -93,7 +93,18 @@ def worker(django_db_setup, django_db_blocker, smtp, tmp_path_factory):
 
 
 @pytest.fixture
-def flow(transactional_db, settings, worker, smtp):
+def tasks_to_the_worker():
+    """Tasks go through Redis to the worker, not in-process as in the other tests."""
+    from gpuquota.celery import app
+
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = False
+    yield
+    app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def flow(transactional_db, settings, worker, smtp, tasks_to_the_worker):
     settings.RECLAIM_LOOKBACK_S = int(LOOKBACK.total_seconds())
     settings.RECLAIM_GRACE_S = int(GRACE.total_seconds())
     smtp.messages.clear()

@@ -114,6 +114,8 @@ class Command(BaseCommand):
         logins = ", ".join(["admin"] + [f"{slug}-lead, {slug}-member" for slug in TEAMS])
         self.stdout.write(self.style.SUCCESS(f"\ngpuquota demo is running at {url}/"))
         self.stdout.write(f"Logins (password '{DEMO_PASSWORD}'): {logins}")
+        if settings.EMAIL_BACKEND.endswith("filebased.EmailBackend"):
+            self.stdout.write(f"Mail is written to {settings.EMAIL_FILE_PATH}/ (a file per send).")
         self.stdout.write("Press Ctrl-C to stop.\n")
 
     def _run_beat(self, cap_s: float) -> None:
