@@ -6,7 +6,6 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from gpuquota.celery import app as celery_app
 from gpuquota.reservations.models import Assignment
 from reclaim.models import Recommendation
 from tests.factories import RoleMatrix
@@ -24,15 +23,6 @@ def _longer_lookback(settings):
     policy_settings(settings, HOURS)
 
 
-@pytest.fixture
-def eager_tasks():
-    """Celery tasks (the leads' notices) run in the web request, after commit."""
-    before = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = before
-
-
 def confirm_dialogs(page) -> list[str]:
     """Accept every confirm() and remember what it asked."""
     asked: list[str] = []
@@ -45,7 +35,7 @@ def confirm_dialogs(page) -> list[str]:
     return asked
 
 
-def test_accept_banner_objection_uphold(browser_page, eager_tasks):
+def test_accept_banner_objection_uphold(browser_page):
     roles = RoleMatrix.create()
     fleet = reclaim_fleet(roles, hours=HOURS)
     rec = fleet.recommendation(fleet.reservations[0])
@@ -129,7 +119,7 @@ def test_accept_banner_objection_uphold(browser_page, eager_tasks):
     screenshot(page, "reclaim-team-banner-upheld")
 
 
-def test_lead_releases_idle_gpus_in_one_step(browser_page, eager_tasks):
+def test_lead_releases_idle_gpus_in_one_step(browser_page):
     roles = RoleMatrix.create()
     fleet = reclaim_fleet(roles, hours=HOURS)
     reservation = fleet.reservations[0]
