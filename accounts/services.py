@@ -11,7 +11,7 @@ from accounts.selectors import api_tokens_live
 from gpuquota.core.errors import DomainError, PermissionDenied
 from gpuquota.core.services import audit_record
 from gpuquota.core.tokens import token_generate, token_hash
-from gpuquota.usage.services import identity_change_mark_dirty, membership_change_mark_dirty
+from gpuquota.outbox.services import identity_change_mark_dirty, membership_change_mark_dirty
 
 MAX_LIVE_API_TOKENS = 50
 

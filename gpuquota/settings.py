@@ -101,6 +101,7 @@ INSTALLED_APPS = [
     "accounts",
     "gpuquota.core",
     "gpuquota.inventory",
+    "gpuquota.outbox",
     "gpuquota.reservations",
     "gpuquota.ingest",
     "gpuquota.usage",

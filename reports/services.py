@@ -20,8 +20,10 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.inventory.models import GpuClass
-from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
-from gpuquota.usage.services import gpu_hours_mark_dirty, raw_data_horizon
+from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.outbox.services import gpu_hours_mark_dirty
+from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.services import raw_data_horizon
 from reports.models import RateCard
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")

@@ -1,6 +1,6 @@
 """Demo support for the usage app, called by the lead's demo commands."""
 
-from gpuquota.usage.services import dirty_hours_process
+from gpuquota.usage.sweep import dirty_hours_process
 
 
 def demo_usage_catch_up(*, limit: int = 100_000) -> int:

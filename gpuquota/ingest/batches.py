@@ -15,7 +15,7 @@ from gpuquota.ingest.protocol import instant_parse
 from gpuquota.ingest.records import GpuRef, records_judge
 from gpuquota.ingest.storage import EVENTS, PROCESSES, SAMPLES, records_store
 from gpuquota.inventory.models import Node
-from gpuquota.usage.services import gpu_hours_mark_dirty
+from gpuquota.outbox.services import gpu_hours_mark_dirty
 
 logger = logging.getLogger(__name__)
 

@@ -57,7 +57,7 @@ def gpu_class_change(*, gpu: Gpu, gpu_class: GpuClass, at: datetime, by,
                      reason: str = "") -> Gpu:
     """An admin prices a GPU (and its MIG devices) as another class from `at`; seconds
     before stay in the old class; audited; the hours from `at` marked for recompute."""
-    from gpuquota.usage.services import gpu_usage_mark_dirty
+    from gpuquota.outbox.services import gpu_usage_mark_dirty
 
     _admin_only(by)
     gpu = _physical(Gpu.objects.select_for_update().get(pk=gpu.pk))
@@ -82,7 +82,7 @@ def gpu_node_change(*, gpu: Gpu, node: Node, at: datetime, by, reason: str = "")
     """An admin records that a GPU (and its MIG devices) moved to another node at `at`
     (its cluster decides whose identities own its unreserved processes); audited; the
     hours from `at` marked for recompute."""
-    from gpuquota.usage.services import gpu_usage_mark_dirty
+    from gpuquota.outbox.services import gpu_usage_mark_dirty
 
     _admin_only(by)
     gpu = _physical(Gpu.objects.select_for_update().get(pk=gpu.pk))

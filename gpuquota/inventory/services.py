@@ -90,7 +90,7 @@ def model_mapping_save(*, mapping: GpuModelMapping, actor, at: datetime) -> GpuM
     """Map an NVML model name to a class; GPUs of that model move to it from `at`
     (seconds before stay priced as the class they had)."""
     from gpuquota.core.services import audit_record
-    from gpuquota.usage.services import gpu_interval_mark_dirty
+    from gpuquota.outbox.services import gpu_interval_mark_dirty
 
     at = whole_second(at)
     mapping.full_clean()
@@ -125,7 +125,7 @@ def model_mapping_delete(*, mapping: GpuModelMapping, actor, at: datetime) -> li
     as an unmapped model's do (seconds before stay in the class they had); audited, the
     hour in progress marked. Returns the GPUs reclassified."""
     from gpuquota.core.services import audit_record
-    from gpuquota.usage.services import gpu_interval_mark_dirty
+    from gpuquota.outbox.services import gpu_interval_mark_dirty
 
     at = whole_second(at)
     model_name, old_class = mapping.model_name, mapping.gpu_class

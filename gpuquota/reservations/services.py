@@ -16,6 +16,7 @@ from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.inventory.models import GpuClass
+from gpuquota.outbox.services import gpu_interval_mark_dirty
 from gpuquota.reservations.assigning import (
     NoCapacity,
     OverQuota,
@@ -30,7 +31,6 @@ from gpuquota.reservations.conf import booking_horizon_days, booking_horizon_end
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.notices import reservation_decision_notify, reservation_pending_notify
 from gpuquota.reservations.room import ClassLedger
-from gpuquota.usage.services import gpu_interval_mark_dirty
 
 __all__ = [
     "NoCapacity", "OverQuota", "reservation_create", "reservation_approve", "reservation_deny",

@@ -1,7 +1,8 @@
 from django.contrib import admin
 
 from gpuquota.core.admin import ReadOnlyAdmin
-from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
+from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.usage.models import GpuHourUsage
 
 
 @admin.register(GpuHourUsage)

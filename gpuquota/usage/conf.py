@@ -29,7 +29,8 @@ def dirty_sweep_interval_s() -> float:
 
 def dirty_sweep_batch() -> int:
     """GPU-hours one sweep recomputes at most (the next sweep takes the rest)."""
-    return int(getattr(settings, "USAGE_DIRTY_SWEEP_BATCH", 2000))
+    default = os.environ.get("USAGE_DIRTY_SWEEP_BATCH") or 2000
+    return int(getattr(settings, "USAGE_DIRTY_SWEEP_BATCH", default))
 
 
 def metrics_token() -> str:

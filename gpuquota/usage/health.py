@@ -24,7 +24,9 @@ from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import EventType, GpuEvent, Sample
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
-from gpuquota.usage.services import gpu_hours_mark_dirty, gpu_usage_mark_dirty
+from gpuquota.outbox.services import gpu_hours_mark_dirty, gpu_usage_mark_dirty
+from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.services import raw_data_horizon
 
 FAILED_XIDS = frozenset({48, 64, 79, 95, 119, 120})
 DEGRADED_XIDS = frozenset({63, 74, 92, 94})
@@ -202,6 +204,30 @@ def _health_auto_close(gpu: Gpu, device_ids: list[int], hour: datetime) -> bool:
     return changed
 
 
+def gpus_with_health_work(*, gpu_ids: list[int], hour: datetime) -> set[int]:
+    """Of these physical GPUs, the ones `gpu_health_evaluate` may change for this hour:
+    an opener in it (an event of the table or a sample with uncorrected ECC errors, on
+    the GPU or its MIG devices) or a failed interval with a boot id overlapping it. Three
+    queries for any number of GPUs; the others need no health evaluation."""
+    end = hour + timedelta(hours=1)
+    parent_of = dict(Gpu.objects.filter(Q(id__in=gpu_ids) | Q(parent_id__in=gpu_ids))
+                     .values_list("id", "parent_id"))
+    device_ids = list(parent_of)
+    opener_events = (Q(type__in=[EventType.GPU_LOST, EventType.REMAP_PENDING])
+                     | Q(type=EventType.XID, xid__in=FAILED_XIDS | DEGRADED_XIDS))
+    events = GpuEvent.objects.filter(opener_events, gpu_id__in=device_ids, ts__gte=hour,
+                                     ts__lt=end).values_list("gpu_id", flat=True).distinct()
+    ecc = Sample.objects.filter(gpu_id__in=device_ids, window_start__gte=hour,
+                                window_start__lt=end, ecc_uncorrected__gt=0
+                                ).values_list("gpu_id", flat=True).distinct()
+    failed = (GpuHealthInterval.objects.filter(gpu_id__in=gpu_ids, state=FAILED,
+                                               valid_from__lt=end)
+              .exclude(boot_id="").filter(Q(valid_until__isnull=True) | Q(valid_until__gt=hour))
+              .values_list("gpu_id", flat=True).distinct())
+    devices = {*events, *ecc}
+    return {parent_of.get(d) or d for d in devices} | set(failed)
+
+
 @transaction.atomic
 def gpu_health_evaluate(*, gpu_id: int, hour: datetime) -> int:
     """Apply the health openers of one GPU-hour (its MIG devices' too) and close an
@@ -263,9 +289,6 @@ def gpu_health_interval_record(*, gpu: Gpu, state: str, valid_from: datetime,
     (open: until recovered, or for `failed` until a good sample of another boot, the
     earlier of the two as for any failure); never overlapping another interval; audited;
     the hours it re-attributes marked for recompute."""
-    from gpuquota.usage.models import GpuHourUsage
-    from gpuquota.usage.services import raw_data_horizon
-
     if not (by is not None and by.is_authenticated and by.is_staff):
         raise PermissionDenied("Only admins can record a GPU's health.")
     if gpu.parent_id is not None:

@@ -13,9 +13,9 @@ from prometheus_client.core import GaugeMetricFamily
 
 from gpuquota.ingest.models import Sample
 from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage import conf
 from gpuquota.usage.fleet import nodes_silent_count
-from gpuquota.usage.models import DirtyGpuHour
 from reclaim.metrics import ReclaimCollector
 
 CELERY_QUEUE = "celery"

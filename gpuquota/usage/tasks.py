@@ -2,10 +2,12 @@
 
 from celery import shared_task
 from django.db import DatabaseError, InterfaceError, OperationalError
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from gpuquota.usage.conf import dirty_sweep_batch, dirty_sweep_interval_s
-from gpuquota.usage.services import dirty_hours_process, gpu_hour_recompute
+from gpuquota.usage.services import gpu_hour_recompute
+from gpuquota.usage.sweep import dirty_hours_process
 
 RETRY = {
     "autoretry_for": (OperationalError, InterfaceError, DatabaseError),
@@ -27,8 +29,8 @@ BEAT_SCHEDULE = {
 
 @shared_task(name="usage.dirty_sweep", **RETRY)
 def dirty_sweep() -> int:
-    """Recompute the dirty GPU-hours of the outbox (a batch; the next sweep takes the rest)."""
-    return dirty_hours_process(limit=dirty_sweep_batch())
+    """Recompute the outbox's GPU-hours due now (a batch; the next sweep takes the rest)."""
+    return dirty_hours_process(limit=dirty_sweep_batch(), due_by=timezone.now())
 
 
 @shared_task(name="usage.gpu_hour_recompute", **RETRY)

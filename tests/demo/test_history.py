@@ -21,8 +21,9 @@ from gpuquota.demo.organisation import (
 from gpuquota.demo.reservations import demo_reservations_seed
 from gpuquota.ingest.models import AgentBatch, GpuEvent, Sample
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
+from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.reservations.models import Reservation
-from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
+from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.selectors import reservation_utilization
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from accounts.models import ClusterIdentity, Membership
 from accounts.services import identity_delete, identity_save, membership_save
 from gpuquota.core.models import AuditEntry
 from gpuquota.ingest.models import ProcessRecord
-from gpuquota.usage.models import DirtyGpuHour
+from gpuquota.outbox.models import DirtyGpuHour
 from tests.factories import (
     EPOCH,
     AdminFactory,

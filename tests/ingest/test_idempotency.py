@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from gpuquota.ingest.models import AgentBatch, GpuEvent, ProcessRecord, Sample
-from gpuquota.usage.models import DirtyGpuHour
+from gpuquota.outbox.models import DirtyGpuHour
 from tests.helpers import run_concurrently
 from tests.ingest.factories import (
     Agent,

@@ -13,9 +13,10 @@ from django.utils import timezone
 from accounts.models import Membership, Team, User
 from gpuquota.ingest.models import ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu, GpuClass
+from gpuquota.outbox.services import gpu_hours_mark_dirty
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.services import reservation_create
-from gpuquota.usage.services import dirty_hours_process, gpu_hours_mark_dirty
+from gpuquota.usage.sweep import dirty_hours_process
 from reclaim.models import Recommendation, RecommendationGpu
 from tests.factories import (
     AdminFactory,

@@ -9,8 +9,9 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
+from gpuquota.outbox.services import gpu_interval_mark_dirty
 from gpuquota.reservations.models import Assignment, Reservation
-from gpuquota.usage.services import dirty_hours_process, gpu_interval_mark_dirty
+from gpuquota.usage.sweep import dirty_hours_process
 from reclaim.models import Recommendation
 from reclaim.services import recommendations_evaluate
 from tests.factories import AdminFactory, NodeFactory, RateCardFactory, make_gpu

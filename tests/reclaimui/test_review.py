@@ -53,7 +53,7 @@ def test_nav_link_for_admins_only(client, roles, fleet):
 
 def more_recommendations(roles, fleet, n: int) -> None:
     """n more idle Speech reservations, evaluated; the first two accepted, one objected."""
-    from gpuquota.usage.services import dirty_hours_process
+    from gpuquota.usage.sweep import dirty_hours_process
     from reclaim.services import recommendations_evaluate
 
     added = [reservation_with_telemetry(roles.other_team, utils=[0, 0], now=fleet.now)
@@ -323,7 +323,7 @@ def test_backtest_panel_runs_the_policy_on_the_history(client, roles):
 
 
 def test_right_size_card_and_banner(client, roles, fleet):
-    from gpuquota.usage.services import dirty_hours_process
+    from gpuquota.usage.sweep import dirty_hours_process
     from reclaim.services import recommendations_evaluate
 
     reservation = reservation_with_telemetry(roles.team, utils=[ALTERNATING] * 4, now=fleet.now,

@@ -24,8 +24,9 @@ from django.utils import timezone
 
 from accounts.models import ClusterIdentity, Team, User
 from gpuquota.ingest.models import ProcessRecord
+from gpuquota.outbox.services import gpu_hours_mark_dirty
 from gpuquota.reservations.services import reservation_release
-from gpuquota.usage.services import dirty_hours_process, gpu_hours_mark_dirty
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import (
     AdminFactory,
     GpuClassFactory,

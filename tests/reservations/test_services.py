@@ -8,6 +8,7 @@ from django.db.models import F
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.models import AuditEntry
 from gpuquota.inventory.models import GpuHealthInterval, MaintenanceBlock
+from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.services import (
     NoCapacity,
@@ -16,7 +17,6 @@ from gpuquota.reservations.services import (
     reservation_deny,
     reservation_release,
 )
-from gpuquota.usage.models import DirtyGpuHour
 from tests.factories import MembershipFactory, UserFactory
 from tests.reservations.factories import NOW, Fleet, mig_of
 

@@ -7,6 +7,7 @@ import pytest
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.models import AuditEntry
 from gpuquota.inventory.models import MaintenanceBlock
+from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.services import (
     NoCapacity,
@@ -21,7 +22,6 @@ from gpuquota.reservations.services_change import (
     reservation_swap_gpu,
 )
 from gpuquota.reservations.tasks import BEAT_SCHEDULE, reservations_advance_task
-from gpuquota.usage.models import DirtyGpuHour
 from tests.factories import GpuClassFactory, make_gpu
 from tests.reservations.factories import NOW
 

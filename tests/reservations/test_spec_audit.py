@@ -133,7 +133,7 @@ def test_over_quota_backfill_into_the_future_respects_other_teams_guarantees(fle
 #     past minutes: their usage is recomputed (marked dirty in the same transaction) -------
 
 def test_start_within_tolerance_marks_the_past_minutes_dirty(fleet):
-    from gpuquota.usage.models import DirtyGpuHour
+    from gpuquota.outbox.models import DirtyGpuHour
 
     r = fleet.request(count=2, start=NOW - timedelta(minutes=4))  # NOW is 10:00
     gpu_ids = {a.gpu_id for a in r.assignments.all()}

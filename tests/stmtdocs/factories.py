@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gpuquota.core.timeutil import Period
-from gpuquota.usage.services import dirty_hours_process
+from gpuquota.usage.sweep import dirty_hours_process
 from reports.services_statements import statements_draft_month
 from tests.factories import GpuClassFactory, NodeFactory, RateCardFactory, make_gpu
 from tests.usage.factories import minute_samples, reserve

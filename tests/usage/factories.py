@@ -12,8 +12,8 @@ from accounts.models import ClusterIdentity
 from gpuquota.ingest.models import GpuEvent, NodeBoot, ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu
 from gpuquota.inventory.services import gpu_register
+from gpuquota.outbox.services import gpu_hours_mark_dirty, gpu_interval_mark_dirty
 from gpuquota.reservations.models import Assignment, Reservation
-from gpuquota.usage.services import gpu_hours_mark_dirty, gpu_interval_mark_dirty
 from tests.factories import AdminFactory, MembershipFactory, TeamFactory, UserFactory
 
 T0 = datetime(2026, 10, 31, 22, 0, tzinfo=UTC)  # two hours before a month edge

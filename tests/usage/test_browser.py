@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.inventory.models import GpuHealthInterval
-from gpuquota.usage.services import dirty_hours_process
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import NodeFactory, RoleMatrix, make_gpu
 from tests.helpers import browser_login, screenshot
 from tests.usage.factories import add_processes, minute_samples, reserve, team_with_user

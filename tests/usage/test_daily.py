@@ -12,7 +12,7 @@ from gpuquota.core.timeutil import Period
 from gpuquota.inventory.services import gpu_reclassify
 from gpuquota.usage.daily import DayUsage, daily_usage, day_windows
 from gpuquota.usage.selectors import class_utilization, fleet_utilization, team_utilization
-from gpuquota.usage.services import dirty_hours_process
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import GpuClassFactory, NodeFactory, TeamFactory, make_gpu
 from tests.usage.factories import T0, minute_samples, reserve
 

@@ -18,7 +18,8 @@ from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import Sample
 from gpuquota.ingest.services import cluster_ensure, node_enrol
 from gpuquota.inventory.models import Gpu
-from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
+from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import usage_buckets, usage_inputs_load
 from tests.factories import AdminFactory, TeamFactory
 from tests.usage.factories import reserve
@@ -94,8 +95,9 @@ def rollups_complete() -> bool:
 @pytest.mark.redis
 @pytest.mark.timeout(300)
 def test_agent_to_rollups_through_a_real_worker_surviving_a_redis_restart(
-    transactional_db, live_server, tmp_path
+    transactional_db, live_server, tmp_path, settings
 ):
+    settings.USAGE_ROLLUP_FRESHNESS_S = 1  # the live server marks: open hours due at once
     db = connection.settings_dict
     database_url = (f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
                     f"/{db['NAME']}")
@@ -109,7 +111,8 @@ def test_agent_to_rollups_through_a_real_worker_surviving_a_redis_restart(
 
     redis_start()
     env = {**os.environ, "DATABASE_URL": database_url,
-           "REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/6", "USAGE_DIRTY_SWEEP_INTERVAL_S": "1"}
+           "REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/6", "USAGE_DIRTY_SWEEP_INTERVAL_S": "1",
+           "USAGE_ROLLUP_FRESHNESS_S": "1"}
     log = open(tmp_path / "worker.log", "w")  # noqa: SIM115
     worker = subprocess.Popen(
         [str(ROOT / ".venv/bin/celery"), "-A", "gpuquota", "worker", "-B", "--concurrency", "2",

@@ -8,9 +8,10 @@ from django.utils import timezone
 from gpuquota.core.errors import Conflict, PermissionDenied
 from gpuquota.core.models import AuditEntry
 from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage.health import gpu_health_recover
-from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
-from gpuquota.usage.services import dirty_hours_process
+from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import AdminFactory, UserFactory, make_gpu
 from tests.usage.factories import T0, add_event, add_samples, mig_device, minute_samples
 

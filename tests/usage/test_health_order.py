@@ -10,8 +10,8 @@ import pytest
 
 from gpuquota.ingest.batches import batch_ingest
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
-from gpuquota.usage.models import DirtyGpuHour
-from gpuquota.usage.services import dirty_hours_process
+from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.ingest.factories import batch, enrolled, event, gpu_entry, new_gpu_uuid, sample
 from tests.usage.factories import T0
 

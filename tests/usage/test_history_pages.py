@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from gpuquota.reservations.models import Reservation
-from gpuquota.usage.services import dirty_hours_process
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import GpuClassFactory, NodeFactory, make_gpu
 from tests.usage.factories import T0, minute_samples, reserve
 

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.inventory.models import GpuHealthInterval
-from gpuquota.usage.services import dirty_hours_process
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import NodeFactory, TeamFactory, make_gpu
 from tests.usage.factories import add_processes, minute_samples, reserve
 

@@ -9,9 +9,10 @@ import pytest
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.inventory.services import gpu_reclassify
+from gpuquota.outbox.services import gpu_interval_mark_dirty
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.pricing import chargeable_seconds, rate_card_gaps
-from gpuquota.usage.services import dirty_hours_process, gpu_interval_mark_dirty
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import EPOCH, GpuClassFactory, RateCardFactory, TeamFactory, make_gpu
 from tests.usage.factories import T0, add_processes, minute_samples, reserve, team_with_user
 

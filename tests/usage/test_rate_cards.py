@@ -10,9 +10,10 @@ from django.urls import reverse
 from gpuquota.core.errors import Conflict, PermissionDenied
 from gpuquota.core.models import AuditEntry
 from gpuquota.core.timeutil import Period
-from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
+from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.pricing import chargeable_seconds
-from gpuquota.usage.services import dirty_hours_process
+from gpuquota.usage.sweep import dirty_hours_process
 from reports.models import RateCard
 from reports.services import rate_card_change, rate_card_create, rate_card_end
 from tests.factories import AdminFactory, GpuClassFactory, UserFactory, make_gpu

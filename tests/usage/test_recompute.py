@@ -6,16 +6,17 @@ import pytest
 from django.db import transaction
 
 from accounts.models import ClusterIdentity, Membership
-from gpuquota.reservations.models import Reservation
-from gpuquota.reservations.services import reservation_create, reservation_release
-from gpuquota.usage.models import DirtyGpuHour, GpuHourUsage
-from gpuquota.usage.services import (
-    dirty_hours_process,
-    gpu_hour_recompute,
+from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.outbox.services import (
     gpu_hours_mark_dirty,
     identity_change_mark_dirty,
     membership_change_mark_dirty,
 )
+from gpuquota.reservations.models import Reservation
+from gpuquota.reservations.services import reservation_create, reservation_release
+from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.services import gpu_hour_recompute
+from gpuquota.usage.sweep import dirty_hours_process
 from gpuquota.usage.tasks import dirty_sweep
 from tests.factories import AdminFactory, TeamFactory, make_gpu
 from tests.helpers import run_concurrently
@@ -49,18 +50,18 @@ def test_late_sample_is_recomputed():
 
 
 def test_a_mark_during_recompute_leaves_a_row_for_the_next_sweep(monkeypatch):
-    from gpuquota.usage import health
+    from gpuquota.usage import sweep
 
     gpu = make_gpu()
     minute_samples(gpu, T0, 1)
-    real = health.gpu_health_evaluate
+    real = sweep.gpu_hours_replace
 
     def ingest_meanwhile(**kwargs):  # a batch stored while the hour is being recomputed
-        monkeypatch.setattr(health, "gpu_health_evaluate", real)
+        monkeypatch.setattr(sweep, "gpu_hours_replace", real)
         add_samples(gpu, [{"start": T0 + timedelta(minutes=5)}])
         return real(**kwargs)
 
-    monkeypatch.setattr(health, "gpu_health_evaluate", ingest_meanwhile)
+    monkeypatch.setattr(sweep, "gpu_hours_replace", ingest_meanwhile)
     assert dirty_hours_process() == 1
     assert DirtyGpuHour.objects.filter(gpu=gpu, hour=T0).exists()
     dirty_sweep()

@@ -8,7 +8,8 @@ import pytest
 from accounts.models import ClusterIdentity
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.usage.models import GpuHourUsage
-from gpuquota.usage.services import dirty_hours_process, gpu_hour_recompute
+from gpuquota.usage.services import gpu_hour_recompute
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import make_gpu
 from tests.usage.factories import (
     T0,

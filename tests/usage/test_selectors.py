@@ -18,7 +18,7 @@ from gpuquota.usage.selectors import (
     team_utilization,
     unreserved_busy_by_team,
 )
-from gpuquota.usage.services import dirty_hours_process
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import TeamFactory, make_gpu
 from tests.usage.factories import T0, add_processes, minute_samples, reserve, team_with_user
 

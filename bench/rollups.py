@@ -1,0 +1,291 @@
+"""Rollup benchmark: what the outbox sweep costs against what ingesting the same samples
+costs, on a simulated fleet fed through the real ingestion service (issue 13).
+
+    .venv/bin/python -m bench.rollups [--nodes 100] [--minutes 60] [--backfill-gpus 100]
+
+It recreates database gq_bench_rollups, enrols `--nodes` nodes of 8 GPUs, then:
+
+1. steady state: simulated time (time_machine) runs through one hour; every node sends a
+   batch per 60 s window (the agents' default; 8 samples and 8 process records) to
+   `batch_ingest`, spread over the first 30 s after the window closes; the sweep
+   (`dirty_hours_process(due_by=now)`, as beat's task) runs every 15 s of simulated time,
+   until two minutes after the hour closed. CPU is counted for the worker process
+   (process_time) and for its PostgreSQL backend (/proc/<pid>/stat), split between
+   ingest and sweep;
+2. backfill: a dense day (24 hours of 60 s windows with processes) for `--backfill-gpus`
+   GPUs stored in hour-long batches, then recomputed by one catch-up sweep;
+3. scale-out: the backfill day marked dirty again and swept by one, then by two worker
+   processes; the rows must be identical.
+
+It prints recomputes per GPU-hour, sweep and ingest CPU per GPU-hour and their ratio,
+GPUs one worker core keeps current, the worst lag, backfill GPU-hours per second and
+the two-worker speed-up. It is not a test.
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import uuid
+from datetime import timedelta
+
+from bench.ingest import ROOT, batch_body, database_create, env_for
+
+DATABASE = "gq_bench_rollups"
+M, H, S = timedelta(minutes=1), timedelta(hours=1), timedelta(seconds=1)
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _pg_cpu_s() -> float:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class Meter:
+    """Worker and database CPU seconds spent inside `with meter:` blocks."""
+
+    def __init__(self):
+        self.worker_s = self.db_s = self.wall_s = 0.0
+
+    def __enter__(self):
+        self._start = (time.process_time(), _pg_cpu_s(), time.perf_counter())
+        return self
+
+    def __exit__(self, *exc):
+        cpu, db, wall = self._start
+        self.worker_s += time.process_time() - cpu
+        self.db_s += _pg_cpu_s() - db
+        self.wall_s += time.perf_counter() - wall
+
+    @property
+    def total_s(self) -> float:
+        return self.worker_s + self.db_s
+
+
+def nodes_enrol(count: int, prefix: str) -> list[dict]:
+    """Enrol nodes of 8 GPUs through the service."""
+    from gpuquota.ingest.services import cluster_ensure, node_enrol
+
+    cluster = cluster_ensure(name="bench")
+    return [{"hostname": node_enrol(cluster=cluster, hostname=f"{prefix}-{index:03d}",
+                                    actor=None).node.hostname,
+             "gpus": [f"GPU-{uuid.uuid4()}" for _ in range(8)]} for index in range(count)]
+
+
+def body_for(node: dict, window_start, windows: int, seq: int) -> dict:
+    body = json.loads(batch_body(node, window_start, windows, seq))
+    body["processes"] = [
+        {"gpu_uuid": sample["gpu_uuid"], "window_start": sample["window_start"],
+         "window_end": sample["window_end"], "pid": 4000 + i % 8, "pid_start": 1,
+         "uid": 1000 + i % 8, "user": f"user{i % 8}", "command": "python",
+         "job": {"source": "slurm", "id": str(100 + i % 8), "account": "physics"},
+         "memory_used_bytes_max": 60129542144, "util_sm_avg": 83.0}
+        for i, sample in enumerate(body["samples"])]
+    return body
+
+
+def steady_state(nodes: list[dict], minutes: int, base) -> dict:
+    import time_machine
+
+    from gpuquota.ingest.batches import batch_ingest
+    from gpuquota.inventory.models import Gpu, Node
+    from gpuquota.usage import sweep
+    from gpuquota.usage.conf import dirty_sweep_batch
+
+    node_rows = {n.hostname: n for n in Node.objects.all()}
+    recomputed: list[tuple] = []
+    real = sweep.gpu_hours_replace
+
+    def counted(*, gpu_ids, hour):
+        recomputed.extend((gpu_id, hour) for gpu_id in gpu_ids)
+        return real(gpu_ids=gpu_ids, hour=hour)
+
+    sweep.gpu_hours_replace = counted
+    events = []
+    for minute in range(1, minutes + 1):
+        for i in range(len(nodes)):
+            arrival = base + minute * M + S * (30 * i // len(nodes))
+            events.append((arrival, 1, i, base + (minute - 1) * M))
+    end = base + minutes * M + 2 * M + S
+    sweep_at = base
+    while sweep_at <= end:
+        events.append((sweep_at, 0, -1, None))
+        sweep_at += 15 * S
+    events.sort(key=lambda e: (e[0], e[1], e[2]))
+    ingest, swept = Meter(), Meter()
+    pending: dict[tuple, object] = {}
+    gpu_of = {}
+    worst_lag, worst_sweep_wall = 0.0, 0.0
+    with time_machine.travel(base, tick=False) as clock:
+        for at, kind, index, window in events:
+            clock.move_to(at)
+            if kind == 1:
+                node = nodes[index]
+                with ingest:
+                    batch_ingest(node=node_rows[node["hostname"]],
+                                 body=body_for(node, window, 1, (window - base) // M),
+                                 now=at, check_age=False)
+                for uuid in node["gpus"]:
+                    pending.setdefault((uuid, window.replace(minute=0, second=0)), at)
+                continue
+            before = len(recomputed)
+            wall = time.perf_counter()
+            with swept:
+                sweep.dirty_hours_process(limit=dirty_sweep_batch(), due_by=at)
+            wall = time.perf_counter() - wall
+            worst_sweep_wall = max(worst_sweep_wall, wall)
+            if any(gpu_id not in gpu_of for gpu_id, _ in recomputed[before:]):
+                gpu_of = dict(Gpu.objects.values_list("id", "uuid"))
+            for gpu_id, hour in recomputed[before:]:
+                since = pending.pop((gpu_of.get(gpu_id), hour), None)
+                if since is not None:
+                    worst_lag = max(worst_lag, (at - since).total_seconds() + wall)
+    sweep.gpu_hours_replace = real
+    gpu_hours = len(nodes) * 8 * minutes / 60
+    return {"gpu_hours": gpu_hours, "recomputes": len(recomputed), "ingest": ingest,
+            "sweep": swept, "worst_lag_s": worst_lag, "worst_sweep_wall_s": worst_sweep_wall,
+            "unswept": len(pending)}
+
+
+def backfill(nodes: list[dict], hours: int, base) -> dict:
+    from django.utils import timezone
+
+    from gpuquota.ingest.batches import batch_ingest
+    from gpuquota.inventory.models import Node
+    from gpuquota.usage.sweep import dirty_hours_process
+
+    node_rows = {n.hostname: n for n in Node.objects.all()}
+    for hour in range(hours):
+        for node in nodes:
+            batch_ingest(node=node_rows[node["hostname"]],
+                         body=body_for(node, base + hour * H, 60, hour * 60),
+                         now=timezone.now(), check_age=False)
+    meter = Meter()
+    with meter:
+        while dirty_hours_process(limit=5000):
+            pass
+    return {"gpu_hours": len(nodes) * 8 * hours, "meter": meter}
+
+
+def _rows_digest() -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) FROM (SELECT "
+                       "gpu_id, hour, kind, team_id, split_ways, failed, covered_s, busy_s, "
+                       "util_weighted, energy_j, process_count, users_seen FROM "
+                       "usage_gpuhourusage) t")
+        return cursor.fetchone()[0]
+
+
+def scale_out(gpu_ids: list[int], base, hours: int, workers: int) -> tuple[float, str]:
+    from django.db import transaction
+
+    from gpuquota.outbox.services import gpu_interval_mark_dirty
+
+    with transaction.atomic():
+        gpu_interval_mark_dirty(gpu_ids=gpu_ids, start=base, end=base + hours * H)
+    env = {**env_for(DATABASE), "BENCH_SWEEP_AT": str(time.time() + 15)}
+    procs = [subprocess.Popen([sys.executable, "-m", "bench.rollups", "--sweeper"], cwd=ROOT,
+                              env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(workers)]
+    spans = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    # from the first worker's first sweep to the last one's end (process start-up excluded)
+    return max(end for _, end in spans) - min(start for start, _ in spans), _rows_digest()
+
+
+def sweeper() -> None:
+    from gpuquota.outbox.models import DirtyGpuHour
+    from gpuquota.usage.sweep import dirty_hours_process
+
+    started = time.time()
+    while DirtyGpuHour.objects.exists():
+        dirty_hours_process()
+    print(json.dumps([started, time.time()]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=100)
+    parser.add_argument("--minutes", type=int, default=60)
+    parser.add_argument("--backfill-gpus", type=int, default=100)
+    parser.add_argument("--backfill-hours", type=int, default=24)
+    parser.add_argument("--sweeper", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if not args.sweeper:
+        database_create(DATABASE)
+    os.environ.update(env_for(DATABASE))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuquota.settings")
+    import django
+
+    django.setup()
+    if args.sweeper:
+        # both workers start sweeping together, whatever their start-up took
+        time.sleep(max(0.0, float(os.environ.get("BENCH_SWEEP_AT", "0")) - time.time()))
+        return sweeper()
+    from django.utils import timezone
+
+    from gpuquota.core.timeutil import hour_floor
+
+    fleet = nodes_enrol(args.nodes, "steady")
+    base = hour_floor(timezone.now()) - 3 * H
+    if args.minutes:
+        _steady_print(steady_state(fleet, args.minutes, base), args)
+    _backfill_and_scale_out(args)
+
+
+def _steady_print(steady: dict, args) -> None:
+    hours, ingest, swept = steady["gpu_hours"], steady["ingest"], steady["sweep"]
+    per = {name: m.total_s / hours for name, m in (("ingest", ingest), ("sweep", swept))}
+    print(f"steady state: {args.nodes * 8} GPUs, {args.minutes} simulated minutes "
+          f"({hours:.0f} GPU-hours), sweep every 15 s")
+    print(f"  recomputes per GPU-hour        {steady['recomputes'] / hours:.2f}")
+    print(f"  ingest CPU per GPU-hour        {per['ingest']:.4f} s (worker "
+          f"{ingest.worker_s / hours:.4f}, PostgreSQL {ingest.db_s / hours:.4f})")
+    print(f"  sweep CPU per GPU-hour         {per['sweep']:.4f} s (worker "
+          f"{swept.worker_s / hours:.4f}, PostgreSQL {swept.db_s / hours:.4f})")
+    print(f"  sweep / ingest CPU             {per['sweep'] / per['ingest']:.2f}")
+    print(f"  GPUs one worker core keeps current  {3600 / (swept.worker_s / hours):,.0f} "
+          f"(worker and database CPU together: {3600 / per['sweep']:,.0f})")
+    print(f"  worst lag (sample arrival to rollup) {steady['worst_lag_s']:.0f} s; slowest "
+          f"sweep {steady['worst_sweep_wall_s']:.2f} s wall; GPU-hours left dirty "
+          f"{steady['unswept']}")
+
+
+def _backfill_and_scale_out(args) -> None:
+    from django.utils import timezone
+
+    from gpuquota.core.timeutil import hour_floor
+    from gpuquota.inventory.models import Gpu
+
+    day = hour_floor(timezone.now()) - (args.backfill_hours + 5) * H
+    day_fleet = nodes_enrol(math.ceil(args.backfill_gpus / 8), "backfill")
+    filled = backfill(day_fleet, args.backfill_hours, day)
+    meter = filled["meter"]
+    print(f"backfill: {filled['gpu_hours']} dense GPU-hours recomputed in {meter.wall_s:.1f} s "
+          f"wall: {filled['gpu_hours'] / meter.wall_s:.0f} GPU-hours/s "
+          f"({filled['gpu_hours'] / meter.total_s:.0f} per CPU-second, worker and database); "
+          f"a month for 1,000 GPUs: {744_000 / (filled['gpu_hours'] / meter.wall_s) / 60:.0f} "
+          "min")
+    uuids = {gpu for node in day_fleet for gpu in node["gpus"]}
+    gpu_ids = list(Gpu.objects.filter(uuid__in=uuids).values_list("id", flat=True))
+    digest = _rows_digest()
+    one, one_digest = scale_out(gpu_ids, day, args.backfill_hours, 1)
+    two, two_digest = scale_out(gpu_ids, day, args.backfill_hours, 2)
+    same = "identical rows" if digest == one_digest == two_digest else "ROWS DIFFER"
+    print(f"scale-out: the day swept by 1 worker {one:.1f} s, by 2 workers {two:.1f} s: "
+          f"speed-up {one / two:.2f} ({same})")
+
+
+if __name__ == "__main__":
+    main()
