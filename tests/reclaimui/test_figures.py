@@ -20,7 +20,8 @@ def stat(body: str, name: str) -> str:
     return match.group(1).strip()
 
 
-def test_fleet_page_and_metrics_before_and_after_a_release(client, roles, fleet):
+def test_fleet_page_and_metrics_before_and_after_a_release(client, roles, fleet, settings):
+    settings.METRICS_ALLOWED_NETWORKS = "127.0.0.0/8"  # the test client's address
     with time_machine.travel(fleet.now, tick=False):
         client.force_login(roles.member)
         body = client.get(reverse("fleet")).content.decode()
@@ -50,7 +51,8 @@ def test_fleet_page_and_metrics_before_and_after_a_release(client, roles, fleet)
         assert 'gpuquota_reclaim_recommendations{kind="reclaim",status="open"} 1.0' in metrics
 
 
-def test_fleet_page_without_any_recommendation(client, roles):
+def test_fleet_page_without_any_recommendation(client, roles, settings):
+    settings.METRICS_ALLOWED_NETWORKS = "127.0.0.0/8"  # the test client's address
     client.force_login(roles.member)
     body = client.get(reverse("fleet")).content.decode()
     assert stat(body, "reclaimable-gpu-hours") == "0.0"
