@@ -149,3 +149,25 @@ def test_query_count_is_the_same_for_a_small_and_a_large_fleet(client, roles, pa
         body = get(client, **params)
     assert len(large) == len(small) <= 16
     assert len(nodes_shown(body)) == NODES_PER_PAGE
+
+
+def test_index_takes_the_busiest_mig_device_and_leaves_failed_gpus_out(roles):
+    import uuid
+
+    from gpuquota.inventory.models import Gpu
+    from gpuquota.usage.fleet_index import fleet_index, index_summary
+
+    now = timezone.now().replace(microsecond=0)
+    node = NodeFactory(last_seen_at=now)
+    gpu, failed = make_gpu(node=node, index=0), make_gpu(node=node, index=1)
+    mig = Gpu.objects.create(uuid=f"MIG-{uuid.uuid4()}", parent=gpu, node=node,
+                             gpu_class=gpu.gpu_class, commissioned_at=gpu.commissioned_at)
+    minute_samples(gpu, now - timedelta(minutes=3), 3, util=10)
+    minute_samples(mig, now - timedelta(minutes=3), 3, util=70)
+    minute_samples(failed, now - timedelta(minutes=3), 3, util=90)
+    GpuHealthInterval.objects.create(gpu=failed, state="failed", reason="gpu_lost",
+                                     valid_from=now - timedelta(minutes=1))
+    [row] = fleet_index(now=now)
+    assert [(g.id, g.util) for g in row.gpus] == [(gpu.id, 70), (failed.id, None)]
+    summary = index_summary([row])
+    assert (summary.gpus, summary.failed, summary.util_mean) == (2, 1, 70)
