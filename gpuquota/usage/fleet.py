@@ -52,14 +52,16 @@ def nodes_silent_count(*, now: datetime | None = None) -> int:
     return Node.objects.filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=cutoff)).count()
 
 
-def fleet_now(*, now: datetime | None = None) -> list[NodeNow]:
-    """Every node with its in-service GPUs: health, latest utilization (within the
-    silence threshold) and current assignment. Six queries."""
+def fleet_now(*, now: datetime | None = None, node_ids: list[int] | None = None,
+              gpu_ids: set[int] | None = None) -> list[NodeNow]:
+    """Every node (or those of `node_ids`, in that order) with its in-service GPUs (or
+    those of `gpu_ids`, with their MIG devices): health, latest utilization (within the
+    silence threshold) and current assignment. Five queries."""
     now = now or timezone.now()
-    gpus = list(
-        Gpu.objects.filter(Q(retired_at__isnull=True) | Q(retired_at__gt=now))
-        .select_related("gpu_class", "node__cluster")
-    )
+    in_service = Gpu.objects.filter(Q(retired_at__isnull=True) | Q(retired_at__gt=now))
+    if gpu_ids is not None:
+        in_service = in_service.filter(Q(id__in=gpu_ids) | Q(parent_id__in=gpu_ids))
+    gpus = list(in_service.select_related("gpu_class", "node__cluster"))
     physical = {g.id: GpuNow(gpu=g) for g in gpus if g.parent_id is None}
     parent_of = {g.id: g.parent_id or g.id for g in gpus}
     for interval in GpuHealthInterval.objects.filter(_in_force(now), gpu_id__in=physical):
@@ -90,11 +92,15 @@ def fleet_now(*, now: datetime | None = None) -> list[NodeNow]:
                   if r["memory_used_bytes_avg"] is not None]
         view.util = max(utils) if utils else None
         view.memory_used_bytes = sum(memory) if memory else None
-    nodes = {n.id: NodeNow(node=n, silent=node_is_silent(n, now))
-             for n in Node.objects.select_related("cluster")}
+    listed = Node.objects.select_related("cluster")
+    if node_ids is not None:
+        by_id = listed.in_bulk(node_ids)
+        listed = [by_id[i] for i in node_ids if i in by_id]
+    nodes = {n.id: NodeNow(node=n, silent=node_is_silent(n, now)) for n in listed}
     for view in sorted(physical.values(), key=lambda v: (v.gpu.index is None, v.gpu.index or 0,
                                                           v.gpu.uuid)):
-        nodes[view.gpu.node_id].gpus.append(view)
+        if view.gpu.node_id in nodes:
+            nodes[view.gpu.node_id].gpus.append(view)
     return list(nodes.values())
 
 

@@ -7,3 +7,31 @@ class HealthRecoverForm(forms.Form):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}),
     )
     note = forms.CharField(max_length=256, required=False)
+
+
+class FleetFilterForm(forms.Form):
+    """The fleet page's search and filters; choices come from the page's own lists (the
+    viewer's visible teams only); a bad value is a form error and that filter is ignored."""
+
+    q = forms.CharField(required=False, max_length=100, label="Search",
+                        widget=forms.TextInput(attrs={
+                            "type": "search", "placeholder": "hostname, GPU UUID or team"}))
+    gpu_class = forms.TypedChoiceField(required=False, coerce=int, empty_value=None,
+                                       label="GPU class")
+    cluster = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
+    health = forms.ChoiceField(required=False, choices=[
+        ("", "Any health"), ("healthy", "Healthy"), ("degraded", "Degraded"),
+        ("failed", "Failed")])
+    reserved = forms.TypedChoiceField(
+        required=False, empty_value=None, coerce=lambda v: v == "yes",
+        choices=[("", "Reserved or not"), ("yes", "Reserved now"), ("no", "Unreserved now")])
+    team = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
+    problems = forms.BooleanField(required=False, label="Only problems")
+
+    def __init__(self, data, *, classes, clusters, teams):
+        super().__init__(data)
+        self.fields["gpu_class"].choices = [("", "All classes"),
+                                            *((c.id, c.name) for c in classes)]
+        self.fields["cluster"].choices = [("", "All clusters"),
+                                          *((c.id, c.name) for c in clusters)]
+        self.fields["team"].choices = [("", "All teams"), *((t.id, t.name) for t in teams)]

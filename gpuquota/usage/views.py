@@ -16,8 +16,9 @@ from gpuquota.inventory.models import Gpu, gpu_uuid_normalize
 from gpuquota.usage.charts import svg_bar_chart, svg_reserved_busy_chart
 from gpuquota.usage.conf import agent_silent_after_s, busy_util_percent
 from gpuquota.usage.daily import daily_usage
-from gpuquota.usage.fleet import fleet_now, fleet_summary, gpu_history, node_has_problem
-from gpuquota.usage.forms import HealthRecoverForm
+from gpuquota.usage.fleet import gpu_history
+from gpuquota.usage.fleet_index import FleetFilter, fleet_choices, fleet_page
+from gpuquota.usage.forms import FleetFilterForm, HealthRecoverForm
 from gpuquota.usage.health import gpu_health_recover
 from gpuquota.usage.metrics import metrics_access, metrics_render
 from gpuquota.usage.selectors import (
@@ -46,11 +47,24 @@ def _gpu_or_404(uuid: str) -> Gpu:
 
 @login_required
 def fleet(request):
-    nodes = fleet_now()
-    problems = request.GET.get("problems") == "1"
-    context = {"nodes": [n for n in nodes if node_has_problem(n)] if problems else nodes,
-               "summary": fleet_summary(nodes=nodes), "problems": problems,
-               "visible": _visible_team_ids(request.user), "is_admin": is_admin(request.user),
+    visible = _visible_team_ids(request.user)
+    choices = fleet_choices(visible_team_ids=visible)
+    form = FleetFilterForm(request.GET, classes=choices.classes, clusters=choices.clusters,
+                           teams=choices.teams)
+    form.is_valid()  # the valid fields filter; a bad one shows its error and is ignored
+    wanted = {k: v for k, v in form.cleaned_data.items() if v not in (None, "")}
+    filters = FleetFilter(**{**wanted, "q": wanted.get("q", "").strip()})
+    result = fleet_page(filters=filters, teams=choices.teams, page=request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    problems_query = query.copy()
+    problems_query["problems"] = "1"
+    all_query = query.copy()
+    all_query.pop("problems", None)
+    context = {"result": result, "summary": result.summary, "form": form, "filters": filters,
+               "query": query.urlencode(), "problems_query": problems_query.urlencode(),
+               "all_query": all_query.urlencode(), "problems": filters.problems,
+               "visible": visible, "is_admin": is_admin(request.user),
                "reclaim": reclaim_figures()}
     return render(request, "usage/fleet.html", context)
 

@@ -116,3 +116,47 @@ def test_lead_picks_a_past_month_on_the_team_page_and_reads_its_chart(live_serve
     page.goto("/reservations/new/")
     screenshot(page, "reservation-form-390px")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+def test_admin_finds_a_gpu_among_many_nodes_with_search_and_filters(transactional_db,
+                                                                      browser_page):
+    from tests.factories import ClusterFactory, GpuClassFactory
+
+    roles = RoleMatrix.create()
+    now = timezone.now().replace(microsecond=0)
+    east, west = ClusterFactory(name="East"), ClusterFactory(name="West")
+    l4 = GpuClassFactory(name="L4")
+    wanted = None
+    for n in range(40):
+        node = NodeFactory(hostname=f"{'east' if n % 2 else 'west'}-{n:03d}",
+                           cluster=east if n % 2 else west, last_seen_at=now)
+        for i in range(4):
+            gpu = make_gpu(node=node, index=i, gpu_class=l4 if i == 3 else None)
+            if n == 17 and i == 3:
+                wanted = gpu
+                reserve(roles.team, gpu, now - timedelta(hours=1), now + timedelta(hours=3))
+    page = browser_page
+    browser_login(page, "admin")
+    page.goto("/fleet/")
+    assert page.locator("details.node").count() == 25
+    assert page.locator("details.node[open]").count() == 0  # collapsed by default
+    assert page.locator("tr[data-gpu]").first.is_visible() is False
+    screenshot(page, "usage-fleet-collapsed")
+    page.fill("#id_q", wanted.uuid[4:12])
+    page.click("#fleet-search button[type=submit]")
+    page.wait_for_url("**q=**")
+    assert page.locator("details.node").count() == 1
+    assert page.locator(f'tr[data-gpu="{wanted.uuid}"]').is_visible()
+    assert "Vision" in page.inner_text(f'tr[data-gpu="{wanted.uuid}"]')
+    page.fill("#id_q", "")
+    page.select_option("#id_cluster", label="East")
+    page.select_option("#id_gpu_class", label="L4")
+    page.select_option("#id_reserved", value="yes")
+    page.click("#fleet-search button[type=submit]")
+    page.wait_for_url("**reserved=yes**")
+    assert page.locator("details.node").count() == 1
+    assert page.locator("tr[data-gpu]").count() == 1
+    page.click("details.node summary")
+    assert page.locator(f'tr[data-gpu="{wanted.uuid}"]').is_visible()
+    assert "1 node, 1 matching GPU" in page.inner_text("#fleet-matching")
+    screenshot(page, "usage-fleet-filtered")
