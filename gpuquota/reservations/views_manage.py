@@ -44,6 +44,20 @@ def _apply(request, form, action, success: str) -> bool:
     return True
 
 
+def _end(request, end, success: str, back: str):
+    """Parse an EndForm, call `end(at, reason)` (a service), say what happened, go back."""
+    form = EndForm(request.POST)
+    if form.is_valid():
+        try:
+            end(form.cleaned_data["at"], form.cleaned_data["reason"])
+            messages.success(request, success)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+    else:
+        messages.error(request, _form_errors(form))
+    return redirect(back)
+
+
 @login_required
 def quotas_page(request):
     require_admin(request.user)
@@ -65,17 +79,9 @@ def quotas_page(request):
 def quota_end_view(request, pk: int):
     require_admin(request.user)
     quota = get_object_or_404(Quota, pk=pk)
-    form = EndForm(request.POST)
-    if form.is_valid():
-        try:
-            quota_end(quota=quota, at=form.cleaned_data["at"], by=request.user,
-                      reason=form.cleaned_data["reason"])
-            messages.success(request, f"{quota.team}'s {quota.gpu_class} quota row updated.")
-        except DomainError as exc:
-            messages.error(request, exc.message)
-    else:
-        messages.error(request, _form_errors(form))
-    return redirect("manage_quotas")
+    return _end(request, lambda at, reason: quota_end(
+        quota=quota, at=at, by=request.user, reason=reason),
+        f"{quota.team}'s {quota.gpu_class} quota row updated.", "manage_quotas")
 
 
 @login_required
@@ -102,17 +108,9 @@ def rate_cards_page(request):
 def rate_card_end_view(request, pk: int):
     require_admin(request.user)
     card = get_object_or_404(RateCard, pk=pk)
-    form = EndForm(request.POST)
-    if form.is_valid():
-        try:
-            rate_card_end(rate_card=card, at=form.cleaned_data["at"], by=request.user,
-                          reason=form.cleaned_data["reason"])
-            messages.success(request, f"The {card.gpu_class} rate card was updated.")
-        except DomainError as exc:
-            messages.error(request, exc.message)
-    else:
-        messages.error(request, _form_errors(form))
-    return redirect("manage_rate_cards")
+    return _end(request, lambda at, reason: rate_card_end(
+        rate_card=card, at=at, by=request.user, reason=reason),
+        f"The {card.gpu_class} rate card was updated.", "manage_rate_cards")
 
 
 @login_required

@@ -124,29 +124,6 @@ class FleetSummary:
         return self.gpus - self.failed
 
 
-def node_has_problem(node: NodeNow) -> bool:
-    """The agent is silent or a GPU is failed or degraded now."""
-    return node.silent or any(g.health in PROBLEM_STATES for g in node.gpus)
-
-
-def fleet_summary(*, nodes: list[NodeNow]) -> FleetSummary:
-    """Headline counts of a `fleet_now` result (no queries); the mean utilization is over
-    GPUs of reporting nodes that have a last window (failed GPUs have none)."""
-    gpus = [g for n in nodes for g in n.gpus]
-    utils = [g.util for n in nodes if not n.silent for g in n.gpus if g.util is not None]
-    silent = sum(1 for n in nodes if n.silent)
-    return FleetSummary(
-        gpus=len(gpus),
-        failed=sum(1 for g in gpus if g.health == "failed"),
-        degraded=sum(1 for g in gpus if g.health == "degraded"),
-        nodes_reporting=len(nodes) - silent,
-        nodes_silent=silent,
-        nodes_with_problems=sum(1 for n in nodes if node_has_problem(n)),
-        util_mean=sum(utils) / len(utils) if utils else None,
-        reserved=sum(1 for g in gpus if g.assignment is not None),
-    )
-
-
 @dataclass
 class HourPoint:
     hour: datetime

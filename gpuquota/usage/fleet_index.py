@@ -155,7 +155,8 @@ def fleet_index(*, now: datetime) -> list[NodeRow]:
 
 
 def index_summary(nodes: list[NodeRow]) -> FleetSummary:
-    """The summary cards over the whole fleet (no queries), as `fleet_summary` counts them."""
+    """The summary cards over the whole fleet (no queries); the mean utilization is over
+    GPUs of reporting nodes that have a last window (failed GPUs have none)."""
     gpus = [g for n in nodes for g in n.gpus]
     utils = [g.util for n in nodes if not n.silent for g in n.gpus if g.util is not None]
     silent = sum(1 for n in nodes if n.silent)
