@@ -3,7 +3,8 @@ costs, on a simulated fleet fed through the real ingestion service (issue 13).
 
     .venv/bin/python -m bench.rollups [--nodes 100] [--minutes 60] [--backfill-gpus 100]
 
-It recreates database gq_bench_rollups, enrols `--nodes` nodes of 8 GPUs, then:
+It recreates database gq_bench_rollups (or $BENCH_ROLLUPS_DATABASE), enrols `--nodes` nodes
+of 8 GPUs, then:
 
 1. steady state: simulated time (time_machine) runs through one hour; every node sends a
    batch per 60 s window (the agents' default; 8 samples and 8 process records) to
@@ -11,14 +12,16 @@ It recreates database gq_bench_rollups, enrols `--nodes` nodes of 8 GPUs, then:
    (`dirty_hours_process(due_by=now)`, as beat's task) runs every 15 s of simulated time,
    until two minutes after the hour closed. CPU is counted for the worker process
    (process_time) and for its PostgreSQL backend (/proc/<pid>/stat), split between
-   ingest and sweep;
+   ingest and sweep. The outbox table runs without autovacuum, so its dead tuples
+   (pg_stat_user_tables) show what marking and sweeping leave behind;
 2. backfill: a dense day (24 hours of 60 s windows with processes) for `--backfill-gpus`
    GPUs stored in hour-long batches, then recomputed by one catch-up sweep;
 3. scale-out: the backfill day marked dirty again and swept by one, then by two worker
    processes; the rows must be identical.
 
 It prints recomputes per GPU-hour, sweep and ingest CPU per GPU-hour and their ratio,
-GPUs one worker core keeps current, the worst lag, backfill GPU-hours per second and
+GPUs one worker core keeps current, the worst lag and the worst delay before a closed hour
+is final (each against its setting), the outbox's dead tuples, backfill GPU-hours per second and
 the two-worker speed-up. It is not a test.
 """
 
@@ -34,7 +37,7 @@ from datetime import timedelta
 
 from bench.ingest import ROOT, batch_body, database_create, env_for
 
-DATABASE = "gq_bench_rollups"
+DATABASE = os.environ.get("BENCH_ROLLUPS_DATABASE") or "gq_bench_rollups"
 M, H, S = timedelta(minutes=1), timedelta(hours=1), timedelta(seconds=1)
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -93,11 +96,67 @@ def body_for(node: dict, window_start, windows: int, seq: int) -> dict:
     return body
 
 
+class Lags:
+    """Sample arrival to the sweep that rolled it up (plus that sweep's wall time, as the
+    clock stands still under time_machine): the worst over all samples, and the worst over
+    the samples that arrived after their hour closed (how long a closed hour waits to be
+    final)."""
+
+    def __init__(self):
+        self.pending: dict[tuple, object] = {}  # (gpu uuid, hour): first arrival not swept
+        self.closed: dict[tuple, object] = {}  # the same, arrivals after the hour's end
+        self.worst_s = self.worst_final_s = 0.0
+
+    def arrived(self, key: tuple, at) -> None:
+        self.pending.setdefault(key, at)
+        if at >= key[1] + H:
+            self.closed.setdefault(key, at)
+
+    def swept(self, key: tuple, at, wall_s: float) -> None:
+        if (since := self.pending.pop(key, None)) is not None:
+            self.worst_s = max(self.worst_s, (at - since).total_seconds() + wall_s)
+        if (since := self.closed.pop(key, None)) is not None:
+            self.worst_final_s = max(self.worst_final_s, (at - since).total_seconds() + wall_s)
+
+
+def _outbox_table() -> str:
+    from gpuquota.outbox.models import DirtyGpuHour
+
+    return DirtyGpuHour._meta.db_table
+
+
+def outbox_autovacuum_off() -> None:
+    """No autovacuum on the outbox, and its counters from zero: what the steady state leaves."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {_outbox_table()} SET (autovacuum_enabled = false)")
+        cursor.execute("SELECT pg_stat_reset_single_table_counters(%s::regclass)",
+                       [_outbox_table()])
+
+
+def outbox_churn() -> dict:
+    """The outbox's tuple counters (pg_stat_user_tables), this backend's flushed first."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    time.sleep(1.5)  # a backend flushes its counters when idle, at most once a second
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT n_live_tup, n_dead_tup, n_tup_ins, n_tup_upd, n_tup_hot_upd, "
+                       "n_tup_del FROM pg_stat_user_tables WHERE relid = %s::regclass",
+                       [_outbox_table()])
+        names = ("live", "dead", "inserted", "updated", "hot_updated", "deleted")
+        return dict(zip(names, cursor.fetchone(), strict=True))
+
+
 def steady_state(nodes: list[dict], minutes: int, base) -> dict:
     import time_machine
 
     from gpuquota.ingest.batches import batch_ingest
     from gpuquota.inventory.models import Gpu, Node
+    from gpuquota.outbox.conf import dirty_sweep_interval_s
     from gpuquota.usage import sweep
     from gpuquota.usage.conf import dirty_sweep_batch
 
@@ -116,15 +175,15 @@ def steady_state(nodes: list[dict], minutes: int, base) -> dict:
             arrival = base + minute * M + S * (30 * i // len(nodes))
             events.append((arrival, 1, i, base + (minute - 1) * M))
     end = base + minutes * M + 2 * M + S
-    sweep_at = base
+    sweep_at, interval = base, dirty_sweep_interval_s() * S
     while sweep_at <= end:
         events.append((sweep_at, 0, -1, None))
-        sweep_at += 15 * S
+        sweep_at += interval
     events.sort(key=lambda e: (e[0], e[1], e[2]))
-    ingest, swept = Meter(), Meter()
-    pending: dict[tuple, object] = {}
+    ingest, swept, lags = Meter(), Meter(), Lags()
     gpu_of = {}
-    worst_lag, worst_sweep_wall = 0.0, 0.0
+    worst_sweep_wall = 0.0
+    outbox_autovacuum_off()
     with time_machine.travel(base, tick=False) as clock:
         for at, kind, index, window in events:
             clock.move_to(at)
@@ -135,7 +194,7 @@ def steady_state(nodes: list[dict], minutes: int, base) -> dict:
                                  body=body_for(node, window, 1, (window - base) // M),
                                  now=at, check_age=False)
                 for uuid in node["gpus"]:
-                    pending.setdefault((uuid, window.replace(minute=0, second=0)), at)
+                    lags.arrived((uuid, window.replace(minute=0, second=0)), at)
                 continue
             before = len(recomputed)
             wall = time.perf_counter()
@@ -146,14 +205,13 @@ def steady_state(nodes: list[dict], minutes: int, base) -> dict:
             if any(gpu_id not in gpu_of for gpu_id, _ in recomputed[before:]):
                 gpu_of = dict(Gpu.objects.values_list("id", "uuid"))
             for gpu_id, hour in recomputed[before:]:
-                since = pending.pop((gpu_of.get(gpu_id), hour), None)
-                if since is not None:
-                    worst_lag = max(worst_lag, (at - since).total_seconds() + wall)
+                lags.swept((gpu_of.get(gpu_id), hour), at, wall)
     sweep.gpu_hours_replace = real
     gpu_hours = len(nodes) * 8 * minutes / 60
     return {"gpu_hours": gpu_hours, "recomputes": len(recomputed), "ingest": ingest,
-            "sweep": swept, "worst_lag_s": worst_lag, "worst_sweep_wall_s": worst_sweep_wall,
-            "unswept": len(pending)}
+            "sweep": swept, "worst_lag_s": lags.worst_s,
+            "worst_final_s": lags.worst_final_s, "worst_sweep_wall_s": worst_sweep_wall,
+            "unswept": len(lags.pending), "outbox": outbox_churn()}
 
 
 def backfill(nodes: list[dict], hours: int, base) -> dict:
@@ -257,9 +315,30 @@ def _steady_print(steady: dict, args) -> None:
     print(f"  sweep / ingest CPU             {per['sweep'] / per['ingest']:.2f}")
     print(f"  GPUs one worker core keeps current  {3600 / (swept.worker_s / hours):,.0f} "
           f"(worker and database CPU together: {3600 / per['sweep']:,.0f})")
-    print(f"  worst lag (sample arrival to rollup) {steady['worst_lag_s']:.0f} s; slowest "
-          f"sweep {steady['worst_sweep_wall_s']:.2f} s wall; GPU-hours left dirty "
+    _freshness_print(steady)
+
+
+def _freshness_print(steady: dict) -> None:
+    from gpuquota.outbox.conf import (
+        dirty_sweep_interval_s,
+        rollup_final_delay_s,
+        rollup_freshness_s,
+    )
+
+    lag, final = steady["worst_lag_s"], steady["worst_final_s"]
+    print(f"  worst lag (sample arrival to rollup) {lag:.1f} s = "
+          f"{lag / rollup_freshness_s():.2f} × USAGE_ROLLUP_FRESHNESS_S ({rollup_freshness_s():.0f}"
+          f" s); sweep interval {dirty_sweep_interval_s():.0f} s")
+    print(f"  worst closed hour final (last sample to rollup) {final:.1f} s = "
+          f"{final / rollup_final_delay_s():.2f} × USAGE_ROLLUP_FINAL_DELAY_S "
+          f"({rollup_final_delay_s():.0f} s)")
+    print(f"  slowest sweep {steady['worst_sweep_wall_s']:.2f} s wall; GPU-hours left dirty "
           f"{steady['unswept']}")
+    churn, hours = steady["outbox"], steady["gpu_hours"]
+    print(f"  outbox (autovacuum off): {churn['dead']:,} dead tuples = "
+          f"{churn['dead'] / hours:.1f} per GPU-hour; {churn['updated']:,} updates "
+          f"({churn['hot_updated']:,} HOT), {churn['inserted']:,} inserts, "
+          f"{churn['deleted']:,} deletes, {churn['live']:,} live")
 
 
 def _backfill_and_scale_out(args) -> None:

@@ -5,11 +5,12 @@ from gpuquota.core.fields import WholeSecondDateTimeField
 
 class DirtyGpuHour(models.Model):
     """The outbox: a GPU-hour whose inputs changed and whose rollups must be
-    recomputed. Marked in the same transaction as the change; `generation` grows
-    at every mark, so a recompute deletes its row only if nothing marked it since.
-    `due_at` is when the sweep takes it (see `gpuquota.outbox.services`: an open hour
-    waits up to the freshness interval, a closed one is due at once); a new mark keeps
-    the earlier due time."""
+    recomputed. Marked in the same transaction as the change; `due_at` is when the sweep
+    takes it and `marked_at` when its oldest change not rolled up yet was marked (see
+    `gpuquota.outbox.services`: an open hour waits up to the freshness interval, less the
+    sweep's slack; a closed one is due at once). Re-marking a mark that waits writes
+    nothing; re-marking one already due bumps `generation`, and a sweep that read the
+    old generation leaves the row for the next sweep."""
 
     gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="+")
     hour = WholeSecondDateTimeField()

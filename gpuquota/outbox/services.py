@@ -11,11 +11,25 @@ Who marks (each through a function of this module, never by importing usage):
 - reports: a rate card created or ended marks the hours it cuts;
 - usage health: a failed/degraded interval opened, moved or closed marks what it covers.
 
-When a mark is taken (`due_at`, coalescing): an hour still open is due at the earlier of
-"now + the freshness interval" and "its end + the final delay", so a burst of batches
-costs one recompute per interval, and one more once the hour is closed; a mark for a
-closed hour (late data, an edit) is due at once. A new mark keeps the earlier due time
-and bumps `generation`, so a recompute racing it leaves the row for the next sweep.
+When a mark is due (`due_at`, coalescing), so that the bound holds at its worst: the sweep
+after the due time comes up to one beat interval later and takes up to its budget, so
+both are subtracted from the bound (`mark_due_at`). An hour still open is due at the
+earlier of "now + the freshness interval" and "its end + the final delay", less that
+slack: a burst of batches costs one recompute per interval, and one more once the hour
+is closed; a mark for a closed hour (late data, an edit) is due at once.
+
+Re-marking, without churn: a mark of an hour that already has one keeps the earlier due
+time and, while it waits for that time, is left as it is (no new row version: in the
+steady state every batch re-marks the hours of its GPUs). Only a mark that is already
+due, which a sweep may have read, gets its `generation` bumped (not an indexed column:
+a HOT update on the table's free space, fillfactor 50), so that sweep leaves it for the
+next; and only an earlier due time moves `due_at`. `marked_at` stays the first mark's:
+the oldest change its hour's rollups do not show yet. Nothing arriving during a sweep is
+lost however the marks are read: the sweep removes a mark before it reads the hour's
+inputs, in the transaction that writes the rows (`gpuquota.usage.sweep`); a change that
+marks before that removal holds the mark's row lock until it commits, so the removal
+waits and the reads see it; one that marks after it waits for the sweep to commit and
+then inserts a new mark.
 """
 
 from collections.abc import Iterable
@@ -28,7 +42,12 @@ from django.db.models.functions import TruncHour
 from django.utils import timezone
 
 from gpuquota.core.timeutil import hour_floor, hours_between
-from gpuquota.outbox.conf import rollup_final_delay_s, rollup_freshness_s
+from gpuquota.outbox.conf import (
+    dirty_sweep_budget_s,
+    dirty_sweep_interval_s,
+    rollup_final_delay_s,
+    rollup_freshness_s,
+)
 from gpuquota.outbox.models import DirtyGpuHour
 
 HOUR = timedelta(hours=1)
@@ -39,16 +58,21 @@ _TABLE = DirtyGpuHour._meta.db_table
 _MARK_SQL = (
     f"INSERT INTO {_TABLE} (gpu_id, hour, generation, marked_at, due_at) "
     "VALUES {values} ON CONFLICT (gpu_id, hour) DO UPDATE SET "
-    f"generation = {_TABLE}.generation + 1, marked_at = EXCLUDED.marked_at, "
+    f"generation = {_TABLE}.generation + 1, "
     f"due_at = CASE WHEN EXCLUDED.due_at < {_TABLE}.due_at THEN EXCLUDED.due_at "
-    f"ELSE {_TABLE}.due_at END"
+    f"ELSE {_TABLE}.due_at END "
+    f"WHERE EXCLUDED.due_at < {_TABLE}.due_at OR {_TABLE}.due_at <= EXCLUDED.marked_at"
 )
 
 
 def mark_due_at(*, hour: datetime, now: datetime) -> datetime:
-    """When the sweep takes a mark of `hour` made at `now` (see the module docstring)."""
-    closed_at = hour + HOUR + timedelta(seconds=rollup_final_delay_s())
-    return min(now + timedelta(seconds=rollup_freshness_s()), max(now, closed_at))
+    """When the sweep takes a mark of `hour` made at `now`: early enough that the sweep
+    after it, one beat interval later at worst and within its budget, has rolled it up
+    inside the freshness interval (or the final delay, for a closed hour)."""
+    slack = timedelta(seconds=dirty_sweep_interval_s() + dirty_sweep_budget_s())
+    fresh_by = now + timedelta(seconds=rollup_freshness_s()) - slack
+    final_by = hour + HOUR + timedelta(seconds=rollup_final_delay_s()) - slack
+    return max(now, min(fresh_by, final_by))
 
 
 def gpu_hours_mark_dirty(*, marks: Iterable[tuple[int, datetime]]) -> int:

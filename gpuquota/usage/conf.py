@@ -21,12 +21,6 @@ def agent_silent_after_s() -> int:
     return int(getattr(settings, "AGENT_SILENT_AFTER_S", default))
 
 
-def dirty_sweep_interval_s() -> float:
-    """How often beat sweeps the outbox (DirtyGpuHour)."""
-    default = os.environ.get("USAGE_DIRTY_SWEEP_INTERVAL_S") or 15
-    return float(getattr(settings, "USAGE_DIRTY_SWEEP_INTERVAL_S", default))
-
-
 def dirty_sweep_batch() -> int:
     """GPU-hours one sweep recomputes at most (the next sweep takes the rest)."""
     default = os.environ.get("USAGE_DIRTY_SWEEP_BATCH") or 2000

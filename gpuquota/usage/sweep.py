@@ -3,9 +3,12 @@ them and when they are due), many GPUs of one hour per round of queries.
 
 For each hour's group of marks, in one transaction: take the free per-GPU locks in one
 statement (another worker has the others: their marks stay), drop the marks still there
-(only if their generation is unchanged: a mark racing the recompute leaves its row for
-the next sweep), evaluate health for the GPUs whose hour holds health work, then replace
-the rollup rows of all of them from inputs loaded in a fixed number of queries.
+(only if their generation is unchanged: a mark bumped since this sweep read it leaves its
+row for the next sweep), evaluate health for the GPUs whose hour holds health work, then
+replace the rollup rows of all of them from inputs loaded in a fixed number of queries.
+The marks are dropped before any input is read: a change marking before the drop holds
+its mark's row lock until it commits (the drop waits, the reads see it), one marking
+after it waits for this transaction and inserts a new mark (`gpuquota.outbox.services`).
 """
 
 import logging
@@ -51,7 +54,8 @@ def _due_marks(*, limit: int, due_by: datetime | None) -> dict[datetime, list[Ma
 
 def _marks_take(marks: list[Mark]) -> list[Mark]:
     """The marks still in the outbox (another worker may have done some since we read
-    it), each deleted if no new mark bumped its generation."""
+    it), each deleted if no new mark bumped its generation. Must come before the round
+    reads any input (see the module docstring)."""
     present = set(DirtyGpuHour.objects.filter(id__in=[m.id for m in marks])
                   .values_list("id", flat=True))
     marks = [m for m in marks if m.id in present]

@@ -1,0 +1,56 @@
+"""Last month in the demo, whatever today's date: telemetry stored by the real ingestion
+service and rolled up by the sweep, drafted by the real pricing, so the statements show
+reserved, failure-credit and on-demand lines."""
+
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from gpuquota.demo.last_month import demo_last_month_seed
+from gpuquota.demo.organisation import demo_organisation_seed
+from gpuquota.demo.reservations import demo_reservations_seed
+from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.selectors import on_demand_busy_seconds
+from reports.models import Statement, StatementLine
+from reports.services_statements import month_previous
+
+pytestmark = pytest.mark.django_db
+A100_ON_DEMAND_RATE = Decimal("1.70")  # per GPU-hour, the demo's rate card
+
+
+@pytest.fixture
+def drafts():
+    now = timezone.now()
+    demo_organisation_seed()
+    demo_reservations_seed(now=now)
+    return demo_last_month_seed(now=now)
+
+
+def test_last_months_statements_carry_on_demand_lines_from_unreserved_busy_rollups(drafts):
+    period = month_previous(timezone.now())
+    assert not DirtyGpuHour.objects.exists()  # all rolled up by the sweep
+    unreserved = GpuHourUsage.objects.filter(hour__gte=period.start, hour__lt=period.end,
+                                             kind="unreserved", busy_s__gt=0)
+    assert unreserved.count() == 3 * 4  # three unreserved GPUs busy for four hours
+
+    lines = StatementLine.objects.filter(statement__in=drafts, kind="on_demand")
+    found = {(line.statement.team_name, line.gpu_class_name): (line.seconds, line.rate,
+                                                               line.amount) for line in lines}
+    # alice (vision) on one A100; bruno and arjun (a speech Slurm account) on two
+    assert found == {
+        ("Vision", "A100-40GB"): (4 * 3600, A100_ON_DEMAND_RATE, Decimal("6.80")),
+        ("Speech", "A100-40GB"): (8 * 3600, A100_ON_DEMAND_RATE, Decimal("13.60")),
+    }
+    by_team = {}
+    for group in on_demand_busy_seconds(period=period):
+        by_team[group["team_id"]] = by_team.get(group["team_id"], 0) + group["busy_s"]
+    assert sorted(by_team.values()) == [4 * 3600, 8 * 3600]
+
+
+def test_last_months_statements_show_every_kind_of_line(drafts):
+    kinds = set(StatementLine.objects.filter(statement__in=drafts).values_list("kind", flat=True))
+    assert kinds == {"reserved", "failure_credit", "on_demand"}
+    assert {s.team_name for s in drafts} == {"Vision", "Speech", "Robotics", "NLP"}
+    assert all(s.status == Statement.Status.DRAFT for s in drafts)
