@@ -55,7 +55,8 @@ def test_a_burst_of_batches_in_an_open_hour_is_recomputed_once_per_interval(
         time_machine.move_to(T0 + (10 + minute) * M + 5 * timedelta(seconds=1), tick=False)
         minute_samples(gpu, T0 + (9 + minute) * M, 1)
         dirty_sweep()
-    # first mark at 10:05 → due 15:05: the batches until then cost one recompute
+    # first mark at 10:05 → due 14:35 (5 min less a beat interval and a sweep budget),
+    # taken by the sweep after 15:05's batch: the batches until then cost one recompute
     assert recomputes == [(gpu.id, T0)]
     assert {r.covered_s for r in GpuHourUsage.objects.filter(gpu=gpu)} == {6 * 60}
 
