@@ -4,6 +4,7 @@ draft's chart follows the usage."""
 
 from datetime import timedelta
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,8 @@ def test_approval_freezes_the_chart_and_late_usage_changes_neither_pdf_nor_csv(
     assert fourth(statement_daily_usage(statement)) == (10800, Fraction(3600))
     assert statement_pdf_bytes(statement=statement, now=NOW) == pdf
     assert statement_csv_bytes(statement=statement) == csv
+    Path("test-artifacts").mkdir(exist_ok=True)  # for a human to look at (pdftoppm -png)
+    Path("test-artifacts/statement-approved-after-late-usage.pdf").write_bytes(pdf)
 
 
 def test_a_drafts_chart_follows_the_usage(october):
