@@ -4,9 +4,8 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from gpuquota.core.timeutil import Period
-from gpuquota.usage.daily import daily_usage
 from reports.conf import organisation_name
+from reports.daily import statement_daily_usage
 from reports.export import statement_csv, statement_export
 from reports.models import Statement
 from reports.pdf import StatementHeader, statement_pdf
@@ -23,8 +22,8 @@ def statement_csv_bytes(*, statement: Statement) -> bytes:
 
 def statement_pdf_bytes(*, statement: Statement, now: datetime | None = None) -> bytes:
     """The statement's PDF: the export's figures, the team's snapshot, and reserved versus
-    busy GPU-seconds per day over the period the figures cover."""
-    covered = Period(Period.parse_month(statement.period_label).start, statement.computed_until)
+    busy GPU-seconds per day over the period the figures cover (frozen with an approved
+    statement, so a later change of usage never alters its PDF)."""
     header = StatementHeader(
         organisation=organisation_name(),
         team_name=statement.team_name,
@@ -38,5 +37,5 @@ def statement_pdf_bytes(*, statement: Statement, now: datetime | None = None) ->
     return statement_pdf(
         export=statement_export(statement),
         header=header,
-        daily=daily_usage(period=covered, team=statement.team),
+        daily=statement_daily_usage(statement),
     )

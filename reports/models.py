@@ -84,6 +84,11 @@ class Statement(models.Model):
     )
     approved_at = WholeSecondDateTimeField(null=True, blank=True)
     sent_at = WholeSecondDateTimeField(null=True, blank=True)
+    daily_usage = models.JSONField(
+        null=True, blank=True,
+        help_text="The PDF chart's reserved and busy GPU-seconds per UTC day, frozen at "
+                  "approval ([{day, reserved_s, busy_s}], busy_s an exact fraction); "
+                  "empty on a draft, whose chart reads the usage as it is now.")
 
     class Meta:
         ordering = ["-month", "team_name"]

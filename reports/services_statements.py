@@ -16,6 +16,7 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import Period
 from reports import conf
+from reports.daily import daily_usage_snapshot
 from reports.models import Adjustment, Statement, StatementLine
 from reports.pricing import TeamDraft, team_drafts, utc_label
 from reports.selectors import month_after, month_before, statement_late_usage
@@ -167,7 +168,8 @@ def _approve_locked(statement: Statement, by: User | None, now: datetime) -> Sta
         raise Conflict(f"The draft failed and cannot be approved: {statement.error}",
                        field="error")
     statement.status, statement.approved_by, statement.approved_at = S.APPROVED, by, now
-    statement.save(update_fields=["status", "approved_by", "approved_at"])
+    statement.daily_usage = daily_usage_snapshot(statement)  # the PDF's chart, frozen too
+    statement.save(update_fields=["status", "approved_by", "approved_at", "daily_usage"])
     audit_record(actor=by, action="statement.approve", obj=statement, team=statement.team,
                  changes={"month": statement.period_label, "total": str(statement.total),
                           "currency": statement.currency})

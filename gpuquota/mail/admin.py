@@ -5,9 +5,10 @@ from gpuquota.mail.models import MailDelivery
 
 @admin.register(MailDelivery)
 class MailDeliveryAdmin(admin.ModelAdmin):
-    """Read-only: the record of what was mailed to whom (written by `mail_send` only)."""
+    """Read-only: the record of what was mailed to whom (written by the mail module only)."""
 
-    list_display = ["key", "recipient", "template", "status", "attempts", "sent_at", "updated_at"]
+    list_display = ["key", "recipient", "template", "status", "attempts", "next_attempt_at",
+                    "sent_at", "updated_at"]
     list_filter = ["status", "template"]
     search_fields = ["key", "recipient__username", "recipient__email", "message_id"]
     readonly_fields = [f.name for f in MailDelivery._meta.fields]

@@ -1,5 +1,7 @@
 """Settings of the mail module, read at call time so tests can override them."""
 
+import os
+
 from django.conf import settings
 
 
@@ -21,5 +23,26 @@ def message_id_domain() -> str:
 
 
 def retry_countdown_s(retries: int) -> int:
-    """Seconds before the `mail.send` task tries again: 1, 2, 4... minutes, at most an hour."""
+    """Seconds before a message is tried again after its `retries`-th failure (0 first):
+    1, 2, 4... minutes, at most an hour."""
     return min(60 * 2**retries, 3600)
+
+
+def max_attempts() -> int:
+    """How many times a queued message is tried before it is given up
+    (`GPUQUOTA_MAIL_MAX_ATTEMPTS`, default 10: about four hours of backoff)."""
+    return int(getattr(settings, "MAIL_MAX_ATTEMPTS",
+                       os.environ.get("GPUQUOTA_MAIL_MAX_ATTEMPTS") or 10))
+
+
+def lease_s() -> int:
+    """How long a sender holds the queued rows it took: a worker killed mid-send leaves
+    them to the sweep after this (`GPUQUOTA_MAIL_LEASE_S`, default 900, past several SMTP
+    timeouts)."""
+    return int(getattr(settings, "MAIL_LEASE_S", os.environ.get("GPUQUOTA_MAIL_LEASE_S") or 900))
+
+
+def sweep_interval_s() -> float:
+    """How often beat runs `mail.send_due` (`GPUQUOTA_MAIL_SWEEP_INTERVAL_S`, default 60)."""
+    return float(getattr(settings, "MAIL_SWEEP_INTERVAL_S",
+                         os.environ.get("GPUQUOTA_MAIL_SWEEP_INTERVAL_S") or 60))

@@ -16,7 +16,8 @@ holds the lock through the SMTP conversation and commits `sent` (or `failed`). S
   Message-ID (`render.message_id`), so mail systems that de-duplicate by Message-ID show it
   once, and the row's `attempts` says it happened.
 
-Callers inside a transaction use `mail_send_later` (after commit, in the `mail.send` task);
+Callers inside a transaction use `gpuquota.mail.outbox.mail_send_later`, which writes the
+message into this table with the change that causes it and sends it after commit;
 `mail_send` itself refuses to run nested in another transaction (durable blocks), so a
 rolled-back caller can never have mailed about something that did not happen.
 """
@@ -31,7 +32,6 @@ from email.mime.base import MIMEBase
 from django.core.mail import EmailMultiAlternatives, get_connection
 from django.db import transaction
 from django.utils import timezone
-from kombu.utils.json import dumps, loads
 
 from accounts.models import User
 from gpuquota.mail.conf import mail_enabled
@@ -91,7 +91,7 @@ def mail_send(
     body.html} (context plus `recipient`), recorded per (key, recipient): a recipient already
     served under `key` is never mailed again (unless `force`: an explicit resend), so retries
     after an SMTP outage or a killed worker mail only those not yet served. It commits per
-    recipient, so it runs outside any transaction (inside one: `mail_send_later`)."""
+    recipient, so it runs outside any transaction (inside one: `outbox.mail_send_later`)."""
     outcome = MailOutcome()
     if not mail_enabled():
         outcome.disabled = True
@@ -106,28 +106,6 @@ def mail_send(
     return outcome
 
 
-def mail_send_later(*, template: str, recipients: Iterable[User], context: dict, key: str
-                    ) -> None:
-    """`mail_send` in the `mail.send` Celery task once the current transaction commits (at
-    once outside one). The context must survive JSON (strings, numbers, datetimes,
-    Decimals, lists, dicts): it is checked here, not in the worker."""
-    from gpuquota.mail.tasks import mail_send_task
-
-    try:
-        payload = loads(dumps(context))
-    except TypeError as exc:
-        raise ValueError(f"mail context for {template!r} is not JSON-serialisable: {exc}") from exc
-    recipient_ids = [user.pk for user in _unique(recipients)]
-    if not recipient_ids:
-        return
-    transaction.on_commit(
-        lambda: mail_send_task.delay(
-            template=template, recipient_ids=recipient_ids, context=payload, key=key
-        ),
-        robust=True,
-    )
-
-
 def _unique(recipients: Iterable[User]) -> list[User]:
     seen: dict[int, User] = {}
     for user in recipients:
@@ -137,20 +115,21 @@ def _unique(recipients: Iterable[User]) -> list[User]:
 
 def _serve(*, recipient: User, template: str, context: dict, key: str,
            attachments: Sequence[Attachment], force: bool, sender: "_Sender",
-           outcome: MailOutcome) -> None:
+           outcome: MailOutcome) -> str:
+    """Serve one recipient under `key`; returns the row's status afterwards."""
     rendered = mail_render(template=template, context=context, recipient=recipient)
     claim = _claim(recipient=recipient, template=template, key=key, force=force)
     if claim == D.SENT:
         outcome.already.append(recipient)
-        return
+        return claim
     if claim == D.SKIPPED:
         outcome.skipped.append(recipient)
-        return
+        return claim
     with transaction.atomic(durable=True):
         delivery = MailDelivery.objects.select_for_update().get(key=key, recipient=recipient)
         if delivery.status == D.SENT:  # another call served it after our claim
             outcome.already.append(recipient)
-            return
+            return D.SENT
         mid = message_id(key=key, recipient_id=recipient.pk)
         error = sender.send(_message(rendered, recipient=recipient, message_id=mid,
                                      attachments=attachments))
@@ -162,6 +141,7 @@ def _serve(*, recipient: User, template: str, context: dict, key: str,
             outcome.sent.append(recipient)
         delivery.message_id = mid
         delivery.save(update_fields=["status", "error", "sent_at", "message_id", "updated_at"])
+    return delivery.status
 
 
 def _claim(*, recipient: User, template: str, key: str, force: bool) -> str:

@@ -1,21 +1,31 @@
-"""Sending mail after commit: `mail.send` (idempotent: `mail_send` never mails a recipient
-already served under the key, so a retry or a redelivered task mails only the rest)."""
+"""Sending queued mail (`gpuquota.mail.outbox`): `mail.send` after the commit that queued a
+key, and the `mail.send_due` sweep for whatever that left (broker down at commit, a worker
+killed, a failure waiting for its backoff). Both are idempotent: a row is leased by one
+sender at a time and a recipient served under a key is never mailed again; retries are
+scheduled on the rows themselves, so the tasks do not retry."""
 
 from celery import shared_task
 
-from accounts.models import User
-from gpuquota.mail.conf import retry_countdown_s
-from gpuquota.mail.services import mail_send
+from gpuquota.mail.conf import sweep_interval_s
+from gpuquota.mail.outbox import mail_send_queued
 
 
-@shared_task(name="mail.send", bind=True, max_retries=6, acks_late=True)
-def mail_send_task(self, *, template: str, recipient_ids: list[int], context: dict, key: str
-                   ) -> dict:
-    """Mail `recipient_ids` under `key`; retried with a growing delay (1 minute doubling, at
-    most an hour, 6 times) while the SMTP server refuses or cannot be reached."""
-    by_id = User.objects.in_bulk(recipient_ids)
-    recipients = [by_id[pk] for pk in recipient_ids if pk in by_id]
-    outcome = mail_send(template=template, recipients=recipients, context=context, key=key)
-    if outcome.failed:
-        raise self.retry(countdown=retry_countdown_s(self.request.retries))
-    return outcome.summary()
+@shared_task(name="mail.send", acks_late=True)
+def mail_send_task(*, key: str) -> dict:
+    """Send the due queued messages of `key`."""
+    return mail_send_queued(key=key).summary()
+
+
+@shared_task(name="mail.send_due", acks_late=True)
+def mail_send_due_task() -> dict:
+    """Send every queued message that is due (a batch per run)."""
+    return mail_send_queued().summary()
+
+
+BEAT_SCHEDULE = {
+    "mail-send-due": {
+        "task": "mail.send_due",
+        "schedule": sweep_interval_s(),
+        "options": {"expires": max(sweep_interval_s() - 5, 5)},
+    },
+}

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from accounts.selectors import platform_admins
 from gpuquota.mail.conf import base_url
-from gpuquota.mail.services import mail_send_later
+from gpuquota.mail.outbox import mail_send_later
 from gpuquota.reservations.models import Reservation
 
 
