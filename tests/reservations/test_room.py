@@ -159,11 +159,12 @@ def test_form_grid_and_queue_pages_run_the_same_queries_at_two_sizes(busy_fleet)
     lead, admin = Client(), Client()
     lead.force_login(busy_fleet.vision_lead)
     admin.force_login(busy_fleet.admin)
-    busy_fleet.request(count=4)
+    # the pages judge windows against the real clock: a pending request ahead of it at both sizes
+    now = timezone.now().replace(microsecond=0)
+    busy_fleet.request(count=5, start=now + 20 * H, end=now + 22 * H, now=now)  # over quota
     urls = [(lead, "/reservations/new/"), (lead, "/reservations/availability/"),
             (admin, "/reservations/pending/")]
     small = [_page_queries(client, url) for client, url in urls]
-    now = timezone.now().replace(microsecond=0)
     for hour in range(8):
         start = now + (30 + 5 * hour) * H
         busy_fleet.request(count=1, start=start, end=start + 2 * H, now=now)
