@@ -20,7 +20,6 @@ counted), and the ratio to the scan. It is not a test.
 
 import argparse
 import os
-import statistics
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
