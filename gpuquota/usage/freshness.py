@@ -32,16 +32,18 @@ class UsageFreshness:
         return max(0, int((self.now - self.as_of).total_seconds()))
 
 
-def usage_freshness(*, since: datetime | None = None,
+def usage_freshness(*, since: datetime | None = None, until: datetime | None = None,
                     now: datetime | None = None) -> UsageFreshness:
-    """As of when the rollups of the hours from `since` (default: the current UTC month,
-    what the pages show by default) count every stored sample, and how many of those
-    GPU-hours wait for a recompute. One query."""
+    """As of when the rollups of the hours in [since, until) (default: from the current
+    UTC month, what the pages show by default) count every stored sample, and how many of
+    those GPU-hours wait for a recompute. One query."""
     now = now or timezone.now()
     if since is None:
         since = Period.month(now.year, now.month).start
-    pending = DirtyGpuHour.objects.filter(hour__gte=hour_floor(since)).aggregate(
-        count=Count("id"), due=Min("due_at"))
+    marks = DirtyGpuHour.objects.filter(hour__gte=hour_floor(since))
+    if until is not None:
+        marks = marks.filter(hour__lt=until)
+    pending = marks.aggregate(count=Count("id"), due=Min("due_at"))
     as_of = now
     if pending["due"] is not None:
         as_of = min(now, pending["due"] - timedelta(seconds=rollup_freshness_s()))

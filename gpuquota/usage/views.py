@@ -127,7 +127,7 @@ def utilization(request):
     overview = utilization_overview(period=period, unreserved=is_admin(request.user))
     context = {
         "month": month, "period": period, "last": last, "overview": overview,
-        "freshness": usage_freshness(since=period.start, now=now),
+        "freshness": usage_freshness(since=period.start, until=period.end, now=now),
         "fleet_chart": svg_reserved_busy_chart(
             days=overview.fleet_days, title="Fleet: reserved versus busy GPU-hours per day"),
         "class_charts": [(klass, svg_reserved_busy_chart(

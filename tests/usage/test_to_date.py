@@ -108,6 +108,7 @@ def test_the_open_hour_is_read_as_last_computed_and_the_freshness_says_since_whe
     assert freshness.as_of == min(later, mark.due_at.replace(microsecond=0)
                                   - timedelta(seconds=rollup_freshness_s()))
     assert usage_freshness(since=T0 + 3 * H, now=later).pending_gpu_hours == 0
+    assert usage_freshness(since=T0, until=T0 + 2 * H, now=later).as_of == later
     dirty_hours_process()
     assert utilization_overview(period=period, unreserved=False).fleet == \
         fleet_utilization(period=period)
