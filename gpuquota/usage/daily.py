@@ -73,12 +73,19 @@ def _seconds_in(start: datetime, end: datetime) -> Case:
     )
 
 
-def _reserved_by_day(queryset: QuerySet, windows: list) -> dict[date, int]:
-    totals = queryset.aggregate(**{
-        f"d{i}": Sum(_seconds_in(start, end)) for i, (_day, start, end) in enumerate(windows)
-    })
-    return {day: int(totals[f"d{i}"].total_seconds()) if totals[f"d{i}"] else 0
-            for i, (day, _start, _end) in enumerate(windows)}
+def seconds_by_window(queryset: QuerySet, windows: list, group: str | None = None) -> dict:
+    """Seconds of annotated rows (`seconds_annotate`) inside each (key, start, end) of
+    `windows`, in one query: {key: int}, or {group value: {key: int}} grouped by a field."""
+    sums = {f"d{i}": Sum(_seconds_in(start, end)) for i, (_key, start, end) in enumerate(windows)}
+    rows = [queryset.aggregate(**sums)] if group is None else \
+        queryset.values(group).annotate(**sums).order_by()
+
+    def seconds(row: dict) -> dict:
+        return {key: int(row[f"d{i}"].total_seconds()) if row[f"d{i}"] else 0
+                for i, (key, _start, _end) in enumerate(windows)}
+    if group is None:
+        return seconds(rows[0])
+    return {row[group]: seconds(row) for row in rows}
 
 
 def _reserved_qs(period: Period, team: Team | None, gpu_class: GpuClass | None) -> QuerySet:
@@ -120,7 +127,7 @@ def daily_usage(*, period: Period, team: Team | None = None,
     windows = day_windows(period)
     if not windows:
         return []
-    reserved = _reserved_by_day(_reserved_qs(period, team, gpu_class), windows)
+    reserved = seconds_by_window(_reserved_qs(period, team, gpu_class), windows)
     busy = _busy_by_day(period, team, gpu_class)
     return [DayUsage(day=day, reserved_s=reserved[day], busy_s=busy.get(day, Fraction(0)))
             for day, _start, _end in windows]

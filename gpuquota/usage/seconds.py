@@ -119,14 +119,24 @@ def failed_reserved_seconds(*, period: Period, group: str | None = None,
     return seconds_total(failed_reserved_qs(period, **filters), group)
 
 
-def reserved_seconds_by_class(*, period: Period, **filters) -> dict[int, int]:
-    """Reserved seconds per GPU class in force at each second (a GPU reclassified while
-    assigned prices its later seconds in its new class); `filters`: Assignment lookups."""
-    return seconds_total(seconds_annotate(
+#: The group name of the GPU class in force in `reserved_by_class_qs` rows.
+CLASS_IN_FORCE = f"{_CLASS}gpu_class_id"
+
+
+def reserved_by_class_qs(period: Period, **filters) -> QuerySet:
+    """(assignment, class interval) pairs annotated with their reserved seconds in the
+    period; group them by `CLASS_IN_FORCE`."""
+    return seconds_annotate(
         _assignments(period, **{f"{_CLASS}isnull": False}, **filters),
         _charged_from(period, F(f"{_CLASS}valid_from")),
         Least(F("assigned_until"), Value(period.end), _until(f"{_CLASS}valid_until", period)),
-    ), f"{_CLASS}gpu_class_id")
+    )
+
+
+def reserved_seconds_by_class(*, period: Period, **filters) -> dict[int, int]:
+    """Reserved seconds per GPU class in force at each second (a GPU reclassified while
+    assigned prices its later seconds in its new class); `filters`: Assignment lookups."""
+    return seconds_total(reserved_by_class_qs(period, **filters), CLASS_IN_FORCE)
 
 
 def failed_reserved_seconds_by_class(*, period: Period, **filters) -> dict[int, int]:

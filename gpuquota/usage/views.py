@@ -13,22 +13,17 @@ from accounts.selectors import teams_visible
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import Gpu, gpu_uuid_normalize
+from gpuquota.outbox.conf import rollup_freshness_s
 from gpuquota.usage.charts import svg_bar_chart, svg_reserved_busy_chart
 from gpuquota.usage.conf import agent_silent_after_s, busy_util_percent
-from gpuquota.usage.daily import daily_usage
 from gpuquota.usage.fleet import gpu_history
 from gpuquota.usage.fleet_index import FleetFilter, fleet_choices, fleet_page
 from gpuquota.usage.forms import FleetFilterForm, HealthRecoverForm
+from gpuquota.usage.freshness import usage_freshness
 from gpuquota.usage.health import gpu_health_recover
 from gpuquota.usage.metrics import metrics_access, metrics_render
-from gpuquota.usage.selectors import (
-    LAST_SPANS,
-    classes_utilization,
-    fleet_utilization,
-    period_last,
-    period_to_date,
-    unreserved_busy_hours_named,
-)
+from gpuquota.usage.selectors import LAST_SPANS, period_last, period_to_date
+from gpuquota.usage.to_date import utilization_overview
 from reclaim.selectors import reclaim_figures
 
 
@@ -65,7 +60,8 @@ def fleet(request):
                "query": query.urlencode(), "problems_query": problems_query.urlencode(),
                "all_query": all_query.urlencode(), "problems": filters.problems,
                "visible": visible, "is_admin": is_admin(request.user),
-               "reclaim": reclaim_figures()}
+               "reclaim": reclaim_figures(),
+               "freshness": usage_freshness()}
     return render(request, "usage/fleet.html", context)
 
 
@@ -128,19 +124,15 @@ def utilization(request):
     if last not in LAST_SPANS:  # unknown values fall back to the month
         last = None
     period = period_last(span=LAST_SPANS[last], now=now) if last else period_to_date(month, now)
-    admin = is_admin(request.user)
-    classes = classes_utilization(period=period)
+    overview = utilization_overview(period=period, unreserved=is_admin(request.user))
     context = {
-        "month": month, "period": period, "last": last,
-        "classes": classes,
+        "month": month, "period": period, "last": last, "overview": overview,
+        "freshness": usage_freshness(since=period.start, until=period.end, now=now),
         "fleet_chart": svg_reserved_busy_chart(
-            days=daily_usage(period=period), title="Fleet: reserved versus busy GPU-hours per day"),
+            days=overview.fleet_days, title="Fleet: reserved versus busy GPU-hours per day"),
         "class_charts": [(klass, svg_reserved_busy_chart(
-            days=daily_usage(period=period, gpu_class=klass),
-            title=f"{klass.name}: reserved versus busy GPU-hours per day"))
-            for klass, _figures in classes],
-        "fleet": fleet_utilization(period=period),
-        "unreserved": unreserved_busy_hours_named(period=period) if admin else None,
+            days=days, title=f"{klass.name}: reserved versus busy GPU-hours per day"))
+            for klass, days in overview.class_days],
     }
     return render(request, "usage/utilization.html", context)
 
@@ -148,7 +140,8 @@ def utilization(request):
 @login_required
 def glossary(request):
     return render(request, "usage/glossary.html", {
-        "busy_threshold": busy_util_percent(), "silent_after_s": agent_silent_after_s()})
+        "busy_threshold": busy_util_percent(), "silent_after_s": agent_silent_after_s(),
+        "freshness_s": int(rollup_freshness_s())})
 
 
 def metrics(request):

@@ -160,3 +160,26 @@ def test_admin_finds_a_gpu_among_many_nodes_with_search_and_filters(transactiona
     assert page.locator(f'tr[data-gpu="{wanted.uuid}"]').is_visible()
     assert "1 node, 1 matching GPU" in page.inner_text("#fleet-matching")
     screenshot(page, "usage-fleet-filtered")
+
+
+def test_fleet_and_utilization_pages_say_how_fresh_their_figures_are(transactional_db,
+                                                                     browser_page):
+    roles = RoleMatrix.create()
+    gpus = demo_fleet(roles)
+    page = browser_page
+    browser_login(page, "admin")
+    page.goto("/fleet/")
+    freshness = page.locator("#usage-freshness")
+    assert "every stored sample is counted" in freshness.inner_text()
+    now = timezone.now().replace(microsecond=0)
+    minute_samples(gpus[0], now - timedelta(minutes=1), 1, util=70)  # not swept yet
+    page.reload()
+    text = freshness.inner_text()
+    assert "Figures as of" in text and "1 GPU-hour waiting for their recompute" in text
+    assert f"{now:%Y-%m-%d} " in text
+    screenshot(page, "usage-fleet-freshness")
+    page.goto("/fleet/utilization/?last=24h")
+    assert "1 GPU-hour waiting" in page.locator("#usage-freshness").inner_text()
+    screenshot(page, "usage-utilization-freshness")
+    page.click("#usage-freshness a.term")
+    assert page.locator("#as-of").is_visible()

@@ -91,12 +91,13 @@ def test_utilization_page(client, roles, role):
 def test_pages_run_bounded_queries(client, roles, sizes, django_assert_max_num_queries):
     gpus = fleet_data(roles, *sizes)
     client.force_login(roles.admin)
-    with django_assert_max_num_queries(18):  # 16 and the two of reclaim's fleet figures
+    with django_assert_max_num_queries(19):  # 16, two of reclaim's fleet figures, freshness
         assert client.get(reverse("fleet")).status_code == 200
     with django_assert_max_num_queries(16):
         assert client.get(reverse("gpu_detail", args=[gpus[0].uuid])).status_code == 200
-    with django_assert_max_num_queries(80):  # with the per-day charts of the fleet and class
-        assert client.get(reverse("fleet_utilization")).status_code == 200
+    for query in ("", "?last=24h", "?month=2026-10"):  # one query over the rollups each
+        with django_assert_max_num_queries(20):
+            assert client.get(reverse("fleet_utilization") + query).status_code == 200
 
 
 @pytest.mark.parametrize("role", ["lead", "member", "other_lead", "outsider"])
@@ -148,7 +149,7 @@ def test_team_page_runs_bounded_queries(client, roles, django_assert_max_num_que
     for size in (1, 3):
         fleet_data(roles, 1, size)
         client.force_login(roles.lead)
-        with django_assert_max_num_queries(80):
+        with django_assert_max_num_queries(30):
             assert client.get(reverse("team_detail", args=["vision"])).status_code == 200
 
 
