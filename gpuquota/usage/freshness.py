@@ -3,21 +3,19 @@ the hourly rollups that the fleet, utilization and team pages read (issue 13: "t
 fleet page says how fresh its figures are"; `/metrics` shows the outbox lag).
 
 A stored sample (or any other change) marks its GPU-hour in the outbox in the same
-transaction. A mark made at `t` is due at `mark_due_at(t)`, which is at most
-`t + USAGE_ROLLUP_FRESHNESS_S`, and a later mark keeps the earlier due time. So
-a pending mark was first made no earlier than `due_at - freshness`. Before that
-instant, everything stored is already counted in the rollups. With no mark
-pending, the rollups count everything stored.
+transaction, and a mark keeps `marked_at` of the first change not rolled up yet (a re-mark
+never moves it; the sweep removes the mark in the transaction that writes the rows). So
+everything stored before the oldest pending `marked_at` is counted in the rollups; with
+no mark pending, everything stored is.
 """
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db.models import Count, Min
 from django.utils import timezone
 
 from gpuquota.core.timeutil import Period, hour_floor
-from gpuquota.outbox.conf import rollup_freshness_s
 from gpuquota.outbox.models import DirtyGpuHour
 
 
@@ -43,9 +41,9 @@ def usage_freshness(*, since: datetime | None = None, until: datetime | None = N
     marks = DirtyGpuHour.objects.filter(hour__gte=hour_floor(since))
     if until is not None:
         marks = marks.filter(hour__lt=until)
-    pending = marks.aggregate(count=Count("id"), due=Min("due_at"))
+    pending = marks.aggregate(count=Count("id"), oldest=Min("marked_at"))
     as_of = now
-    if pending["due"] is not None:
-        as_of = min(now, pending["due"] - timedelta(seconds=rollup_freshness_s()))
+    if pending["oldest"] is not None:
+        as_of = min(now, pending["oldest"])
     return UsageFreshness(as_of=as_of.replace(microsecond=0),
                           pending_gpu_hours=pending["count"], now=now)
