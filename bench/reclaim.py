@@ -4,7 +4,7 @@ automatic accept of every recommendation.
 
     .venv/bin/python -m bench.reclaim [--days 30] [--seed 7] [--evaluate-every-h 1]
 
-Each run gets its own database (gq_reclaim_sim_off / _on, dropped first). The workload is
+Each run gets its own database (gq_reclaimsim_off / _on, dropped first). The workload is
 generated from the seed, so both runs see the same fleet and the same GPU activity:
 
 - training jobs that finish early inside long (8- and 4-GPU) reservations;
@@ -129,7 +129,7 @@ def _bursty_busy(seed: int, k: int, w: int) -> bool:
 
 def run(mode: str, days: int, seed: int, every_h: int) -> dict:
     """One run in its own database; returns its figures."""
-    database = f"gq_reclaim_sim_{mode}"
+    database = f"gq_reclaimsim_{mode}"
     os.environ.update({"DATABASE_URL": f"{PG}/{database}", "REDIS_URL": "",
                        "GPUQUOTA_MAIL_ENABLED": "0", "DEBUG": "1", "LOG_LEVEL": "WARNING",
                        "DJANGO_SETTINGS_MODULE": "gpuquota.settings"})
@@ -299,16 +299,19 @@ class Simulation:
         self.timings["setup_s"] = time.monotonic() - began
         for h in range(1, self.days * 24 + 1):
             now = self.t0 + timedelta(hours=h)
-            tick = time.monotonic()
+            tick, cpu = time.monotonic(), time.process_time()
             reservations_advance(now=now)
             self.rollup_hour(now - timedelta(hours=1), gpu_class.id)
             self.timings["clock_s"] += time.monotonic() - tick
+            self.timings["clock_cpu_s"] += time.process_time() - cpu
             if self.mode != "on":
                 continue
-            tick = time.monotonic()
+            tick, cpu = time.monotonic(), time.process_time()
             if h % self.every_h == 0:
                 recommendations_evaluate(now=now)
                 self.timings["evaluate_s"] += time.monotonic() - tick
+                self.timings["evaluate_cpu_s"] += time.process_time() - cpu
+                self.timings["evaluations"] += 1
                 ids = list(Recommendation.objects.filter(
                     status="open", kind__in=["reclaim", "right_size"],
                     exemption__isnull=True).values_list("id", flat=True))
