@@ -127,9 +127,9 @@ def _bursty_busy(seed: int, k: int, w: int) -> bool:
     return w in _BURSTS[seed][k]
 
 
-def run(mode: str, days: int, seed: int, every_h: int) -> dict:
+def run(mode: str, days: int, seed: int, every_h: int, tag: str = "") -> dict:
     """One run in its own database; returns its figures."""
-    database = f"gq_reclaimsim_{mode}"
+    database = f"gq_reclaimsim_{mode}{tag}"
     os.environ.update({"DATABASE_URL": f"{PG}/{database}", "REDIS_URL": "",
                        "GPUQUOTA_MAIL_ENABLED": "0", "DEBUG": "1", "LOG_LEVEL": "WARNING",
                        "DJANGO_SETTINGS_MODULE": "gpuquota.settings"})
@@ -379,11 +379,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--evaluate-every-h", type=int, default=3)
+    parser.add_argument("--evaluate-every-h", type=int, default=1)
+    parser.add_argument("--db-tag", default="", help="appended to the databases' names")
     parser.add_argument("--mode", choices=["off", "on"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode:
-        result = run(args.mode, args.days, args.seed, args.evaluate_every_h)
+        result = run(args.mode, args.days, args.seed, args.evaluate_every_h, args.db_tag)
         print("RESULT " + json.dumps(result))
         return
     results = {}
@@ -391,7 +392,8 @@ def main() -> None:
         began = time.monotonic()
         out = subprocess.run(
             [sys.executable, "-m", "bench.reclaim", "--mode", mode, "--days", str(args.days),
-             "--seed", str(args.seed), "--evaluate-every-h", str(args.evaluate_every_h)],
+             "--seed", str(args.seed), "--evaluate-every-h", str(args.evaluate_every_h),
+             "--db-tag", args.db_tag],
             cwd=ROOT, capture_output=True, text=True, check=False)
         line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
