@@ -6,9 +6,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from gpuquota.core.errors import Conflict
 from gpuquota.reservations.models import Assignment
 from gpuquota.reservations.services import reservation_release
-from gpuquota.core.errors import Conflict
 from reclaim.lifecycle import (
     recommendation_accept,
     recommendation_object,
