@@ -4,7 +4,7 @@ automatic accept of every recommendation.
 
     .venv/bin/python -m bench.reclaim [--days 30] [--seed 7] [--evaluate-every-h 1]
 
-Each run gets its own database (gq_reclaim_sim_off / _on, dropped first). The workload is
+Each run gets its own database (gq_reclaimsim_off / _on, dropped first). The workload is
 generated from the seed, so both runs see the same fleet and the same GPU activity:
 
 - training jobs that finish early inside long (8- and 4-GPU) reservations;
@@ -127,9 +127,9 @@ def _bursty_busy(seed: int, k: int, w: int) -> bool:
     return w in _BURSTS[seed][k]
 
 
-def run(mode: str, days: int, seed: int, every_h: int) -> dict:
+def run(mode: str, days: int, seed: int, every_h: int, tag: str = "") -> dict:
     """One run in its own database; returns its figures."""
-    database = f"gq_reclaim_sim_{mode}"
+    database = f"gq_reclaimsim_{mode}{tag}"
     os.environ.update({"DATABASE_URL": f"{PG}/{database}", "REDIS_URL": "",
                        "GPUQUOTA_MAIL_ENABLED": "0", "DEBUG": "1", "LOG_LEVEL": "WARNING",
                        "DJANGO_SETTINGS_MODULE": "gpuquota.settings"})
@@ -299,16 +299,19 @@ class Simulation:
         self.timings["setup_s"] = time.monotonic() - began
         for h in range(1, self.days * 24 + 1):
             now = self.t0 + timedelta(hours=h)
-            tick = time.monotonic()
+            tick, cpu = time.monotonic(), time.process_time()
             reservations_advance(now=now)
             self.rollup_hour(now - timedelta(hours=1), gpu_class.id)
             self.timings["clock_s"] += time.monotonic() - tick
+            self.timings["clock_cpu_s"] += time.process_time() - cpu
             if self.mode != "on":
                 continue
-            tick = time.monotonic()
+            tick, cpu = time.monotonic(), time.process_time()
             if h % self.every_h == 0:
                 recommendations_evaluate(now=now)
                 self.timings["evaluate_s"] += time.monotonic() - tick
+                self.timings["evaluate_cpu_s"] += time.process_time() - cpu
+                self.timings["evaluations"] += 1
                 ids = list(Recommendation.objects.filter(
                     status="open", kind__in=["reclaim", "right_size"],
                     exemption__isnull=True).values_list("id", flat=True))
@@ -376,11 +379,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--evaluate-every-h", type=int, default=3)
+    parser.add_argument("--evaluate-every-h", type=int, default=1)
+    parser.add_argument("--db-tag", default="", help="appended to the databases' names")
     parser.add_argument("--mode", choices=["off", "on"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode:
-        result = run(args.mode, args.days, args.seed, args.evaluate_every_h)
+        result = run(args.mode, args.days, args.seed, args.evaluate_every_h, args.db_tag)
         print("RESULT " + json.dumps(result))
         return
     results = {}
@@ -388,7 +392,8 @@ def main() -> None:
         began = time.monotonic()
         out = subprocess.run(
             [sys.executable, "-m", "bench.reclaim", "--mode", mode, "--days", str(args.days),
-             "--seed", str(args.seed), "--evaluate-every-h", str(args.evaluate_every_h)],
+             "--seed", str(args.seed), "--evaluate-every-h", str(args.evaluate_every_h),
+             "--db-tag", args.db_tag],
             cwd=ROOT, capture_output=True, text=True, check=False)
         line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:

@@ -217,10 +217,15 @@ class BacktestView(APIView):
         query = s.BacktestQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         v = query.validated_data
+
+        def hours(name: str) -> timedelta | None:
+            return timedelta(hours=v[name]) if name in v else None
+
         tuned = policy().override(
             idle_busy_fraction=v.get("idle_busy_fraction"), min_coverage=v.get("min_coverage"),
-            lookback=timedelta(hours=v["lookback_hours"]) if "lookback_hours" in v else None,
-            grace=timedelta(hours=v["grace_hours"]) if "grace_hours" in v else None)
+            lookback=hours("lookback_hours"), grace=hours("grace_hours"), rule=v.get("rule"),
+            empty_lookback=hours("empty_lookback_hours"),
+            held_lookback=hours("held_lookback_hours"))
         return Response(s.BacktestSerializer(policy_backtest(policy=tuned, days=v["days"])).data)
 
 

@@ -3,8 +3,10 @@ history (the hourly rollups and the assignments as they happened). Evaluated at 
 whole hour: a GPU found idle over the look-back is recommended, released at the end
 of the grace unless busy during it; what it would have returned runs to the end of
 its assignment as it really was, and a **false reclaim** is a released GPU that was
-busy again (at least `grace_busy_s`) before then. Hour granularity: idle reclaim
-only (right-size needs per-minute concurrency; see the evaluation). Four queries."""
+busy again (at least `grace_busy_s`) before then. Either rule of `Policy.rule`: under
+"evidence" an hour holds no process and no memory when its rollup says so. Hour
+granularity: idle reclaim only (right-size needs per-minute concurrency, which the
+rollups do not keep; see the evaluation). Four queries."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.reservations.models import Assignment
 from gpuquota.usage.models import GpuHourUsage
-from reclaim.conf import Policy, grace_busy_s
+from reclaim.conf import SPEC, Policy, grace_busy_s
 from reclaim.savings import spans_amount
 
 HOUR = 3600
@@ -83,13 +85,13 @@ def policy_backtest(*, policy: Policy, days: int, now: datetime | None = None
     """What `policy` would have recommended and returned over the last `days` days."""
     if not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
         raise DomainError(f"Backtest between 1 and {MAX_DAYS} days.", field="days")
-    if policy.lookback.total_seconds() % HOUR or policy.lookback < timedelta(hours=1):
-        raise DomainError("The backtest's look-back is whole hours.", field="lookback_hours")
+    if any(lb.total_seconds() % HOUR or lb < timedelta(hours=1) for lb in policy.lookbacks):
+        raise DomainError("The backtest's look-backs are whole hours.", field="lookback_hours")
     end = hour_floor(now or timezone.now())
     start = end - timedelta(days=days)
-    lookback_h = int(policy.lookback.total_seconds()) // HOUR
+    lookback_h = int(policy.shortest.total_seconds()) // HOUR
     grace_s = int(policy.grace.total_seconds())
-    history_from = start - policy.lookback
+    history_from = start - policy.lookbacks[-1]
     assignments = list(Assignment.objects.filter(
         assigned_from__lt=end, assigned_until__gt=history_from,
         reservation__status__in=["active", "ended"],
@@ -101,13 +103,15 @@ def policy_backtest(*, policy: Policy, days: int, now: datetime | None = None
     for row in GpuHourUsage.objects.filter(
         kind=GpuHourUsage.Kind.RESERVED, hour__gte=history_from, hour__lt=end,
         assignment_id__in=[a["id"] for a in assignments],
-    ).values_list("assignment_id", "hour", "covered_s", "busy_s", "failed"):
-        assignment_id, hour, covered, busy, failed = row
-        c, b, f = hours[assignment_id].get(_h(hour), (0, 0, 0))
+    ).values_list("assignment_id", "hour", "covered_s", "busy_s", "failed",
+                  "memory_used_bytes_max", "process_count"):
+        assignment_id, hour, covered, busy, failed, memory, processes = row
+        c, b, f, m, n = hours[assignment_id].get(_h(hour), (0, 0, 0, 0, 0))
         if failed:
-            hours[assignment_id][_h(hour)] = (c, b, f + covered)
+            hours[assignment_id][_h(hour)] = (c, b, f + covered, m, n)
         else:
-            hours[assignment_id][_h(hour)] = (c + covered, b + busy, f)
+            hours[assignment_id][_h(hour)] = (c + covered, b + busy, f, max(m, memory or 0),
+                                              n + processes)
     recs = []
     by_reservation: dict[int, list[dict]] = defaultdict(list)
     for a in assignments:
@@ -122,14 +126,28 @@ def policy_backtest(*, policy: Policy, days: int, now: datetime | None = None
     return BacktestResult(policy, start, end, sorted(recs, key=lambda r: r.recommended_at))
 
 
-def _idle(per_hour: dict, t: int, lookback_h: int, policy: Policy) -> bool:
-    covered = busy = failed = 0
-    for h in range(t - lookback_h, t):
-        c, b, f = per_hour.get(h, (0, 0, 0))
+def _idle_over(per_hour: dict, t: int, hours: int, policy: Policy, *, empty: bool) -> bool:
+    covered = busy = failed = memory = processes = 0
+    for h in range(t - hours, t):
+        c, b, f, m, n = per_hour.get(h, (0, 0, 0, 0, 0))
         covered, busy, failed = covered + c, busy + b, failed + f
-    judged = lookback_h * HOUR - failed
+        memory, processes = max(memory, m), processes + n
+    judged = hours * HOUR - failed
+    if empty and (processes or memory > policy.empty_memory_bytes):
+        return False
     return bool(judged > 0 and covered >= policy.min_coverage * judged and covered
                 and busy < policy.idle_busy_fraction * covered)
+
+
+def _idle(per_hour: dict, t: int, charged_h: int, policy: Policy) -> bool:
+    """The rule of `policy` at hour t, on the windows the assignment has run for."""
+    def h(lookback: timedelta) -> int:
+        return int(lookback.total_seconds()) // HOUR
+
+    if policy.rule == SPEC:
+        return _idle_over(per_hour, t, h(policy.lookback), policy, empty=False)
+    return any(charged_h <= t - h(lb) and _idle_over(per_hour, t, h(lb), policy, empty=empty)
+               for lb, empty in ((policy.empty_lookback, True), (policy.held_lookback, False)))
 
 
 def _replay(rows: list[dict], hours: dict, *, start: int, end: int, lookback_h: int,
@@ -142,7 +160,7 @@ def _replay(rows: list[dict], hours: dict, *, start: int, end: int, lookback_h: 
     first = min(a["charged_h"] for a in rows)
     for t in range(max(start, first + lookback_h), end):
         idle = [a for a in rows if a["id"] not in gone and a["charged_h"] <= t - lookback_h
-                and a["until_s"] > t * HOUR and _idle(hours.get(a["id"], {}), t, lookback_h,
+                and a["until_s"] > t * HOUR and _idle(hours.get(a["id"], {}), t, a["charged_h"],
                                                       policy)]
         if not idle:
             continue
@@ -156,14 +174,14 @@ def _replay(rows: list[dict], hours: dict, *, start: int, end: int, lookback_h: 
             gone.add(a["id"])
             rec.gpu_ids.append(a["gpu_id"])
             per_hour = hours.get(a["id"], {})
-            grace_busy = sum(per_hour.get(h, (0, 0, 0))[1]
+            grace_busy = sum(per_hour.get(h, (0, 0, 0, 0, 0))[1]
                              for h in range(t, -(-release_s // HOUR)))
             if grace_busy >= threshold or a["until_s"] <= release_s:
                 rec.skipped_gpu_ids.append(a["gpu_id"])
                 continue
             rec.returned_by_gpu[a["gpu_id"]] = a["until_s"] - release_s
             rec.returned_s += a["until_s"] - release_s
-            later_busy = sum(b for h, (_c, b, _f) in per_hour.items() if h * HOUR >= release_s)
+            later_busy = sum(v[1] for h, v in per_hour.items() if h * HOUR >= release_s)
             if later_busy >= threshold:
                 rec.false_gpu_ids.append(a["gpu_id"])
         recs.append(rec)

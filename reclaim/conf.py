@@ -7,15 +7,24 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 
 def _value(name: str, default: str) -> str:
     return str(getattr(settings, name, None) or os.environ.get(name) or default)
 
 
+SPEC, EVIDENCE = "spec", "evidence"
+RULES = (SPEC, EVIDENCE)
+
+
 @dataclass(frozen=True)
 class Policy:
-    """The thresholds one evaluation (or one backtest) applies."""
+    """The thresholds one evaluation (or one backtest) applies. `rule` = "spec": a GPU
+    is idle over `lookback` (accounting.md). "evidence": also idle after the shorter
+    `empty_lookback` when it held no process and at most `empty_memory_bytes` all that
+    time (a job that finished), while one holding memory or a process (a notebook
+    kernel) is idle only over the longer `held_lookback` (README, Reclaim policy)."""
 
     lookback: timedelta
     idle_busy_fraction: Decimal
@@ -25,6 +34,21 @@ class Policy:
     percentile: int = 95
     slot_s: int = 60
     slot_busy_s: int = 30
+    rule: str = SPEC
+    empty_lookback: timedelta = timedelta(hours=8)
+    held_lookback: timedelta = timedelta(hours=24)
+    empty_memory_bytes: int = 2**30
+
+    @property
+    def lookbacks(self) -> list[timedelta]:
+        """The windows this policy judges over, shortest first."""
+        if self.rule == SPEC:
+            return [self.lookback]
+        return sorted({self.empty_lookback, self.lookback, self.held_lookback})
+
+    @property
+    def shortest(self) -> timedelta:
+        return self.lookbacks[0]
 
     def override(self, **changes) -> "Policy":
         """The same policy with some thresholds changed (a backtest's what-if)."""
@@ -33,8 +57,17 @@ class Policy:
 
 def policy() -> Policy:
     """The policy in force: RECLAIM_LOOKBACK_S (24 h), RECLAIM_IDLE_BUSY_FRACTION (0.10),
-    RECLAIM_MIN_COVERAGE (0.8), RECLAIM_GRACE_S (4 h), RECLAIM_SNOOZE_S (7 days)."""
+    RECLAIM_MIN_COVERAGE (0.8), RECLAIM_GRACE_S (4 h), RECLAIM_SNOOZE_S (7 days);
+    RECLAIM_RULE (spec or evidence), RECLAIM_EMPTY_LOOKBACK_S (8 h),
+    RECLAIM_HELD_LOOKBACK_S (24 h), RECLAIM_EMPTY_MEMORY_BYTES (1 GiB)."""
+    rule = _value("RECLAIM_RULE", SPEC)
+    if rule not in RULES:
+        raise ImproperlyConfigured(f"RECLAIM_RULE is {rule!r}: one of {', '.join(RULES)}.")
     return Policy(
+        rule=rule,
+        empty_lookback=timedelta(seconds=int(_value("RECLAIM_EMPTY_LOOKBACK_S", "28800"))),
+        held_lookback=timedelta(seconds=int(_value("RECLAIM_HELD_LOOKBACK_S", "86400"))),
+        empty_memory_bytes=int(_value("RECLAIM_EMPTY_MEMORY_BYTES", str(2**30))),
         lookback=timedelta(seconds=int(_value("RECLAIM_LOOKBACK_S", "86400"))),
         idle_busy_fraction=Decimal(_value("RECLAIM_IDLE_BUSY_FRACTION", "0.10")),
         min_coverage=Decimal(_value("RECLAIM_MIN_COVERAGE", "0.8")),

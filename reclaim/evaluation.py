@@ -1,26 +1,21 @@
-"""What the policy finds on one reservation over one look-back window (a read: no
-writes). accounting.md, "Reclaim recommendations": idle GPUs (reclaim), the 95th
-percentile of concurrency below the count (right-size), too little coverage to
-judge (coverage warning). A bounded number of queries per reservation."""
+"""What the policy finds on the reservations under evaluation at one instant (a read:
+no writes). accounting.md, "Reclaim recommendations": idle GPUs (reclaim), the 95th
+percentile of concurrency below the count (right-size), too little coverage to judge
+(coverage warning); `Policy.rule` picks the look-back per GPU (conf.py). The inputs of
+all reservations are read together (`reclaim/inputs.py`), in a fixed number of
+queries whatever their number."""
 
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 
-from django.db.models import Q
-
 from gpuquota.core.timeutil import Period
 from gpuquota.reservations.models import Reservation
-from gpuquota.usage.selectors import GpuUsage, reservation_gpu_usage
-from gpuquota.usage.slots import (
-    GpuSlots,
-    concurrency_per_slot,
-    gpu_busy_slots,
-    nearest_rank_percentile,
-)
-from reclaim.conf import Policy
+from gpuquota.usage.slots import concurrency_per_slot, nearest_rank_percentile
+from reclaim.conf import SPEC, Policy
+from reclaim.inputs import EvaluationInputs, evaluation_inputs
 from reclaim.models import Recommendation
-from reclaim.savings import Savings, remaining_savings
+from reclaim.savings import Savings
 
 K = Recommendation.Kind
 
@@ -45,27 +40,6 @@ class ReservationFindings:
         return next((f for f in self.findings if f.kind == kind), None)
 
 
-def _ratio(value: Fraction | None) -> str | None:
-    return None if value is None else f"{float(value):.4f}"
-
-
-def gpu_evidence(*, usage: GpuUsage | None, slots: GpuSlots, window_s: int) -> dict:
-    """The evidence shown for one GPU: what the agents saw over the window."""
-    usage = usage or GpuUsage(slots.gpu_id)
-    judged_s = max(window_s - slots.failed_s, 0)
-    return {
-        "covered_s": usage.covered_s, "busy_s": usage.busy_s, "judged_s": judged_s,
-        "failed_s": slots.failed_s,
-        "coverage": _ratio(Fraction(usage.covered_s, judged_s) if judged_s else None),
-        "busy_fraction": _ratio(usage.busy_fraction),
-        "mean_util_gpu": _ratio(usage.mean_util_gpu),
-        "memory_used_bytes_max": usage.memory_used_bytes_max,
-        "process_count": usage.process_count,
-        "users_seen": sorted(usage.users_seen),
-        "last_busy_at": slots.last_busy_at.isoformat() if slots.last_busy_at else None,
-    }
-
-
 def _classify(ev: dict, policy: Policy) -> str:
     """`idle`, `low_coverage`, `in_use` or `failed` (nothing to judge)."""
     if not ev["judged_s"]:
@@ -77,57 +51,120 @@ def _classify(ev: dict, policy: Policy) -> str:
     return "in_use"
 
 
-def reservation_findings(*, reservation: Reservation, now: datetime, policy: Policy
-                         ) -> ReservationFindings:
-    """The policy's findings on a reservation over [now − look-back, now), per GPU it
-    holds at `now`, failed time left out."""
-    window = Period(now - policy.lookback, now)
-    held = sorted(reservation.assignments.filter(assigned_from__lte=now, assigned_until__gt=now)
-                  .values_list("gpu_id", flat=True))
+def _empty(ev: dict, policy: Policy) -> bool:
+    """No process and (almost) no memory held all the window: nothing is running."""
+    return not ev["process_count"] and (ev["memory_used_bytes_max"] or 0) <= \
+        policy.empty_memory_bytes
+
+
+def _judge(inputs: EvaluationInputs, rid: int, gpu_id: int, policy: Policy
+           ) -> tuple[str, dict]:
+    """The GPU's state and the evidence of the window that decided it. Under the
+    evidence rule, a GPU idle over the base look-back that still holds memory or a
+    process is `watched` (neither recommended nor right-sized) until the longer one."""
+    evidence = {lb: inputs.evidence(rid, gpu_id, lb) for lb in policy.lookbacks
+                if inputs.ran_at_least(rid, lb)}
+    base = evidence.get(policy.lookback)
+    base_state = _classify(base, policy) if base else None
+    if policy.rule == SPEC:
+        return base_state, base
+    short = evidence.get(policy.empty_lookback)
+    if short and _classify(short, policy) == "idle" and _empty(short, policy):
+        return "idle", {**short, "rule": "empty"}
+    held = evidence.get(policy.held_lookback)
+    if held and _classify(held, policy) == "idle":
+        return "idle", {**held, "rule": "held"}
+    if base_state == "idle":
+        return "watched", base
+    return base_state, base
+
+
+def findings_evaluate(*, reservations: list[Reservation], now: datetime, policy: Policy
+                      ) -> dict[int, ReservationFindings]:
+    """The policy's findings per reservation at `now`, per GPU it holds at `now`,
+    failed time left out. A reservation is judged on the windows it has run for."""
+    inputs = evaluation_inputs(reservations=reservations, now=now, policy=policy,
+                               right_size_candidates=_right_size_candidates)
+    return {r.id: _reservation(r, inputs, policy) for r in reservations}
+
+
+def _reservation(reservation: Reservation, inputs: EvaluationInputs, policy: Policy
+                 ) -> ReservationFindings:
+    window = Period(inputs.now - policy.lookback, inputs.now)
+    held = inputs.held.get(reservation.id, [])
     result = ReservationFindings(reservation, window, held)
-    if not held:
+    judged = {g: _judge(inputs, reservation.id, g, policy) for g in held}
+    judged = {g: j for g, j in judged.items() if j[0] is not None}
+    if not judged:
         return result
-    usage = reservation_gpu_usage(reservation=reservation, period=window)
-    slots = gpu_busy_slots(gpu_ids=held, start=window.start, end=window.end,
-                           assignment_filter=Q(reservation=reservation), slot_s=policy.slot_s)
-    evidence = {g: gpu_evidence(usage=usage.get(g), slots=slots[g], window_s=window.seconds)
-                for g in held}
-    state = {g: _classify(evidence[g], policy) for g in held}
-    per_gpu = {str(g): {**evidence[g], "state": state[g]} for g in held}
-    low = [g for g in held if state[g] == "low_coverage"]
-    idle = [g for g in held if state[g] == "idle"]
+    per_gpu = {str(g): {**ev, "state": state} for g, (state, ev) in judged.items()}
+    low = [g for g, (state, _ev) in judged.items() if state == "low_coverage"]
+    idle = [g for g, (state, _ev) in judged.items() if state == "idle"]
     if low:
         result.findings.append(Finding(K.COVERAGE_WARNING, low, {"gpus": per_gpu}))
     if idle:
-        result.findings.append(Finding(
-            K.RECLAIM, idle, {"gpus": per_gpu},
-            savings=remaining_savings(reservation=reservation, gpu_ids=idle, at=now)))
-    if not low:
-        right = _right_size(held=held, idle=idle, slots=slots, evidence=evidence,
-                            window=window, policy=policy)
+        result.findings.append(Finding(K.RECLAIM, idle, {"gpus": per_gpu},
+                                       savings=inputs.savings(reservation, idle)))
+    watched = any(state == "watched" for state, _ev in judged.values())
+    if not low and not watched and inputs.ran_at_least(reservation.id, policy.lookback):
+        right = _right_size(rid=reservation.id, held=held, idle=idle, inputs=inputs,
+                            window=window, policy=policy,
+                            busy={g: ev["busy_s"] for g, (_s, ev) in judged.items()})
         if right is not None:
             target, gpus, concurrency = right
             result.findings.append(Finding(
                 K.RIGHT_SIZE, gpus, {"gpus": per_gpu, "concurrency": concurrency},
-                target_count=target,
-                savings=remaining_savings(reservation=reservation, gpu_ids=gpus, at=now)))
+                target_count=target, savings=inputs.savings(reservation, gpus)))
     return result
 
 
-def _right_size(*, held, idle, slots, evidence, window, policy):
+def _right_size_candidates(inputs: EvaluationInputs, policy: Policy) -> set[int]:
+    """Reservations whose right-size the per-slot read must settle: more than one GPU
+    kept, and per-hour busy seconds leaving room for enough slots below that count
+    (a slot of a kept GPU short of 30 busy seconds has over 30 others, so an hour
+    holds at most (3600 − busy) / 30 of them)."""
+    window = Period(inputs.now - policy.lookback, inputs.now)
+    slots = window.seconds // policy.slot_s
+    rank = -(-policy.percentile * slots // 100)
+    usage = inputs.usage[policy.lookback]
+    hours = usage.whole_hours
+    found = set()
+    for rid, gpu_ids in inputs.held.items():
+        if not inputs.ran_at_least(rid, policy.lookback):
+            continue
+        states = {g: _judge(inputs, rid, g, policy)[0] for g in gpu_ids}
+        kept = [g for g, state in states.items() if state != "idle"]
+        if len(kept) < 2 or {"low_coverage", "watched"} & set(states.values()):
+            continue
+        whole = 0 if hours is None else int((hours[1] - hours[0]).total_seconds()) // 3600
+        room = slots - whole * (3600 // policy.slot_s)  # the edges: any slot may be short
+        for h in range(whole):
+            at = int(hours[0].timestamp()) + h * 3600
+            room += min(3600 // policy.slot_s, sum(
+                (3600 - usage.busy_by_hour.get((rid, g), {}).get(at, 0)) // policy.slot_busy_s
+                for g in kept))
+        if room >= rank:
+            found.add(rid)
+    return found
+
+
+def _right_size(*, rid, held, idle, inputs, window, policy, busy):
     """(target count, GPUs to give back, concurrency evidence) when the nearest-rank
     percentile of busy GPUs per slot is below the GPUs kept after reclaiming the idle
     ones; the least busy of the others go. The target is at least 1."""
+    others = [g for g in held if g not in idle]
+    if len(others) < 2 or rid not in inputs.full_read:
+        return None
+    slots = {g: inputs.slots[g] for g in held if g in inputs.slots}
     counts = concurrency_per_slot(slots=slots, start=window.start, end=window.end,
                                   slot_s=policy.slot_s, min_busy_s=policy.slot_busy_s)
     p = nearest_rank_percentile(counts, policy.percentile)
     if p is None:
         return None
     target = max(p, 1)
-    others = [g for g in held if g not in idle]
     if target >= len(others):
         return None
-    by_busy = sorted(others, key=lambda g: (evidence[g]["busy_s"], g))
+    by_busy = sorted(others, key=lambda g: (busy.get(g, 0), g))
     histogram = {str(n): counts.count(n) for n in sorted(set(counts))}
     concurrency = {"percentile": policy.percentile, "value": p, "slots": len(counts),
                    "held": len(held), "histogram": histogram}

@@ -134,7 +134,8 @@ def recommendation_dismiss(*, recommendation: Recommendation, actor: User, reaso
 def recommendation_object(*, recommendation: Recommendation, actor: User, reason: str,
                           now: datetime | None = None) -> Recommendation:
     """A lead of the team objects before the grace period ends: nothing is released
-    until an admin upholds the recommendation."""
+    until an admin upholds the recommendation. One objection per recommendation: once
+    an admin has upheld it, only an admin can stop it (withdraw)."""
     now = whole_second(now or timezone.now())
     rec = _locked(recommendation)
     if not can_act_for_team(actor, rec.reservation.team):
@@ -145,9 +146,11 @@ def recommendation_object(*, recommendation: Recommendation, actor: User, reason
                        f"{rec.status}.")
     if now >= rec.grace_until:
         raise Conflict("The grace period has ended: the GPUs are being released.")
+    if rec.objection_decision == Recommendation.ObjectionDecision.UPHELD:
+        raise Conflict("An admin has already upheld this recommendation over an objection: "
+                       "one objection per recommendation; ask an admin to withdraw it.")
     rec.status, rec.objection_by, rec.objection_at = R.OBJECTED, actor, now
     rec.objection_reason, rec.updated_at = reason, now
-    rec.objection_decision, rec.objection_decided_by, rec.objection_decided_at = "", None, None
     rec.save()
     _audit(rec, actor=actor, action="object", reason=reason,
            changes={"status": [R.ACCEPTED, R.OBJECTED]})

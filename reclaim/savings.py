@@ -8,7 +8,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import Q
 
-from gpuquota.reservations.models import Assignment, Reservation
+from gpuquota.reservations.models import Reservation
 from reports.models import RateCard
 
 CENT = Decimal("0.01")
@@ -26,31 +26,43 @@ def _s(value: datetime) -> int:
     return int(value.timestamp())
 
 
-def remaining_savings(*, reservation: Reservation, gpu_ids: list[int], at: datetime) -> Savings:
-    """Σ over the GPUs' assignments still running at `at` of seconds × reserved rate
-    from `at` (or the charged start, if later) to their end. Two queries."""
+def remaining_savings(*, reservation: Reservation, assignments: list[dict], at: datetime,
+                      cards: list[RateCard] | None = None) -> Savings:
+    """Σ over the given assignment rows (`assigned_from`, `assigned_until`) still
+    running at `at` of seconds × reserved rate from `at` (or the charged start, if
+    later) to their end."""
     spans = []
-    for row in Assignment.objects.filter(
-        reservation=reservation, gpu_id__in=gpu_ids, assigned_until__gt=at
-    ).values("assigned_from", "assigned_until"):
+    for row in assignments:
         charged = max(row["assigned_from"], reservation.start,
                       reservation.approved_at or reservation.start, at)
         if charged < row["assigned_until"]:
             spans.append((_s(charged), _s(row["assigned_until"])))
-    return spans_amount(gpu_class_id=reservation.gpu_class_id, spans=spans)
+    return spans_amount(gpu_class_id=reservation.gpu_class_id, spans=spans, cards=cards)
 
 
-def spans_amount(*, gpu_class_id: int, spans: list[tuple[int, int]]) -> Savings:
+def rate_cards(*, gpu_class_ids, since: datetime) -> dict[int, list[RateCard]]:
+    """Per class, its rate cards in force at or after `since`. One query."""
+    cards: dict[int, list[RateCard]] = {c: [] for c in gpu_class_ids}
+    for card in RateCard.objects.filter(
+        Q(valid_until__isnull=True) | Q(valid_until__gt=since), gpu_class_id__in=list(cards),
+    ).order_by("valid_from"):
+        cards[card.gpu_class_id].append(card)
+    return cards
+
+
+def spans_amount(*, gpu_class_id: int, spans: list[tuple[int, int]],
+                 cards: list[RateCard] | None = None) -> Savings:
     """Σ seconds × reserved rate in force over epoch-second spans of one class, one
-    rounding. One query."""
+    rounding. One query, none when the class's `cards` (from `rate_cards`) are given."""
     if not spans:
         return Savings(Decimal("0.00"), "", 0, 0)
     lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
-    cards = list(RateCard.objects.filter(
-        Q(valid_until__isnull=True) | Q(valid_until__gt=datetime.fromtimestamp(lo, tz=UTC)),
-        gpu_class_id=gpu_class_id,
-        valid_from__lt=datetime.fromtimestamp(hi, tz=UTC),
-    ).order_by("valid_from"))
+    if cards is None:
+        cards = list(RateCard.objects.filter(
+            Q(valid_until__isnull=True) | Q(valid_until__gt=datetime.fromtimestamp(lo, tz=UTC)),
+            gpu_class_id=gpu_class_id,
+            valid_from__lt=datetime.fromtimestamp(hi, tz=UTC),
+        ).order_by("valid_from"))
     numerator, priced, currency = Decimal(0), 0, ""
     for card in cards:
         c0 = _s(card.valid_from)

@@ -9,6 +9,7 @@ from gpuquota.inventory.models import GpuClass
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.serializers import AwareDateTimeField
 from reclaim.backtest import MAX_DAYS
+from reclaim.conf import RULES
 from reclaim.models import Exemption, Recommendation
 
 _user = {"allow_null": True, "read_only": True}
@@ -124,6 +125,11 @@ class BacktestQuerySerializer(serializers.Serializer):
                                             max_value=1, required=False)
     lookback_hours = serializers.IntegerField(min_value=1, max_value=24 * 14, required=False)
     grace_hours = serializers.IntegerField(min_value=0, max_value=24 * 14, required=False)
+    rule = serializers.ChoiceField(choices=RULES, required=False)
+    empty_lookback_hours = serializers.IntegerField(min_value=1, max_value=24 * 14,
+                                                    required=False)
+    held_lookback_hours = serializers.IntegerField(min_value=1, max_value=24 * 14,
+                                                   required=False)
 
 
 class BacktestReclaimSerializer(serializers.Serializer):
@@ -169,7 +175,9 @@ class BacktestSerializer(serializers.Serializer):
         return {"lookback_hours": int(p.lookback.total_seconds()) // 3600,
                 "idle_busy_fraction": str(p.idle_busy_fraction),
                 "min_coverage": str(p.min_coverage),
-                "grace_hours": str(p.grace.total_seconds() / 3600)}
+                "grace_hours": str(p.grace.total_seconds() / 3600), "rule": p.rule,
+                "empty_lookback_hours": int(p.empty_lookback.total_seconds()) // 3600,
+                "held_lookback_hours": int(p.held_lookback.total_seconds()) // 3600}
 
 
 class FiguresSerializer(serializers.Serializer):

@@ -18,7 +18,7 @@ from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.services import require_admin_actor
 from reclaim.conf import Policy
 from reclaim.conf import policy as policy_in_force
-from reclaim.evaluation import Finding, reservation_findings
+from reclaim.evaluation import Finding, ReservationFindings, findings_evaluate
 from reclaim.models import Exemption, Recommendation, RecommendationGpu
 
 R = Recommendation.Status
@@ -27,9 +27,9 @@ MAX_REASON = 2000
 
 
 def reservations_to_evaluate(*, now: datetime, policy: Policy) -> list[Reservation]:
-    """Active reservations still holding GPUs whose charged window began at least one
-    look-back window ago."""
-    since = now - policy.lookback
+    """Active reservations still holding GPUs whose charged window began at least the
+    policy's shortest look-back ago."""
+    since = now - policy.shortest
     return list(
         Reservation.objects.filter(status=Reservation.Status.ACTIVE, start__lte=since)
         .filter(Q(approved_at__isnull=True) | Q(approved_at__lte=since))
@@ -38,13 +38,30 @@ def reservations_to_evaluate(*, now: datetime, policy: Policy) -> list[Reservati
     )
 
 
+def _exemptions_q(*, now: datetime) -> Q:
+    return Q(created_at__lte=now, until__gt=now)
+
+
 def exemption_for(*, reservation: Reservation, now: datetime) -> Exemption | None:
     """The exemption in force for a reservation at `now`, if any."""
     return Exemption.objects.filter(
         Q(reservation=reservation)
         | Q(team_id=reservation.team_id, gpu_class_id=reservation.gpu_class_id),
-        created_at__lte=now, until__gt=now,
+        _exemptions_q(now=now),
     ).order_by("-until").first()
+
+
+def _exemptions_for(*, reservations: list[Reservation], now: datetime
+                    ) -> dict[int, Exemption]:
+    """`exemption_for` of many reservations, in one query."""
+    rows = list(Exemption.objects.filter(_exemptions_q(now=now)).filter(
+        Q(reservation_id__in=[r.id for r in reservations])
+        | Q(team_id__in={r.team_id for r in reservations})).order_by("-until"))
+    found = {}
+    for r in reservations:
+        found[r.id] = next((e for e in rows if e.reservation_id == r.id or (
+            e.team_id == r.team_id and e.gpu_class_id == r.gpu_class_id)), None)
+    return found
 
 
 def _snoozed(*, reservation: Reservation, kind: str, now: datetime) -> bool:
@@ -53,9 +70,11 @@ def _snoozed(*, reservation: Reservation, kind: str, now: datetime) -> bool:
     ).exists()
 
 
-def _set_gpus(rec: Recommendation, gpu_ids: list[int]) -> None:
-    rec.gpu_rows.exclude(gpu_id__in=gpu_ids).delete()
-    have = set(rec.gpu_rows.values_list("gpu_id", flat=True))
+def _set_gpus(rec: Recommendation, gpu_ids: list[int], have: set[int] | None = None) -> None:
+    if have is None:
+        have = set(rec.gpu_rows.values_list("gpu_id", flat=True))
+    if have - set(gpu_ids):
+        rec.gpu_rows.exclude(gpu_id__in=gpu_ids).delete()
     RecommendationGpu.objects.bulk_create(
         [RecommendationGpu(recommendation=rec, gpu_id=g) for g in gpu_ids if g not in have])
 
@@ -80,17 +99,16 @@ def _close(rec: Recommendation, *, note: str, now: datetime) -> None:
 
 
 @transaction.atomic
-def reservation_evaluate(*, reservation: Reservation, now: datetime, policy: Policy
-                         ) -> dict[str, int]:
+def reservation_evaluate(*, found: ReservationFindings, exemption: Exemption | None,
+                         now: datetime) -> dict[str, int]:
     """Bring one reservation's recommendations in step with its findings: create the
     new, refresh the open, close the open ones that no longer hold; never a duplicate
     (the reservation's row lock and a partial unique constraint); a dismissed one
     stays quiet while snoozed; accepted and objected ones are left to their course."""
     reservation = Reservation.objects.select_for_update().select_related(
-        "team", "gpu_class").get(pk=reservation.pk)
-    found = reservation_findings(reservation=reservation, now=now, policy=policy)
-    exemption = exemption_for(reservation=reservation, now=now)
-    live = {r.kind: r for r in reservation.recommendations.filter(status__in=R_LIVE)}
+        "team", "gpu_class").get(pk=found.reservation.pk)
+    live = {r.kind: r for r in reservation.recommendations.filter(status__in=R_LIVE)
+            .prefetch_related("gpu_rows")}
     counts = {"created": 0, "updated": 0, "closed": 0}
     for finding in found.findings:
         rec = live.pop(finding.kind, None)
@@ -100,19 +118,21 @@ def reservation_evaluate(*, reservation: Reservation, now: datetime, policy: Pol
             rec = Recommendation(reservation=reservation, kind=finding.kind, created_at=now)
             _apply(rec=rec, finding=finding, window=found.window, exemption=exemption, now=now)
             rec.save()
-            _set_gpus(rec, finding.gpu_ids)
+            _set_gpus(rec, finding.gpu_ids, have=set())
             audit_record(actor=None, action="reclaim.recommend", obj=rec, team=reservation.team,
                          changes={"kind": rec.kind, "gpus": finding.gpu_ids,
                                   "target_count": rec.target_count,
                                   "savings": str(rec.savings), "exempt": bool(exemption)})
             counts["created"] += 1
         elif rec.status == R.OPEN:
+            rec.reservation = reservation
             _apply(rec=rec, finding=finding, window=found.window, exemption=exemption, now=now)
             rec.save()
-            _set_gpus(rec, finding.gpu_ids)
+            _set_gpus(rec, finding.gpu_ids, have={g.gpu_id for g in rec.gpu_rows.all()})
             counts["updated"] += 1
     for rec in live.values():
         if rec.status == R.OPEN:
+            rec.reservation = reservation
             _close(rec, note=f"No longer holds at the evaluation of {now:%Y-%m-%d %H:%M}Z "
                    "(the GPUs were used, or the reservation changed).", now=now)
             counts["closed"] += 1
@@ -121,18 +141,27 @@ def reservation_evaluate(*, reservation: Reservation, now: datetime, policy: Pol
 
 def recommendations_evaluate(*, now: datetime | None = None, policy: Policy | None = None
                              ) -> dict[str, int]:
-    """Evaluate every eligible reservation (one transaction each) and close the open
-    recommendations of reservations that stopped holding GPUs. Safe to run any number
-    of times: the same inputs give the same recommendations."""
+    """Evaluate every eligible reservation (the reads set-based, in a fixed number of
+    queries; one transaction per reservation with something to write) and close the
+    open recommendations of reservations that stopped holding GPUs. Safe to run any
+    number of times: the same inputs give the same recommendations."""
     now = whole_second(now or timezone.now())
     policy = policy or policy_in_force()
     totals = {"reservations": 0, "created": 0, "updated": 0, "closed": 0}
     eligible = reservations_to_evaluate(now=now, policy=policy)
+    found = findings_evaluate(reservations=eligible, now=now, policy=policy)
+    exemptions = _exemptions_for(reservations=eligible, now=now)
+    with_live = set(Recommendation.objects.filter(
+        status__in=R_LIVE, reservation_id__in=[r.id for r in eligible]
+    ).values_list("reservation_id", flat=True))
     for reservation in eligible:
-        for key, value in reservation_evaluate(
-                reservation=reservation, now=now, policy=policy).items():
-            totals[key] += value
         totals["reservations"] += 1
+        if not found[reservation.id].findings and reservation.id not in with_live:
+            continue
+        for key, value in reservation_evaluate(
+                found=found[reservation.id], exemption=exemptions[reservation.id],
+                now=now).items():
+            totals[key] += value
     with transaction.atomic():
         for rec in Recommendation.objects.select_for_update().filter(status=R.OPEN).exclude(
                 reservation_id__in=[r.id for r in eligible]).select_related("reservation__team"):

@@ -292,27 +292,51 @@ class GpuUsage:
 def reservation_gpu_usage(*, reservation: Reservation, period: Period) -> dict[int, GpuUsage]:
     """Per GPU of the reservation: covered and busy seconds inside its assignments over
     the period (exact at any edge), mean utilization, peak memory, users seen."""
-    result: dict[int, GpuUsage] = {}
+    usage = reservations_gpu_usage(reservation_ids=[reservation.id], period=period)
+    return {gpu_id: u for (_r, gpu_id), u in usage.by_gpu.items()}
+
+
+@dataclass
+class ReservationsGpuUsage:
+    """`reservations_gpu_usage`: per (reservation id, GPU id) its usage over the period,
+    and its busy seconds per whole hour (epoch seconds of the hour) from the rollups."""
+
+    by_gpu: dict[tuple[int, int], GpuUsage] = field(default_factory=dict)
+    busy_by_hour: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
+    whole_hours: tuple[datetime, datetime] | None = None
+
+    def add(self, key: tuple[int, int], **sums) -> None:
+        self.by_gpu.setdefault(key, GpuUsage(key[1])).add(**sums)
+
+
+def reservations_gpu_usage(*, reservation_ids: list[int], period: Period) -> ReservationsGpuUsage:
+    """`reservation_gpu_usage` for many reservations at once: one rollup query for the
+    whole hours, and a fixed number per partial edge, whatever their number."""
+    result = ReservationsGpuUsage()
     hours, edges = _split(period)
-    if hours is not None:
+    result.whole_hours = hours
+    wanted = set(reservation_ids)
+    if hours is not None and wanted:
         rows = GpuHourUsage.objects.filter(
-            hour__gte=hours[0], hour__lt=hours[1], reservation=reservation, failed=False
-        ).values_list("gpu_id", "covered_s", "busy_s", "util_weighted",
-                      "memory_used_bytes_max", "process_count", "users_seen")
-        for gpu_id, covered, busy, weighted, memory, processes, users in rows:
-            result.setdefault(gpu_id, GpuUsage(gpu_id)).add(
-                covered_s=covered, busy_s=busy, util_weighted=weighted, memory=memory,
-                processes=processes, users=users)
+            hour__gte=hours[0], hour__lt=hours[1], reservation_id__in=wanted, failed=False
+        ).values_list("reservation_id", "gpu_id", "hour", "covered_s", "busy_s",
+                      "util_weighted", "memory_used_bytes_max", "process_count", "users_seen")
+        for rid, gpu_id, hour, covered, busy, weighted, memory, processes, users in rows:
+            result.add((rid, gpu_id), covered_s=covered, busy_s=busy, util_weighted=weighted,
+                       memory=memory, processes=processes, users=users)
+            per_hour = result.busy_by_hour.setdefault((rid, gpu_id), {})
+            at = int(hour.timestamp())
+            per_hour[at] = per_hour.get(at, 0) + busy
     for start, end in edges:
-        gpu_ids = _assigned_gpu_ids(reservation=reservation)(start, end)
+        gpu_ids = _assigned_gpu_ids(reservation_id__in=wanted)(start, end) if wanted else []
         if not gpu_ids:
             continue
         inputs = usage_inputs_load(gpu_ids=gpu_ids, start=start, end=end)
         for gpu_id in gpu_ids:
             for key, b in usage_buckets(inputs=inputs, gpu_id=gpu_id).items():
-                if key.reservation_id == reservation.id and not key.failed:
-                    result.setdefault(gpu_id, GpuUsage(gpu_id)).add(
-                        covered_s=b.covered_s, busy_s=b.busy_s, util_weighted=b.util_weighted,
-                        memory=b.memory_used_bytes_max, processes=len(b.processes),
-                        users=b.users)
+                if key.reservation_id in wanted and not key.failed:
+                    result.add((key.reservation_id, gpu_id), covered_s=b.covered_s,
+                               busy_s=b.busy_s, util_weighted=b.util_weighted,
+                               memory=b.memory_used_bytes_max, processes=len(b.processes),
+                               users=b.users)
     return result

@@ -6,9 +6,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from gpuquota.core.errors import Conflict
 from gpuquota.reservations.models import Assignment
 from gpuquota.reservations.services import reservation_release
-from reclaim.lifecycle import recommendation_accept, recommendation_release
+from reclaim.lifecycle import (
+    recommendation_accept,
+    recommendation_object,
+    recommendation_release,
+    recommendation_uphold,
+)
 from reclaim.models import Exemption
 from tests.reclaim.factories import World, held_gpus, make_rec
 
@@ -67,3 +73,18 @@ def test_releasing_every_gpu_ends_the_reservation_and_a_second_run_does_nothing(
     again = recommendation_release(recommendation=rec, now=timezone.now() + timedelta(hours=6))
     assert again.status == "released" and Assignment.objects.filter(
         end_reason="reclaimed").count() == 2
+
+
+def test_one_objection_per_recommendation_after_an_admin_upheld_it(world):
+    rec = make_rec(world)
+    now = timezone.now().replace(microsecond=0)
+    recommendation_accept(recommendation=rec, actor=world.admin, now=now)
+    recommendation_object(recommendation=rec, actor=world.lead, reason="eval tonight", now=now)
+    rec = recommendation_uphold(recommendation=rec, actor=world.admin, reason="idle 3 days",
+                                now=now + timedelta(minutes=5))
+    with pytest.raises(Conflict, match="one objection per recommendation"):
+        recommendation_object(recommendation=rec, actor=world.lead, reason="really",
+                              now=now + timedelta(minutes=10))
+    rec.refresh_from_db()
+    assert rec.status == "accepted" and rec.objection_reason == "eval tonight"
+    assert rec.objection_decision == "upheld"
