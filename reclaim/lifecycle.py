@@ -47,9 +47,11 @@ def _audit(rec: Recommendation, *, actor, action: str, changes: dict, reason: st
 
 
 def _notify_after_commit(rec: Recommendation, event: str) -> None:
+    """Queue the notice once the step commits. With the broker down the step stands and
+    the error is logged (robust): `reclaim.release_due` sends notices still unsent."""
     from reclaim.tasks import notify_task
 
-    transaction.on_commit(lambda: notify_task.delay(rec.pk, event))
+    transaction.on_commit(lambda: notify_task.delay(rec.pk, event), robust=True)
 
 
 def _accept(rec: Recommendation, *, actor: User, now: datetime, grace: timedelta) -> None:
