@@ -3,7 +3,10 @@
 `usage_inputs_load` reads everything a set of physical GPUs needs over a window in
 a fixed number of queries; `usage_buckets` turns it into per-bucket sums for one
 GPU and any whole-second window (an hour for the stored rollups, a partial hour
-at a period's edge for the selectors). Times are handled as epoch seconds.
+at a period's edge for the selectors). Times are handled as epoch seconds and
+utilizations as integer hundredths (the samples' exact two decimals), so the bulk rows
+load as plain integers and the arithmetic makes no per-window objects; a dense hour's
+rollup costs about as much as reading its rows.
 """
 
 from collections import defaultdict
@@ -11,8 +14,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from itertools import pairwise
+from typing import NamedTuple
 
-from django.db.models import Q
+from django.db.models import BigIntegerField, Func, IntegerField, Q
 
 from gpuquota.ingest.models import ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu, GpuClassInterval, GpuHealthInterval, GpuNodeInterval
@@ -32,21 +36,49 @@ def _dt(value: int) -> datetime:
     return datetime.fromtimestamp(value, tz=UTC)
 
 
-@dataclass(frozen=True)
-class Piece:
-    """The stretch [start, end) a sample covers on one device."""
+class _IntegerSql(Func):
+    """An expression both databases already return as a Python int: no converter."""
+
+    @property
+    def convert_value(self):
+        return self._convert_value_noop
+
+
+class EpochSeconds(_IntegerSql):
+    """A datetime column as integer epoch seconds (all stored instants are whole)."""
+
+    template = "EXTRACT(EPOCH FROM %(expressions)s)::bigint"
+    output_field = BigIntegerField()
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection,
+                           template="CAST(strftime('%%%%s', %(expressions)s) AS INTEGER)", **extra)
+
+
+class Hundredths(_IntegerSql):
+    """A numeric(…, 2) column as an exact integer count of hundredths."""
+
+    template = "(%(expressions)s * 100)::integer"
+    output_field = IntegerField()
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return self.as_sql(compiler, connection,
+                           template="CAST(round(%(expressions)s * 100) AS INTEGER)", **extra)
+
+
+class Piece(NamedTuple):
+    """The stretch [start, end) a sample covers on one device (util in hundredths)."""
 
     device_id: int
     start: int
     end: int
-    util: Decimal
+    util_c: int
     busy: bool
     energy_per_s: float | None
     memory_max: int | None
 
 
-@dataclass(frozen=True)
-class Proc:
+class Proc(NamedTuple):
     device_id: int
     start: int
     end: int
@@ -110,25 +142,31 @@ class UsageInputs:
     rate_cards: dict[int, list[Span]] = field(default_factory=dict)  # by gpu class id
 
 
-def coverage_pieces(samples: list[dict], busy_from: Decimal) -> list[Piece]:
-    """One device's samples (ordered by window_start) → what each covers: up to the
-    next sample's window_start; readings = 0 or a null util cover nothing."""
+def sample_pieces(samples: list[tuple], busy_from: Decimal) -> list[Piece]:
+    """One device's samples (gpu_id, start_s, end_s, readings, util_c, energy_j,
+    memory_max), ordered by start → what each covers: up to the next sample's start;
+    readings = 0 or a null util cover nothing; busy when util >= busy_from, exactly."""
+    busy_from_c = busy_from * 100
     pieces = []
-    for i, row in enumerate(samples):
-        start, end = _s(row["window_start"]), _s(row["window_end"])
-        if i + 1 < len(samples):
-            end = min(end, _s(samples[i + 1]["window_start"]))
-        util = row["util_gpu_avg"]
-        if not row["readings"] or util is None or end <= start:
+    last = len(samples) - 1
+    for i, (device_id, start, window_end, readings, util_c, energy, memory) in enumerate(samples):
+        end = window_end if i == last else min(window_end, samples[i + 1][1])
+        if not readings or util_c is None or end <= start:
             continue
-        length = _s(row["window_end"]) - start
-        energy = row["energy_j"]
+        length = window_end - start
         pieces.append(Piece(
-            device_id=row["gpu_id"], start=start, end=end, util=util, busy=util >= busy_from,
-            energy_per_s=None if energy is None or length <= 0 else energy / length,
-            memory_max=row["memory_used_bytes_max"],
+            device_id, start, end, util_c, util_c >= busy_from_c,
+            None if energy is None or length <= 0 else energy / length, memory,
         ))
     return pieces
+
+
+def coverage_pieces(samples: list[dict], busy_from: Decimal) -> list[Piece]:
+    """`sample_pieces` for samples read as model field dicts (ordered by window_start)."""
+    return sample_pieces([
+        (row["gpu_id"], _s(row["window_start"]), _s(row["window_end"]), row["readings"],
+         None if row["util_gpu_avg"] is None else int(row["util_gpu_avg"] * 100),
+         row["energy_j"], row["memory_used_bytes_max"]) for row in samples], busy_from)
 
 
 def _overlapping(start_field: str, end_field: str, start: datetime, end: datetime) -> Q:
@@ -157,28 +195,26 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
     gpu_ids = list(devices)
 
     busy_from = busy_util_percent()
-    by_device: dict[int, list[dict]] = defaultdict(list)
+    by_device: dict[int, list[tuple]] = defaultdict(list)
     samples = Sample.objects.filter(
         gpu_id__in=device_ids,
         window_start__gte=start - timedelta(seconds=MAX_WINDOW_S),
         window_start__lt=end,
     ).order_by("gpu_id", "window_start")
-    for row in samples.values("gpu_id", "window_start", "window_end", "readings",
-                              "util_gpu_avg", "energy_j", "memory_used_bytes_max"):
-        by_device[row["gpu_id"]].append(row)
-    pieces = {device: coverage_pieces(rows, busy_from) for device, rows in by_device.items()}
+    for row in samples.values_list(
+            "gpu_id", EpochSeconds("window_start"), EpochSeconds("window_end"), "readings",
+            Hundredths("util_gpu_avg"), "energy_j", "memory_used_bytes_max"):
+        by_device[row[0]].append(row)
+    pieces = {device: sample_pieces(rows, busy_from) for device, rows in by_device.items()}
 
     procs: dict[int, list[Proc]] = defaultdict(list)
     records = ProcessRecord.objects.filter(
         gpu_id__in=device_ids, window_start__lt=end, window_end__gt=start
     )
-    for row in records.values("gpu_id", "window_start", "window_end", "pid", "pid_start",
-                              "uid", "user", "job_source", "job_account"):
-        procs[row["gpu_id"]].append(Proc(
-            device_id=row["gpu_id"], start=_s(row["window_start"]), end=_s(row["window_end"]),
-            pid=row["pid"], pid_start=row["pid_start"], uid=row["uid"], user=row["user"],
-            job_source=row["job_source"], job_account=row["job_account"],
-        ))
+    for row in records.values_list(
+            "gpu_id", EpochSeconds("window_start"), EpochSeconds("window_end"), "pid",
+            "pid_start", "uid", "user", "job_source", "job_account"):
+        procs[row[0]].append(Proc._make(row))
 
     assignments: dict[int, list[Span]] = defaultdict(list)
     rows = Assignment.objects.filter(
@@ -247,11 +283,47 @@ def _at(spans: list[Span], at: int):
 def _cuts(start: int, end: int, *groups) -> list[int]:
     points = {start, end}
     for items in groups:
-        for item in items:
-            for point in (item.start, item.end):
-                if point is not None and start < point < end:
-                    points.add(point)
+        points.update(item.start for item in items if start < item.start < end)
+        points.update(item.end for item in items
+                      if item.end is not None and start < item.end < end)
     return sorted(points)
+
+
+class _Sums:
+    """A bucket being summed: util as hundredths × seconds (exact integers)."""
+
+    __slots__ = ("covered_s", "busy_s", "util_c_s", "energy_j", "memory_max", "processes",
+                 "users")
+
+    def __init__(self):
+        self.covered_s = self.busy_s = self.util_c_s = 0
+        self.energy_j = 0.0
+        self.memory_max = None
+        self.processes, self.users = set(), set()
+
+    def bucket(self) -> Bucket:
+        return Bucket(covered_s=self.covered_s, busy_s=self.busy_s,
+                      util_weighted=Decimal(self.util_c_s).scaleb(-2), energy_j=self.energy_j,
+                      memory_used_bytes_max=self.memory_max, processes=self.processes,
+                      users=self.users)
+
+
+class _Live:
+    """The items of a list sorted by start that cover the instant a sweep has reached."""
+
+    def __init__(self, items: list):
+        self._items, self._next, self.now = items, 0, []
+
+    def at(self, at: int) -> list:
+        items, i = self._items, self._next
+        if i < len(items) and items[i].start <= at:
+            while i < len(items) and items[i].start <= at:
+                self.now.append(items[i])
+                i += 1
+            self._next = i
+        if self.now:
+            self.now = [item for item in self.now if item.end > at]
+        return self.now
 
 
 def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = None,
@@ -263,10 +335,11 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
     lo = inputs.start if start is None else max(inputs.start, _s(start))
     hi = inputs.end if end is None else min(inputs.end, _s(end))
     devices = inputs.devices.get(gpu_id, [gpu_id])
+    # pieces in device order: several devices' energies add up in that order, as floats
     pieces = [p for d in devices for p in inputs.pieces.get(d, ()) if p.end > lo and p.start < hi]
-    buckets: dict[BucketKey, Bucket] = {}
     if not pieces:
-        return buckets
+        return {}
+    rank = {device: i for i, device in enumerate(devices)}
     procs = [r for d in devices for r in inputs.procs.get(d, ()) if r.end > lo and r.start < hi]
     assignments = inputs.assignments.get(gpu_id, [])
     classes = inputs.classes.get(gpu_id, [])
@@ -274,15 +347,21 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
     clusters = inputs.clusters.get(gpu_id, [])
     class_ids = {span.value for span in classes} | {inputs.current_class[gpu_id]}
     cards = [span for class_id in class_ids for span in inputs.rate_cards.get(class_id, ())]
+    live_pieces = _Live(sorted(pieces, key=lambda p: (p.start, rank[p.device_id])))
+    live_procs = _Live(sorted(procs, key=lambda r: r.start))
+    team_id = inputs.resolver.team_id
+    sums: dict[tuple, _Sums] = {}
     for a, b in pairwise(_cuts(lo, hi, pieces, procs, assignments, classes, failures, cards)):
-        active = [p for p in pieces if p.start <= a < p.end]
+        active = live_pieces.at(a)
         if not active:
             continue
+        if len(active) > 1:
+            active = sorted(active, key=lambda p: rank[p.device_id])
         seconds = b - a
-        util = max(p.util for p in active)
+        util_c = max(p.util_c for p in active)
         busy = any(p.busy for p in active)
         basis = {p.device_id for p in active if p.busy or not busy}
-        seg_procs = [r for r in procs if r.device_id in basis and r.start <= a < r.end]
+        seg_procs = [r for r in live_procs.at(a) if r.device_id in basis]
         klass = _at(classes, a)
         failed = _at(failures, a) is not None
         class_id = klass.value if klass else inputs.current_class[gpu_id]
@@ -290,38 +369,39 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
         card_id = card.value if card else None
         assignment = _at(assignments, a)
         if assignment is not None:
-            assignment_id, reservation_id, team_id = assignment.value
+            assignment_id, reservation_id, team = assignment.value
             # the team's GPU: whoever ran there is shown to it
-            keyed = [(BucketKey(RESERVED, class_id, assignment_id, reservation_id, team_id, 1,
-                                failed, card_id), seg_procs)]
+            keyed = [((RESERVED, class_id, assignment_id, reservation_id, team, 1, failed,
+                       card_id), seg_procs)]
         else:
             node = _at(clusters, a)
             cluster_id = node.value if node else inputs.current_cluster[gpu_id]
-            owner_of = {
-                r: inputs.resolver.team_id(
-                    cluster_id=cluster_id, job_source=r.job_source, job_account=r.job_account,
-                    user=r.user, uid=r.uid, at=_dt(r.start),
-                )
+            owner_of = [
+                (r, team_id(cluster_id=cluster_id, job_source=r.job_source,
+                            job_account=r.job_account, user=r.user, uid=r.uid, at_s=r.start))
                 for r in seg_procs
-            }
+            ]
             # split among the distinct owner teams; unattributed only when there is none
-            owners = set(owner_of.values()) - {None} or {None}
+            owners = {owner for _, owner in owner_of} - {None} or {None}
             keyed = [
-                (BucketKey(UNRESERVED, class_id, None, None, team_id, len(owners), failed,
-                           card_id),
-                 [r for r, owner in owner_of.items() if owner == team_id])
-                for team_id in owners
+                ((UNRESERVED, class_id, None, None, team, len(owners), failed, card_id),
+                 [r for r, owner in owner_of if owner == team])
+                for team in owners
             ]
         energy = sum(p.energy_per_s * seconds for p in active if p.energy_per_s is not None)
         memories = [p.memory_max for p in active if p.memory_max is not None]
         for key, key_procs in keyed:
-            bucket = buckets.setdefault(key, Bucket())
+            bucket = sums.get(key)
+            if bucket is None:
+                bucket = sums[key] = _Sums()
             bucket.covered_s += seconds
-            bucket.busy_s += seconds if busy else 0
-            bucket.util_weighted += util * seconds
+            if busy:
+                bucket.busy_s += seconds
+            bucket.util_c_s += util_c * seconds
             bucket.energy_j += energy
             if memories:
-                bucket.memory_used_bytes_max = max(bucket.memory_used_bytes_max or 0, *memories)
-            bucket.processes.update((r.device_id, r.pid, r.pid_start) for r in key_procs)
-            bucket.users.update(r.user for r in key_procs if r.user)
-    return buckets
+                bucket.memory_max = max(bucket.memory_max or 0, *memories)
+            if key_procs:
+                bucket.processes.update((r.device_id, r.pid, r.pid_start) for r in key_procs)
+                bucket.users.update(r.user for r in key_procs if r.user)
+    return {BucketKey(*key): bucket.bucket() for key, bucket in sums.items()}
