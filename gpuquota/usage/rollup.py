@@ -161,13 +161,17 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
         active = live_pieces.at(a)
         if not active:
             continue
-        if len(active) > 1:
-            active = sorted(active, key=lambda p: rank[p.device_id])
         seconds = b - a
-        util_c = max(p.util_c for p in active)
-        busy = any(p.busy for p in active)
-        basis = {p.device_id for p in active if p.busy or not busy}
-        seg_procs = [r for r in live_procs.at(a) if r.device_id in basis]
+        if len(active) == 1:  # one device covers it: the common case, the same sums
+            piece = active[0]
+            util_c, busy = piece.util_c, piece.busy
+            seg_procs = [r for r in live_procs.at(a) if r.device_id == piece.device_id]
+        else:
+            active = sorted(active, key=lambda p: rank[p.device_id])
+            util_c = max(p.util_c for p in active)
+            busy = any(p.busy for p in active)
+            basis = {p.device_id for p in active if p.busy or not busy}
+            seg_procs = [r for r in live_procs.at(a) if r.device_id in basis]
         if a >= next_change:  # the spans' values only change at their bounds
             class_id, failed, card_id, assignment, cluster_id = context.at(a)
             next_change = context.next_change(a)
