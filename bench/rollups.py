@@ -2,9 +2,11 @@
 costs, on a simulated fleet fed through the real ingestion service (issue 13).
 
     .venv/bin/python -m bench.rollups [--nodes 100] [--minutes 60] [--backfill-gpus 100]
+        [--parts steady,backfill,scale-out] [--scale-out-rounds 2] [--database NAME]
 
-It recreates database gq_bench_rollups (or $BENCH_ROLLUPS_DATABASE), enrols `--nodes` nodes
-of 8 GPUs, then:
+It recreates database `--database` (gq_bench_rollups, or $BENCH_ROLLUPS_DATABASE), with
+autovacuum off for the rollup table and the outbox so their dead rows can be counted, enrols
+`--nodes` nodes of 8 GPUs, then:
 
 1. steady state: simulated time (time_machine) runs through one hour; every node sends a
    batch per 60 s window (the agents' default; 8 samples and 8 process records) to
@@ -17,18 +19,23 @@ of 8 GPUs, then:
 2. backfill: a dense day (24 hours of 60 s windows with processes) for `--backfill-gpus`
    GPUs stored in hour-long batches, then recomputed by one catch-up sweep;
 3. scale-out: the backfill day marked dirty again and swept by one, then by two worker
-   processes; the rows must be identical.
+   processes (`--scale-out-rounds` times each, alternately, the same dirty set each
+   time); the rows must be identical. Each run's CPU (workers and their PostgreSQL
+   backends) per GPU-hour is printed next to its wall time, so a loaded machine shows.
 
 It prints recomputes per GPU-hour, sweep and ingest CPU per GPU-hour and their ratio,
 GPUs one worker core keeps current, the worst lag and the worst delay before a closed hour
-is final (each against its setting), the outbox's dead tuples, backfill GPU-hours per second and
-the two-worker speed-up. It is not a test.
+is final (each against its setting), the outbox's dead tuples, backfill GPU-hours per second,
+the two-worker speed-up, and the rollup table's live and dead rows after each part. Run only
+some parts with `--parts` (e.g. `--parts backfill,scale-out`: no steady state). It is not a
+test.
 """
 
 import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -245,31 +252,61 @@ def _rows_digest() -> str:
         return cursor.fetchone()[0]
 
 
-def scale_out(gpu_ids: list[int], base, hours: int, workers: int) -> tuple[float, str]:
+TABLE = "usage_gpuhourusage"
+
+
+def table_rows() -> dict:
+    """The rollup table's row counts from the statistics collector (flushed first)."""
+    from django.db import connection
+
+    time.sleep(1.2)  # a backend flushes its counts at most once a second
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT n_live_tup, n_dead_tup, n_tup_ins, n_tup_upd, n_tup_hot_upd, "
+                       "n_tup_del FROM pg_stat_user_tables WHERE relname = %s", [TABLE])
+        names = ("live", "dead", "inserted", "updated", "hot_updated", "deleted")
+        return dict(zip(names, cursor.fetchone(), strict=True))
+
+
+def _rows_print(part: str, rows: dict) -> None:
+    print(f"  rollup table after {part}: {rows['live']:,} live rows, {rows['dead']:,} dead "
+          f"(autovacuum off; so far {rows['inserted']:,} inserted, {rows['updated']:,} "
+          f"updated of which {rows['hot_updated']:,} HOT, {rows['deleted']:,} deleted)")
+
+
+def scale_out(gpu_ids: list[int], base, hours: int, workers: int) -> dict:
+    """The day marked dirty, swept by `workers` processes starting together: wall time
+    from the first one's first sweep to the last one's end (start-up excluded), CPU of the
+    workers and of their PostgreSQL backends."""
     from django.db import transaction
 
     from gpuquota.outbox.services import gpu_interval_mark_dirty
 
     with transaction.atomic():
         gpu_interval_mark_dirty(gpu_ids=gpu_ids, start=base, end=base + hours * H)
-    env = {**env_for(DATABASE), "BENCH_SWEEP_AT": str(time.time() + 15)}
+    env = {**os.environ, "BENCH_SWEEP_AT": str(time.time() + 15)}
     procs = [subprocess.Popen([sys.executable, "-m", "bench.rollups", "--sweeper"], cwd=ROOT,
                               env=env, stdout=subprocess.PIPE, text=True)
              for _ in range(workers)]
-    spans = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
+    runs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
-    # from the first worker's first sweep to the last one's end (process start-up excluded)
-    return max(end for _, end in spans) - min(start for start, _ in spans), _rows_digest()
+    return {"wall_s": max(r["end"] for r in runs) - min(r["start"] for r in runs),
+            "cpu_s": sum(r["cpu_s"] for r in runs), "digest": _rows_digest(),
+            "marks": sum(r["marks"] for r in runs)}
 
 
 def sweeper() -> None:
     from gpuquota.outbox.models import DirtyGpuHour
     from gpuquota.usage.sweep import dirty_hours_process
 
+    marks, meter = 0, Meter()
     started = time.time()
-    while DirtyGpuHour.objects.exists():
-        dirty_hours_process()
-    print(json.dumps([started, time.time()]))
+    with meter:
+        while DirtyGpuHour.objects.exists():
+            marks += dirty_hours_process()
+    print(json.dumps({"start": started, "end": time.time(), "cpu_s": meter.total_s,
+                      "marks": marks}))
 
 
 def main() -> None:
@@ -278,11 +315,22 @@ def main() -> None:
     parser.add_argument("--minutes", type=int, default=60)
     parser.add_argument("--backfill-gpus", type=int, default=100)
     parser.add_argument("--backfill-hours", type=int, default=24)
+    parser.add_argument("--parts", default="steady,backfill,scale-out",
+                        help="which parts to run, comma-separated (scale-out needs backfill's "
+                        "day, so it runs backfill too)")
+    parser.add_argument("--scale-out-rounds", type=int, default=2,
+                        help="one-worker and two-worker sweeps of the day, each, alternately")
+    parser.add_argument("--database", default=DATABASE,
+                        help=f"the database it recreates (default {DATABASE})")
     parser.add_argument("--sweeper", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.sweeper:
-        database_create(DATABASE)
-    os.environ.update(env_for(DATABASE))
+        database_create(args.database)
+        os.environ.update(env_for(args.database))  # the sweepers inherit it
+        import psycopg
+
+        with psycopg.connect(env_for(args.database)["DATABASE_URL"], autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE {TABLE} SET (autovacuum_enabled = off)")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuquota.settings")
     import django
 
@@ -295,11 +343,14 @@ def main() -> None:
 
     from gpuquota.core.timeutil import hour_floor
 
-    fleet = nodes_enrol(args.nodes, "steady")
-    base = hour_floor(timezone.now()) - 3 * H
-    if args.minutes:
+    parts = set(args.parts.split(","))
+    if "steady" in parts and args.minutes:
+        fleet = nodes_enrol(args.nodes, "steady")
+        base = hour_floor(timezone.now()) - 3 * H
         _steady_print(steady_state(fleet, args.minutes, base), args)
-    _backfill_and_scale_out(args)
+        _rows_print("the steady state", table_rows())
+    if parts & {"backfill", "scale-out"}:
+        _backfill_and_scale_out(args, "scale-out" in parts)
 
 
 def _steady_print(steady: dict, args) -> None:
@@ -341,7 +392,7 @@ def _freshness_print(steady: dict) -> None:
           f"{churn['deleted']:,} deletes, {churn['live']:,} live")
 
 
-def _backfill_and_scale_out(args) -> None:
+def _backfill_and_scale_out(args, scale: bool) -> None:
     from django.utils import timezone
 
     from gpuquota.core.timeutil import hour_floor
@@ -350,20 +401,31 @@ def _backfill_and_scale_out(args) -> None:
     day = hour_floor(timezone.now()) - (args.backfill_hours + 5) * H
     day_fleet = nodes_enrol(math.ceil(args.backfill_gpus / 8), "backfill")
     filled = backfill(day_fleet, args.backfill_hours, day)
-    meter = filled["meter"]
-    print(f"backfill: {filled['gpu_hours']} dense GPU-hours recomputed in {meter.wall_s:.1f} s "
-          f"wall: {filled['gpu_hours'] / meter.wall_s:.0f} GPU-hours/s "
-          f"({filled['gpu_hours'] / meter.total_s:.0f} per CPU-second, worker and database); "
-          f"a month for 1,000 GPUs: {744_000 / (filled['gpu_hours'] / meter.wall_s) / 60:.0f} "
-          "min")
+    meter, gpu_hours = filled["meter"], filled["gpu_hours"]
+    print(f"backfill: {gpu_hours} dense GPU-hours recomputed in {meter.wall_s:.1f} s "
+          f"wall: {gpu_hours / meter.wall_s:.0f} GPU-hours/s ({gpu_hours / meter.total_s:.0f} "
+          f"per CPU-second, worker {meter.worker_s:.1f} s + database {meter.db_s:.1f} s); "
+          f"a month for 1,000 GPUs: {744_000 / (gpu_hours / meter.wall_s) / 60:.0f} min wall, "
+          f"{744_000 / (gpu_hours / meter.total_s) / 60:.0f} min of CPU")
+    _rows_print("the backfill", table_rows())
+    if not scale:
+        return
     uuids = {gpu for node in day_fleet for gpu in node["gpus"]}
     gpu_ids = list(Gpu.objects.filter(uuid__in=uuids).values_list("id", flat=True))
     digest = _rows_digest()
-    one, one_digest = scale_out(gpu_ids, day, args.backfill_hours, 1)
-    two, two_digest = scale_out(gpu_ids, day, args.backfill_hours, 2)
-    same = "identical rows" if digest == one_digest == two_digest else "ROWS DIFFER"
-    print(f"scale-out: the day swept by 1 worker {one:.1f} s, by 2 workers {two:.1f} s: "
-          f"speed-up {one / two:.2f} ({same})")
+    runs: dict[int, list[dict]] = {1: [], 2: []}
+    for _ in range(args.scale_out_rounds):
+        for workers in (1, 2):
+            run = scale_out(gpu_ids, day, args.backfill_hours, workers)
+            runs[workers].append(run)
+            print(f"  day swept by {workers} worker(s): {run['wall_s']:.1f} s wall, "
+                  f"{run['cpu_s'] / gpu_hours * 1000:.2f} ms CPU per GPU-hour (workers and "
+                  f"database), {run['marks']} marks")
+    one, two = (statistics.median(r["wall_s"] for r in runs[n]) for n in (1, 2))
+    same = all(r["digest"] == digest for rs in runs.values() for r in rs)
+    print(f"scale-out: median wall by 1 worker {one:.1f} s, by 2 workers {two:.1f} s: "
+          f"speed-up {one / two:.2f} ({'identical rows' if same else 'ROWS DIFFER'})")
+    _rows_print("the scale-out sweeps", table_rows())
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ class GpuHourUsage(models.Model):
     `split_ways = n`, each holding the window's full seconds: a team's exact
     share is `busy_s / split_ways`. Sums group by `split_ways` and divide once
     (see `selectors`), so nothing is rounded before an amount is computed.
-    Rows of one GPU-hour are replaced together by `gpu_hour_recompute`.
+    Rows of one GPU-hour are brought up to date together by `gpu_hour_recompute` and the
+    sweep, writing only what changed (`rollup_rows`): `computed_at` is when a row's
+    figures last changed.
     """
 
     class Kind(models.TextChoices):

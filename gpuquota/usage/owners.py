@@ -5,9 +5,12 @@ The rule is the one of `accounts.selectors.identity_resolve` and `billing_team`
 mapped from the Slurm account or Kubernetes namespace; else the billing team of
 the user mapped from the unix user name (or uid), on that date; else None
 (unattributed). A rollup resolves thousands of process windows, so the mappings
-in force around its window are loaded once (two queries) instead of per window.
+in force around its window are loaded once (two queries) instead of per window, and
+each answer is remembered until the next instant at which a loaded mapping starts or
+ends (between two such instants no mapping's validity changes, so neither does it).
 """
 
+from bisect import bisect_right
 from collections import defaultdict
 from datetime import datetime
 
@@ -23,7 +26,11 @@ def _overlapping(start: datetime, end: datetime) -> Q:
     return Q(valid_from__lt=end) & (Q(valid_until__isnull=True) | Q(valid_until__gt=start))
 
 
-def _in_force(rows: list[tuple], at: datetime):
+def _s(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp())
+
+
+def _in_force(rows: list[tuple], at: int):
     for valid_from, valid_until, value in rows:
         if valid_from <= at and (valid_until is None or at < valid_until):
             return value
@@ -41,7 +48,8 @@ class OwnerResolver:
                                "valid_from", "valid_until"):
             target = row["team_id"] if row["team_id"] is not None else row["user_id"]
             key = (row["cluster_id"], row["kind"], row["key"])
-            self._identities[key].append((row["valid_from"], row["valid_until"], target))
+            self._identities[key].append((_s(row["valid_from"]), _s(row["valid_until"]),
+                                          target))
             if row["user_id"] is not None:
                 user_ids.add(row["user_id"])
         self._billing: dict[int, list[tuple]] = defaultdict(list)
@@ -50,17 +58,32 @@ class OwnerResolver:
         )
         for row in memberships.values("user_id", "team_id", "valid_from", "valid_until"):
             self._billing[row["user_id"]].append(
-                (row["valid_from"], row["valid_until"], row["team_id"])
+                (_s(row["valid_from"]), _s(row["valid_until"]), row["team_id"])
             )
+        self._changes = sorted({instant for rows in (*self._identities.values(),
+                                                     *self._billing.values())
+                                for valid_from, valid_until, _ in rows
+                                for instant in (valid_from, valid_until) if instant is not None})
+        self._known: dict[tuple, int | None] = {}
 
-    def _identity(self, cluster_id: int, kind: str, key: str | None, at: datetime):
+    def _identity(self, cluster_id: int, kind: str, key: str | None, at: int):
         if key is None or key == "":
             return None
         return _in_force(self._identities.get((cluster_id, kind, key), []), at)
 
     def team_id(self, *, cluster_id: int, job_source: str | None, job_account: str | None,
-                user: str | None, uid: int | None, at: datetime) -> int | None:
-        """The owner team id of one process window at `at`, or None (unattributed)."""
+                user: str | None, uid: int | None, at_s: int) -> int | None:
+        """The owner team id of one process window at `at_s` (epoch seconds), or None
+        (unattributed)."""
+        known = (cluster_id, job_source, job_account, user, uid,
+                 bisect_right(self._changes, at_s))
+        if known not in self._known:
+            self._known[known] = self._resolve(cluster_id, job_source, job_account, user, uid,
+                                               at_s)
+        return self._known[known]
+
+    def _resolve(self, cluster_id: int, job_source: str | None, job_account: str | None,
+                 user: str | None, uid: int | None, at: int) -> int | None:
         team_kind = _TEAM_KIND_BY_SOURCE.get(job_source or "")
         if team_kind is not None:
             team_id = self._identity(cluster_id, team_kind, job_account, at)

@@ -1,4 +1,5 @@
-"""Rollup rows written: replaced per GPU-hour from the current inputs (accounting.md)."""
+"""Rollup rows written: brought up to date per GPU-hour from the current inputs
+(accounting.md), under a per-GPU-hour lock between workers."""
 
 import logging
 from datetime import datetime, timedelta
@@ -9,13 +10,24 @@ from django.utils import timezone
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest import conf as ingest_conf
 from gpuquota.inventory.models import Gpu
-from gpuquota.usage.models import GpuHourUsage
-from gpuquota.usage.rollup import usage_buckets, usage_inputs_load
+from gpuquota.usage.rollup import usage_inputs_load
+from gpuquota.usage.rollup_rows import rollup_rows, rollup_rows_write
 
 logger = logging.getLogger(__name__)
 
 HOUR = timedelta(hours=1)
-_LOCK_NAMESPACE = 0x75736167  # "usag"
+_LOCK_NAMESPACE = 0x75736167  # "usag": per-GPU locks (health evaluation)
+
+
+def _hour_key_sql(gpu: str) -> str:
+    """A per-GPU-hour lock's bigint key: 0x7573 ("us") << 48 | gpu id << 24 | hour number,
+    the hour a parameter (ids and hour numbers are below 2**24; a collision of two
+    GPU-hours would only make a worker wait)."""
+    return f"(29555::bigint << 48) | (({gpu}::bigint & 16777215) << 24) | %s::bigint"
+
+
+def _hour_number(hour: datetime) -> int:
+    return int(hour.timestamp()) // 3600 & 0xFFFFFF
 
 
 def raw_data_horizon() -> datetime:
@@ -24,49 +36,46 @@ def raw_data_horizon() -> datetime:
     return hour_floor(timezone.now() - timedelta(days=days))
 
 
-def _gpu_lock(gpu_id: int) -> None:
-    """Serialise recomputes of one GPU between workers (PostgreSQL; SQLite writes are
+def _gpu_hour_lock(gpu_id: int, hour: datetime) -> None:
+    """Serialise recomputes of one GPU-hour between workers (PostgreSQL; SQLite writes are
     serial anyway). An advisory lock, so ingestion, which never takes it, is not held up."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NAMESPACE, gpu_id])
+            cursor.execute(f"SELECT pg_advisory_xact_lock({_hour_key_sql('%s')})",
+                           [gpu_id, _hour_number(hour)])
 
 
-def gpus_try_lock(*, gpu_ids: list[int]) -> set[int]:
-    """Take the recompute locks of these physical GPUs that are free, in one statement,
-    until the transaction ends; returns the ids locked (another worker holds the rest)."""
+def gpu_hours_try_lock(*, gpu_ids: list[int], hour: datetime) -> set[int]:
+    """Take the recompute locks of these physical GPUs' hour that are free, in one
+    statement, until the transaction ends; returns the ids locked (another worker holds
+    the rest). Other hours of the same GPUs stay free for other workers."""
     if connection.vendor != "postgresql":
         return set(gpu_ids)
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT g FROM unnest(%s::int[]) AS g WHERE pg_try_advisory_xact_lock(%s::int, g)",
-            [sorted(set(gpu_ids)), _LOCK_NAMESPACE])
+        cursor.execute("SELECT g FROM unnest(%s::int[]) AS g WHERE "
+                       f"pg_try_advisory_xact_lock({_hour_key_sql('g')})",
+                       [sorted(set(gpu_ids)), _hour_number(hour)])
         return {row[0] for row in cursor.fetchall()}
 
 
+def gpus_lock(*, gpu_ids: list[int]) -> None:
+    """Wait for the per-GPU locks of these physical GPUs, in id order, until the
+    transaction ends: health evaluation changes intervals that span hours, so two
+    workers never evaluate one GPU at once (PostgreSQL; SQLite writes are serial)."""
+    if connection.vendor == "postgresql" and gpu_ids:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(pg_advisory_xact_lock(%s::int, g)) FROM "
+                           "unnest(%s::int[]) AS g", [_LOCK_NAMESPACE, sorted(set(gpu_ids))])
+
+
 def gpu_hours_replace(*, gpu_ids: list[int], hour: datetime) -> int:
-    """Replace the rollup rows of these physical GPUs for one hour with rows computed
-    from the current inputs, loaded for all of them in one round of queries; the caller
-    holds their locks. Running it twice gives the same rows. Returns the row count."""
+    """Bring the rollup rows of these physical GPUs for one hour up to date with the
+    current inputs, loaded for all of them in one round of queries, writing only what
+    changed; the caller holds their locks. Running it twice gives the same rows (the
+    second writes nothing). Returns the row count."""
     inputs = usage_inputs_load(gpu_ids=gpu_ids, start=hour, end=hour + HOUR)
-    now = timezone.now()
-    rows = [
-        GpuHourUsage(
-            gpu_id=gpu_id, hour=hour, gpu_class_id=key.gpu_class_id, kind=key.kind,
-            assignment_id=key.assignment_id, reservation_id=key.reservation_id,
-            team_id=key.team_id, split_ways=key.split_ways, failed=key.failed,
-            rate_card_id=key.rate_card_id,
-            covered_s=bucket.covered_s, busy_s=bucket.busy_s,
-            util_weighted=bucket.util_weighted, energy_j=bucket.energy_j,
-            memory_used_bytes_max=bucket.memory_used_bytes_max,
-            process_count=len(bucket.processes), users_seen=sorted(bucket.users),
-            computed_at=now,
-        )
-        for gpu_id in gpu_ids
-        for key, bucket in usage_buckets(inputs=inputs, gpu_id=gpu_id).items()
-    ]
-    GpuHourUsage.objects.filter(gpu_id__in=gpu_ids, hour=hour).delete()
-    GpuHourUsage.objects.bulk_create(rows, batch_size=2000)
+    rows = rollup_rows(inputs=inputs, gpu_ids=gpu_ids)
+    rollup_rows_write(gpu_ids=gpu_ids, hour=hour, rows=rows)
     return len(rows)
 
 
@@ -80,5 +89,5 @@ def gpu_hour_recompute(*, gpu_id: int, hour: datetime) -> int:
         # Raw data of this hour is expired: its rollups are all that is left; keep them.
         logger.warning("not recomputing gpu %s hour %s: raw data expired", gpu_id, hour)
         return -1
-    _gpu_lock(gpu_id)
+    _gpu_hour_lock(gpu_id, hour)
     return gpu_hours_replace(gpu_ids=[gpu_id], hour=hour)

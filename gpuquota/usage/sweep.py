@@ -1,30 +1,35 @@
 """The outbox sweep: recompute the dirty GPU-hours (`gpuquota.outbox` says what marks
 them and when they are due), many GPUs of one hour per round of queries.
 
-For each hour's group of marks, in one transaction: take the free per-GPU locks in one
-statement (another worker has the others: their marks stay), drop the marks still there
-(only if their generation is unchanged: a mark bumped since this sweep read it leaves its
-row for the next sweep), evaluate health for the GPUs whose hour holds health work, then
-replace the rollup rows of all of them from inputs loaded in a fixed number of queries.
-The marks are dropped before any input is read: a change marking before the drop holds
-its mark's row lock until it commits (the drop waits, the reads see it), one marking
-after it waits for this transaction and inserts a new mark (`gpuquota.outbox.services`).
+For each hour's group of marks, in one transaction: take the free per-GPU-hour locks in
+one statement (another worker has the others: their marks stay; it may be on another hour
+of the same GPUs, so two workers share even a back-fill of few GPUs), drop the marks
+still there (only if their generation is unchanged: a mark bumped since this sweep read it
+leaves its row for the next sweep), evaluate health for the GPUs whose hour holds health
+work (under their per-GPU locks: health intervals span hours), then bring the rollup rows
+of all of them up to date from inputs loaded in a fixed number of queries, writing only
+what changed (`rollup_rows`). The marks are dropped before any input is read: a change
+marking before the drop holds its mark's row lock until it commits (the drop waits, the
+reads see it), one marking after it waits for this transaction and inserts a new mark
+(`gpuquota.outbox.services`).
 """
 
 import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from functools import reduce
-from operator import or_
 
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
 
 from gpuquota.inventory.models import Gpu
 from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage.health import gpu_health_evaluate, gpus_with_health_work
-from gpuquota.usage.services import gpu_hours_replace, gpus_try_lock, raw_data_horizon
+from gpuquota.usage.services import (
+    gpu_hours_replace,
+    gpu_hours_try_lock,
+    gpus_lock,
+    raw_data_horizon,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,21 +65,27 @@ def _marks_take(marks: list[Mark]) -> list[Mark]:
                   .values_list("id", flat=True))
     marks = [m for m in marks if m.id in present]
     if marks:
-        DirtyGpuHour.objects.filter(
-            reduce(or_, (Q(id=m.id, generation=m.generation) for m in marks))).delete()
+        # one row-value list, not an ORM OR of hundreds of terms (costly to build)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {DirtyGpuHour._meta.db_table} WHERE (id, generation) IN "
+                f"(VALUES {', '.join(['(%s, %s)'] * len(marks))})",
+                [value for m in marks for value in (m.id, m.generation)])
     return marks
 
 
 def health_step(*, gpu_ids: list[int], hour: datetime) -> int:
     """Health evaluation of the sweep: only the GPUs the set-based pre-filter finds with
-    openers or an open failed interval in the hour go through the per-GPU rule."""
-    return sum(gpu_health_evaluate(gpu_id=gpu_id, hour=hour)
-               for gpu_id in sorted(gpus_with_health_work(gpu_ids=gpu_ids, hour=hour)))
+    openers or an open failed interval in the hour go through the per-GPU rule, one
+    worker at a time per GPU."""
+    with_work = sorted(gpus_with_health_work(gpu_ids=gpu_ids, hour=hour))
+    gpus_lock(gpu_ids=with_work)
+    return sum(gpu_health_evaluate(gpu_id=gpu_id, hour=hour) for gpu_id in with_work)
 
 
 def _round_sweep(*, hour: datetime, marks: list[Mark]) -> int:
     with transaction.atomic():
-        locked = gpus_try_lock(gpu_ids=[m.gpu_id for m in marks])
+        locked = gpu_hours_try_lock(gpu_ids=[m.gpu_id for m in marks], hour=hour)
         marks = _marks_take([m for m in marks if m.gpu_id in locked])
         gpu_ids = sorted({m.gpu_id for m in marks})
         if not gpu_ids:

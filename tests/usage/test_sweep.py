@@ -4,6 +4,7 @@ order, or the number of workers."""
 
 import os
 import subprocess
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -11,12 +12,12 @@ from pathlib import Path
 import pytest
 from celery import Celery
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage import sweep
 from gpuquota.usage.models import GpuHourUsage
-from gpuquota.usage.services import gpu_hour_recompute
+from gpuquota.usage.services import gpu_hour_recompute, gpu_hours_try_lock
 from gpuquota.usage.sweep import dirty_hours_process
 from gpuquota.usage.tasks import dirty_sweep
 from tests.factories import NodeFactory, TeamFactory, make_gpu
@@ -162,3 +163,32 @@ def test_two_real_workers_sweeping_one_outbox_give_the_rows_of_one(transactional
             gpu_hour_recompute(gpu_id=gpu.id, hour=T0 + hour * H)
     assert len(by_workers) == 24
     assert by_workers == sorted(GpuHourUsage.objects.values_list("gpu_id", *FIELDS), key=repr)
+
+
+@pytest.mark.postgres
+def test_a_worker_on_one_hour_of_a_gpu_leaves_its_other_hours_to_another(transactional_db):
+    gpu = make_gpu()
+    minute_samples(gpu, T0, 120)
+    held, release = threading.Event(), threading.Event()
+
+    def other_worker():  # holds the GPU's first hour, as a sweep in progress does
+        try:
+            with transaction.atomic():
+                assert gpu_hours_try_lock(gpu_ids=[gpu.id], hour=T0) == {gpu.id}
+                held.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_worker)
+    thread.start()
+    try:
+        assert held.wait(30)
+        assert dirty_hours_process() == 1  # the second hour, not blocked by the first
+        assert set(GpuHourUsage.objects.values_list("hour", flat=True)) == {T0 + H}
+        assert list(DirtyGpuHour.objects.values_list("hour", flat=True)) == [T0]
+    finally:
+        release.set()
+        thread.join()
+    assert dirty_hours_process() == 1
+    assert rows(gpu)[0][FIELDS.index("covered_s")] == 3600 and len(rows(gpu)) == 2

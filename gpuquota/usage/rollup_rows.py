@@ -1,0 +1,94 @@
+"""Rollup rows written as a difference against what is stored (issue 13: table churn).
+
+A recompute that changes nothing writes nothing; a bucket whose figures changed is
+updated in place, only its unindexed figure columns, so PostgreSQL can keep the new
+version on the same page (a HOT update, which page pruning reclaims without a vacuum:
+the table keeps free room for it, migration 0005); only new buckets are inserted (COPY
+on PostgreSQL) and only vanished ones deleted. `computed_at` is when a row's figures
+last changed.
+"""
+
+import json
+from datetime import datetime
+
+from django.db import connection
+from django.utils import timezone
+
+from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.rollup import UsageInputs, usage_buckets
+
+#: A row's bucket, as stored (the unique bucket constraint's columns and the reservation).
+KEY = ("gpu_id", "kind", "gpu_class_id", "assignment_id", "reservation_id", "team_id",
+       "split_ways", "failed", "rate_card_id")
+#: A row's figures: the only columns an update writes (none of them indexed).
+FIGURES = ("covered_s", "busy_s", "util_weighted", "energy_j", "memory_used_bytes_max",
+           "process_count", "users_seen")
+
+
+def rollup_rows(*, inputs: UsageInputs, gpu_ids: list[int]) -> dict[tuple, tuple]:
+    """The rows the rollup rule gives these physical GPUs over the loaded window:
+    {KEY values: FIGURES values}."""
+    return {
+        (gpu_id, key.kind, key.gpu_class_id, key.assignment_id, key.reservation_id,
+         key.team_id, key.split_ways, key.failed, key.rate_card_id):
+        (bucket.covered_s, bucket.busy_s, bucket.util_weighted, bucket.energy_j,
+         bucket.memory_used_bytes_max, len(bucket.processes), sorted(bucket.users))
+        for gpu_id in gpu_ids
+        for key, bucket in usage_buckets(inputs=inputs, gpu_id=gpu_id).items()
+    }
+
+
+def rollup_rows_write(*, gpu_ids: list[int], hour: datetime, rows: dict[tuple, tuple]) -> int:
+    """Make the stored rows of these GPUs for this hour exactly `rows`, writing only the
+    difference. Returns the rows written (inserted, updated or deleted)."""
+    stored = {row[1:1 + len(KEY)]: (row[0], row[1 + len(KEY):]) for row in
+              GpuHourUsage.objects.filter(gpu_id__in=gpu_ids, hour=hour)
+              .values_list("id", *KEY, *FIGURES)}
+    vanished = [row_id for key, (row_id, _) in stored.items() if key not in rows]
+    changed = [(stored[key][0], figures) for key, figures in rows.items()
+               if key in stored and stored[key][1] != figures]
+    new = [(key, figures) for key, figures in rows.items() if key not in stored]
+    now = timezone.now()
+    if vanished:
+        GpuHourUsage.objects.filter(id__in=vanished).delete()
+    if changed:
+        _update(changed, now)
+    if new:
+        _insert(hour, new, now)
+    return len(vanished) + len(changed) + len(new)
+
+
+def _update(changed: list[tuple[int, tuple]], now: datetime) -> None:
+    if connection.vendor != "postgresql":
+        objs = [GpuHourUsage(id=row_id, computed_at=now, **dict(zip(FIGURES, figures,
+                                                                     strict=True)))
+                for row_id, figures in changed]
+        GpuHourUsage.objects.bulk_update(objs, [*FIGURES, "computed_at"], batch_size=500)
+        return
+    columns = list(zip(*((row_id, *figures[:-1], json.dumps(figures[-1]))
+                         for row_id, figures in changed), strict=True))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {GpuHourUsage._meta.db_table} AS u SET covered_s = v.covered_s, "
+            "busy_s = v.busy_s, util_weighted = v.util_weighted, energy_j = v.energy_j, "
+            "memory_used_bytes_max = v.memory_max, process_count = v.process_count, "
+            "users_seen = v.users_seen::jsonb, computed_at = %s "
+            "FROM unnest(%s::bigint[], %s::integer[], %s::integer[], %s::numeric[], "
+            "%s::double precision[], %s::bigint[], %s::integer[], %s::text[]) AS v(id, "
+            "covered_s, busy_s, util_weighted, energy_j, memory_max, process_count, "
+            "users_seen) WHERE u.id = v.id",
+            [now, *map(list, columns)])
+
+
+def _insert(hour: datetime, new: list[tuple[tuple, tuple]], now: datetime) -> None:
+    if connection.vendor != "postgresql":
+        GpuHourUsage.objects.bulk_create(
+            [GpuHourUsage(hour=hour, computed_at=now, **dict(zip(KEY, key, strict=True)),
+                          **dict(zip(FIGURES, figures, strict=True)))
+             for key, figures in new], batch_size=2000)
+        return
+    columns = ", ".join(("hour", *KEY, *FIGURES, "computed_at"))
+    with connection.cursor() as cursor, cursor.copy(
+            f"COPY {GpuHourUsage._meta.db_table} ({columns}) FROM STDIN") as copy:
+        for key, figures in new:
+            copy.write_row((hour, *key, *figures[:-1], json.dumps(figures[-1]), now))
