@@ -27,9 +27,12 @@ demo: $(INSTALLED)
 	$(PY) manage.py seed_demo
 	$(PY) manage.py demo --addr 127.0.0.1:$(PORT)
 
-## Run the whole test suite (PostgreSQL/Redis/browser tests need DATABASE_URL/REDIS_URL/chromium).
+## Run the whole test suite (PostgreSQL/Redis/browser tests need DATABASE_URL/REDIS_URL/chromium),
+## in TEST_WORKERS pytest-xdist processes, a test file per worker at a time (each worker has
+## its own test database and Redis database: tests/parallel.py).
+TEST_WORKERS ?= 2
 test: $(INSTALLED)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .

@@ -77,23 +77,32 @@ def roles(db):
     return RoleMatrix.create()
 
 
-@pytest.fixture
-def browser_page(live_server):
-    """A Playwright page in Debian's chromium, with `base_url` set to the live server."""
+@pytest.fixture(scope="session")
+def _chromium():
+    """One Debian chromium for the session (each test gets its own context: cookies,
+    storage and pages are not shared)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(
-            base_url=live_server.url, viewport={"width": 1366, "height": 900}
-        )
-        page = context.new_page()
-        page.set_default_timeout(15_000)
         try:
-            yield page
+            yield browser
         finally:
-            context.close()
             browser.close()
+
+
+@pytest.fixture
+def browser_page(_chromium, live_server):
+    """A Playwright page in Debian's chromium, with `base_url` set to the live server."""
+    context = _chromium.new_context(
+        base_url=live_server.url, viewport={"width": 1366, "height": 900}
+    )
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    try:
+        yield page
+    finally:
+        context.close()
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,6 +1,7 @@
 """Fleet pages against every role, bounded queries, the admin recovery button, /metrics."""
 
 import re
+import uuid
 from datetime import timedelta
 from zoneinfo import ZoneInfo
 
@@ -162,12 +163,15 @@ def test_metrics_queue_depth_reads_the_celery_list(client, settings):
     settings.REDIS_URL = __import__("os").environ["REDIS_URL"]
     settings.METRICS_ALLOWED_NETWORKS = "127.0.0.0/8"  # the test client's address
     broker = redis.Redis.from_url(settings.REDIS_URL)
-    broker.delete(CELERY_QUEUE)
-    broker.rpush(CELERY_QUEUE, "a", "b", "c")
+    ours = [f"queue-depth-test-{uuid.uuid4()}" for _ in range(3)]
+    before = broker.llen(CELERY_QUEUE)  # whatever else waits there stays, and is counted
+    broker.rpush(CELERY_QUEUE, *ours)
     try:
-        assert "gpuquota_celery_queue_depth 3.0" in client.get("/metrics").content.decode()
+        metrics = client.get("/metrics").content.decode()
+        assert f"gpuquota_celery_queue_depth {before + 3}.0" in metrics
     finally:
-        broker.delete(CELERY_QUEUE)
+        for message in ours:
+            broker.lrem(CELERY_QUEUE, 1, message)
 
 
 def test_demo_catch_up_drains_the_outbox():
