@@ -93,7 +93,9 @@ class FleetUsageView(APIView):
     """Fleet utilization and reserved figures of an exact period, and per GPU class."""
 
     @extend_schema(parameters=[s.UsageQuerySerializer], operation_id="usage_fleet",
-                   responses={200: s.FleetUsageSerializer, **ERRORS},
+                   responses={200: OpenApiResponse(s.FleetUsageSerializer, description=(
+                       "The period used (end clipped to now), the busy threshold, the "
+                       "fleet, each GPU class, and per day with by=day.")), **ERRORS},
                    examples=[FLEET_EXAMPLE])
     def get(self, request):
         period, by_day = _query(request)
@@ -116,7 +118,10 @@ class TeamUsageView(APIView):
     """A team's reserved versus busy figures of an exact period, and per reservation."""
 
     @extend_schema(parameters=[s.UsageQuerySerializer], operation_id="usage_team",
-                   responses={200: s.TeamUsageSerializer, **ERRORS, 404: TEAM_404},
+                   responses={200: OpenApiResponse(s.TeamUsageSerializer, description=(
+                       "The period used (end clipped to now), the busy threshold, the team, "
+                       "each reservation overlapping it, and per day with by=day.")),
+                              **ERRORS, 404: TEAM_404},
                    examples=[TEAM_EXAMPLE])
     def get(self, request, team: str):
         team = team_for_view(request.user, team)
