@@ -75,7 +75,13 @@ FLEET_EXAMPLE = OpenApiExample("A day", response_only=True, value={
               "reserved": {"reserved_s": 345600, "failed_reserved_s": 0, "covered_s": 340000,
                            "busy_s": 200000, "utilization": "0.5787", "coverage": "0.9838",
                            "mean_util_gpu_percent": "41.20"}},
-    "classes": [], "unreserved": [{"team": "Vision", "busy_s": 40000}],
+    "classes": [{"gpu_class": "H100-80GB", "days": None, "figures": {
+        "in_service_s": 691200, "failed_s": 1800, "available_s": 689400, "covered_s": 650000,
+        "busy_s": 240000, "utilization": "0.3481", "reserved": {
+            "reserved_s": 345600, "failed_reserved_s": 0, "covered_s": 340000,
+            "busy_s": 200000, "utilization": "0.5787", "coverage": "0.9838",
+            "mean_util_gpu_percent": "41.20"}}}],
+    "unreserved": [{"team": "Vision", "busy_s": 40000}],
 })
 TEAM_EXAMPLE = OpenApiExample("A team's week, per day", response_only=True, value={
     "team": "vision", "start": "2026-11-02T00:00:00Z", "end": "2026-11-09T00:00:00Z",
@@ -83,7 +89,13 @@ TEAM_EXAMPLE = OpenApiExample("A team's week, per day", response_only=True, valu
     "figures": {"reserved_s": 201600, "failed_reserved_s": 0, "covered_s": 201000,
                 "busy_s": 90000, "utilization": "0.4464", "coverage": "0.9970",
                 "mean_util_gpu_percent": "38.50"},
-    "reservations": [],
+    "reservations": [{
+        "id": 42, "gpu_class": "H100-80GB", "count": 4, "start": "2026-11-01T00:00:00Z",
+        "end": "2026-11-30T00:00:00Z", "effective_end": "2026-11-30T00:00:00Z",
+        "status": "active", "figures": {
+            "reserved_s": 201600, "failed_reserved_s": 0, "covered_s": 201000,
+            "busy_s": 90000, "utilization": "0.4464", "coverage": "0.9970",
+            "mean_util_gpu_percent": "38.50"}}],
     "days": [{"day": "2026-11-02", "reserved_s": 28800, "busy_s": 12000,
               "utilization": "0.4167"}],
 })
@@ -102,7 +114,7 @@ class FleetUsageView(APIView):
         classes = classes_utilization(period=period)
         data = {
             **_head(period), "fleet": s.fleet_figures_data(fleet_utilization(period=period)),
-            "classes": [{"gpu_class": klass.name, **s.fleet_figures_data(figures),
+            "classes": [{"gpu_class": klass.name, "figures": s.fleet_figures_data(figures),
                          "days": s.days_data(daily_usage(period=period, gpu_class=klass)
                                              if by_day else None)}
                         for klass, figures in classes],

@@ -68,7 +68,7 @@ def reservation_usage_data(row: ReservationUsage) -> dict:
     r = row.reservation
     return {"id": r.id, "gpu_class": r.gpu_class.name, "count": r.count, "start": r.start,
             "end": r.end, "effective_end": r.effective_end, "status": r.status,
-            **usage_figures_data(row.figures)}
+            "figures": usage_figures_data(row.figures)}
 
 
 class UsageFiguresSerializer(serializers.Serializer):
@@ -107,8 +107,9 @@ class DaySerializer(serializers.Serializer):
         allow_null=True, help_text="busy_s / reserved_s, 4 places; null: nothing reserved.")
 
 
-class ClassFiguresSerializer(FleetFiguresSerializer):
+class ClassUsageSerializer(serializers.Serializer):
     gpu_class = serializers.CharField(help_text="The class in force at each second.")
+    figures = FleetFiguresSerializer()
     days = DaySerializer(many=True, allow_null=True, help_text="by=day only (else null).")
 
 
@@ -127,14 +128,14 @@ class _PeriodSerializer(serializers.Serializer):
 
 class FleetUsageSerializer(_PeriodSerializer):
     fleet = FleetFiguresSerializer()
-    classes = ClassFiguresSerializer(many=True)
+    classes = ClassUsageSerializer(many=True)
     unreserved = UnreservedSerializer(
         many=True, allow_null=True,
         help_text="Unreserved busy seconds per owner team, largest first; admins only "
         "(null for others, as on the utilization page).")
 
 
-class ReservationFiguresSerializer(UsageFiguresSerializer):
+class ReservationUsageSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     gpu_class = serializers.CharField()
     count = serializers.IntegerField()
@@ -142,9 +143,10 @@ class ReservationFiguresSerializer(UsageFiguresSerializer):
     end = serializers.DateTimeField()
     effective_end = serializers.DateTimeField(allow_null=True)
     status = serializers.ChoiceField(Reservation.Status.choices)
+    figures = UsageFiguresSerializer()
 
 
 class TeamUsageSerializer(_PeriodSerializer):
     team = serializers.CharField(help_text="The team's slug.")
     figures = UsageFiguresSerializer(help_text="Over all the team's reservations.")
-    reservations = ReservationFiguresSerializer(many=True)
+    reservations = ReservationUsageSerializer(many=True)

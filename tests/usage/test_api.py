@@ -87,13 +87,16 @@ def test_the_fleet_figures_are_the_exact_selectors(roles):
     by_class = {row["gpu_class"]: row for row in body["classes"]}
     for klass, figures in classes_utilization(period=PERIOD):
         row = by_class[klass.name]
-        assert (row["in_service_s"], row["failed_s"], row["busy_s"]) == (
+        assert (row["figures"]["in_service_s"], row["figures"]["failed_s"],
+                row["figures"]["busy_s"]) == (
             figures.in_service_s, figures.failed_s, figures.sums.ok_busy_s)
-        assert row["reserved"]["reserved_s"] == figures.reserved.reserved_s
+        assert row["figures"]["reserved"]["reserved_s"] == figures.reserved.reserved_s
         assert [(d["day"], d["reserved_s"], d["busy_s"]) for d in row["days"]] == [
             (str(d.day), d.reserved_s, d.busy_s)
             for d in daily_usage(period=PERIOD, gpu_class=klass)]
-    assert by_class["L4"]["failed_s"] == 1800 and by_class["L4"]["reserved"]["reserved_s"] == 0
+    l4 = by_class["L4"]["figures"]
+    assert l4["failed_s"] == 1800 and l4["reserved"]["reserved_s"] == 0
+    assert l4["reserved"]["utilization"] is None  # nothing reserved: no data, not 0
     assert [(d["day"], d["reserved_s"]) for d in body["days"]] == [
         ("2026-10-31", 5385), ("2026-11-01", 600)]
     assert body["unreserved"] == [{"team": r["team"], "busy_s": r["seconds"]}
@@ -115,7 +118,7 @@ def test_the_team_figures_are_the_exact_selectors(roles):
     [row] = team_reservations_utilization(team=roles.team, period=PERIOD)
     [reservation] = body["reservations"]
     assert reservation["id"] == row.reservation.id and reservation["status"] == "active"
-    assert reservation["busy_s"] == row.figures.sums.busy_s
+    assert reservation["figures"]["busy_s"] == row.figures.sums.busy_s
     assert body["days"] is None
     days = client_for(roles, "member").get(TEAM, {**QUERY, "by": "day"}).json()["days"]
     assert [(date.fromisoformat(d["day"]), d["reserved_s"], d["busy_s"]) for d in days] == [
