@@ -257,7 +257,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    "ENUM_NAME_OVERRIDES": {"StatementStatusEnum": "reports.models.Statement.Status"},
+    "ENUM_NAME_OVERRIDES": {
+        "StatementStatusEnum": "reports.models.Statement.Status",
+        "ReservationStatusEnum": "gpuquota.reservations.models.Reservation.Status",
+    },
     # The agent endpoint is a plain Django view (for speed); its operation is added here.
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -123,7 +123,8 @@ def daily_usage(*, period: Period, team: Team | None = None,
                 gpu_class: GpuClass | None = None) -> list[DayUsage]:
     """Reserved and busy-inside-reserved GPU-seconds for every UTC day of `period` (days
     with nothing are zeros), for one team, one class (the class in force at each second),
-    both, or the fleet; exact, and equal in sum to `team_utilization`/`class_utilization`."""
+    both, or the fleet; exact, and equal in sum to `team_utilization` and to the class
+    figures of `classes_utilization`."""
     windows = day_windows(period)
     if not windows:
         return []

@@ -126,33 +126,14 @@ def _assigned_gpu_ids(**filters) -> Callable[[datetime, datetime], list]:
     return ids
 
 
-def _figures(period: Period, assignment_filters: dict, row_filters: dict) -> UsageFigures:
-    rows = usage_rows(period=period, edge_gpu_ids=_assigned_gpu_ids(**assignment_filters),
-                      kind=RESERVED, **row_filters)
-    return UsageFigures(
-        reserved_s=seconds_total(reserved_qs(period, **assignment_filters)),
-        failed_reserved_s=seconds_total(failed_reserved_qs(period, **assignment_filters)),
-        sums=sums_by(rows, lambda r: None).get(None, Sums()),
-    )
-
-
-def reservation_utilization(*, reservation: Reservation, period: Period) -> UsageFigures:
-    """Reserved, covered, busy seconds and mean utilization of one reservation."""
-    return _figures(period, {"reservation": reservation}, {"reservation_id": reservation.id})
-
-
 def team_utilization(*, team: Team, period: Period) -> UsageFigures:
-    """The same over all reservations of a team (reserved time only)."""
-    return _figures(period, {"reservation__team": team}, {"team_id": team.id})
-
-
-def class_utilization(*, gpu_class: GpuClass, period: Period) -> UsageFigures:
-    """The same over reserved time on GPUs of a class (the class in force then)."""
-    rows = usage_rows(period=period, edge_gpu_ids=_assigned_gpu_ids(), kind=RESERVED,
-                      gpu_class_id=gpu_class.id)
+    """Reserved, covered, busy seconds and mean utilization over all reservations of a
+    team (reserved time only)."""
+    rows = usage_rows(period=period, edge_gpu_ids=_assigned_gpu_ids(reservation__team=team),
+                      kind=RESERVED, team_id=team.id)
     return UsageFigures(
-        reserved_s=reserved_seconds_by_class(period=period).get(gpu_class.id, 0),
-        failed_reserved_s=failed_reserved_seconds_by_class(period=period).get(gpu_class.id, 0),
+        reserved_s=seconds_total(reserved_qs(period, reservation__team=team)),
+        failed_reserved_s=seconds_total(failed_reserved_qs(period, reservation__team=team)),
         sums=sums_by(rows, lambda r: None).get(None, Sums()),
     )
 

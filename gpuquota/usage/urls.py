@@ -1,6 +1,6 @@
 from django.urls import path
 
-from gpuquota.usage import views
+from gpuquota.usage import api, views
 
 urlpatterns = [
     path("fleet/", views.fleet, name="fleet"),
@@ -9,4 +9,6 @@ urlpatterns = [
     path("fleet/gpus/<str:uuid>/", views.gpu_detail, name="gpu_detail"),
     path("fleet/gpus/<str:uuid>/recover/", views.gpu_recover, name="gpu_recover"),
     path("metrics", views.metrics, name="metrics"),
+    path("api/v1/usage/fleet", api.FleetUsageView.as_view(), name="api-usage-fleet"),
+    path("api/v1/usage/teams/<slug:team>", api.TeamUsageView.as_view(), name="api-usage-team"),
 ]

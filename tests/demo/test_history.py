@@ -24,7 +24,7 @@ from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.reservations.models import Reservation
 from gpuquota.usage.models import GpuHourUsage
-from gpuquota.usage.selectors import reservation_utilization
+from tests.usage.factories import reservation_figures
 
 pytestmark = pytest.mark.django_db
 
@@ -71,14 +71,12 @@ def test_a_current_reservation_shows_what_its_gpus_did(demo_org, now):
     demo_reservations_seed(now=timezone.now())
     reservation = Reservation.objects.get(purpose=TTS)
     hostnames = set(reservation.assignments.values_list("gpu__node__hostname", flat=True))
-    before = reservation_utilization(reservation=reservation,
-                                     period=Period(now - timedelta(hours=2), now))
+    before = reservation_figures(reservation, Period(now - timedelta(hours=2), now))
     assert before.sums.busy_s == 0
 
     demo_history_backfill(hours=2, now=now, hostnames=hostnames)
 
-    figures = reservation_utilization(reservation=reservation,
-                                      period=Period(now - timedelta(hours=2), now))
+    figures = reservation_figures(reservation, Period(now - timedelta(hours=2), now))
     assert figures.sums.covered_s > 0 and figures.utilization > 0.5
     assert Sample.objects.exclude(gpu__node__hostname__in=hostnames).count() == 0
 

@@ -9,11 +9,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import ClusterIdentity
+from gpuquota.core.timeutil import Period
 from gpuquota.ingest.models import GpuEvent, NodeBoot, ProcessRecord, Sample
-from gpuquota.inventory.models import Gpu
+from gpuquota.inventory.models import Gpu, GpuClass
 from gpuquota.inventory.services import gpu_register
 from gpuquota.outbox.services import gpu_hours_mark_dirty, gpu_interval_mark_dirty
 from gpuquota.reservations.models import Assignment, Reservation
+from gpuquota.usage.figures import UsageFigures
+from gpuquota.usage.selectors import classes_utilization, team_reservations_utilization
 from tests.factories import AdminFactory, MembershipFactory, TeamFactory, UserFactory
 
 T0 = datetime(2026, 10, 31, 22, 0, tzinfo=UTC)  # two hours before a month edge
@@ -121,3 +124,16 @@ def team_with_user(slug: str, unix_user: str, cluster, uid: int | None = None):
                                    key=unix_user, user=user,
                                    valid_from=datetime(2026, 1, 1, tzinfo=UTC))
     return team, user
+
+
+def reservation_figures(reservation: Reservation, period: Period) -> UsageFigures:
+    """One reservation's figures, as the team API lists them per reservation."""
+    rows = team_reservations_utilization(team=reservation.team, period=period)
+    return next((row.figures for row in rows if row.reservation.id == reservation.id),
+                UsageFigures())
+
+
+def class_figures(gpu_class: GpuClass, period: Period) -> UsageFigures:
+    """Reserved figures of one class (the class in force then), as the fleet API lists them."""
+    figures = dict(classes_utilization(period=period)).get(gpu_class)
+    return figures.reserved if figures else UsageFigures()

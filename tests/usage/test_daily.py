@@ -11,10 +11,10 @@ from django.test.utils import CaptureQueriesContext
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.services import gpu_reclassify
 from gpuquota.usage.daily import DayUsage, daily_usage, day_windows
-from gpuquota.usage.selectors import class_utilization, fleet_utilization, team_utilization
+from gpuquota.usage.selectors import fleet_utilization, team_utilization
 from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import GpuClassFactory, NodeFactory, TeamFactory, make_gpu
-from tests.usage.factories import T0, minute_samples, reserve
+from tests.usage.factories import T0, class_figures, minute_samples, reserve
 
 pytestmark = pytest.mark.django_db
 H = timedelta(hours=1)
@@ -101,7 +101,7 @@ def test_a_class_counts_the_seconds_while_the_gpu_was_of_that_class():
     assert _by_day(nov)[date(2026, 11, 1)] == (0, 0)
     oct_new = _by_day(daily_usage(period=OCT, gpu_class=new, team=team))[date(2026, 10, 31)]
     assert oct_new == (2700, 2700)
-    assert oct_new[0] == class_utilization(gpu_class=new, period=OCT).reserved_s
+    assert oct_new[0] == class_figures(new, OCT).reserved_s
 
 
 def test_days_are_utc_days_clipped_to_the_period():

@@ -8,19 +8,25 @@ import pytest
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.usage.selectors import (
-    class_utilization,
     classes_utilization,
     fleet_utilization,
     on_demand_busy_seconds,
     period_to_date,
-    reservation_utilization,
     team_reservations_utilization,
     team_utilization,
     unreserved_busy_by_team,
 )
 from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import TeamFactory, make_gpu
-from tests.usage.factories import T0, add_processes, minute_samples, reserve, team_with_user
+from tests.usage.factories import (
+    T0,
+    add_processes,
+    class_figures,
+    minute_samples,
+    reservation_figures,
+    reserve,
+    team_with_user,
+)
 
 pytestmark = pytest.mark.django_db
 H = timedelta(hours=1)
@@ -36,14 +42,14 @@ def test_reservation_across_a_month_edge_is_exact_in_each_month():
     end = datetime(2026, 11, 1, 0, 40, 10, tzinfo=UTC)
     assignment = reserve(team, gpu, start, end)
     dirty_hours_process()
-    october = reservation_utilization(reservation=assignment.reservation, period=OCT)
-    november = reservation_utilization(reservation=assignment.reservation, period=NOV)
+    october = reservation_figures(assignment.reservation, OCT)
+    november = reservation_figures(assignment.reservation, NOV)
     assert (october.reserved_s, october.sums.busy_s, october.sums.covered_s) == (1780, 1780, 1780)
     assert (november.reserved_s, november.sums.busy_s) == (2410, 2410)
     assert november.utilization == 1 and november.coverage == 1
     assert november.mean_util_gpu == 60
     assert team_utilization(team=team, period=NOV).reserved_s == 2410
-    assert class_utilization(gpu_class=gpu.gpu_class, period=NOV).sums.busy_s == 2410
+    assert class_figures(gpu.gpu_class, NOV).sums.busy_s == 2410
     # outside the reservation the GPU was busy unreserved and unattributed
     assert unreserved_busy_by_team(period=OCT) == {None: Fraction(1800 + 20)}
 
@@ -61,8 +67,7 @@ def test_arbitrary_edges_equal_the_sum_of_their_parts():
     right = fleet_utilization(period=Period(cut, T0 + 4 * H))
     assert whole.sums.busy_s == left.sums.busy_s + right.sums.busy_s == 3 * 3600
     assert whole.sums.covered_s == 3 * 3600 + 600
-    inner = reservation_utilization(reservation=assignment.reservation,
-                                    period=Period(T0 + timedelta(minutes=55), cut))
+    inner = reservation_figures(assignment.reservation, Period(T0 + timedelta(minutes=55), cut))
     assert inner.reserved_s == inner.sums.busy_s
     assert inner.reserved_s == int((cut - (T0 + timedelta(minutes=55))).total_seconds())
 
@@ -72,7 +77,7 @@ def test_reserved_gpu_with_a_silent_agent_is_reserved_with_no_coverage():
     team = TeamFactory(slug="vision")
     assignment = reserve(team, gpu, T0, T0 + 2 * H)
     dirty_hours_process()
-    figures = reservation_utilization(reservation=assignment.reservation, period=OCT)
+    figures = reservation_figures(assignment.reservation, OCT)
     assert figures.reserved_s == 7200
     assert figures.coverage == 0 and figures.utilization == 0 and figures.mean_util_gpu is None
     assert figures.as_dict()["reserved_hours"] == "2.00"
@@ -88,7 +93,7 @@ def test_failed_reserved_seconds_come_from_health_intervals():
     GpuHealthInterval.objects.create(gpu=gpu, state="degraded", valid_from=T0,
                                      valid_until=T0 + timedelta(minutes=90), reason="xid 63")
     dirty_hours_process()
-    figures = reservation_utilization(reservation=assignment.reservation, period=OCT)
+    figures = reservation_figures(assignment.reservation, OCT)
     assert figures.failed_reserved_s == 1800 and figures.reserved_s == 7200
     fleet = fleet_utilization(period=Period(T0, T0 + 2 * H))
     assert fleet.in_service_s == 7200 and fleet.failed_s == 1800
@@ -217,7 +222,7 @@ def test_reserved_figures_count_failed_time_fleet_and_on_demand_leave_it_out():
                                      valid_until=T0 + 90 * M, reason="xid 79")
     dirty_hours_process()
     period = Period(T0, T0 + 2 * H)
-    figures = reservation_utilization(reservation=assignment.reservation, period=period)
+    figures = reservation_figures(assignment.reservation, period)
     assert (figures.reserved_s, figures.failed_reserved_s) == (3600, 1800)
     assert (figures.sums.covered_s, figures.sums.busy_s) == (3600, 3600)
     assert figures.utilization == 1 and figures.mean_util_gpu == 40
@@ -288,10 +293,10 @@ def test_reserved_seconds_follow_the_class_in_force_then():
         old_class.id: 1500, new_class.id: 1800}
     assert failed_reserved_seconds_by_class(period=period) == {
         old_class.id: 600, new_class.id: 600}
-    old, new = (class_utilization(gpu_class=k, period=period) for k in (old_class, new_class))
+    old, new = (class_figures(k, period) for k in (old_class, new_class))
     assert (old.reserved_s, old.failed_reserved_s, old.sums.busy_s) == (1500, 600, 1500)
     assert (new.reserved_s, new.failed_reserved_s, new.sums.busy_s) == (1800, 600, 1800)
-    assert old.reserved_s + new.reserved_s == reservation_utilization(
-        reservation=assignment.reservation, period=period).reserved_s
+    assert old.reserved_s + new.reserved_s == reservation_figures(
+        assignment.reservation, period).reserved_s
     by_class = dict(classes_utilization(period=period))
     assert by_class[new_class].reserved.reserved_s == 1800
