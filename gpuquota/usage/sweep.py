@@ -3,8 +3,8 @@ them and when they are due), many GPUs of one hour, or of a run of consecutive h
 the same GPUs (a back-filled day), per round of queries.
 
 For each round's marks (at most `GPUS_PER_ROUND` GPUs, `GPU_HOURS_PER_ROUND` GPU-hours), in
-one transaction: take the free per-GPU-hour locks in
-one statement (another worker has the others: their marks stay; it may be on another hour
+one transaction: take the free per-GPU-hour locks, one
+statement an hour (another worker has the others: their marks stay; it may be on another hour
 of the same GPUs, so two workers share even a back-fill of few GPUs), drop the marks
 still there (only if their generation is unchanged: a mark bumped since this sweep read it
 leaves its row for the next sweep), evaluate health for the GPUs whose hour holds health
@@ -123,10 +123,7 @@ def _round_sweep(*, marks_by_hour: dict[datetime, list[Mark]]) -> int:
             health_step(gpu_ids=gpu_ids, hour=hour)
             gpus_by_hour[hour] = gpu_ids
         for hour, hours, gpu_ids in _spans(gpus_by_hour):
-            if hours == 1:
-                gpu_hours_replace(gpu_ids=gpu_ids, hour=hour)
-            else:
-                gpu_hours_replace(gpu_ids=gpu_ids, hour=hour, hours=hours)
+            gpu_hours_replace(gpu_ids=gpu_ids, hour=hour, hours=hours)
         return len(taken)
 
 
