@@ -38,8 +38,9 @@ logger = logging.getLogger(__name__)
 
 #: GPUs of one hour recomputed in one transaction and one round of queries.
 GPUS_PER_ROUND = 400
-#: GPU-hours recomputed in one transaction (consecutive hours of the same GPUs share one).
-GPU_HOURS_PER_ROUND = 1200
+#: GPU-hours recomputed in one transaction (consecutive hours of the same GPUs share one):
+#: as many locks held as a round of one hour, whatever the span.
+GPU_HOURS_PER_ROUND = GPUS_PER_ROUND
 HOUR = timedelta(hours=1)
 
 
