@@ -171,9 +171,9 @@ def steady_state(nodes: list[dict], minutes: int, base) -> dict:
     recomputed: list[tuple] = []
     real = sweep.gpu_hours_replace
 
-    def counted(*, gpu_ids, hour):
-        recomputed.extend((gpu_id, hour) for gpu_id in gpu_ids)
-        return real(gpu_ids=gpu_ids, hour=hour)
+    def counted(*, gpu_ids, hour, hours=1):
+        recomputed.extend((gpu_id, hour + i * H) for i in range(hours) for gpu_id in gpu_ids)
+        return real(gpu_ids=gpu_ids, hour=hour, hours=hours)
 
     sweep.gpu_hours_replace = counted
     events = []

@@ -10,11 +10,12 @@ rollup costs about as much as reading its rows.
 """
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from itertools import pairwise
+from operator import attrgetter
 
 from gpuquota.usage.rollup_inputs import (  # noqa: F401 (loaded through the rule's module)
     Span,
@@ -136,6 +137,21 @@ class _Context:
         return self._changes[i] if i < len(self._changes) else math.inf
 
 
+def _overlapping(inputs: UsageInputs, table: str, device: int, lo: int, hi: int) -> list:
+    """A device's pieces or process windows that overlap [lo, hi), by start: found by
+    bisection (none starts before lo less the longest), so an hour of a loaded day costs
+    an hour's items, not the day's."""
+    timeline = inputs.timelines.get((table, device))
+    if timeline is None:
+        items = sorted(getattr(inputs, table).get(device, ()), key=attrgetter("start"))
+        timeline = inputs.timelines[table, device] = (
+            items, [item.start for item in items],
+            max((item.end - item.start for item in items), default=0))
+    items, starts, longest = timeline
+    return [item for item in items[bisect_left(starts, lo - longest):bisect_left(starts, hi)]
+            if item.end > lo]
+
+
 def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = None,
                   end: datetime | None = None) -> dict[BucketKey, Bucket]:
     """Per-bucket sums for one physical GPU over [start, end) (default: the loaded
@@ -146,11 +162,11 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
     hi = inputs.end if end is None else min(inputs.end, epoch_s(end))
     devices = inputs.devices.get(gpu_id, [gpu_id])
     # pieces in device order: several devices' energies add up in that order, as floats
-    pieces = [p for d in devices for p in inputs.pieces.get(d, ()) if p.end > lo and p.start < hi]
+    pieces = [p for d in devices for p in _overlapping(inputs, "pieces", d, lo, hi)]
     if not pieces:
         return {}
     rank = {device: i for i, device in enumerate(devices)}
-    procs = [r for d in devices for r in inputs.procs.get(d, ()) if r.end > lo and r.start < hi]
+    procs = [r for d in devices for r in _overlapping(inputs, "procs", d, lo, hi)]
     context = _Context(inputs, gpu_id)
     next_change = lo
     live_pieces = _Live(sorted(pieces, key=lambda p: (p.start, rank[p.device_id])))

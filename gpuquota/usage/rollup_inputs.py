@@ -107,6 +107,8 @@ class UsageInputs:
     clusters: dict[int, list[Span]]
     resolver: OwnerResolver
     rate_cards: dict[int, list[Span]] = field(default_factory=dict)  # by gpu class id
+    #: per (table, device): its items by start, their starts, the longest (`usage_buckets`)
+    timelines: dict[tuple[str, int], tuple] = field(default_factory=dict)
 
 
 def sample_pieces(samples: list[tuple], busy_from: Decimal) -> list[Piece]:

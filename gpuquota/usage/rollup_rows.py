@@ -9,7 +9,7 @@ last changed.
 """
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection
 from django.utils import timezone
@@ -17,6 +17,7 @@ from django.utils import timezone
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import UsageInputs, usage_buckets
 
+HOUR = timedelta(hours=1)
 #: A row's bucket, as stored (the unique bucket constraint's columns and the reservation).
 KEY = ("gpu_id", "kind", "gpu_class_id", "assignment_id", "reservation_id", "team_id",
        "split_ways", "failed", "rate_card_id")
@@ -25,25 +26,29 @@ FIGURES = ("covered_s", "busy_s", "util_weighted", "energy_j", "memory_used_byte
            "process_count", "users_seen")
 
 
-def rollup_rows(*, inputs: UsageInputs, gpu_ids: list[int]) -> dict[tuple, tuple]:
-    """The rows the rollup rule gives these physical GPUs over the loaded window:
-    {KEY values: FIGURES values}."""
+def rollup_rows(*, inputs: UsageInputs, gpu_ids: list[int],
+                hours: list[datetime]) -> dict[tuple, tuple]:
+    """The rows the rollup rule gives these physical GPUs for these hours of the loaded
+    window: {(hour, KEY values): FIGURES values}."""
     return {
-        (gpu_id, key.kind, key.gpu_class_id, key.assignment_id, key.reservation_id,
+        (hour, gpu_id, key.kind, key.gpu_class_id, key.assignment_id, key.reservation_id,
          key.team_id, key.split_ways, key.failed, key.rate_card_id):
         (bucket.covered_s, bucket.busy_s, bucket.util_weighted, bucket.energy_j,
          bucket.memory_used_bytes_max, len(bucket.processes), sorted(bucket.users))
-        for gpu_id in gpu_ids
-        for key, bucket in usage_buckets(inputs=inputs, gpu_id=gpu_id).items()
+        for hour in hours for gpu_id in gpu_ids
+        for key, bucket in usage_buckets(inputs=inputs, gpu_id=gpu_id, start=hour,
+                                         end=hour + HOUR).items()
     }
 
 
-def rollup_rows_write(*, gpu_ids: list[int], hour: datetime, rows: dict[tuple, tuple]) -> int:
-    """Make the stored rows of these GPUs for this hour exactly `rows`, writing only the
-    difference. Returns the rows written (inserted, updated or deleted)."""
-    stored = {row[1:1 + len(KEY)]: (row[0], row[1 + len(KEY):]) for row in
-              GpuHourUsage.objects.filter(gpu_id__in=gpu_ids, hour=hour)
-              .values_list("id", *KEY, *FIGURES)}
+def rollup_rows_write(*, gpu_ids: list[int], hours: list[datetime],
+                      rows: dict[tuple, tuple]) -> int:
+    """Make the stored rows of these GPUs for these hours exactly `rows` (keyed by hour
+    and KEY), writing only the difference. Returns the rows written (inserted, updated
+    or deleted)."""
+    stored = {row[1:2 + len(KEY)]: (row[0], row[2 + len(KEY):]) for row in
+              GpuHourUsage.objects.filter(gpu_id__in=gpu_ids, hour__in=hours)
+              .values_list("id", "hour", *KEY, *FIGURES)}
     vanished = [row_id for key, (row_id, _) in stored.items() if key not in rows]
     changed = [(stored[key][0], figures) for key, figures in rows.items()
                if key in stored and stored[key][1] != figures]
@@ -54,7 +59,7 @@ def rollup_rows_write(*, gpu_ids: list[int], hour: datetime, rows: dict[tuple, t
     if changed:
         _update(changed, now)
     if new:
-        _insert(hour, new, now)
+        _insert(new, now)
     return len(vanished) + len(changed) + len(new)
 
 
@@ -80,10 +85,10 @@ def _update(changed: list[tuple[int, tuple]], now: datetime) -> None:
             [now, *map(list, columns)])
 
 
-def _insert(hour: datetime, new: list[tuple[tuple, tuple]], now: datetime) -> None:
+def _insert(new: list[tuple[tuple, tuple]], now: datetime) -> None:
     if connection.vendor != "postgresql":
         GpuHourUsage.objects.bulk_create(
-            [GpuHourUsage(hour=hour, computed_at=now, **dict(zip(KEY, key, strict=True)),
+            [GpuHourUsage(computed_at=now, **dict(zip(("hour", *KEY), key, strict=True)),
                           **dict(zip(FIGURES, figures, strict=True)))
              for key, figures in new], batch_size=2000)
         return
@@ -91,4 +96,4 @@ def _insert(hour: datetime, new: list[tuple[tuple, tuple]], now: datetime) -> No
     with connection.cursor() as cursor, cursor.copy(
             f"COPY {GpuHourUsage._meta.db_table} ({columns}) FROM STDIN") as copy:
         for key, figures in new:
-            copy.write_row((hour, *key, *figures[:-1], json.dumps(figures[-1]), now))
+            copy.write_row((*key, *figures[:-1], json.dumps(figures[-1]), now))

@@ -68,14 +68,16 @@ def gpus_lock(*, gpu_ids: list[int]) -> None:
                            "unnest(%s::int[]) AS g", [_LOCK_NAMESPACE, sorted(set(gpu_ids))])
 
 
-def gpu_hours_replace(*, gpu_ids: list[int], hour: datetime) -> int:
-    """Bring the rollup rows of these physical GPUs for one hour up to date with the
-    current inputs, loaded for all of them in one round of queries, writing only what
+def gpu_hours_replace(*, gpu_ids: list[int], hour: datetime, hours: int = 1) -> int:
+    """Bring the rollup rows of these physical GPUs for `hours` consecutive hours from
+    `hour` up to date with the current inputs, loaded for all of them in one round of
+    queries (a back-filled day: once for the span, not once per hour), writing only what
     changed; the caller holds their locks. Running it twice gives the same rows (the
     second writes nothing). Returns the row count."""
-    inputs = usage_inputs_load(gpu_ids=gpu_ids, start=hour, end=hour + HOUR)
-    rows = rollup_rows(inputs=inputs, gpu_ids=gpu_ids)
-    rollup_rows_write(gpu_ids=gpu_ids, hour=hour, rows=rows)
+    span = [hour + i * HOUR for i in range(hours)]
+    inputs = usage_inputs_load(gpu_ids=gpu_ids, start=hour, end=hour + hours * HOUR)
+    rows = rollup_rows(inputs=inputs, gpu_ids=gpu_ids, hours=span)
+    rollup_rows_write(gpu_ids=gpu_ids, hours=span, rows=rows)
     return len(rows)
 
 

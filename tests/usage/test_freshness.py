@@ -177,14 +177,14 @@ def _exact(gpu, hour, covered_s: int) -> None:
 def test_a_re_mark_between_the_sweeps_read_and_its_take_is_not_lost(monkeypatch):
     gpu = make_gpu()
     minute_samples(gpu, T0, 1)  # a closed hour, due at once
-    real = sweep.gpus_try_lock
+    real = sweep.gpu_hours_try_lock
 
-    def batch_meanwhile(*, gpu_ids):  # the sweep has read the mark's generation
-        monkeypatch.setattr(sweep, "gpus_try_lock", real)
+    def batch_meanwhile(*, gpu_ids, hour):  # the sweep has read the mark's generation
+        monkeypatch.setattr(sweep, "gpu_hours_try_lock", real)
         add_samples(gpu, [{"start": T0 + 5 * M}])
-        return real(gpu_ids=gpu_ids)
+        return real(gpu_ids=gpu_ids, hour=hour)
 
-    monkeypatch.setattr(sweep, "gpus_try_lock", batch_meanwhile)
+    monkeypatch.setattr(sweep, "gpu_hours_try_lock", batch_meanwhile)
     assert dirty_hours_process() == 1
     assert DirtyGpuHour.objects.filter(gpu=gpu, hour=T0).exists()  # left for the next
     dirty_sweep()

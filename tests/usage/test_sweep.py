@@ -40,9 +40,9 @@ def recomputes(monkeypatch):
     calls = []
     real = sweep.gpu_hours_replace
 
-    def counted(*, gpu_ids, hour):
-        calls.extend((gpu_id, hour) for gpu_id in gpu_ids)
-        return real(gpu_ids=gpu_ids, hour=hour)
+    def counted(*, gpu_ids, hour, hours=1):
+        calls.extend((gpu_id, hour + i * H) for i in range(hours) for gpu_id in gpu_ids)
+        return real(gpu_ids=gpu_ids, hour=hour, hours=hours)
 
     monkeypatch.setattr(sweep, "gpu_hours_replace", counted)
     return calls
@@ -192,3 +192,30 @@ def test_a_worker_on_one_hour_of_a_gpu_leaves_its_other_hours_to_another(transac
         thread.join()
     assert dirty_hours_process() == 1
     assert rows(gpu)[0][FIELDS.index("covered_s")] == 3600 and len(rows(gpu)) == 2
+
+
+def test_consecutive_hours_of_the_same_gpus_share_one_load_within_the_round_bounds(
+        monkeypatch):
+    node = NodeFactory()
+    gpus = [make_gpu(node=node, index=i) for i in range(2)]
+    for gpu in gpus:  # a back-filled stretch: three closed hours, due at once
+        minute_samples(gpu, T0, 180, util=40)
+        add_processes(gpu, T0 + 20 * M, 120, user="alice")
+    spans = []
+    real = sweep.gpu_hours_replace
+
+    def recorded(*, gpu_ids, hour, hours=1):
+        spans.append((tuple(gpu_ids), hour, hours))
+        return real(gpu_ids=gpu_ids, hour=hour, hours=hours)
+
+    monkeypatch.setattr(sweep, "gpu_hours_replace", recorded)
+    monkeypatch.setattr(sweep, "GPU_HOURS_PER_ROUND", 4)
+    assert dirty_hours_process() == 6
+    ids = tuple(sorted(gpu.id for gpu in gpus))
+    assert spans == [(ids, T0, 2), (ids, T0 + 2 * H, 1)]  # 4 GPU-hours a round at most
+    swept = [rows(gpu) for gpu in gpus]
+    assert [len(r) for r in swept] == [3, 3]
+    for gpu in gpus:  # the rows of a recompute hour by hour: the same, nothing rewritten
+        for hour in (T0, T0 + H, T0 + 2 * H):
+            gpu_hour_recompute(gpu_id=gpu.id, hour=hour)
+    assert [rows(gpu) for gpu in gpus] == swept
