@@ -5,6 +5,7 @@ from datetime import timedelta
 from rest_framework import serializers
 
 from accounts.models import Team
+from gpuquota.core.api_fields import ChoiceField
 from gpuquota.inventory.models import GpuClass
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.serializers import AwareDateTimeField
@@ -125,7 +126,7 @@ class BacktestQuerySerializer(serializers.Serializer):
                                             max_value=1, required=False)
     lookback_hours = serializers.IntegerField(min_value=1, max_value=24 * 14, required=False)
     grace_hours = serializers.IntegerField(min_value=0, max_value=24 * 14, required=False)
-    rule = serializers.ChoiceField(choices=RULES, required=False)
+    rule = ChoiceField(choices=RULES, required=False)
     empty_lookback_hours = serializers.IntegerField(min_value=1, max_value=24 * 14,
                                                     required=False)
     held_lookback_hours = serializers.IntegerField(min_value=1, max_value=24 * 14,

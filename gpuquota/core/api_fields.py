@@ -51,7 +51,14 @@ class AwareDateTimeField(serializers.DateTimeField):
 
 
 class ChoiceField(serializers.ChoiceField):
-    """A choice whose refusal lists the allowed values."""
+    """A choice whose refusal lists the allowed values. An empty value given is refused
+    like any other value that is not a choice (unless blank is allowed), not read as
+    "not given"."""
+
+    def get_value(self, dictionary):
+        if self.field_name in dictionary and dictionary.get(self.field_name) == "":
+            return ""
+        return super().get_value(dictionary)
 
     def to_internal_value(self, data):
         if data == "" and self.allow_blank:

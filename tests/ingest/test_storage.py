@@ -94,33 +94,35 @@ def test_rows_land_in_daily_partitions_created_on_demand():
 
 @pytest.mark.postgres
 def test_partitions_created_ahead_and_old_ones_dropped():
-    today = date(2026, 11, 29)
+    # a year before the suite's real "now": no other test leaves partitions there (their
+    # partitions, unlike their rows, can outlive them)
+    today = date(2025, 11, 29)
     assert partitions_create_ahead(today=today, days_ahead=3) == 10  # 5 days x 2 tables
     assert partitions_create_ahead(today=today, days_ahead=3) == 0
     days = set(partitions_list(table="ingest_sample"))
     assert {today - timedelta(days=1), today + timedelta(days=3)} <= days
     gpu = make_gpu()
-    partitions.partitions_ensure(days=[date(2026, 8, 1), date(2026, 8, 31), date(2026, 9, 1)])
-    records_store(table=SAMPLES, rows=sample_rows(gpu.id, 1, datetime(2026, 8, 1, tzinfo=UTC))
-                  + sample_rows(gpu.id, 1, datetime(2026, 9, 1, tzinfo=UTC)))
-    # 90 days before 2026-11-29 is 2026-08-31: older days go, that day stays.
+    partitions.partitions_ensure(days=[date(2025, 8, 1), date(2025, 8, 31), date(2025, 9, 1)])
+    records_store(table=SAMPLES, rows=sample_rows(gpu.id, 1, datetime(2025, 8, 1, tzinfo=UTC))
+                  + sample_rows(gpu.id, 1, datetime(2025, 9, 1, tzinfo=UTC)))
+    # 90 days before 2025-11-29 is 2025-08-31: older days go, that day stays.
     dropped = raw_data_expire(today=today, retention_days=90)
-    assert dropped == 2  # 2026-08-01 of both tables
+    assert dropped == 2  # 2025-08-01 of both tables
     remaining = set(partitions_list(table="ingest_sample"))
-    assert date(2026, 8, 1) not in remaining and date(2026, 8, 31) in remaining
+    assert date(2025, 8, 1) not in remaining and date(2025, 8, 31) in remaining
     assert list(Sample.objects.values_list("window_start", flat=True)) == [
-        datetime(2026, 9, 1, tzinfo=UTC)]
+        datetime(2025, 9, 1, tzinfo=UTC)]
 
 
 @pytest.mark.postgres
 def test_rows_without_a_daily_partition_wait_in_default_then_move():
     gpu = make_gpu()
-    day = datetime(2026, 10, 31, 22, 0, tzinfo=UTC)
+    day = datetime(2025, 10, 31, 22, 0, tzinfo=UTC)  # a day no other test stores data for
     Sample.objects.bulk_create([Sample(gpu=gpu, window_start=day, window_end=day
                                        + timedelta(minutes=1), readings=6, received_at=day)])
     assert partition_of(Sample) == "ingest_sample_default"
     assert partitions.partitions_ensure(days=[day.date()]) == 2
-    assert partition_of(Sample) == "ingest_sample_p20261031"
+    assert partition_of(Sample) == "ingest_sample_p20251031"
     assert Sample.objects.count() == 1
     # Retention clears the default partition too.
     Sample.objects.bulk_create([Sample(gpu=gpu, window_start=day - timedelta(days=200),
