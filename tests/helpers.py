@@ -1,9 +1,14 @@
-"""Helpers shared by the test areas: browser sessions and racing threads."""
+"""Helpers shared by the test areas: browser sessions, racing threads, Celery workers."""
 
 import os
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+from django.conf import settings
 from django.db import connections
 
 
@@ -43,3 +48,25 @@ def screenshot(page, name: str) -> None:
     """Keep a screenshot in test-artifacts/ for a human to look at."""
     os.makedirs("test-artifacts", exist_ok=True)
     page.screenshot(path=f"test-artifacts/{name}.png", full_page=True)
+
+
+@contextmanager
+def celery_worker(*, env: dict, log_path: Path) -> Iterator[subprocess.Popen]:
+    """A real Celery worker process of this project (one process, this interpreter) with
+    `env`, logging to `log_path`; stopped on exit (terminate, then kill), the tail of its
+    log printed for a failing test's report."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "gpuquota", "worker", "--concurrency", "1",
+             "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
+            cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            print(log_path.read_text()[-3000:])

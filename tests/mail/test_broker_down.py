@@ -4,10 +4,7 @@ recipient once. Reservation requests are the example: they have no sweep of thei
 
 import logging
 import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -17,10 +14,10 @@ from gpuquota.mail.models import MailDelivery
 from gpuquota.mail.outbox import mail_send_queued
 from gpuquota.mail.tasks import mail_send_due_task
 from tests.factories import AdminFactory
+from tests.helpers import celery_worker
 from tests.reservations.factories import Fleet
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(180)]
-ROOT = Path(__file__).resolve().parents[2]
 UNREACHABLE = "redis://127.0.0.1:1/0"  # nothing listens on port 1: connection refused
 
 
@@ -54,21 +51,8 @@ def worker(transactional_db, smtp_server, tmp_path):
     env = {**os.environ, "DATABASE_URL": _database_url(), "GPUQUOTA_MAIL_ENABLED": "1",
            "EMAIL_URL": f"smtp://127.0.0.1:{smtp_server.port}"}
     log_path = tmp_path / "worker.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "gpuquota", "worker", "--concurrency", "1",
-             "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            print(log_path.read_text()[-3000:])
+    with celery_worker(env=env, log_path=log_path) as proc:
+        yield proc
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from gpuquota.usage.seconds import reserved_seconds
 from reclaim import lifecycle
 from reclaim.models import Recommendation, RecommendationGpu
 from reclaim.services import recommendations_evaluate
+from tests.helpers import celery_worker
 from tests.reclaim.factories import DAY, NOW, World, held_gpus, rollup, telemetry
 from tests.smtp import SmtpServer
 
@@ -75,21 +76,8 @@ def worker(django_db_setup, django_db_blocker, smtp, tmp_path_factory):
     log_path = tmp_path_factory.mktemp("worker") / "worker.log"
     env = {**os.environ, "DATABASE_URL": url, "EMAIL_URL": f"smtp://127.0.0.1:{smtp.port}",
            "GPUQUOTA_MAIL_ENABLED": "1"}
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [str(ROOT / ".venv/bin/celery"), "-A", "gpuquota", "worker", "--concurrency", "1",
-             "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            print(log_path.read_text()[-3000:])
+    with celery_worker(env=env, log_path=log_path) as proc:
+        yield proc
 
 
 @pytest.fixture
