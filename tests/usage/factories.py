@@ -17,7 +17,15 @@ from gpuquota.outbox.services import gpu_hours_mark_dirty, gpu_interval_mark_dir
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.usage.figures import UsageFigures
 from gpuquota.usage.selectors import classes_utilization, team_reservations_utilization
-from tests.factories import AdminFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.factories import (
+    AdminFactory,
+    GpuClassFactory,
+    MembershipFactory,
+    NodeFactory,
+    TeamFactory,
+    UserFactory,
+    make_gpu,
+)
 
 T0 = datetime(2026, 10, 31, 22, 0, tzinfo=UTC)  # two hours before a month edge
 
@@ -137,3 +145,30 @@ def class_figures(gpu_class: GpuClass, period: Period) -> UsageFigures:
     """Reserved figures of one class (the class in force then), as the fleet API lists them."""
     figures = dict(classes_utilization(period=period)).get(gpu_class)
     return figures.reserved if figures else UsageFigures()
+
+
+def mixed_fleet(team, size: int = 1):
+    """Per unit of `size`: a GPU reserved by `team` (busy 100 min, then idle), an
+    unreserved GPU used by a user of team "ml", and a GPU of class L4 failed half an
+    hour; samples from T0 for 2.5 h, rolled up. Returns team "ml"."""
+    from gpuquota.inventory.models import GpuHealthInterval
+    from gpuquota.usage.sweep import dirty_hours_process
+
+    H, M = timedelta(hours=1), timedelta(minutes=1)
+    node = NodeFactory()
+    ml = team_with_user("ml", "alice", node.cluster)
+    other = GpuClassFactory(name="L4")
+    for i in range(size):
+        reserved = make_gpu(node=node, index=3 * i, at=T0 - H)
+        minute_samples(reserved, T0, 100, util=60)
+        minute_samples(reserved, T0 + 100 * M, 50, util=1)
+        reserve(team, reserved, T0 + 7 * M + i * M, T0 + 5 * H)
+        used = make_gpu(node=node, index=3 * i + 1, at=T0 - H, gpu_class=reserved.gpu_class)
+        minute_samples(used, T0, 150, util=30 + i)
+        add_processes(used, T0 + 20 * M, 100, user="alice")
+        failing = make_gpu(node=node, index=3 * i + 2, at=T0 - H, gpu_class=other)
+        minute_samples(failing, T0 + 10 * M, 140, util=90)
+        GpuHealthInterval.objects.create(gpu=failing, state="failed", reason="xid 79",
+                                         valid_from=T0 + 40 * M, valid_until=T0 + 70 * M)
+    dirty_hours_process()
+    return ml

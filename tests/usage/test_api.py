@@ -23,7 +23,12 @@ from gpuquota.usage.selectors import (
 )
 from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import GpuClassFactory, NodeFactory, make_gpu
-from tests.usage.factories import T0, add_processes, minute_samples, reserve, team_with_user
+from tests.usage.factories import (
+    T0,
+    minute_samples,
+    mixed_fleet,
+    reserve,
+)
 
 pytestmark = pytest.mark.django_db
 H, M, S = timedelta(hours=1), timedelta(minutes=1), timedelta(seconds=1)
@@ -36,25 +41,8 @@ ROLES = ["admin", "lead", "other_lead", "member", "outsider", "anonymous"]
 
 
 def build(team, size: int = 1):
-    """Per unit of `size`: a GPU reserved by `team` (busy 100 min, then idle), an
-    unreserved GPU used by a user of team "ml", and a GPU of class L4 failed half an
-    hour; samples from T0 for 2.5 h, rolled up."""
-    node = NodeFactory()
-    team_with_user("ml", "alice", node.cluster)
-    other = GpuClassFactory(name="L4")
-    for i in range(size):
-        reserved = make_gpu(node=node, index=3 * i, at=T0 - H)
-        minute_samples(reserved, T0, 100, util=60)
-        minute_samples(reserved, T0 + 100 * M, 50, util=1)
-        reserve(team, reserved, T0 + 7 * M + i * M, T0 + 5 * H)
-        used = make_gpu(node=node, index=3 * i + 1, at=T0 - H, gpu_class=reserved.gpu_class)
-        minute_samples(used, T0, 150, util=30 + i)
-        add_processes(used, T0 + 20 * M, 100, user="alice")
-        failing = make_gpu(node=node, index=3 * i + 2, at=T0 - H, gpu_class=other)
-        minute_samples(failing, T0 + 10 * M, 140, util=90)
-        GpuHealthInterval.objects.create(gpu=failing, state="failed", reason="xid 79",
-                                         valid_from=T0 + 40 * M, valid_until=T0 + 70 * M)
-    dirty_hours_process()
+    """The mixed fleet (`tests.usage.factories.mixed_fleet`) for `team`."""
+    mixed_fleet(team, size)
 
 
 def client_for(roles, role) -> Client:

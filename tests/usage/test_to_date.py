@@ -9,7 +9,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from gpuquota.core.timeutil import Period
-from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.usage.daily import daily_usage
 from gpuquota.usage.freshness import usage_freshness
 from gpuquota.usage.history import team_month_context
@@ -22,8 +21,13 @@ from gpuquota.usage.selectors import (
 )
 from gpuquota.usage.sweep import dirty_hours_process
 from gpuquota.usage.to_date import rollup_hours, utilization_overview
-from tests.factories import GpuClassFactory, NodeFactory, TeamFactory, make_gpu
-from tests.usage.factories import T0, add_processes, minute_samples, reserve, team_with_user
+from tests.factories import NodeFactory, TeamFactory, make_gpu
+from tests.usage.factories import (
+    T0,
+    minute_samples,
+    mixed_fleet,
+    reserve,
+)
 
 pytestmark = pytest.mark.django_db
 H = timedelta(hours=1)
@@ -33,26 +37,11 @@ OCT, NOV = Period.month(2026, 10), Period.month(2026, 11)
 
 
 def fleet(size: int = 1):
-    """Per unit of `size`: a reserved GPU (busy, then idle), an unreserved GPU used by a
-    team's user, a GPU of another class failed for half an hour; samples up to NOW."""
-    node = NodeFactory()
+    """Team "vision" with the mixed fleet (`tests.usage.factories.mixed_fleet`): a
+    reserved GPU (busy, then idle), an unreserved GPU used by a team's user, a GPU of
+    another class failed for half an hour, per unit of `size`."""
     team = TeamFactory(slug="vision")
-    ml = team_with_user("ml", "alice", node.cluster)
-    other = GpuClassFactory(name="L4")
-    for i in range(size):
-        reserved = make_gpu(node=node, index=3 * i, at=T0 - H)
-        minute_samples(reserved, T0, 100, util=60)
-        minute_samples(reserved, T0 + 100 * M, 50, util=1)
-        reserve(team, reserved, T0 + 7 * M + i * M, T0 + 5 * H)
-        used = make_gpu(node=node, index=3 * i + 1, at=T0 - H, gpu_class=reserved.gpu_class)
-        minute_samples(used, T0, 150, util=30 + i)
-        add_processes(used, T0 + 20 * M, 100, user="alice")
-        failing = make_gpu(node=node, index=3 * i + 2, at=T0 - H, gpu_class=other)
-        minute_samples(failing, T0 + 10 * M, 140, util=90)
-        GpuHealthInterval.objects.create(gpu=failing, state="failed", reason="xid 79",
-                                         valid_from=T0 + 40 * M, valid_until=T0 + 70 * M)
-    dirty_hours_process()
-    return team, ml
+    return team, mixed_fleet(team, size)
 
 
 @pytest.mark.parametrize("period", [Period(T0, NOW), Period(T0 + H, T0 + 2 * H),
