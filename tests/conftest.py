@@ -118,6 +118,19 @@ def _celery_tasks_in_process():
     app.conf.task_always_eager = previous
 
 
+@pytest.fixture(autouse=True)
+def _celery_app_stays_current():
+    """A test that makes another Celery app current (`Celery(...)` does by default) would
+    send every later test's tasks (`shared_task`s resolve the current app) through it:
+    they would then go to its broker instead of running here. Fail that test, not them."""
+    from celery import current_app
+
+    from gpuquota.celery import app
+
+    yield
+    assert current_app._get_current_object() is app, "a test left another Celery app current"
+
+
 @pytest.fixture
 def smtp_server(settings):
     """A real SMTP server (aiosmtpd) on 127.0.0.1 at a free port, with Django's SMTP backend

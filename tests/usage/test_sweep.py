@@ -139,7 +139,7 @@ def test_two_real_workers_sweeping_one_outbox_give_the_rows_of_one(transactional
     env = {**os.environ, "REDIS_URL": redis_url, "USAGE_DIRTY_SWEEP_BATCH": "2",
            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:"
                            f"{db['PORT'] or 5432}/{db['NAME']}"}
-    broker = Celery("sweep-test", broker=redis_url)
+    broker = Celery("sweep-test", broker=redis_url, set_as_current=False)  # tasks stay ours
     broker.connection_for_write().default_channel.client.flushdb()
     workers = [_worker(name, env, tmp_path / f"{name}.log") for name in ("w1", "w2")]
     try:
