@@ -9,8 +9,8 @@ and seeds with SQL (`generate_series`), not through the sweep: 3 GPU classes, 8 
 `--gpus` GPUs in service since before last month, about 30 % of them assigned to 12
 reservations per team for the whole time, one rollup row per GPU-hour from the first
 of last month to the current hour (reserved rows of the assignments; unreserved rows,
-a third of them owned by a team), minute samples of the open hour for every GPU and
-an outbox mark per GPU for it, as in steady state. Then, in this process (DEBUG=0
+a third of them owned by a team) and their day rows, minute samples of the open hour
+for every GPU and an outbox mark per GPU for it, as in steady state. Then, in this process (DEBUG=0
 settings, a signed-in admin, Django's test client), it times the utilization page for
 last month (a whole month of rollups), the month to date, the last 24 h and 7 days,
 and a team's page for both months: the median of `--runs` requests with its query
@@ -46,6 +46,7 @@ def fleet_seed(gpus: int, now: datetime) -> dict:
     from gpuquota.ingest.partitions import partitions_ensure
     from gpuquota.inventory.models import Cluster, Gpu, GpuClass, GpuClassInterval, Node
     from gpuquota.reservations.models import Assignment, Reservation
+    from gpuquota.usage.rollup_days import rollup_days_rebuild
 
     this_month = _month_start(now)
     first = _month_start(this_month - timedelta(days=1))
@@ -93,7 +94,10 @@ def fleet_seed(gpus: int, now: datetime) -> dict:
             day += timedelta(days=1)
         cursor.execute(SAMPLES_SQL, {"start": open_hour, "end": now, "now": now})
         cursor.execute(MARKS_SQL, {"hour": open_hour, "now": now})
+    rollup_days_rebuild()  # the day rows the sweep would have kept with the hourly ones
+    with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE usage_gpuhourusage")  # as autovacuum would, after a load
+        cursor.execute("VACUUM ANALYZE usage_gpudayusage")
         cursor.execute("ANALYZE")
     return {"admin": admin, "team": teams[0], "gpus": len(fleet),
             "reserved": len(assignments), "first": first, "this_month": this_month}
@@ -206,10 +210,13 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM usage_gpuhourusage")
         rows = cursor.fetchone()[0]
+        cursor.execute("SELECT count(*) FROM usage_gpudayusage")
+        day_rows = cursor.fetchone()[0]
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
     print(f"fleet: {seeded['gpus']} GPUs ({seeded['reserved']} reserved), {rows:,} rollup "
-          f"rows from {seeded['first']:%Y-%m-%d} ({time.perf_counter() - began:.0f} s to seed)")
+          f"rows ({day_rows:,} day rows) from {seeded['first']:%Y-%m-%d} "
+          f"({time.perf_counter() - began:.0f} s to seed)")
     client = Client()
     client.force_login(seeded["admin"])
     last_month, this_month = seeded["first"], seeded["this_month"]

@@ -90,10 +90,69 @@ class GpuHourUsage(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["hour", "kind"]),
+            # One column: PostgreSQL costs a range of hours by the column's correlation
+            # (rows arrive hour by hour) only on a one-column index; on (hour, kind) it chose
+            # a scan of the whole table for a day's hours.
+            models.Index(fields=["hour"], name="usage_hour_idx"),
             models.Index(fields=["reservation", "hour"]),
             models.Index(fields=["team", "hour"]),
         ]
 
     def __str__(self) -> str:
         return f"GPU {self.gpu_id} {self.hour:%Y-%m-%d %H}:00 {self.kind}"
+
+
+class GpuDayUsage(models.Model):
+    """The hourly rollup rows of one physical GPU and UTC day, summed per bucket: what a
+    page over whole days reads instead of 24 rows per GPU (issue 12: a month of 10,000
+    GPUs). Kept by the same write that changes the hourly rows (`rollup_days`), in its
+    transaction, so it always equals `GpuHourUsage` grouped by day: `hours` counts the
+    hourly rows summed, and a bucket left without any is deleted. A bucket is an hourly one
+    without its rate card (the pages do not price; a card boundary's two rows of an hour
+    count twice in `hours`; relabelling whole hours with another card changes no day row).
+    Only the additive figures the pages read are kept (seconds, util-weighted seconds)."""
+
+    # No index per reference: the bucket's unique index (GPU first) and (team, day) serve
+    # the reads; fewer indexes to keep on each write.
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="+",
+                            db_index=False)
+    day = models.DateField()
+    gpu_class = models.ForeignKey("inventory.GpuClass", on_delete=models.PROTECT,
+                                  related_name="+", db_index=False)
+    kind = models.CharField(max_length=16, choices=GpuHourUsage.Kind.choices)
+    assignment = models.ForeignKey("reservations.Assignment", null=True, db_index=False,
+                                   on_delete=models.PROTECT, related_name="+")
+    reservation = models.ForeignKey("reservations.Reservation", null=True, db_index=False,
+                                    on_delete=models.PROTECT, related_name="+")
+    team = models.ForeignKey("accounts.Team", null=True, on_delete=models.PROTECT,
+                             related_name="+", db_index=False)
+    split_ways = models.PositiveSmallIntegerField(default=1)
+    failed = models.BooleanField(default=False)
+    hours = models.PositiveSmallIntegerField(help_text="Hourly rows summed here.")
+    covered_s = models.IntegerField(default=0)
+    busy_s = models.IntegerField(default=0)
+    util_weighted = models.DecimalField(max_digits=16, decimal_places=2, default=0)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(kind__in=["reserved", "unreserved"]),
+                name="usage_day_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(hours__gte=1) & models.Q(busy_s__gte=0)
+                & models.Q(covered_s__gte=models.F("busy_s")),
+                name="usage_day_sums_valid",
+            ),
+            models.UniqueConstraint(
+                "gpu", "day", "gpu_class", "kind", Coalesce("assignment", Value(0)),
+                Coalesce("team", Value(0)), "split_ways", "failed", name="usage_day_bucket_unique",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["day"], name="usage_day_idx"),
+            models.Index(fields=["team", "day"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"GPU {self.gpu_id} {self.day:%Y-%m-%d} {self.kind}"

@@ -5,7 +5,7 @@ updated in place, only its unindexed figure columns, so PostgreSQL can keep the 
 version on the same page (a HOT update, which page pruning reclaims without a vacuum:
 the table keeps free room for it, migration 0005); only new buckets are inserted (COPY
 on PostgreSQL) and only vanished ones deleted. `computed_at` is when a row's figures
-last changed.
+last changed. The same differences change the day rows (`rollup_days`).
 """
 
 import json
@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import UsageInputs, usage_buckets
+from gpuquota.usage.rollup_days import DayChanges
 
 HOUR = timedelta(hours=1)
 #: A row's bucket, as stored (the unique bucket constraint's columns and the reservation).
@@ -44,8 +45,8 @@ def rollup_rows(*, inputs: UsageInputs, gpu_ids: list[int],
 def rollup_rows_write(*, gpu_ids: list[int], hours: list[datetime],
                       rows: dict[tuple, tuple]) -> int:
     """Make the stored rows of these GPUs for these hours exactly `rows` (keyed by hour
-    and KEY), writing only the difference. Returns the rows written (inserted, updated
-    or deleted)."""
+    and KEY), writing only the difference, and their day rows with it. Returns the
+    hourly rows written (inserted, updated or deleted)."""
     stored = {row[1:2 + len(KEY)]: (row[0], row[2 + len(KEY):]) for row in
               GpuHourUsage.objects.filter(gpu_id__in=gpu_ids, hour__in=hours)
               .values_list("id", "hour", *KEY, *FIGURES)}
@@ -53,6 +54,15 @@ def rollup_rows_write(*, gpu_ids: list[int], hours: list[datetime],
     changed = [(stored[key][0], figures) for key, figures in rows.items()
                if key in stored and stored[key][1] != figures]
     new = [(key, figures) for key, figures in rows.items() if key not in stored]
+    days = DayChanges()
+    for key, (_row_id, figures) in stored.items():
+        if key not in rows:
+            days.add(key, figures, -1, row=True)
+        elif rows[key] != figures:
+            days.add(key, figures, -1, row=False)
+            days.add(key, rows[key], 1, row=False)
+    for key, figures in new:
+        days.add(key, figures, 1, row=True)
     now = timezone.now()
     if vanished:
         GpuHourUsage.objects.filter(id__in=vanished).delete()
@@ -60,6 +70,7 @@ def rollup_rows_write(*, gpu_ids: list[int], hours: list[datetime],
         _update(changed, now)
     if new:
         _insert(new, now)
+    days.apply()
     return len(vanished) + len(changed) + len(new)
 
 

@@ -3,8 +3,11 @@ Utilization versus allocation). This is what the utilization page and the team p
 show.
 
 A page's period starts on a whole UTC hour: a month, or the last 24 h or 7 days. It
-ends now. Each hour it touches is read from its rollup rows, in one aggregate query
-grouped in SQL. The open hour is read as the sweep last computed it. That is at most
+ends now. Each hour it touches is read from its rollup rows, in aggregate queries grouped
+in SQL: the whole UTC days from the day rows (`GpuDayUsage`, 24 hours of a GPU in one
+row), the hours around them from the hourly rows.
+
+The open hour is read as the sweep last computed it. That is at most
 `USAGE_ROLLUP_FRESHNESS_S` behind its samples, and `freshness.usage_freshness` says
 as of when. Reserved, in-service and failed seconds still count exactly to now, from
 assignments and health intervals. So for the open hour, busy and covered time can lag
@@ -16,18 +19,17 @@ hour's rollup is current, both give the same figures. The tests hold the two equ
 """
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from fractions import Fraction
 
-from django.db.models import Case, F, IntegerField, Sum, When
-from django.db.models.functions import TruncDate, TruncMonth
+from django.db.models import Sum
 
 from accounts.models import Team
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import GpuClass
 from gpuquota.usage.daily import DayUsage, day_windows, seconds_by_window
 from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, display_decimal, sums_by
-from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.models import GpuDayUsage, GpuHourUsage
 from gpuquota.usage.rollup import RESERVED, UNRESERVED
 from gpuquota.usage.seconds import (
     CLASS_IN_FORCE,
@@ -42,16 +44,7 @@ from gpuquota.usage.seconds import (
     seconds_total,
 )
 
-HOUR = timedelta(hours=1)
-#: Groupings computed in SQL, besides the rollup fields themselves.
-_GROUPS = {
-    "day": TruncDate("hour", tzinfo=UTC),
-    "month": TruncMonth("hour", tzinfo=UTC),
-    # the owner team of unreserved time (reserved rows group without their team)
-    "owner": Case(When(kind=UNRESERVED, then=F("team_id")), output_field=IntegerField()),
-}
-
-
+HOUR, DAY = timedelta(hours=1), timedelta(days=1)
 def rollup_hours(period: Period) -> tuple[datetime, datetime]:
     """The hours whose rollup rows a to-date figure of `period` reads: from its start,
     which must be on a whole hour, to its end rounded up to the hour."""
@@ -61,19 +54,60 @@ def rollup_hours(period: Period) -> tuple[datetime, datetime]:
     return period.start, last if last == period.end else last + HOUR
 
 
+def _midnight_after(moment: datetime) -> datetime:
+    day = datetime.combine(moment.astimezone(UTC).date(), time(), UTC)
+    return day if day == moment else day + DAY
+
+
 def rollup_sums(*, period: Period, by: tuple[str, ...], **filters) -> list[dict]:
     """Covered, busy and util-weighted seconds of the period's rollup rows matching
     `filters`, grouped by `by` (rollup fields, or `day`, `month`, `owner`) and always by
-    `failed` and `split_ways`, so that `figures.sums_by` folds them exactly. One query."""
+    `failed` and `split_ways`, so that `figures.sums_by` folds them exactly (a group can
+    come more than once: whole UTC days are read from the day rows, the hours before and
+    after them from the hourly rows, each range in its own query so that it is an index
+    range scan). Three queries at most."""
     first, last = rollup_hours(period)
-    extra = {name: _GROUPS[name] for name in by if name in _GROUPS}
-    return list(
-        GpuHourUsage.objects.filter(hour__gte=first, hour__lt=last, **filters)
-        .annotate(**extra).values(*by, "failed", "split_ways")
-        .annotate(covered_s=Sum("covered_s"), busy_s=Sum("busy_s"),
-                  util_weighted=Sum("util_weighted"))
-        .order_by()
-    )
+    day_start = _midnight_after(first)
+    day_end = max(day_start, datetime.combine(last.astimezone(UTC).date(), time(), UTC))
+    if day_start >= day_end:  # no whole day: one range of hours
+        hours = [(first, last)]
+    else:
+        hours = [(start, end) for start, end in ((first, day_start), (day_end, last))
+                 if start < end]
+    sums = []
+    for start, end in hours:
+        sums += _grouped(GpuHourUsage.objects.filter(hour__gte=start, hour__lt=end,
+                                                      **filters), by)
+    if day_start < day_end:
+        sums += _grouped(GpuDayUsage.objects.filter(
+            day__gte=day_start.date(), day__lt=day_end.date(), **filters), by)
+    return sums
+
+
+def _grouped(rows, by: tuple[str, ...]) -> list[dict]:
+    """`rows` summed in SQL by plain columns (what the planner estimates well enough to
+    hash them), the groups of `by` derived from them here: `day` and `month` from the
+    hour or the day, `owner` (the owner team of unreserved time; reserved rows group
+    without their team) from the kind and the team."""
+    when = "hour" if rows.model is GpuHourUsage else "day"
+    columns = {"failed", "split_ways"}
+    for name in by:
+        columns |= {when} if name in ("day", "month") else \
+            {"kind", "team_id"} if name == "owner" else {name}
+    grouped = []
+    for row in (rows.values(*sorted(columns)).order_by()
+                .annotate(covered_s=Sum("covered_s"), busy_s=Sum("busy_s"),
+                          util_weighted=Sum("util_weighted"))):
+        day = row.get(when)
+        if isinstance(day, datetime):
+            day = day.astimezone(UTC).date()
+        derived = {"day": day, "month": day and day.replace(day=1),
+                   "owner": row.get("team_id") if row.get("kind") == UNRESERVED else None}
+        grouped.append({**{name: derived[name] if name in derived else row[name]
+                           for name in by},
+                        **{name: row[name] for name in ("failed", "split_ways", "covered_s",
+                                                        "busy_s", "util_weighted")}})
+    return grouped
 
 
 def days_from(windows: list, reserved: dict, busy: dict) -> list[DayUsage]:

@@ -18,6 +18,7 @@ from reports.models import RateCard
 from reports.services import rate_card_change, rate_card_create, rate_card_end
 from tests.factories import AdminFactory, GpuClassFactory, UserFactory, make_gpu
 from tests.usage.factories import T0, minute_samples
+from tests.usage.oracle_days import assert_day_rows_are_the_hours_summed
 
 pytestmark = pytest.mark.django_db
 H, M, S = timedelta(hours=1), timedelta(minutes=1), timedelta(seconds=1)
@@ -98,6 +99,7 @@ def test_ending_a_card_takes_the_hours_after_out_of_it():
     dirty_hours_process()
     assert _by_card(gpu) == [(T0, card.id, 3600), (T0 + H, None, 2400),
                              (T0 + H, card.id, 1200), (T0 + 2 * H, None, 3600)]
+    assert_day_rows_are_the_hours_summed()  # relabelled and cut hours: day rows unchanged
     entry = AuditEntry.objects.get(action="rate_card.end")
     assert entry.reason == "retired" and entry.changes["valid_until"] == [
         None, (T0 + H + 20 * M).isoformat()]
@@ -120,6 +122,7 @@ def test_change_in_place_or_from_an_instant():
     found = chargeable_seconds(period=Period(T0, T0 + 2 * H))
     assert [(r["rate_card_id"], r["busy_s"]) for r in found.on_demand] == [
         (card.id, 2700), (successor.id, 900 + 3600)]
+    assert_day_rows_are_the_hours_summed()
     assert AuditEntry.objects.filter(action="rate_card.change").count() == 2
 
 

@@ -14,7 +14,7 @@ from gpuquota.outbox.services import (
 )
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.services import reservation_create, reservation_release
-from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.models import GpuDayUsage, GpuHourUsage
 from gpuquota.usage.services import gpu_hour_recompute
 from gpuquota.usage.sweep import dirty_hours_process
 from gpuquota.usage.tasks import dirty_sweep
@@ -28,6 +28,7 @@ from tests.usage.factories import (
     reserve,
     team_with_user,
 )
+from tests.usage.oracle_days import assert_day_rows_are_the_hours_summed
 
 pytestmark = pytest.mark.django_db
 H = timedelta(hours=1)
@@ -95,6 +96,8 @@ def test_concurrent_sweeps_give_the_same_rows_as_one(transactional_db):
     assert not errors and not DirtyGpuHour.objects.exists()
     concurrent = sorted(GpuHourUsage.objects.values_list("gpu_id", "hour", "covered_s", "busy_s"))
     assert len(concurrent) == 12
+    assert_day_rows_are_the_hours_summed()  # four sweeps at once
+    GpuDayUsage.objects.all().delete()
     GpuHourUsage.objects.all().delete()
     for gpu in gpus:
         for h in range(4):

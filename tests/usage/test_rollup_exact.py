@@ -26,6 +26,7 @@ from tests.usage.factories import (
     reserve,
     team_with_user,
 )
+from tests.usage.oracle_days import assert_day_rows_are_the_hours_summed
 
 pytestmark = pytest.mark.django_db
 M, H, S = timedelta(minutes=1), timedelta(hours=1), timedelta(seconds=1)
@@ -132,6 +133,7 @@ def test_the_sweep_stores_the_rows_of_the_rule_as_it_was(fleet):
     assert len({row[9] for row in rows}) == 2  # both rate cards
     assert len({row[6] for row in rows}) == 3  # both teams and unattributed
     assert GpuHealthInterval.objects.filter(closed_reason__startswith="new boot").exists()
+    assert_day_rows_are_the_hours_summed()  # two UTC days: Oct 31 and Nov 1
 
 
 def test_a_change_updates_in_place_and_no_change_writes_nothing(fleet):
@@ -153,4 +155,5 @@ def test_a_change_updates_in_place_and_no_change_writes_nothing(fleet):
     assert set(after) <= set(before)  # updated in place: the same rows
     assert any(after[row_id] != before[row_id][2:] for row_id in after)
     assert stored(fleet) == oracle(fleet)
+    assert_day_rows_are_the_hours_summed()
 

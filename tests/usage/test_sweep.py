@@ -16,12 +16,13 @@ from django.db import connection, transaction
 
 from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage import sweep
-from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.models import GpuDayUsage, GpuHourUsage
 from gpuquota.usage.services import gpu_hour_recompute, gpu_hours_try_lock
 from gpuquota.usage.sweep import dirty_hours_process
 from gpuquota.usage.tasks import dirty_sweep
 from tests.factories import NodeFactory, TeamFactory, make_gpu
 from tests.usage.factories import T0, add_processes, add_samples, minute_samples, reserve
+from tests.usage.oracle_days import assert_day_rows_are_the_hours_summed
 
 pytestmark = pytest.mark.django_db
 M, H = timedelta(minutes=1), timedelta(hours=1)
@@ -157,6 +158,8 @@ def test_two_real_workers_sweeping_one_outbox_give_the_rows_of_one(transactional
     by_workers = sorted(GpuHourUsage.objects.values_list("gpu_id", *FIELDS), key=repr)
     logs = [(tmp_path / f"{name}.log").read_text() for name in ("w1", "w2")]
     assert all("usage.dirty_sweep" in log and "succeeded" in log for log in logs)
+    assert_day_rows_are_the_hours_summed()  # two workers writing hours of one GPU-day
+    GpuDayUsage.objects.all().delete()
     GpuHourUsage.objects.all().delete()
     for gpu in gpus:
         for hour in range(4):
