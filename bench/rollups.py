@@ -43,21 +43,17 @@ import uuid
 from datetime import timedelta
 
 from bench.ingest import ROOT, batch_body, database_create, env_for
+from bench.table_stats import (
+    ROLLUPS,
+    autovacuum_off,
+    pg_cpu_s,
+    rows_digest,
+    rows_print,
+    table_counters,
+)
 
 DATABASE = os.environ.get("BENCH_ROLLUPS_DATABASE") or "gq_bench_rollups"
 M, H, S = timedelta(minutes=1), timedelta(hours=1), timedelta(seconds=1)
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _pg_cpu_s() -> float:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        pid = cursor.fetchone()[0]
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class Meter:
@@ -67,13 +63,13 @@ class Meter:
         self.worker_s = self.db_s = self.wall_s = 0.0
 
     def __enter__(self):
-        self._start = (time.process_time(), _pg_cpu_s(), time.perf_counter())
+        self._start = (time.process_time(), pg_cpu_s(), time.perf_counter())
         return self
 
     def __exit__(self, *exc):
         cpu, db, wall = self._start
         self.worker_s += time.process_time() - cpu
-        self.db_s += _pg_cpu_s() - db
+        self.db_s += pg_cpu_s() - db
         self.wall_s += time.perf_counter() - wall
 
     @property
@@ -126,47 +122,17 @@ class Lags:
             self.worst_final_s = max(self.worst_final_s, (at - since).total_seconds() + wall_s)
 
 
-def _outbox_table() -> str:
-    from gpuquota.outbox.models import DirtyGpuHour
-
-    return DirtyGpuHour._meta.db_table
-
-
-def outbox_autovacuum_off() -> None:
-    """No autovacuum on the outbox, and its counters from zero: what the steady state leaves."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(f"ALTER TABLE {_outbox_table()} SET (autovacuum_enabled = false)")
-        cursor.execute("SELECT pg_stat_reset_single_table_counters(%s::regclass)",
-                       [_outbox_table()])
-
-
-def outbox_churn() -> dict:
-    """The outbox's tuple counters (pg_stat_user_tables), this backend's flushed first."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_force_next_flush()")
-    time.sleep(1.5)  # a backend flushes its counters when idle, at most once a second
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute("SELECT n_live_tup, n_dead_tup, n_tup_ins, n_tup_upd, n_tup_hot_upd, "
-                       "n_tup_del FROM pg_stat_user_tables WHERE relid = %s::regclass",
-                       [_outbox_table()])
-        names = ("live", "dead", "inserted", "updated", "hot_updated", "deleted")
-        return dict(zip(names, cursor.fetchone(), strict=True))
-
-
 def steady_state(nodes: list[dict], minutes: int, base) -> dict:
     import time_machine
 
     from gpuquota.ingest.batches import batch_ingest
     from gpuquota.inventory.models import Gpu, Node
     from gpuquota.outbox.conf import dirty_sweep_interval_s
+    from gpuquota.outbox.models import DirtyGpuHour
     from gpuquota.usage import sweep
     from gpuquota.usage.conf import dirty_sweep_batch
 
+    outbox = DirtyGpuHour._meta.db_table
     node_rows = {n.hostname: n for n in Node.objects.all()}
     recomputed: list[tuple] = []
     real = sweep.gpu_hours_replace
@@ -190,7 +156,7 @@ def steady_state(nodes: list[dict], minutes: int, base) -> dict:
     ingest, swept, lags = Meter(), Meter(), Lags()
     gpu_of = {}
     worst_sweep_wall = 0.0
-    outbox_autovacuum_off()
+    autovacuum_off(outbox)
     with time_machine.travel(base, tick=False) as clock:
         for at, kind, index, window in events:
             clock.move_to(at)
@@ -218,7 +184,7 @@ def steady_state(nodes: list[dict], minutes: int, base) -> dict:
     return {"gpu_hours": gpu_hours, "recomputes": len(recomputed), "ingest": ingest,
             "sweep": swept, "worst_lag_s": lags.worst_s,
             "worst_final_s": lags.worst_final_s, "worst_sweep_wall_s": worst_sweep_wall,
-            "unswept": len(lags.pending), "outbox": outbox_churn()}
+            "unswept": len(lags.pending), "outbox": table_counters(outbox)}
 
 
 def backfill(nodes: list[dict], hours: int, base) -> dict:
@@ -241,40 +207,6 @@ def backfill(nodes: list[dict], hours: int, base) -> dict:
     return {"gpu_hours": len(nodes) * 8 * hours, "meter": meter}
 
 
-def _rows_digest() -> str:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT md5(string_agg(t::text, ',' ORDER BY t::text)) FROM (SELECT "
-                       "gpu_id, hour, kind, team_id, split_ways, failed, covered_s, busy_s, "
-                       "util_weighted, energy_j, process_count, users_seen FROM "
-                       "usage_gpuhourusage) t")
-        return cursor.fetchone()[0]
-
-
-TABLE = "usage_gpuhourusage"
-
-
-def table_rows() -> dict:
-    """The rollup table's row counts from the statistics collector (flushed first)."""
-    from django.db import connection
-
-    time.sleep(1.2)  # a backend flushes its counts at most once a second
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_force_next_flush()")
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute("SELECT n_live_tup, n_dead_tup, n_tup_ins, n_tup_upd, n_tup_hot_upd, "
-                       "n_tup_del FROM pg_stat_user_tables WHERE relname = %s", [TABLE])
-        names = ("live", "dead", "inserted", "updated", "hot_updated", "deleted")
-        return dict(zip(names, cursor.fetchone(), strict=True))
-
-
-def _rows_print(part: str, rows: dict) -> None:
-    print(f"  rollup table after {part}: {rows['live']:,} live rows, {rows['dead']:,} dead "
-          f"(autovacuum off; so far {rows['inserted']:,} inserted, {rows['updated']:,} "
-          f"updated of which {rows['hot_updated']:,} HOT, {rows['deleted']:,} deleted)")
-
-
 def scale_out(gpu_ids: list[int], base, hours: int, workers: int) -> dict:
     """The day marked dirty, swept by `workers` processes starting together: wall time
     from the first one's first sweep to the last one's end (start-up excluded), CPU of the
@@ -292,7 +224,7 @@ def scale_out(gpu_ids: list[int], base, hours: int, workers: int) -> dict:
     runs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     return {"wall_s": max(r["end"] for r in runs) - min(r["start"] for r in runs),
-            "cpu_s": sum(r["cpu_s"] for r in runs), "digest": _rows_digest(),
+            "cpu_s": sum(r["cpu_s"] for r in runs), "digest": rows_digest(),
             "marks": sum(r["marks"] for r in runs)}
 
 
@@ -330,7 +262,7 @@ def main() -> None:
         import psycopg
 
         with psycopg.connect(env_for(args.database)["DATABASE_URL"], autocommit=True) as conn:
-            conn.execute(f"ALTER TABLE {TABLE} SET (autovacuum_enabled = off)")
+            conn.execute(f"ALTER TABLE {ROLLUPS} SET (autovacuum_enabled = off)")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuquota.settings")
     import django
 
@@ -348,7 +280,7 @@ def main() -> None:
         fleet = nodes_enrol(args.nodes, "steady")
         base = hour_floor(timezone.now()) - 3 * H
         _steady_print(steady_state(fleet, args.minutes, base), args)
-        _rows_print("the steady state", table_rows())
+        rows_print("the steady state", table_counters(ROLLUPS))
     if parts & {"backfill", "scale-out"}:
         _backfill_and_scale_out(args, "scale-out" in parts)
 
@@ -407,12 +339,12 @@ def _backfill_and_scale_out(args, scale: bool) -> None:
           f"per CPU-second, worker {meter.worker_s:.1f} s + database {meter.db_s:.1f} s); "
           f"a month for 1,000 GPUs: {744_000 / (gpu_hours / meter.wall_s) / 60:.0f} min wall, "
           f"{744_000 / (gpu_hours / meter.total_s) / 60:.0f} min of CPU")
-    _rows_print("the backfill", table_rows())
+    rows_print("the backfill", table_counters(ROLLUPS))
     if not scale:
         return
     uuids = {gpu for node in day_fleet for gpu in node["gpus"]}
     gpu_ids = list(Gpu.objects.filter(uuid__in=uuids).values_list("id", flat=True))
-    digest = _rows_digest()
+    digest = rows_digest()
     runs: dict[int, list[dict]] = {1: [], 2: []}
     for _ in range(args.scale_out_rounds):
         for workers in (1, 2):
@@ -425,7 +357,7 @@ def _backfill_and_scale_out(args, scale: bool) -> None:
     same = all(r["digest"] == digest for rs in runs.values() for r in rs)
     print(f"scale-out: median wall by 1 worker {one:.1f} s, by 2 workers {two:.1f} s: "
           f"speed-up {one / two:.2f} ({'identical rows' if same else 'ROWS DIFFER'})")
-    _rows_print("the scale-out sweeps", table_rows())
+    rows_print("the scale-out sweeps", table_counters(ROLLUPS))
 
 
 if __name__ == "__main__":
