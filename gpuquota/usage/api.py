@@ -81,7 +81,7 @@ FLEET_EXAMPLE = OpenApiExample("A day", response_only=True, value={
             "reserved_s": 345600, "failed_reserved_s": 0, "covered_s": 340000,
             "busy_s": 200000, "utilization": "0.5787", "coverage": "0.9838",
             "mean_util_gpu_percent": "41.20"}}}],
-    "unreserved": [{"team": "Vision", "busy_s": 40000}],
+    "unreserved": [{"team": "Vision", "team_slug": "vision", "busy_s": 40000}],
 })
 TEAM_EXAMPLE = OpenApiExample("A team's week, per day", response_only=True, value={
     "team": "vision", "start": "2026-11-02T00:00:00Z", "end": "2026-11-09T00:00:00Z",
@@ -119,7 +119,8 @@ class FleetUsageView(APIView):
                                              if by_day else None)}
                         for klass, figures in classes],
             "days": s.days_data(daily_usage(period=period) if by_day else None),
-            "unreserved": [{"team": row["team"], "busy_s": s.share_seconds(row["seconds"])}
+            "unreserved": [{"team": row["team"], "team_slug": row["slug"],
+                            "busy_s": s.share_seconds(row["seconds"])}
                            for row in unreserved_busy_hours_named(period=period)]
             if is_admin(request.user) else None,
         }

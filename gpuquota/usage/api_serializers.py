@@ -115,6 +115,8 @@ class ClassUsageSerializer(serializers.Serializer):
 
 class UnreservedSerializer(serializers.Serializer):
     team = serializers.CharField(help_text="The owner team's name, or Unattributed.")
+    team_slug = serializers.CharField(allow_null=True,
+                                      help_text="The owner team's slug; null: unattributed.")
     busy_s = serializers.IntegerField(help_text=SHARE_NOTE)
 
 

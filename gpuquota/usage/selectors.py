@@ -232,10 +232,17 @@ def classes_utilization(*, period: Period) -> list[tuple[GpuClass, FleetFigures]
 
 
 def unreserved_busy_hours_named(*, period: Period) -> list[dict]:
-    """Unreserved busy hours per owner team name (display-rounded), largest first."""
-    shares = unreserved_busy_by_team(period=period)
-    names = dict(Team.objects.filter(id__in=[t for t in shares if t]).values_list("id", "name"))
-    rows = [{"team": names.get(t, "Unattributed") if t else "Unattributed",
+    """Unreserved busy hours per owner team (name and slug; `Unattributed` and no slug
+    for none), display-rounded, largest first."""
+    return owner_rows(unreserved_busy_by_team(period=period))
+
+
+def owner_rows(shares: dict) -> list[dict]:
+    """{owner team id or None: exact busy seconds} as named rows, largest first."""
+    teams = {row[0]: row[1:] for row in Team.objects.filter(
+        id__in=[t for t in shares if t]).values_list("id", "name", "slug")}
+    rows = [{"team": teams[t][0] if t in teams else "Unattributed",
+             "slug": teams[t][1] if t in teams else None,
              "hours": display_decimal(s / 3600), "seconds": s} for t, s in shares.items()]
     return sorted(rows, key=lambda r: -r["seconds"])
 

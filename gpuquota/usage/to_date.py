@@ -24,11 +24,10 @@ from fractions import Fraction
 
 from django.db.models import Sum
 
-from accounts.models import Team
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import GpuClass
 from gpuquota.usage.daily import DayUsage, day_windows, seconds_by_window
-from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, display_decimal, sums_by
+from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, sums_by
 from gpuquota.usage.models import GpuDayUsage, GpuHourUsage
 from gpuquota.usage.rollup import RESERVED, UNRESERVED
 from gpuquota.usage.seconds import (
@@ -43,6 +42,7 @@ from gpuquota.usage.seconds import (
     reserved_qs,
     seconds_total,
 )
+from gpuquota.usage.selectors import owner_rows
 
 HOUR, DAY = timedelta(hours=1), timedelta(days=1)
 def rollup_hours(period: Period) -> tuple[datetime, datetime]:
@@ -138,13 +138,9 @@ def _busy_by(rows: list[dict], key) -> dict:
 
 
 def _unreserved_named(rows: list[dict]) -> list[dict]:
-    shares = {team: sums.ok_busy_s for team, sums in sums_by(
+    return owner_rows({team: sums.ok_busy_s for team, sums in sums_by(
         [r for r in rows if r["kind"] == UNRESERVED], lambda r: r["owner"]).items()
-        if sums.ok_busy_s}
-    names = dict(Team.objects.filter(id__in=[t for t in shares if t]).values_list("id", "name"))
-    named = [{"team": names.get(t, "Unattributed") if t else "Unattributed",
-              "hours": display_decimal(s / 3600), "seconds": s} for t, s in shares.items()]
-    return sorted(named, key=lambda r: -r["seconds"])
+        if sums.ok_busy_s})
 
 
 def utilization_overview(*, period: Period, unreserved: bool) -> UtilizationOverview:

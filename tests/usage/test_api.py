@@ -87,9 +87,10 @@ def test_the_fleet_figures_are_the_exact_selectors(roles):
     assert l4["reserved"]["utilization"] is None  # nothing reserved: no data, not 0
     assert [(d["day"], d["reserved_s"]) for d in body["days"]] == [
         ("2026-10-31", 5385), ("2026-11-01", 600)]
-    assert body["unreserved"] == [{"team": r["team"], "busy_s": r["seconds"]}
+    assert body["unreserved"] == [{"team": r["team"], "team_slug": r["slug"],
+                                   "busy_s": r["seconds"]}
                                   for r in unreserved_busy_hours_named(period=PERIOD)]
-    assert body["unreserved"][0]["team"] == "Ml"
+    assert body["unreserved"][0]["team"] == "Ml" and body["unreserved"][0]["team_slug"] == "ml"
 
 
 def test_the_team_figures_are_the_exact_selectors(roles):
