@@ -50,17 +50,16 @@ def rollup_rows_write(*, gpu_ids: list[int], hours: list[datetime],
     stored = {row[1:2 + len(KEY)]: (row[0], row[2 + len(KEY):]) for row in
               GpuHourUsage.objects.filter(gpu_id__in=gpu_ids, hour__in=hours)
               .values_list("id", "hour", *KEY, *FIGURES)}
-    vanished = [row_id for key, (row_id, _) in stored.items() if key not in rows]
-    changed = [(stored[key][0], figures) for key, figures in rows.items()
-               if key in stored and stored[key][1] != figures]
-    new = [(key, figures) for key, figures in rows.items() if key not in stored]
-    days = DayChanges()
-    for key, (_row_id, figures) in stored.items():
+    vanished, changed, days = [], [], DayChanges()
+    for key, (row_id, figures) in stored.items():
         if key not in rows:
+            vanished.append(row_id)
             days.add(key, figures, -1, row=True)
         elif rows[key] != figures:
+            changed.append((row_id, rows[key]))
             days.add(key, figures, -1, row=False)
             days.add(key, rows[key], 1, row=False)
+    new = [(key, figures) for key, figures in rows.items() if key not in stored]
     for key, figures in new:
         days.add(key, figures, 1, row=True)
     now = timezone.now()

@@ -45,6 +45,8 @@ from gpuquota.usage.seconds import (
 from gpuquota.usage.selectors import owner_rows
 
 HOUR, DAY = timedelta(hours=1), timedelta(days=1)
+
+
 def rollup_hours(period: Period) -> tuple[datetime, datetime]:
     """The hours whose rollup rows a to-date figure of `period` reads: from its start,
     which must be on a whole hour, to its end rounded up to the hour."""
@@ -85,10 +87,10 @@ def rollup_sums(*, period: Period, by: tuple[str, ...], **filters) -> list[dict]
 
 
 def _grouped(rows, by: tuple[str, ...]) -> list[dict]:
-    """`rows` summed in SQL by plain columns (what the planner estimates well enough to
-    hash them), the groups of `by` derived from them here: `day` and `month` from the
-    hour or the day, `owner` (the owner team of unreserved time; reserved rows group
-    without their team) from the kind and the team."""
+    """`rows` summed in SQL by plain columns (no expression computed per row), the
+    groups of `by` derived from them here: `day` and `month` from the hour or the day,
+    `owner` (the owner team of unreserved time; reserved rows group without their team)
+    from the kind and the team."""
     when = "hour" if rows.model is GpuHourUsage else "day"
     columns = {"failed", "split_ways"}
     for name in by:
