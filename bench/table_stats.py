@@ -1,4 +1,4 @@
-"""What the rollup bench reads of PostgreSQL itself: this backend's CPU time, a table's
+"""What the benches read of PostgreSQL itself: a backend's CPU time, a table's
 tuple counters with autovacuum off, and a digest of the rollup rows."""
 
 import os
@@ -9,16 +9,20 @@ ROLLUPS = "usage_gpuhourusage"
 COUNTERS = ("live", "dead", "inserted", "updated", "hot_updated", "deleted")
 
 
+def backend_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a local PostgreSQL backend (from /proc)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def pg_cpu_s() -> float:
-    """User + system CPU seconds of this process's PostgreSQL backend (from /proc)."""
+    """User + system CPU seconds of this process's PostgreSQL backend."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
-        pid = cursor.fetchone()[0]
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+        return backend_cpu_s(cursor.fetchone()[0])
 
 
 def autovacuum_off(table: str) -> None:

@@ -24,9 +24,9 @@ import argparse
 import os
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from bench.ingest import database_create, env_for
+from bench.table_stats import backend_cpu_s
 
 DATABASE = "gq_bench_utilpage"
 TEAMS = 8
@@ -159,12 +159,6 @@ def seeded_find(now: datetime) -> dict:
             "team": Team.objects.get(slug="team-0"), "gpus": Gpu.objects.count(),
             "reserved": Assignment.objects.count(),
             "first": _month_start(this_month - timedelta(days=1)), "this_month": this_month}
-
-
-def backend_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a local PostgreSQL backend (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def timed(call, runs: int, pid: int) -> tuple[float, float, float, int]:
