@@ -51,14 +51,17 @@ def screenshot(page, name: str) -> None:
 
 
 @contextmanager
-def celery_worker(*, env: dict, log_path: Path) -> Iterator[subprocess.Popen]:
-    """A real Celery worker process of this project (one process, this interpreter) with
-    `env`, logging to `log_path`; stopped on exit (terminate, then kill), the tail of its
-    log printed for a failing test's report."""
+def celery_worker(*, env: dict, log_path: Path,
+                  options: tuple[str, ...] = ("--concurrency", "1", "--without-gossip",
+                                              "--without-mingle"),
+                  ) -> Iterator[subprocess.Popen]:
+    """A real Celery worker process of this project (this interpreter, `options`: one
+    process by default) with `env`, logging to `log_path`; stopped on exit (terminate,
+    then kill), the tail of its log printed for a failing test's report."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "gpuquota", "worker", "--concurrency", "1",
-             "--loglevel", "INFO", "--without-gossip", "--without-mingle"],
+            [sys.executable, "-m", "celery", "-A", "gpuquota", "worker", "--loglevel", "INFO",
+             *options],
             cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             yield proc

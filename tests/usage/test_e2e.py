@@ -22,6 +22,7 @@ from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import usage_buckets, usage_inputs_load
 from tests.factories import AdminFactory, TeamFactory
+from tests.helpers import celery_worker
 from tests.usage.factories import reserve
 
 REDIS_PORT = 6390  # our own Redis: the shared one on 6379 is never stopped
@@ -113,41 +114,30 @@ def test_agent_to_rollups_through_a_real_worker_surviving_a_redis_restart(
     env = {**os.environ, "DATABASE_URL": database_url,
            "REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/6", "USAGE_DIRTY_SWEEP_INTERVAL_S": "1",
            "USAGE_ROLLUP_FRESHNESS_S": "1"}
-    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115
-    worker = subprocess.Popen(
-        [str(ROOT / ".venv/bin/celery"), "-A", "gpuquota", "worker", "-B", "--concurrency", "2",
-         "--loglevel", "INFO", "-s", str(tmp_path / "beat-schedule")],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
     try:
-        agent_once(live_server.url, token_file, spool)  # registers the GPUs
-        gpu = Gpu.objects.filter(node=issued.node, parent__isnull=True).order_by("index").first()
-        team = TeamFactory(slug="vision")
-        now = timezone.now().replace(microsecond=0)
-        assignment = reserve(team, gpu, now - timedelta(minutes=5), now + timedelta(hours=2))
-        agent_once(live_server.url, token_file, spool)
-        wait_for(rollups_complete, 60, "the worker to roll up the first windows")
-        reserved = GpuHourUsage.objects.filter(assignment=assignment)
-        assert reserved.exists() and {r.team_id for r in reserved} == {team.id}
-        assert not GpuHourUsage.objects.filter(gpu=gpu, kind="unreserved").exists()
+        with celery_worker(env=env, log_path=tmp_path / "worker.log", options=(
+                "-B", "--concurrency", "2", "-s", str(tmp_path / "beat-schedule"))):
+            agent_once(live_server.url, token_file, spool)  # registers the GPUs
+            gpu = (Gpu.objects.filter(node=issued.node, parent__isnull=True)
+                   .order_by("index").first())
+            team = TeamFactory(slug="vision")
+            now = timezone.now().replace(microsecond=0)
+            assignment = reserve(team, gpu, now - timedelta(minutes=5), now + timedelta(hours=2))
+            agent_once(live_server.url, token_file, spool)
+            wait_for(rollups_complete, 60, "the worker to roll up the first windows")
+            reserved = GpuHourUsage.objects.filter(assignment=assignment)
+            assert reserved.exists() and {r.team_id for r in reserved} == {team.id}
+            assert not GpuHourUsage.objects.filter(gpu=gpu, kind="unreserved").exists()
 
-        redis_stop()  # mid-stream: the API keeps storing, the outbox keeps the work
-        agent_once(live_server.url, token_file, spool)
-        agent_once(live_server.url, token_file, spool)
-        assert DirtyGpuHour.objects.exists()
-        redis_start()
-        wait_for(rollups_complete, 90, "the worker to catch up after Redis came back")
-        covered = sum(r.covered_s for r in GpuHourUsage.objects.filter(assignment=assignment))
-        sampled = Sample.objects.filter(gpu=gpu, window_start__gte=assignment.assigned_from)
-        assert covered == sum(int((s.window_end - s.window_start).total_seconds())
-                              for s in sampled)
+            redis_stop()  # mid-stream: the API keeps storing, the outbox keeps the work
+            agent_once(live_server.url, token_file, spool)
+            agent_once(live_server.url, token_file, spool)
+            assert DirtyGpuHour.objects.exists()
+            redis_start()
+            wait_for(rollups_complete, 90, "the worker to catch up after Redis came back")
+            covered = sum(r.covered_s for r in GpuHourUsage.objects.filter(assignment=assignment))
+            sampled = Sample.objects.filter(gpu=gpu, window_start__gte=assignment.assigned_from)
+            assert covered == sum(int((s.window_end - s.window_start).total_seconds())
+                                  for s in sampled)
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
-        log.close()
         redis_stop()
-        print((tmp_path / "worker.log").read_text()[-3000:])
