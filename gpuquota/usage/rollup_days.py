@@ -18,7 +18,8 @@ from django.db.models.functions import TruncDate
 
 from gpuquota.usage.models import GpuDayUsage, GpuHourUsage
 
-#: A day row's bucket: `rollup_rows.KEY` with the day for the hour, less the rate card.
+#: A day row's bucket (with its day): an hourly row's bucket less the rate card, which
+#: `rollup_rows.KEY` adds last.
 KEY = ("gpu_id", "kind", "gpu_class_id", "assignment_id", "reservation_id", "team_id",
        "split_ways", "failed")
 SUMS = ("hours", "covered_s", "busy_s", "util_weighted")
@@ -26,10 +27,6 @@ _DAY_TABLE = GpuDayUsage._meta.db_table
 #: The unique bucket constraint's columns, as PostgreSQL infers its expression index.
 _CONFLICT = ("gpu_id, day, gpu_class_id, kind, COALESCE(assignment_id, 0), "
              "COALESCE(team_id, 0), split_ways, failed")
-
-
-def utc_day(hour: datetime) -> date:
-    return hour.astimezone(UTC).date()
 
 
 class DayChanges:
@@ -42,7 +39,7 @@ class DayChanges:
         """Count an hourly row's (hour, KEY values) figures in (`sign` 1) or out (-1);
         `row`: the row itself comes or goes (not only its figures)."""
         hour, *key = hourly_key[:1 + len(KEY)]  # the rate card is last: left out
-        change = self.by_key[(utc_day(hour), *key)]
+        change = self.by_key[(hour.astimezone(UTC).date(), *key)]
         change[0] += sign if row else 0
         change[1] += sign * figures[0]
         change[2] += sign * figures[1]

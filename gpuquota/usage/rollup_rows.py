@@ -16,12 +16,12 @@ from django.utils import timezone
 
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import UsageInputs, usage_buckets
+from gpuquota.usage.rollup_days import KEY as DAY_KEY
 from gpuquota.usage.rollup_days import DayChanges
 
 HOUR = timedelta(hours=1)
 #: A row's bucket, as stored (the unique bucket constraint's columns and the reservation).
-KEY = ("gpu_id", "kind", "gpu_class_id", "assignment_id", "reservation_id", "team_id",
-       "split_ways", "failed", "rate_card_id")
+KEY = (*DAY_KEY, "rate_card_id")
 #: A row's figures: the only columns an update writes (none of them indexed).
 FIGURES = ("covered_s", "busy_s", "util_weighted", "energy_j", "memory_used_bytes_max",
            "process_count", "users_seen")
