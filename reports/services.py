@@ -4,13 +4,13 @@ Chargeback).
 Each change names the overlaps it would cause (refused) and the gaps between cards it
 would open (refused: a second with no card fails every draft over it), and re-prices the
 rollups of that class: whole hours change card in place, hours a boundary cuts are marked
-for recompute (`_reprice`). A boundary in an
+for recompute (`gpu_class_hours_reprice`, in usage). A boundary in an
 hour older than the raw-sample horizon is refused when rollups of the class exist there:
 their raw samples are gone, so they could not be cut again.
 """
 
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 from django.db import IntegrityError, transaction
@@ -20,15 +20,12 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.inventory.models import GpuClass
-from gpuquota.outbox.models import DirtyGpuHour
-from gpuquota.outbox.services import gpu_hours_mark_dirty
-from gpuquota.usage.models import GpuHourUsage
-from gpuquota.usage.services import raw_data_horizon
+from gpuquota.usage.selectors import gpu_class_hours_exist
+from gpuquota.usage.services import gpu_class_hours_reprice, raw_data_horizon
 from reports.models import RateCard
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _RATE_LIMIT = Decimal("99999999.9999")
-HOUR = timedelta(hours=1)
 
 
 def _fmt(value: datetime | None) -> str:
@@ -110,34 +107,11 @@ def _changed_hours_check(gpu_class: GpuClass, start: datetime, end: datetime | N
     if first >= horizon:
         return
     stop = horizon if end is None else min(end, horizon)
-    if GpuHourUsage.objects.filter(gpu_class=gpu_class, hour__gte=first,
-                                   hour__lt=stop).exists():
+    if gpu_class_hours_exist(gpu_class_id=gpu_class.pk, start=first, end=stop):
         raise Conflict(
             f"Raw samples before {_fmt(horizon)} have expired: the {gpu_class.name} GPU-hours "
             f"from {_fmt(first)} that this change re-prices could not be recomputed. "
             f"Choose a boundary at or after {_fmt(horizon)}.", field="valid_from")
-
-
-def _reprice(gpu_class: GpuClass, start: datetime, end: datetime | None,
-             card_id: int | None) -> int:
-    """The class's rate card in force over [start, end) is now `card_id`: rollup rows of
-    whole hours inside are relabelled in place (no row is cut there); the hours a boundary
-    cuts, and hours waiting in the outbox (a recompute may be reading the old cards right
-    now), are marked for recompute. Returns the hours marked."""
-    in_range = DirtyGpuHour.objects.filter(hour__gte=hour_floor(start))
-    if end is not None:
-        in_range = in_range.filter(hour__lt=end)
-    marks = list(in_range.values_list("gpu_id", "hour"))
-    for bound in (start, end):
-        if bound is not None and bound != hour_floor(bound):
-            cut = GpuHourUsage.objects.filter(gpu_class=gpu_class, hour=hour_floor(bound))
-            marks += cut.values_list("gpu_id", "hour").distinct()
-    marked = gpu_hours_mark_dirty(marks=marks)
-    whole = GpuHourUsage.objects.filter(gpu_class=gpu_class, hour__gte=start)
-    if end is not None:
-        whole = whole.filter(hour__lte=end - HOUR)
-    whole.update(rate_card_id=card_id)
-    return marked
 
 
 def _lock_class(gpu_class: GpuClass) -> None:
@@ -178,7 +152,8 @@ def rate_card_create(*, gpu_class: GpuClass, valid_from: datetime,
     rate_cards_check(gpu_class=gpu_class, proposed=(valid_from, valid_until))
     _changed_hours_check(gpu_class, valid_from, valid_until)
     _save(card)
-    marked = _reprice(gpu_class, valid_from, valid_until, card.id)
+    marked = gpu_class_hours_reprice(gpu_class_id=gpu_class.pk, start=valid_from,
+                                     end=valid_until, card_id=card.id)
     audit_record(actor=by, action="rate_card.create", obj=card, reason=reason,
                  changes={**_card_changes(card), "gpu_hours_marked": marked})
     return card
@@ -203,8 +178,8 @@ def rate_card_end(*, rate_card: RateCard, at: datetime | None, by,
     card.valid_until = at
     _save(card, update_fields=["valid_until"])
     shortened = at is not None and (old is None or at < old)
-    marked = _reprice(card.gpu_class, changed_from, changed_until,
-                      None if shortened else card.id)
+    marked = gpu_class_hours_reprice(gpu_class_id=card.gpu_class_id, start=changed_from,
+                                     end=changed_until, card_id=None if shortened else card.id)
     audit_record(actor=by, action="rate_card.end", obj=card, reason=reason, changes={
         "gpu_class": card.gpu_class.name,
         "valid_until": [old.isoformat() if old else None, at.isoformat() if at else None],
@@ -251,7 +226,8 @@ def rate_card_change(*, rate_card: RateCard, by, reserved_rate=None, on_demand_r
     successor = RateCard(gpu_class=card.gpu_class, valid_from=effective_from,
                          valid_until=old_until, **values)
     _save(successor)
-    marked = _reprice(card.gpu_class, effective_from, old_until, successor.id)
+    marked = gpu_class_hours_reprice(gpu_class_id=card.gpu_class_id, start=effective_from,
+                                     end=old_until, card_id=successor.id)
     audit_record(actor=by, action="rate_card.change", obj=successor, reason=reason, changes={
         "before": before, "after": _card_changes(successor),
         "effective_from": effective_from.isoformat(), "gpu_hours_marked": marked})

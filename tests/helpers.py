@@ -1,6 +1,7 @@
 """Helpers shared by the test areas: browser sessions, racing threads, Celery workers."""
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -10,6 +11,13 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connections
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def run_concurrently(jobs: list[Callable]) -> list:

@@ -4,12 +4,13 @@ fixture in tests/conftest.py."""
 import asyncio
 import email
 import email.policy
-import socket
 import threading
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 
 from aiosmtpd.controller import Controller
+
+from tests.helpers import free_port
 
 
 @dataclass
@@ -81,7 +82,7 @@ class SmtpServer:
         if self._controller is not None:
             return
         if not self.port:
-            self.port = _free_port()
+            self.port = free_port()
         self._controller = Controller(_Handler(self), hostname="127.0.0.1", port=self.port)
         self._controller.start()
 
@@ -104,9 +105,3 @@ class SmtpServer:
         """Every envelope recipient, once per message (duplicates show as repeats)."""
         with self.lock:
             return [rcpt for m in self.messages for rcpt in m.rcpt_tos]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

@@ -58,6 +58,12 @@ def period_last(*, span: timedelta, now: datetime | None = None) -> Period:
     return Period(hour_floor(now) - span, now)
 
 
+def gpu_class_hours_exist(*, gpu_class_id: int, start: datetime, end: datetime) -> bool:
+    """Whether any rollup row of the class lies in the hours [start, end)."""
+    return GpuHourUsage.objects.filter(gpu_class_id=gpu_class_id, hour__gte=start,
+                                       hour__lt=end).exists()
+
+
 def _hour_ceil(value: datetime) -> datetime:
     floor = hour_floor(value)
     return floor if floor == value else floor + HOUR

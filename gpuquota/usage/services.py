@@ -10,6 +10,9 @@ from django.utils import timezone
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest import conf as ingest_conf
 from gpuquota.inventory.models import Gpu
+from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.outbox.services import gpu_hours_mark_dirty
+from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import usage_inputs_load
 from gpuquota.usage.rollup_rows import rollup_rows, rollup_rows_write
 
@@ -79,6 +82,30 @@ def gpu_hours_replace(*, gpu_ids: list[int], hour: datetime, hours: int = 1) -> 
     rows = rollup_rows(inputs=inputs, gpu_ids=gpu_ids, hours=span)
     rollup_rows_write(gpu_ids=gpu_ids, hours=span, rows=rows)
     return len(rows)
+
+
+def gpu_class_hours_reprice(*, gpu_class_id: int, start: datetime, end: datetime | None,
+                            card_id: int | None) -> int:
+    """The class's rate card in force over [start, end) is now `card_id` (the caller, a
+    rate-card service, holds the class's lock): rollup rows of whole hours inside are
+    relabelled in place (no row is cut there; day rows keep no card); the hours a boundary
+    cuts, and hours waiting in the outbox (a recompute may be reading the old cards right
+    now), are marked for recompute. Returns the hours marked."""
+    in_range = DirtyGpuHour.objects.filter(hour__gte=hour_floor(start))
+    if end is not None:
+        in_range = in_range.filter(hour__lt=end)
+    marks = list(in_range.values_list("gpu_id", "hour"))
+    of_class = GpuHourUsage.objects.filter(gpu_class_id=gpu_class_id)
+    for bound in (start, end):
+        if bound is not None and bound != hour_floor(bound):
+            cut = of_class.filter(hour=hour_floor(bound))
+            marks += cut.values_list("gpu_id", "hour").distinct()
+    marked = gpu_hours_mark_dirty(marks=marks)
+    whole = of_class.filter(hour__gte=start)
+    if end is not None:
+        whole = whole.filter(hour__lte=end - HOUR)
+    whole.update(rate_card_id=card_id)
+    return marked
 
 
 @transaction.atomic

@@ -22,32 +22,32 @@ from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import usage_buckets, usage_inputs_load
 from tests.factories import AdminFactory, TeamFactory
-from tests.helpers import celery_worker
+from tests.helpers import celery_worker, free_port
 from tests.usage.factories import reserve
 
-REDIS_PORT = 6390  # our own Redis: the shared one on 6379 is never stopped
 ROOT = Path(settings.BASE_DIR)
 
 
-def _redis(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["redis-cli", "-p", str(REDIS_PORT), *args],
+def _redis(port: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["redis-cli", "-p", str(port), *args],
                           capture_output=True, text=True, timeout=10)
 
 
-def redis_start() -> None:
-    subprocess.run(["redis-server", "--port", str(REDIS_PORT), "--save", "", "--appendonly",
+def redis_start(port: int) -> None:
+    """Our own Redis on `port` (the shared one is never stopped)."""
+    subprocess.run(["redis-server", "--port", str(port), "--save", "", "--appendonly",
                     "no", "--daemonize", "yes"], check=True, timeout=10)
     for _ in range(50):
-        if _redis("ping").stdout.strip() == "PONG":
+        if _redis(port, "ping").stdout.strip() == "PONG":
             return
         time.sleep(0.1)
     raise RuntimeError("our redis-server did not start")
 
 
-def redis_stop() -> None:
-    _redis("shutdown", "nosave")
+def redis_stop(port: int) -> None:
+    _redis(port, "shutdown", "nosave")
     for _ in range(50):
-        if _redis("ping").returncode != 0:
+        if _redis(port, "ping").returncode != 0:
             return
         time.sleep(0.1)
 
@@ -110,9 +110,10 @@ def test_agent_to_rollups_through_a_real_worker_surviving_a_redis_restart(
     token_file.chmod(0o600)
     spool = tmp_path / "spool"
 
-    redis_start()
+    redis_port = free_port()
+    redis_start(redis_port)
     env = {**os.environ, "DATABASE_URL": database_url,
-           "REDIS_URL": f"redis://127.0.0.1:{REDIS_PORT}/6", "USAGE_DIRTY_SWEEP_INTERVAL_S": "1",
+           "REDIS_URL": f"redis://127.0.0.1:{redis_port}/6", "USAGE_DIRTY_SWEEP_INTERVAL_S": "1",
            "USAGE_ROLLUP_FRESHNESS_S": "1"}
     try:
         with celery_worker(env=env, log_path=tmp_path / "worker.log", options=(
@@ -129,15 +130,15 @@ def test_agent_to_rollups_through_a_real_worker_surviving_a_redis_restart(
             assert reserved.exists() and {r.team_id for r in reserved} == {team.id}
             assert not GpuHourUsage.objects.filter(gpu=gpu, kind="unreserved").exists()
 
-            redis_stop()  # mid-stream: the API keeps storing, the outbox keeps the work
+            redis_stop(redis_port)  # mid-stream: the API keeps storing, the outbox keeps the work
             agent_once(live_server.url, token_file, spool)
             agent_once(live_server.url, token_file, spool)
             assert DirtyGpuHour.objects.exists()
-            redis_start()
+            redis_start(redis_port)
             wait_for(rollups_complete, 90, "the worker to catch up after Redis came back")
             covered = sum(r.covered_s for r in GpuHourUsage.objects.filter(assignment=assignment))
             sampled = Sample.objects.filter(gpu=gpu, window_start__gte=assignment.assigned_from)
             assert covered == sum(int((s.window_end - s.window_start).total_seconds())
                                   for s in sampled)
     finally:
-        redis_stop()
+        redis_stop(redis_port)
