@@ -48,6 +48,9 @@ class Command(BaseCommand):
         if not settings.CELERY_TASK_ALWAYS_EAGER:
             raise CommandError("`demo` is the embedded default; with REDIS_URL run celery workers")
         url = f"http://{addr}"
+        # A TERM (`timeout`, a service manager) stops the demo like Ctrl-C: agents and the
+        # web server are never left running.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         children = [self._serve(addr)]
         try:
             self._wait_until_up(url)

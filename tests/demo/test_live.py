@@ -1,0 +1,85 @@
+"""`manage.py demo` as `make demo` runs it, on the embedded default (SQLite in a folder of
+its own, no broker): the web server answers, the simulated agents' samples land, the
+in-process beat rolls them up, and a TERM stops it with every child it started."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.helpers import free_port
+
+ROOT = Path(settings.BASE_DIR)
+
+
+def _manage(env: dict, *args: str) -> None:
+    result = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _count(database: Path, table: str) -> int:
+    with sqlite3.connect(database, timeout=10) as db:
+        return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+def _wait_for(predicate, timeout: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}; demo log:\n{log.read_text()[-3000:]}")
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.timeout(240)
+def test_the_demo_serves_ingests_rolls_up_and_stops_with_its_children(tmp_path):
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(GPUQUOTA_VAR_DIR=str(tmp_path), EMAIL_URL=f"file://{tmp_path / 'mail'}",
+               GPUQUOTA_SETTLEMENT_DELAY_HOURS="0", USAGE_ROLLUP_FRESHNESS_S="1",
+               PYTHONUNBUFFERED="1")
+    _manage(env, "migrate", "--noinput", "-v0")
+    _manage(env, "seed_demo", "--history-hours", "0")
+    database, log = tmp_path / "gpuquota.sqlite3", tmp_path / "demo.log"
+    seeded = _count(database, "ingest_sample"), _count(database, "usage_gpuhourusage")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with log.open("w") as out:
+        demo = subprocess.Popen(
+            [sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{port}",
+             "--window", "5", "--beat-cap", "3"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for(lambda: f"gpuquota demo is running at {url}/" in log.read_text(), 90,
+                  "the banner", log)
+        for path in ("/healthz", "/accounts/login/"):
+            with urllib.request.urlopen(url + path, timeout=10) as response:
+                assert response.status == 200, path
+        _wait_for(lambda: _count(database, "ingest_sample") > seeded[0], 60,
+                  "the agents' samples", log)
+        _wait_for(lambda: _count(database, "usage_gpuhourusage") > seeded[1], 60,
+                  "the in-process beat's rollups", log)
+
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(timeout=60) is not None
+        _wait_for(lambda: not _group_alive(demo.pid), 30,
+                  "the agents and the web server to stop", log)
+    finally:
+        if _group_alive(demo.pid):
+            os.killpg(demo.pid, signal.SIGKILL)
