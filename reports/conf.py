@@ -29,3 +29,10 @@ def organisation_name() -> str:
     """Who issues the statements, on their PDF and mail (env GPUQUOTA_ORGANISATION_NAME)."""
     default = os.environ.get("GPUQUOTA_ORGANISATION_NAME") or "gpuquota"
     return str(getattr(settings, "ORGANISATION_NAME", default))
+
+
+def late_usage_scan_months() -> int:
+    """How many approved months back the daily late-usage scan prices again (env
+    GPUQUOTA_LATE_USAGE_MONTHS, default 12; the review page prices last month itself)."""
+    default = os.environ.get("GPUQUOTA_LATE_USAGE_MONTHS") or "12"
+    return int(getattr(settings, "LATE_USAGE_SCAN_MONTHS", default))

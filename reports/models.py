@@ -198,3 +198,19 @@ class Adjustment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team} {self.month:%Y-%m} {self.amount}"
+
+
+class LateUsageCheck(models.Model):
+    """What the last late-usage scan found for an approved or sent statement: the amount
+    still to settle (0: nothing late) or why the month cannot be priced now. It lets the
+    review page list the late usage of months it does not price itself; the statement's
+    own figures never change."""
+
+    statement = models.OneToOneField(Statement, on_delete=models.CASCADE,
+                                     related_name="late_check")
+    difference = models.DecimalField(max_digits=14, decimal_places=2)
+    error = models.TextField(blank=True)
+    checked_at = WholeSecondDateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.statement} late {self.difference}"

@@ -4,7 +4,7 @@ can be approved now, in a fixed number of queries (plus one pricing pass when la
 approved, for its late usage); the late usage a statement page shows; a team's statements."""
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -13,7 +13,8 @@ from django.db.models import QuerySet, Sum
 
 from accounts.models import Team
 from gpuquota.core.timeutil import Period
-from reports.models import Statement, StatementLine
+from reports.late_scan import late_usage_checks_pending
+from reports.models import LateUsageCheck, Statement, StatementLine
 from reports.selectors import LateUsage, late_usage_month, month_before, statement_late_usage
 from reports.services_statements import approval_opens
 
@@ -36,6 +37,7 @@ class ReviewRow:
     statement: Statement | None = None
     previous: Statement | None = None
     late_usage: LateUsage | None = None
+    earlier_late: list[LateUsageCheck] = field(default_factory=list)
     failure_credit: Decimal = Decimal("0.00")
     approvable: bool = False
 
@@ -59,7 +61,8 @@ class ReviewRow:
     @property
     def flags(self) -> list[str]:
         """What needs a look: a failed draft, a change over 25 %, coverage under 90 %,
-        late usage of the previous (approved) month."""
+        late usage of the previous (approved) month or, as the daily scan found, of an
+        earlier one."""
         flags = []
         if self.statement is not None and self.statement.error:
             flags.append(f"failed: {self.statement.error}")
@@ -69,6 +72,8 @@ class ReviewRow:
             flags.append("coverage under 90%")
         if self.late_usage is not None and self.late_usage.difference:
             flags.append("late usage")
+        if self.earlier_late:
+            flags.append("late usage of an earlier month")
         return flags
 
 
@@ -79,6 +84,7 @@ class Review:
     opens_at: datetime
     open_for_approval: bool
     rows: list[ReviewRow]
+    earlier_late: list[LateUsageCheck]
 
     @property
     def approvable(self) -> list[ReviewRow]:
@@ -92,7 +98,8 @@ class Review:
 def statements_review(*, period: Period, now: datetime) -> Review:
     """Every team with a statement of `period` or of the month before, side by side, with
     failure credits, the previous month's late usage, flags, and which drafts an admin can
-    approve now (complete drafts, once the settlement delay has passed)."""
+    approve now (complete drafts, once the settlement delay has passed); and the late usage
+    of earlier months that the daily scan found, for every team."""
     month, previous_month = period.start.date(), month_before(period.start.date())
     opens_at = approval_opens(period)
     is_open = now >= opens_at
@@ -117,6 +124,10 @@ def statements_review(*, period: Period, now: datetime) -> Review:
     for team_id, late in late_usage_month(month=previous_month).items():
         if team_id in rows:
             rows[team_id].late_usage = late
+    earlier_late = list(late_usage_checks_pending(before=previous_month))
+    for check in earlier_late:
+        if check.statement.team_id in rows:
+            rows[check.statement.team_id].earlier_late.append(check)
     for team_id, row in rows.items():
         row.failure_credit = credits[team_id]
         s = row.statement
@@ -127,6 +138,7 @@ def statements_review(*, period: Period, now: datetime) -> Review:
         opens_at=opens_at,
         open_for_approval=is_open,
         rows=sorted(rows.values(), key=lambda r: r.team_name),
+        earlier_late=earlier_late,
     )
 
 

@@ -17,6 +17,7 @@ from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import Period
 from reports import conf
 from reports.daily import daily_usage_snapshot
+from reports.late_scan import late_usage_check_settled
 from reports.models import Adjustment, Statement, StatementLine
 from reports.pricing import TeamDraft, team_drafts, utc_label
 from reports.selectors import month_after, month_before, statement_late_usage
@@ -270,6 +271,8 @@ def adjustment_add(*, team: Team, period: Period, amount, reason: str, by: User,
     adjustment = Adjustment.objects.create(team=team, month=month, amount=amount,
                                            reason=reason, corrects=corrects, created_by=by,
                                            created_at=now)
+    if corrects is not None:
+        late_usage_check_settled(statement=corrects, amount=amount)
     audit_record(actor=by, action="statement.adjustment_add", obj=adjustment, team=team,
                  changes={"month": f"{month:%Y-%m}", "amount": str(amount),
                           "corrects": corrects.pk if corrects else None}, reason=reason)
@@ -280,7 +283,8 @@ def adjustment_add(*, team: Team, period: Period, amount, reason: str, by: User,
 def late_usage_adjust(*, statement: Statement, by: User, now: datetime | None = None
                       ) -> Adjustment:
     """The one-click settlement of an approved month's late usage: an adjustment of the
-    difference, line by line in its reason, on the first open month after it."""
+    difference, line by line in its reason, on the first open month after it and not
+    before last month."""
     now = whole_second(now or timezone.now())
     late = statement_late_usage(statement=statement)
     if late is None:
@@ -291,7 +295,9 @@ def late_usage_adjust(*, statement: Statement, by: User, now: datetime | None = 
         raise Conflict(f"Nothing late to settle for {statement.period_label}.")
     closed = set(Statement.objects.filter(team_id=statement.team_id)
                  .exclude(status=S.DRAFT).values_list("month", flat=True))
-    month = month_after(statement.month)
+    # Never a month before last: nobody reviews those any more, so a draft there would
+    # never be approved.
+    month = max(month_after(statement.month), month_previous(now).start.date())
     while month in closed:
         month = month_after(month)
     if month > now.date():

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from gpuquota.core.errors import Conflict
 from gpuquota.mail.conf import retry_countdown_s
+from reports.late_scan import late_usage_scan
 from reports.models import Statement
 from reports.notices import statements_month_start, statements_unapproved_remind
 from reports.sending import statement_send, statements_unsent_ids
@@ -68,6 +69,13 @@ def statements_refresh_open_task() -> dict[str, int]:
     return statements_refresh_open()
 
 
+@shared_task(name="reports.late_usage_scan", autoretry_for=(Exception,), retry_backoff=True,
+             max_retries=3)
+def late_usage_scan_task() -> dict[str, int]:
+    """Price the approved months of the last year again for their late usage (daily)."""
+    return late_usage_scan()
+
+
 BEAT_SCHEDULE = {
     "statements-send-pending": {
         "task": "reports.statements_send_pending",
@@ -84,5 +92,9 @@ BEAT_SCHEDULE = {
     "statements-refresh-open": {
         "task": "reports.statements_refresh_open",
         "schedule": crontab(minute="*/30"),
+    },
+    "late-usage-scan": {
+        "task": "reports.late_usage_scan",
+        "schedule": crontab(minute=40, hour=3),
     },
 }

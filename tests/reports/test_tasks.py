@@ -37,6 +37,7 @@ def test_the_schedule_is_declared_and_collected():
         "statements-remind-unapproved": "reports.statements_remind_unapproved",
         "statements-refresh-open": "reports.statements_refresh_open",
         "statements-send-pending": "reports.statements_send_pending",
+        "late-usage-scan": "reports.late_usage_scan",
     }
     start = BEAT_SCHEDULE["statements-month-start"]["schedule"]
     assert start.day_of_month == {1} and start.hour == {0}

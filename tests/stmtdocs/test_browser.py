@@ -9,7 +9,9 @@ import pytest
 from django.utils import timezone
 
 from gpuquota.core.timeutil import Period
+from reports.late_scan import late_usage_scan
 from reports.models import Statement
+from reports.services_statements import statements_approve_month
 from tests.factories import GpuClassFactory, TeamFactory, make_gpu
 from tests.helpers import browser_login, screenshot
 from tests.stmtdocs.factories import draft, priced_gpus, reserved_hours
@@ -108,3 +110,31 @@ def test_lead_finds_the_statements_on_the_team_page_and_downloads_the_pdf(org, b
     page.goto(f"/statements/vision/{month.start:%Y-%m}/")
     assert page.locator("#adjust").count() == 0 and page.locator("#approve").count() == 0
     screenshot(page, "statements-statement-lead")
+
+
+def test_admin_finds_and_settles_late_usage_of_an_earlier_month(roles, browser_page):
+    earlier, month = _months_ago(4), _months_ago(2)
+    [gpu] = priced_gpus(1)
+    reserved_hours(roles.other_team, gpu, earlier.start + timedelta(days=3), 2, reported_minutes=0)
+    draft(earlier, now=timezone.now())
+    statements_approve_month(period=earlier, by=roles.admin)
+    reserved_hours(roles.other_team, gpu, earlier.start + timedelta(days=5), 3,
+                   reported_minutes=0)  # back-filled after approval
+    late_usage_scan()
+    roles.admin.set_password("password")
+    roles.admin.save()
+    page = browser_page
+    browser_login(page, "admin")
+    page.goto(f"/statements/review/?month={month.start:%Y-%m}")
+    row = page.locator(f"#earlier-late-speech-{earlier.start:%Y-%m}")
+    assert "7.50 USD" in row.inner_text() and "Speech" in row.inner_text()
+    row.scroll_into_view_if_needed()
+    screenshot(page, "statements-review-earlier-late")
+
+    row.locator("a").click()
+    page.wait_for_url(f"**/statements/speech/{earlier.start:%Y-%m}/#late-usage")
+    assert page.inner_text("#late-difference") == "7.50"
+    page.click("#late-adjust")
+    page.wait_for_load_state()
+    page.goto(f"/statements/review/?month={month.start:%Y-%m}")
+    assert page.locator("#earlier-late").count() == 0
