@@ -7,9 +7,11 @@ import pytest
 from django.utils import timezone
 
 from gpuquota.reservations.models import Quota
+from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import RateCardFactory
 from tests.helpers import browser_login, screenshot
 from tests.reservations.factories import Fleet
+from tests.usage.factories import minute_samples, reserve
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -67,10 +69,15 @@ def test_admin_ends_a_quota_and_adds_the_next_row_in_the_product(org, browser_pa
 
 
 def test_glossary_utilization_and_404_pages(org, browser_page):
+    now = timezone.now().replace(second=0, microsecond=0)
+    reserve(org.vision, org.gpus[-1], now - timedelta(hours=2), now)  # so the charts have bars
+    minute_samples(org.gpus[-1], now - timedelta(hours=2), 45, util=70)
+    dirty_hours_process()
     page = browser_page
     browser_login(page, org.vision_lead.username)
     page.goto("/fleet/utilization/")
     assert page.locator("#fleet-daily-chart svg").is_visible()
+    assert "busy 0.75 h of 2.00 reserved h" in page.inner_text("body")
     screenshot(page, "utilization-per-day-charts")
     page.click("text=what the figures mean")
     page.wait_for_url("**/fleet/glossary/")
