@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import __version__
-from agent.model import Backend, BackendUnavailable
+from agent.model import Backend, BackendNotReady, BackendUnavailable
 from agent.owners import OwnerResolver
 from agent.runner import Agent, Clock
 from agent.sender import Sender, TokenError, TokenFile, run_sender
@@ -38,7 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "simulate_model": "NVIDIA H100 80GB HBM3", "simulate_profiles": "",
     "simulate_users": ",".join(DEFAULT_USERS), "simulate_accounts": ",".join(DEFAULT_ACCOUNTS),
     "simulate_fail_after": 600.0, "proc_root": "/proc",
-    "kubelet_pods_dir": "/var/lib/kubelet/pods", "log_level": "INFO",
+    "kubelet_pods_dir": "/var/lib/kubelet/pods", "log_level": "INFO", "nvml_retry": 60.0,
 }
 
 
@@ -71,6 +71,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--proc-root", help="the host's /proc (default /proc; a container needs "
                    "the host's PID namespace)")
     p.add_argument("--kubelet-pods-dir", help="kubelet's pods folder, for pod namespaces")
+    p.add_argument("--nvml-retry", type=float, help="while NVML cannot answer (driver not "
+                   "loaded yet, an upgrade), seconds between tries (default 60)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR")
     p.add_argument("--version", action="version", version=f"gpuquota-agent {__version__}")
     return p
@@ -107,6 +109,8 @@ def load_options(argv: list[str] | None, environ: dict[str, str]) -> dict[str, A
             raise ValueError(f"--{required.replace('_', '-')} is required "
                              f"(or {ENV_PREFIX}{required.upper()}, or in the config file)")
     check_window_s(options["window"])
+    if not options["nvml_retry"] > 0:
+        raise ValueError("--nvml-retry must be a positive number of seconds")
     if not options["spool_dir"]:
         options["spool_dir"] = (f"var/agent/{options['hostname']}" if options["simulate"]
                                 else "/var/lib/gpuquota-agent/spool")
@@ -147,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         spool = Spool(options["spool_dir"], max_bytes=options["spool_max_mb"] * 2**20,
                       max_age_s=options["spool_max_days"] * 86400)
         clock = Clock()
-        backend = make_backend(options, clock)
+        try:
+            backend: Backend | None = make_backend(options, clock)
+        except BackendNotReady as exc:  # report it and keep trying (Agent.poll)
+            log.error("event=nvml_unavailable error=%r", str(exc))
+            backend = None
     except (ValueError, TokenError, BackendUnavailable, OSError) as exc:
         print(f"gpuquota-agent: {exc}", file=sys.stderr)
         return 2
@@ -155,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(backend=backend, spool=spool, hostname=options["hostname"],
                   owners=OwnerResolver(options["proc_root"], options["kubelet_pods_dir"]),
                   boot_id=read_boot_id(options["proc_root"]), window_s=options["window"],
-                  poll_s=options["poll"], clock=clock, on_spooled=wake.set)
+                  poll_s=options["poll"], clock=clock, on_spooled=wake.set,
+                  connect=lambda: make_backend(options, clock), retry_s=options["nvml_retry"])
     sender = Sender(spool=spool, server=options["server"], token=token,
                     ca_file=options["ca_file"], clock=clock.now, node_status=agent.node_status)
 
@@ -179,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuquota-agent: {exc}", file=sys.stderr)
         return 2
     finally:
-        backend.close()
+        if agent.backend is not None:
+            agent.backend.close()
         stop.set()
         wake.set()
         if thread is not None:

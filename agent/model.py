@@ -14,6 +14,11 @@ class BackendUnavailable(Exception):
     """The GPU source cannot start at all (no driver); the message is one line for the operator."""
 
 
+class BackendNotReady(BackendUnavailable):
+    """The driver is installed but NVML cannot answer now (its module not loaded yet, an
+    upgrade or a reset in progress): the agent reports it and tries again."""
+
+
 @dataclass(frozen=True)
 class Owner:
     """Who a process belongs to: the unix user and the job (Slurm, Kubernetes, Docker, plain)."""

@@ -17,7 +17,14 @@ from typing import Any
 
 import pynvml
 
-from agent.model import BackendEvent, BackendUnavailable, GpuInfo, GpuLost, GpuReading
+from agent.model import (
+    BackendEvent,
+    BackendNotReady,
+    BackendUnavailable,
+    GpuInfo,
+    GpuLost,
+    GpuReading,
+)
 from agent.model import ProcessReading as Proc
 
 log = logging.getLogger("agent.nvml")
@@ -65,7 +72,7 @@ class NvmlBackend:
                 "no NVIDIA driver: libnvidia-ml.so.1 was not found (install the driver, "
                 "or run with --simulate N to simulate GPUs)") from None
         except pynvml.NVMLError as exc:
-            raise BackendUnavailable(f"NVML cannot start: {exc}") from None
+            raise BackendNotReady(f"NVML cannot start: {exc}") from None
         self.event_wait_ms = event_wait_ms
         self._events: queue.SimpleQueue[BackendEvent] = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -86,7 +93,7 @@ class NvmlBackend:
         try:
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
-            raise BackendUnavailable(f"NVML cannot count the GPUs: {exc}") from None
+            raise BackendNotReady(f"NVML cannot count the GPUs: {exc}") from None
         for index in range(count):
             try:
                 device = Device(pynvml.nvmlDeviceGetHandleByIndex(index))

@@ -12,7 +12,7 @@ from typing import Any
 
 from agent.batch import batch_record, event_record, gpu_record, job_record, node_record
 from agent.batch import sample_record as make_sample
-from agent.model import Backend, GpuInfo, GpuLost, GpuReading
+from agent.model import Backend, BackendNotReady, GpuInfo, GpuLost, GpuReading
 from agent.owners import OwnerResolver
 from agent.spool import Spool
 from agent.validate import UUID_RE, clean_process, clean_sample, process_is_valid
@@ -46,11 +46,18 @@ class Clock:
 class Agent:
     """Owns the per-GPU accumulators and turns each closed window into a spooled batch."""
 
-    def __init__(self, *, backend: Backend, spool: Spool, owners: OwnerResolver, hostname: str,
-                 boot_id: str | None, window_s: int = 60, poll_s: float = 10.0,
-                 clock: Clock | None = None, on_spooled: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, *, backend: Backend | None, spool: Spool, owners: OwnerResolver,
+                 hostname: str, boot_id: str | None, window_s: int = 60, poll_s: float = 10.0,
+                 clock: Clock | None = None, on_spooled: Callable[[], None] = lambda: None,
+                 connect: Callable[[], Backend] | None = None, retry_s: float = 60.0) -> None:
+        """`backend` None: NVML was not ready; `connect` starts it, tried every `retry_s`."""
         check_window_s(window_s)
+        if backend is None and connect is None:
+            raise ValueError("an agent needs a backend, or a way to connect one")
         self.backend, self.spool, self.owners = backend, spool, owners
+        self.connect, self.retry_s = connect, retry_s
+        self.retry_at = 0.0
+        self.nvml_down = False
         self.hostname, self.boot_id = hostname, boot_id
         self.window_s, self.poll_s = window_s, min(poll_s, window_s)
         self.clock = clock or Clock()
@@ -66,19 +73,51 @@ class Agent:
         self.driver_version: str | None = None
 
     def start(self) -> None:
-        """Inventory the GPUs, note the restart, and take every counter's starting value."""
-        self.driver_version = self.backend.driver_version()
-        self.gpus = [g for g in self.backend.discover() if self._valid_uuid(g)]
-        self.acc = {g.uuid: GpuAccumulator() for g in self.gpus}
+        """Inventory the GPUs, note the restart, and take every counter's starting value
+        (NVML not ready: say so, and try again from `poll`)."""
+        if self.backend is None:
+            self._connect()
+        else:
+            self._discover()
         self.event("agent_restart", None, detail=f"instance {self.instance_id}, "
                    f"{len(self.gpus)} GPUs, driver {self.driver_version}")
         log.info("event=agent_started instance=%s gpus=%d driver=%s window_s=%d poll_s=%s",
                  self.instance_id, len(self.gpus), self.driver_version, self.window_s,
                  self.poll_s)
+        self._prime()
+
+    def _discover(self) -> None:
+        self.driver_version = self.backend.driver_version()
+        self.gpus = [g for g in self.backend.discover() if self._valid_uuid(g)]
+        self.acc = {g.uuid: GpuAccumulator() for g in self.gpus}
+
+    def _prime(self) -> None:
         for gpu in self._live_gpus():
             reading = self._read(gpu)
             if reading is not None:
                 self.acc[gpu.uuid].prime(reading)
+
+    def _connect(self) -> bool:
+        """Start NVML. While it cannot answer, the batches are heartbeats with no GPUs and
+        one `nvml_unavailable` event per outage; True once it answers."""
+        try:
+            self.backend = self.connect()
+            self._discover()
+        except BackendNotReady as exc:
+            if self.backend is not None:
+                self.backend.close()
+            self.backend, self.gpus, self.acc = None, [], {}
+            self.retry_at = self.clock.monotonic() + self.retry_s
+            if not self.nvml_down:
+                self.nvml_down = True
+                self.event("nvml_unavailable", None, detail=str(exc))
+                log.error("event=nvml_unavailable retry_s=%s error=%r", self.retry_s, str(exc))
+            return False
+        if self.nvml_down:
+            self.nvml_down = False
+            log.warning("event=nvml_available gpus=%d driver=%s", len(self.gpus),
+                        self.driver_version)
+        return True
 
     def event(self, event_type: str, gpu_uuid: str | None, **fields: Any) -> None:
         """Queue an event for the next batch."""
@@ -86,6 +125,10 @@ class Agent:
 
     def poll(self) -> None:
         """Read every live GPU once; a failure of one GPU never stops the others."""
+        if self.backend is None:
+            if self.clock.monotonic() < self.retry_at or not self._connect():
+                return
+            self._prime()
         live: set[tuple[int, int]] = set()
         for gpu in self._live_gpus():
             reading = self._read(gpu)

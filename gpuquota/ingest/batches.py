@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
+from django.db.models import Value
+from django.db.models.functions import Coalesce, Least
 
 from gpuquota.ingest import conf
-from gpuquota.ingest.models import AgentBatch, NodeBoot
+from gpuquota.ingest.models import AgentBatch, EventType, NodeBoot
 from gpuquota.ingest.partitions import partitions_ensure
 from gpuquota.ingest.placement import gpus_place
 from gpuquota.ingest.protocol import instant_parse
@@ -102,6 +104,20 @@ def _node_seen(*, node: Node, body: dict, now: datetime, skew_s: float | None,
         logger.warning("node %s clock skew %.1f s (received_at - sent_at)", node, skew_s)
 
 
+def _nvml_state(*, node: Node, samples: list, events: list) -> None:
+    """Node.nvml_unavailable_since: the earliest nvml_unavailable event of an outage, until
+    a sample ends after it (sample and event times decide, never the order batches come)."""
+    down = min((ts for _, _, _, ts, kind, *_ in events if kind == EventType.NVML_UNAVAILABLE),
+               default=None)
+    latest = max((window_end for _, _, window_end, *_ in samples), default=None)
+    if down is not None and (latest is None or latest <= down):
+        Node.objects.filter(pk=node.pk).update(nvml_unavailable_since=Coalesce(
+            Least("nvml_unavailable_since", Value(down)), Value(down)))
+    elif latest is not None and (down is not None or node.nvml_unavailable_since is not None):
+        Node.objects.filter(pk=node.pk, nvml_unavailable_since__lt=latest).update(
+            nvml_unavailable_since=None)
+
+
 def _replay(*, node: Node, batch_id: str) -> BatchResult:
     body = AgentBatch.objects.filter(node=node, batch_id=batch_id).values_list(
         "response_body", flat=True).get()
@@ -125,6 +141,7 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
         outcome = records_judge(body=body, gpus=placed, node_id=node.pk, now=now,
                                 check_age=check_age,
                                 boot_pk=_boot_of(node=node, body=body, now=now))
+        _nvml_state(node=node, samples=outcome.samples, events=outcome.events)
         results = {name: records_store(table=table, rows=rows) for name, table, rows in (
             ("samples", SAMPLES, outcome.samples), ("processes", PROCESSES, outcome.processes),
             ("events", EVENTS, outcome.events))}

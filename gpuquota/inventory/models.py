@@ -73,6 +73,9 @@ class Node(models.Model):
     driver_version = models.CharField(max_length=64, blank=True)
     boot_id = models.CharField(max_length=64, blank=True)
     clock_skew_s = models.FloatField(null=True, blank=True, help_text="received_at − sent_at")
+    nvml_unavailable_since = models.DateTimeField(
+        null=True, blank=True, help_text="The agent reports while NVML cannot answer: set by its "
+        "nvml_unavailable event, cleared by a sample that ends after it.")
 
     class Meta:
         ordering = ["cluster__name", "hostname"]

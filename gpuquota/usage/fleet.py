@@ -52,6 +52,14 @@ def nodes_silent_count(*, now: datetime | None = None) -> int:
     return Node.objects.filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=cutoff)).count()
 
 
+def nodes_nvml_unavailable_count(*, now: datetime | None = None) -> int:
+    """Nodes whose agent reports (not silent) while NVML cannot answer."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=agent_silent_after_s())
+    return Node.objects.filter(nvml_unavailable_since__isnull=False,
+                               last_seen_at__gte=cutoff).count()
+
+
 def fleet_now(*, now: datetime | None = None, node_ids: list[int] | None = None,
               gpu_ids: set[int] | None = None) -> list[NodeNow]:
     """Every node (or those of `node_ids`, in that order) with its in-service GPUs (or
@@ -114,6 +122,7 @@ class FleetSummary:
     degraded: int
     nodes_reporting: int
     nodes_silent: int
+    nodes_nvml_down: int
     nodes_with_problems: int
     util_mean: Decimal | None
     reserved: int

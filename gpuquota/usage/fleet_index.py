@@ -58,11 +58,13 @@ class NodeRow:
     hostname: str
     cluster_id: int
     silent: bool
+    nvml_down: bool = False  # the agent reports, but NVML cannot answer
     gpus: list[GpuRow] = field(default_factory=list)
 
     @property
     def has_problem(self) -> bool:
-        return self.silent or any(g.health in PROBLEM_STATES for g in self.gpus)
+        return (self.silent or self.nvml_down
+                or any(g.health in PROBLEM_STATES for g in self.gpus))
 
 
 @dataclass
@@ -142,10 +144,11 @@ def fleet_index(*, now: datetime) -> list[NodeRow]:
         if parent is not None and (parent.util is None or util > parent.util):
             parent.util = util
     nodes = {
-        nid: NodeRow(nid, hostname, cluster_id, seen is None or seen < silent_cutoff)
-        for nid, hostname, cluster_id, seen in Node.objects.order_by(
+        nid: NodeRow(nid, hostname, cluster_id, seen is None or seen < silent_cutoff,
+                     nvml_down is not None)
+        for nid, hostname, cluster_id, seen, nvml_down in Node.objects.order_by(
             "cluster__name", "hostname").values_list("id", "hostname", "cluster_id",
-                                                     "last_seen_at")
+                                                     "last_seen_at", "nvml_unavailable_since")
     }
     for gpu in gpus.values():
         if gpu.health == "failed":
@@ -166,6 +169,7 @@ def index_summary(nodes: list[NodeRow]) -> FleetSummary:
         degraded=sum(1 for g in gpus if g.health == "degraded"),
         nodes_reporting=len(nodes) - silent,
         nodes_silent=silent,
+        nodes_nvml_down=sum(1 for n in nodes if n.nvml_down and not n.silent),
         nodes_with_problems=sum(1 for n in nodes if n.has_problem),
         util_mean=sum(utils) / len(utils) if utils else None,
         reserved=sum(1 for g in gpus if g.team_id is not None),

@@ -15,7 +15,7 @@ from gpuquota.ingest.models import Sample
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage import conf
-from gpuquota.usage.fleet import nodes_silent_count
+from gpuquota.usage.fleet import nodes_nvml_unavailable_count, nodes_silent_count
 from reclaim.metrics import ReclaimCollector
 
 CELERY_QUEUE = "celery"
@@ -61,6 +61,9 @@ class UsageCollector:
         yield GaugeMetricFamily("gpuquota_agents_silent",
                                 "Nodes whose agent is silent past AGENT_SILENT_AFTER_S",
                                 value=nodes_silent_count(now=now))
+        yield GaugeMetricFamily("gpuquota_nodes_nvml_unavailable",
+                                "Nodes whose agent reports but NVML cannot answer",
+                                value=nodes_nvml_unavailable_count(now=now))
         failed = GpuHealthInterval.objects.filter(
             state=GpuHealthInterval.State.FAILED, valid_from__lte=now, valid_until__isnull=True
         ).count()

@@ -207,6 +207,35 @@ def test_driver_not_loaded_is_a_clear_error(gpus):
             NvmlBackend()
 
 
+def test_while_nvml_is_not_ready_the_agent_says_so_once_and_starts_when_it_answers(
+        tmp_path, clock, gpus):
+    lib = FakeNvmlLib(gpus, init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+    with installed(lib):
+        agent = Agent(backend=None, connect=lambda: NvmlBackend(event_wait_ms=20), retry_s=120,
+                      spool=Spool(tmp_path / "spool"), owners=OwnerResolver(str(tmp_path / "proc")),
+                      hostname="n1", boot_id="b", window_s=60, clock=clock)
+        agent.start()
+        agent.poll()
+        down = agent.close_window(0, 60)
+        assert (down["samples"], down["gpus"]) == ([], [])  # a heartbeat: the node is alive
+        assert [e["type"] for e in down["events"]] == ["nvml_unavailable", "agent_restart"]
+        assert "Driver Not Loaded" in down["events"][0]["detail"]
+        assert down["events"][0]["gpu_uuid"] is None
+
+        lib.init_error = 0  # the driver is loaded now
+        clock.t += 60
+        agent.poll()  # before the next try: still down, and said only once
+        assert agent.close_window(60, 120)["events"] == []
+        clock.t += 61
+        agent.poll()
+        agent.poll()
+        up = agent.close_window(120, 180)
+        assert {s["gpu_uuid"] for s in up["samples"]} == {*UUIDS[:3], *MIG_UUIDS}
+        assert len(up["gpus"]) == 5 and up["events"] == []
+        assert up["node"]["driver_version"] == lib.driver_version
+        agent.backend.close()
+
+
 def test_without_a_driver_the_agent_says_so_in_one_line_and_exits(token_file):
     # This machine has no libnvidia-ml.so.1: real pynvml raises LibraryNotFound.
     result = subprocess.run(
