@@ -23,6 +23,13 @@ def test_command_line_beats_environment_beats_config_file(tmp_path):
     assert options["spool_dir"] == "/var/lib/gpuquota-agent/spool"
 
 
+def test_the_shipped_config_file_loads_and_retry_must_be_positive():
+    options = load_options(["--config", str(ROOT / "deploy/agent/agent.toml")], {})
+    assert (options["server"], options["nvml_retry"]) == ("https://gpuquota.example.org", 60.0)
+    with pytest.raises(ValueError, match="--nvml-retry must be a positive"):
+        load_options(["--server", "u", "--token-file", "t", "--nvml-retry", "0"], {})
+
+
 def test_a_simulated_node_spools_under_var_by_default():
     options = load_options(["--server", "u", "--token-file", "t", "--simulate", "2",
                             "--hostname", "h7"], {})
