@@ -50,7 +50,8 @@ class Agent:
                  hostname: str, boot_id: str | None, window_s: int = 60, poll_s: float = 10.0,
                  clock: Clock | None = None, on_spooled: Callable[[], None] = lambda: None,
                  connect: Callable[[], Backend] | None = None, retry_s: float = 60.0) -> None:
-        """`backend` None: NVML was not ready; `connect` starts it, tried every `retry_s`."""
+        """`backend` None: NVML was not ready; `connect` starts it, tried every `retry_s`
+        (also how often GPUs that stopped answering are looked for again)."""
         check_window_s(window_s)
         if backend is None and connect is None:
             raise ValueError("an agent needs a backend, or a way to connect one")
@@ -58,6 +59,7 @@ class Agent:
         self.connect, self.retry_s = connect, retry_s
         self.retry_at = 0.0
         self.nvml_down = False
+        self.lost_retry_at = 0.0
         self.hostname, self.boot_id = hostname, boot_id
         self.window_s, self.poll_s = window_s, min(poll_s, window_s)
         self.clock = clock or Clock()
@@ -129,6 +131,8 @@ class Agent:
             if self.clock.monotonic() < self.retry_at or not self._connect():
                 return
             self._prime()
+        if self.lost and self.clock.monotonic() >= self.lost_retry_at:
+            self._find_lost()
         live: set[tuple[int, int]] = set()
         for gpu in self._live_gpus():
             reading = self._read(gpu)
@@ -142,6 +146,29 @@ class Agent:
         for ev in self.backend.drain_events():
             self.events.append(event_record(ev.type, ev.gpu_uuid, ev.ts, xid=ev.xid,
                                             detail=ev.detail))
+
+    def _find_lost(self) -> None:
+        """Look for the lost GPUs again (a reset brings one back without a reboot): one that
+        answers is read from then on, its counters taken anew."""
+        self.lost_retry_at = self.clock.monotonic() + self.retry_s
+        try:
+            fresh = {g.uuid: g for g in self.backend.discover()}
+        except Exception as exc:  # noqa: BLE001 - the GPUs still answering go on
+            log.warning("event=rediscover_failed error=%r", str(exc))
+            return
+        for index, gpu in enumerate(self.gpus):
+            back = fresh.get(gpu.uuid)
+            if gpu.uuid not in self.lost or back is None:
+                continue
+            try:
+                reading = self.backend.read(back)
+            except Exception:  # noqa: BLE001 - still lost: try again later
+                continue
+            self.gpus[index] = back
+            self.lost.discard(back.uuid)
+            self.acc[back.uuid] = GpuAccumulator()
+            self.acc[back.uuid].prime(reading)
+            log.warning("event=gpu_back gpu=%s index=%d", back.uuid, back.index)
 
     def _note_remap(self, gpu: GpuInfo, pending: bool) -> None:
         """One `remap_pending` event when the GPU starts needing a reset, not one per poll."""
@@ -170,6 +197,7 @@ class Agent:
             return self.backend.read(gpu)
         except GpuLost:
             self.lost.add(gpu.uuid)
+            self.lost_retry_at = self.clock.monotonic() + self.retry_s
             self.event("gpu_lost", gpu.uuid, detail="GPU stopped answering NVML")
             log.error("event=gpu_lost gpu=%s index=%d", gpu.uuid, gpu.index)
         except Exception as exc:  # one GPU's surprise must not cost the others' data

@@ -160,6 +160,17 @@ def test_the_agent_keeps_sampling_the_others_when_one_gpu_is_lost(tmp_path, cloc
     assert [e["gpu_uuid"] for e in lost] == [UUIDS[1]]  # once, not at every poll
     sampled = {s["gpu_uuid"] for s in batch["samples"]}
     assert sampled == {UUIDS[0], UUIDS[2], *MIG_UUIDS}
+
+    gpus[1].lost = False  # reset without a reboot: answered again at the next look
+    clock.t += 30
+    agent.poll()
+    assert UUIDS[1] not in {s["gpu_uuid"] for s in agent.close_window(60, 120)["samples"]}
+    clock.t += 31  # a minute after it was lost
+    agent.poll()
+    agent.poll()
+    batch = agent.close_window(120, 180)
+    back = next(s for s in batch["samples"] if s["gpu_uuid"] == UUIDS[1])
+    assert back["readings"] == 2 and batch["events"] == []
     agent.backend.close()
 
 
