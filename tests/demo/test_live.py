@@ -1,6 +1,7 @@
 """`manage.py demo` as `make demo` runs it, on the embedded default (SQLite in a folder of
 its own, no broker): the web server answers, the simulated agents' samples land, the
-in-process beat rolls them up, and a TERM stops it with every child it started."""
+in-process beat rolls them up, and a TERM stops it with every child it started, the agents
+before the web server."""
 
 import os
 import signal
@@ -76,10 +77,13 @@ def test_the_demo_serves_ingests_rolls_up_and_stops_with_its_children(tmp_path):
         _wait_for(lambda: _count(database, "usage_gpuhourusage") > seeded[1], 60,
                   "the in-process beat's rollups", log)
 
+        before_stop = len(log.read_text())
         demo.send_signal(signal.SIGTERM)
         assert demo.wait(timeout=60) is not None
         _wait_for(lambda: not _group_alive(demo.pid), 30,
                   "the agents and the web server to stop", log)
+        # the agents stop first: their last batches reach the server still up
+        assert "event=send_failed" not in log.read_text()[before_stop:]
     finally:
         if _group_alive(demo.pid):
             os.killpg(demo.pid, signal.SIGKILL)

@@ -61,13 +61,16 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         finally:
-            for child in children:
-                child.send_signal(signal.SIGINT)
-            for child in children:
-                try:
-                    child.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
+            # The agents first, so their last batches still reach the web server.
+            agents, server = children[1:], children[:1]
+            for group in (agents, server):
+                for child in group:
+                    child.send_signal(signal.SIGINT)
+                for child in group:
+                    try:
+                        child.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        child.kill()
 
     def _serve(self, addr: str) -> subprocess.Popen:
         command = [sys.executable, "manage.py", "runserver", addr, "--noreload"]
