@@ -57,6 +57,5 @@ def late_usage_checks_pending(*, before: date) -> QuerySet[LateUsageCheck]:
     or that could not be priced, oldest month first."""
     return (LateUsageCheck.objects.filter(statement__month__lt=before)
             .filter(~Q(difference=0) | ~Q(error=""))
-            .exclude(statement__status=Statement.Status.DRAFT)
             .select_related("statement__team")
             .order_by("statement__month", "statement__team_name"))
