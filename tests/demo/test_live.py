@@ -1,7 +1,7 @@
 """`manage.py demo` as `make demo` runs it, on the embedded default (SQLite in a folder of
 its own, no broker): the web server answers, the simulated agents' samples land, the
-in-process beat rolls them up, and a TERM stops it with every child it started, the agents
-before the web server."""
+in-process beat rolls them up, and a Ctrl-C or a TERM to its whole process group stops it
+with every child it started, the agents before the web server."""
 
 import os
 import signal
@@ -40,16 +40,33 @@ def _wait_for(predicate, timeout: float, what: str, log: Path) -> None:
     raise AssertionError(f"timed out waiting for {what}; demo log:\n{log.read_text()[-3000:]}")
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        alive.append(pid)
+    return alive
 
 
 @pytest.mark.timeout(240)
-def test_the_demo_serves_ingests_rolls_up_and_stops_with_its_children(tmp_path):
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "term"])
+def test_the_demo_serves_ingests_rolls_up_and_stops_with_its_children(tmp_path, stop_signal):
     env = {key: value for key, value in os.environ.items()
            if key not in ("DATABASE_URL", "REDIS_URL")}
     env.update(GPUQUOTA_VAR_DIR=str(tmp_path), EMAIL_URL=f"file://{tmp_path / 'mail'}",
@@ -66,6 +83,7 @@ def test_the_demo_serves_ingests_rolls_up_and_stops_with_its_children(tmp_path):
             [sys.executable, "manage.py", "demo", "--addr", f"127.0.0.1:{port}",
              "--window", "5", "--beat-cap", "3"],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    children: list[int] = []
     try:
         _wait_for(lambda: f"gpuquota demo is running at {url}/" in log.read_text(), 90,
                   "the banner", log)
@@ -77,13 +95,18 @@ def test_the_demo_serves_ingests_rolls_up_and_stops_with_its_children(tmp_path):
         _wait_for(lambda: _count(database, "usage_gpuhourusage") > seeded[1], 60,
                   "the in-process beat's rollups", log)
 
+        children = _children(demo.pid)
+        assert len(children) == 13  # the web server and one agent per demo node
         before_stop = len(log.read_text())
-        demo.send_signal(signal.SIGTERM)
+        os.killpg(demo.pid, stop_signal)  # as a terminal's Ctrl-C does, or `timeout`
         assert demo.wait(timeout=60) is not None
-        _wait_for(lambda: not _group_alive(demo.pid), 30,
-                  "the agents and the web server to stop", log)
+        _wait_for(lambda: not _alive(children), 30, "the agents and the web server to stop",
+                  log)
         # the agents stop first: their last batches reach the server still up
         assert "event=send_failed" not in log.read_text()[before_stop:]
     finally:
-        if _group_alive(demo.pid):
-            os.killpg(demo.pid, signal.SIGKILL)
+        for pid in [demo.pid, *_alive(children)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

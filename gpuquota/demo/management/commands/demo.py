@@ -48,9 +48,11 @@ class Command(BaseCommand):
         if not settings.CELERY_TASK_ALWAYS_EAGER:
             raise CommandError("`demo` is the embedded default; with REDIS_URL run celery workers")
         url = f"http://{addr}"
-        # A TERM (`timeout`, a service manager) stops the demo like Ctrl-C: agents and the
-        # web server are never left running.
+        # A TERM (`timeout`, a service manager) or a closed terminal stops the demo like
+        # Ctrl-C. The children run in sessions of their own, so those signals reach only this
+        # process, which stops them in order: agents and the web server are never left running.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
+        signal.signal(signal.SIGHUP, signal.default_int_handler)
         children = [self._serve(addr)]
         try:
             self._wait_until_up(url)
@@ -76,7 +78,7 @@ class Command(BaseCommand):
         command = [sys.executable, "manage.py", "runserver", addr, "--noreload"]
         # Agents post every few seconds: keep the access log to errors.
         env = {**os.environ, "ACCESS_LOG_LEVEL": "WARNING"}
-        return subprocess.Popen(command, cwd=settings.BASE_DIR, env=env)
+        return subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, start_new_session=True)
 
     def _wait_until_up(self, url: str) -> None:
         for _ in range(120):
@@ -112,7 +114,8 @@ class Command(BaseCommand):
                 command += ["--simulate-fail-after", "120"]  # a lost GPU soon after start
             else:
                 command += ["--simulate-profiles", HEALTHY_PROFILES]
-            agents.append(subprocess.Popen(command, cwd=settings.BASE_DIR))
+            agents.append(subprocess.Popen(command, cwd=settings.BASE_DIR,
+                                           start_new_session=True))
         self.stdout.write(f"Started {len(agents)} simulated agents ({window} s windows).")
         return agents
 
