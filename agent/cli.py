@@ -153,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         clock = Clock()
         try:
             backend: Backend | None = make_backend(options, clock)
-        except BackendNotReady as exc:  # report it and keep trying (Agent.poll)
-            log.error("event=nvml_unavailable error=%r", str(exc))
+        except BackendNotReady:  # the agent reports it once and keeps trying
             backend = None
     except (ValueError, TokenError, BackendUnavailable, OSError) as exc:
         print(f"gpuquota-agent: {exc}", file=sys.stderr)
