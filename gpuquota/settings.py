@@ -105,6 +105,7 @@ INSTALLED_APPS = [
     "gpuquota.reservations",
     "gpuquota.ingest",
     "gpuquota.usage",
+    "gpuquota.schedulers",
     "reports",
     "gpuquota.mail",
     "gpuquota.demo",

@@ -149,3 +149,78 @@ class Assignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu} → reservation #{self.reservation_id}"
+
+
+class Loan(models.Model):
+    """One assigned GPU lent to the fleet's preemptible pool over [lent_from, returned_at).
+
+    The reservation and its assignment do not change: the reserving team is still charged its
+    reserved seconds (accounting.md, Lending). An open loan (`returned_at` empty) ends at the
+    latest with its assignment. `returned_at` is when the return was asked for (or the
+    assignment ended, or the GPU failed); `freed_at` is when the scheduler backend saw the GPU
+    free of borrowers, so `freed_at - returned_at` is the time-to-return.
+    The database refuses a GPU lent twice at once and a loan outside its own assignment.
+    """
+
+    class EndReason(models.TextChoices):
+        OWNER_JOB = "owner_job", "A job of the reserving team"
+        OWNER_ASK = "owner_ask", "Returned by the reserving team"
+        ASSIGNMENT_END = "assignment_end", "The assignment ended"
+        GPU_FAILED = "gpu_failed", "The GPU failed"
+        LENDING_OFF = "lending_off", "Lending turned off"
+        ADMIN = "admin", "Returned by an admin"
+
+    assignment = models.ForeignKey(Assignment, on_delete=models.PROTECT, related_name="loans")
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="loans")
+    lent_from = WholeSecondDateTimeField()
+    returned_at = WholeSecondDateTimeField(null=True, blank=True)
+    freed_at = WholeSecondDateTimeField(
+        null=True, blank=True, help_text="When the scheduler saw the GPU free of borrowers."
+    )
+    end_reason = models.CharField(max_length=16, choices=EndReason.choices, blank=True)
+    lent_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="+", help_text="Empty: lent by the lending policy.",
+    )
+    lend_reason = models.CharField(max_length=256, blank=True)
+    returned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-lent_from", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(returned_at__isnull=True) | Q(returned_at__gt=F("lent_from")),
+                name="loan_interval_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(freed_at__isnull=True)
+                | Q(returned_at__isnull=False, freed_at__gte=F("returned_at")),
+                name="loan_freed_after_return",
+            ),
+            models.CheckConstraint(
+                condition=Q(returned_at__isnull=True, end_reason="")
+                | Q(
+                    returned_at__isnull=False,
+                    end_reason__in=[
+                        "owner_job", "owner_ask", "assignment_end", "gpu_failed",
+                        "lending_off", "admin",
+                    ],
+                ),
+                name="loan_end_reason_valid",
+            ),
+            NoOverlap(
+                name="loan_gpu_no_overlap",
+                key=["gpu"],
+                start="lent_from",
+                end="returned_at",
+                violation_error_message="This GPU is already lent in that window.",
+            ),
+        ]
+        indexes = [models.Index(fields=["gpu", "lent_from"])]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} lent from reservation assignment #{self.assignment_id}"

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class SchedulersConfig(AppConfig):
+    name = "gpuquota.schedulers"
+    label = "schedulers"
+    verbose_name = "Scheduler backends"

@@ -1,0 +1,11 @@
+"""Reconcile tasks: thin, named, idempotent."""
+
+from celery import shared_task
+
+from gpuquota.schedulers.reconcile import clusters_reconcile
+
+
+@shared_task(name="schedulers.reconcile_all", acks_late=True)
+def reconcile_all_task(*, reason: str = "beat") -> dict:
+    """Reconcile every cluster that has a scheduler backend."""
+    return clusters_reconcile(reason=reason)
