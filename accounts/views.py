@@ -11,6 +11,7 @@ from accounts.models import ApiToken
 from accounts.selectors import api_tokens_of, teams_visible
 from accounts.services import api_token_create, api_token_revoke
 from gpuquota.core.errors import DomainError
+from gpuquota.core.sections import page_sections
 
 NEW_TOKEN_SESSION_KEY = "accounts_new_api_token"
 
@@ -21,7 +22,9 @@ def home(request):
     teams = list(teams_visible(user=request.user))
     if len(teams) == 1 and not request.user.is_staff:
         return redirect("team_detail", slug=teams[0].slug)
-    return render(request, "accounts/home.html", {"teams": teams})
+    return render(request, "accounts/home.html", {
+        "teams": teams,
+        "sections": page_sections("home", user=request.user, now=timezone.now())})
 
 
 @login_required

@@ -1,9 +1,10 @@
 """Last month for the statements demo, whatever today's date: reservations recorded by
 the admin (backfill), a few hours of telemetry stored by the real ingestion service (a GPU
 of a reservation lost with XID 79 and back after a reboot, unreserved busy GPUs used by
-mapped people and a Slurm account), rolled up, then last month's drafts. So the review page
-shows reserved, failure-credit and on-demand lines at once. Idempotent: reservations are
-recognised by purpose, batches by a batch id derived from their content's place."""
+mapped people and a Slurm account), rolled up; `reports` then drafts last month's statements
+from them (its `DEMO_SEEDS`), so the review page shows reserved, failure-credit and
+on-demand lines at once. Idempotent: reservations are recognised by purpose, batches by a
+batch id derived from their content's place."""
 
 import logging
 import uuid
@@ -18,7 +19,6 @@ from gpuquota.ingest.protocol import batch_check
 from gpuquota.inventory.models import Gpu, GpuClass
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.services import reservation_create
-from reports.services_statements import month_previous, statements_draft_month
 
 logger = logging.getLogger(__name__)
 DAY, HOUR, WINDOW = timedelta(days=1), timedelta(hours=1), timedelta(seconds=600)
@@ -132,16 +132,16 @@ def _on_demand(day: datetime) -> None:
                     processes=[_process(gpu, w, user, account) for w in windows])
 
 
-def demo_last_month_seed(*, now: datetime) -> list:
-    """Last month's reservations, telemetry and drafts (idempotent); the drafts."""
+def demo_last_month_seed(*, now: datetime) -> None:
+    """Last month's reservations and telemetry, rolled up (idempotent)."""
     admin = User.objects.filter(is_staff=True, is_active=True).order_by("id").first()
     if admin is None:
-        return []
-    period = month_previous(now)
+        return
+    before = now.astimezone(UTC).date().replace(day=1) - DAY
+    period = Period.month(before.year, before.month)
     _reservations(period, admin, now)
     day = period.start + (FAILURE_DAY - 1) * DAY
     _failure_and_reboot(day)
     _on_demand(day)
     demo_usage_catch_up()
     demo_usage_catch_up()  # the hours a closed failed interval marked
-    return statements_draft_month(period=period, now=now)

@@ -3,6 +3,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from gpuquota.core.contributions import contributed
 from gpuquota.demo.history import DEFAULT_HISTORY_HOURS, demo_history_backfill
 from gpuquota.demo.last_month import demo_last_month_seed
 from gpuquota.demo.organisation import DEMO_PASSWORD, demo_organisation_seed
@@ -27,15 +28,17 @@ class Command(BaseCommand):
         now = timezone.now()
         logins = demo_organisation_seed()
         demo_reservations_seed(now=now)
-        drafts = demo_last_month_seed(now=now)
+        demo_last_month_seed(now=now)
+        # what the apps built on the domain apps seed (reports: last month's drafts)
+        seeded = [seed(now=now) for seed in contributed("DEMO_SEEDS")]
         demo_reclaim_seed(now=now)
         self.stdout.write(
             self.style.SUCCESS(f"Demo organisation ready. Logins (password: {DEMO_PASSWORD}):")
         )
         for team, usernames in logins.items():
             self.stdout.write(f"  {team:<10} {', '.join(usernames)}")
-        self.stdout.write("Last month's statements (drafts, /statements/review/): " + ", ".join(
-            f"{s.team_name} {s.total} {s.currency}" for s in drafts))
+        for line in filter(None, seeded):
+            self.stdout.write(line)
         if history_hours:
             self.stdout.write(f"Back-filling up to {history_hours} h of simulated telemetry...")
             began = time.monotonic()
