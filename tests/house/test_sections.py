@@ -11,6 +11,8 @@ from prometheus_client.core import GaugeMetricFamily
 from gpuquota.core import contributions, sections
 from gpuquota.core.contributions import contributed, contributions_check
 from gpuquota.core.sections import Section, page_sections
+from gpuquota.demo.management.commands import seed_demo
+from gpuquota.usage import metrics
 
 
 def _contributing(monkeypatch, *, alone=False, **kinds):
@@ -21,11 +23,8 @@ def _contributing(monkeypatch, *, alone=False, **kinds):
     def fake(kind):
         return (*(() if alone else real(kind)), *kinds.get(kind, ()))
 
-    for module in (contributions, sections):
+    for module in (contributions, sections, metrics, seed_demo):
         monkeypatch.setattr(module, "contributed", fake)
-    import gpuquota.usage.metrics as metrics
-
-    monkeypatch.setattr(metrics, "contributed", fake)
     return fake
 
 
