@@ -1,5 +1,7 @@
 """Helpers shared by the test areas: browser sessions, racing threads, Celery workers."""
 
+import csv
+import io
 import os
 import socket
 import subprocess
@@ -18,6 +20,12 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def csv_lines(text: str) -> list[str]:
+    """Each row of a CSV file, parsed and joined again with bare commas: compares with
+    expected lines whatever the quoting (the product quotes every cell)."""
+    return [",".join(row) for row in csv.reader(io.StringIO(text, newline=""))]
 
 
 def run_concurrently(jobs: list[Callable]) -> list:
