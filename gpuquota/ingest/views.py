@@ -8,6 +8,7 @@ from django.db import OperationalError
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -92,6 +93,7 @@ def _show_token_once(request, issued) -> None:
     request.session[NEW_TOKEN_SESSION_KEY] = {"node": str(issued.node), "key": issued.key}
 
 
+@never_cache  # shows a new node token's secret once: no browser or proxy may keep a copy
 def nodes(request):
     """Admins: every node, its live token prefixes, last seen, clock skew; enrol a node."""
     require_admin(request.user)
