@@ -73,12 +73,14 @@ def celery_worker(*, env: dict, log_path: Path,
                   ) -> Iterator[subprocess.Popen]:
     """A real Celery worker process of this project (this interpreter, `options`: one
     process by default) with `env`, logging to `log_path`; stopped on exit (terminate,
-    then kill), the tail of its log printed for a failing test's report."""
+    then kill), the tail of its log printed for a failing test's report. It leads a
+    process group of its own (its pid), which `os.killpg` kills whole, pool and all."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "gpuquota", "worker", "--loglevel", "INFO",
              *options],
-            cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+            cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
         try:
             yield proc
         finally:
