@@ -1,6 +1,6 @@
 """A statement full of hostile text typed by users and admins: the team's name and cost
 center, and adjustment reasons built to become formulas in a spreadsheet or markup in a
-PDF. October is approved; the clock is 2026-11-10 12:00 UTC (tests/stmtdocs/factories)."""
+PDF. October is approved at 2026-11-10 12:00 UTC (tests/stmtdocs/factories)."""
 
 from datetime import timedelta
 from decimal import Decimal
@@ -32,14 +32,11 @@ HOSTILE_TEAM_NAME = '<a href="https://evil.example/team">Vision</a> & Co'
 HOSTILE_COST_CENTER = '=HYPERLINK("https://evil.example","CC")'
 
 
-@pytest.fixture(autouse=True)
-def _clock(time_machine):
-    time_machine.move_to(NOW, tick=False)
-
-
 @pytest.fixture
-def hostile_statement(roles):
-    """Vision's October, approved, with one adjustment per hostile reason."""
+def hostile_statement(roles, time_machine):
+    """Vision's October, approved, with one adjustment per hostile reason (the clock
+    stopped at NOW)."""
+    time_machine.move_to(NOW, tick=False)
     team = roles.team
     team.name, team.cost_center = HOSTILE_TEAM_NAME, HOSTILE_COST_CENTER
     team.save()
