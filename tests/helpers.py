@@ -67,20 +67,16 @@ def screenshot(page, name: str) -> None:
 
 
 @contextmanager
-def celery_worker(*, env: dict, log_path: Path,
-                  options: tuple[str, ...] = ("--concurrency", "1", "--without-gossip",
-                                              "--without-mingle"),
-                  ) -> Iterator[subprocess.Popen]:
-    """A real Celery worker process of this project (this interpreter, `options`: one
-    process by default) with `env`, logging to `log_path`; stopped on exit (terminate,
-    then kill), the tail of its log printed for a failing test's report. It leads a
-    process group of its own (its pid), which `os.killpg` kills whole, pool and all."""
+def project_process(module_argv: list[str], *, env: dict, log_path: Path
+                    ) -> Iterator[subprocess.Popen]:
+    """`python -m <module_argv>` (this interpreter) in the project's folder with `env`,
+    logging to `log_path`; stopped on exit (terminate, then kill), the tail of its log
+    printed for a failing test's report. It leads a process group of its own (its pid),
+    which `os.killpg` kills whole, children and all."""
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "gpuquota", "worker", "--loglevel", "INFO",
-             *options],
-            cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+        proc = subprocess.Popen([sys.executable, "-m", *module_argv], cwd=settings.BASE_DIR,
+                                env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
             yield proc
         finally:
@@ -91,3 +87,15 @@ def celery_worker(*, env: dict, log_path: Path,
                 proc.kill()
                 proc.wait()
             print(log_path.read_text()[-3000:])
+
+
+@contextmanager
+def celery_worker(*, env: dict, log_path: Path,
+                  options: tuple[str, ...] = ("--concurrency", "1", "--without-gossip",
+                                              "--without-mingle"),
+                  ) -> Iterator[subprocess.Popen]:
+    """A real Celery worker process of this project (`options`: one process by default)
+    with `env` (see `project_process`)."""
+    with project_process(["celery", "-A", "gpuquota", "worker", "--loglevel", "INFO",
+                          *options], env=env, log_path=log_path) as proc:
+        yield proc

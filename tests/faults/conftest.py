@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -17,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import redis
-from django.conf import settings
 from django.db import connection
 
-from tests.helpers import free_port
+from gpuquota.celery import app
+from tests.helpers import free_port, project_process
 
 
 class RedisProcess:
@@ -142,29 +141,29 @@ def web_server(env: dict, log_path: Path) -> Iterator[str]:
     """The product's WSGI application in gunicorn (one sync worker), as deployed, with
     `env`; yields its base URL once /healthz answers."""
     port = free_port()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "gpuquota.wsgi", "--bind", f"127.0.0.1:{port}",
-             "--workers", "1", "--timeout", "60"],
-            cwd=settings.BASE_DIR, env={**os.environ, **env}, stdout=log,
-            stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, log_path.read_text()[-3000:]
-                try:
-                    urllib.request.urlopen(f"{url}/healthz", timeout=2).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "the web server did not start"
-                    time.sleep(0.2)
-            yield url
-        finally:
-            proc.terminate()
+    url = f"http://127.0.0.1:{port}"
+    with project_process(["gunicorn", "gpuquota.wsgi", "--bind", f"127.0.0.1:{port}",
+                          "--workers", "1", "--timeout", "60"],
+                         env={**os.environ, **env}, log_path=log_path) as proc:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log_path.read_text()[-3000:]
             try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            print(log_path.read_text()[-3000:])
+                urllib.request.urlopen(f"{url}/healthz", timeout=2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the web server did not start"
+                time.sleep(0.2)
+        yield url
+
+
+@pytest.fixture
+def tasks_through_own_redis(own_redis):
+    """This process queues tasks to the test's own Redis (not in process, as the suite
+    otherwise does), e.g. for workers of the test's own or to find the broker stopped."""
+    previous = app.conf.broker_url, app.conf.task_always_eager
+    app.conf.broker_url, app.conf.task_always_eager = own_redis.url, False
+    app._pool = app.amqp._producer_pool = None
+    yield own_redis
+    app.conf.broker_url, app.conf.task_always_eager = previous
+    app._pool = app.amqp._producer_pool = None

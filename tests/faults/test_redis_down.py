@@ -10,9 +10,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from gpuquota.celery import app
 from gpuquota.mail.models import MailDelivery
 from gpuquota.reservations.models import Reservation
+from tests.factories import GpuClassFactory, NodeFactory, QuotaFactory, make_gpu
 from tests.hardening.conftest import bearer_client
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True),
@@ -60,19 +60,8 @@ def test_redis_frozen_the_api_answers_within_seconds(cache_on, roles):
         cache_on.thaw()
 
 
-@pytest.fixture
-def broker_on(own_redis):
-    """Tasks go through the test's own Redis as broker (not run in process)."""
-    previous = app.conf.broker_url, app.conf.task_always_eager
-    app.conf.broker_url, app.conf.task_always_eager = own_redis.url, False
-    app._pool = app.amqp._producer_pool = None
-    yield own_redis
-    app.conf.broker_url, app.conf.task_always_eager = previous
-    app._pool = app.amqp._producer_pool = None
-
-
-def test_broker_stopped_a_change_through_the_api_is_committed(broker_on, roles, settings):
-    from tests.factories import GpuClassFactory, NodeFactory, QuotaFactory, make_gpu
+def test_broker_stopped_a_change_through_the_api_is_committed(
+        tasks_through_own_redis, roles, settings):
 
     settings.MAIL_ENABLED = True
     gpu_class = GpuClassFactory(name="H100-80GB")
@@ -80,7 +69,7 @@ def test_broker_stopped_a_change_through_the_api_is_committed(broker_on, roles, 
     for index in range(4):
         make_gpu(node=node, gpu_class=gpu_class, index=index)
     QuotaFactory(team=roles.team, gpu_class=gpu_class, gpus=1)
-    broker_on.stop()
+    tasks_through_own_redis.stop()
     start = timezone.now().replace(microsecond=0) + timedelta(days=1)
     response = bearer_client(roles.lead).post(
         "/api/v1/reservations", {"team": "vision", "gpu_class": "H100-80GB", "count": 3,

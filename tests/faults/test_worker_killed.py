@@ -13,7 +13,6 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import Membership
-from gpuquota.celery import app
 from gpuquota.core.timeutil import Period
 from gpuquota.mail.models import MailDelivery
 from reports.models import Statement
@@ -35,17 +34,6 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
-@pytest.fixture
-def tasks_through(own_redis):
-    """This process queues tasks to the test's own Redis (not in process)."""
-    previous = app.conf.broker_url, app.conf.task_always_eager
-    app.conf.broker_url, app.conf.task_always_eager = own_redis.url, False
-    app._pool = app.amqp._producer_pool = None
-    yield own_redis
-    app.conf.broker_url, app.conf.task_always_eager = previous
-    app._pool = app.amqp._producer_pool = None
-
-
 def _statement_with_three_leads(roles) -> Statement:
     """Vision's statement of two months ago (approvable on any date), three leads."""
     for name in ("lead2", "lead3"):
@@ -62,10 +50,11 @@ def _statement_with_three_leads(roles) -> Statement:
 
 
 def test_a_worker_killed_mid_send_recovers_without_anyone(
-        tasks_through, roles, smtp_server, tmp_path):
+        tasks_through_own_redis, roles, smtp_server, tmp_path):
     statement = _statement_with_three_leads(roles)
     smtp_server.hang.add("lead2@example.org")  # the worker will be inside this conversation
-    env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": tasks_through.url,
+    broker = tasks_through_own_redis
+    env = {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": broker.url,
            "EMAIL_URL": f"smtp://127.0.0.1:{smtp_server.port}", "GPUQUOTA_MAIL_ENABLED": "1",
            "GPUQUOTA_STATEMENT_SEND_SWEEP_S": "1", "GPUQUOTA_STATEMENT_SEND_STALE_S": str(STALE_S)}
 
