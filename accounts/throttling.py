@@ -1,14 +1,34 @@
 """API request rates per user, one for personal tokens and one for browser sessions
 (DRF throttles on the default cache: Redis when REDIS_URL is set, so every web
 process counts together). Rates are read at each request (`API_THROTTLE_TOKEN_RATE`,
-`API_THROTTLE_SESSION_RATE`, e.g. "600/min"; empty or "0" turns one off)."""
+`API_THROTTLE_SESSION_RATE`, e.g. "600/min"; empty or "0" turns one off).
+
+With the cache unreachable (Redis stopped, restarting or frozen) the throttle fails open:
+the request is let through uncounted and a warning is logged (once a minute per process).
+The API keeps answering, as the pages and the agent endpoint do; the rates protect the
+server from a runaway script, which matters less than serving everyone during an outage."""
+
+import logging
+import time
 
 from django.conf import settings
+from redis.exceptions import RedisError
 from rest_framework.throttling import SimpleRateThrottle
 
 from accounts.models import ApiToken
 
+logger = logging.getLogger(__name__)
 DEFAULT_RATES = {"token": "600/min", "session": "1200/min"}
+OUTAGE_WARNING_EVERY_S = 60
+_last_outage_warning = [float("-inf")]  # monotonic time of this process's last warning
+
+
+def _warn_cache_unavailable(exc: Exception) -> None:
+    now = time.monotonic()
+    if now - _last_outage_warning[0] >= OUTAGE_WARNING_EVERY_S:
+        _last_outage_warning[0] = now
+        logger.warning("API throttling is off: the cache is unavailable (%s: %s); requests "
+                       "are let through uncounted until it is back", type(exc).__name__, exc)
 
 
 def api_rate(kind: str) -> str | None:
@@ -37,4 +57,8 @@ class ApiUserRateThrottle(SimpleRateThrottle):
         if self.rate is None:
             return True
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        return super().allow_request(request, view)
+        try:
+            return super().allow_request(request, view)
+        except (RedisError, OSError) as exc:
+            _warn_cache_unavailable(exc)
+            return True

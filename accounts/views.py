@@ -4,6 +4,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from accounts.forms import ApiTokenForm, ProfileForm
@@ -27,6 +28,7 @@ def home(request):
         "sections": page_sections("home", user=request.user, now=timezone.now())})
 
 
+@never_cache  # shows a new token's secret once: no browser or proxy may keep a copy
 @login_required
 def profile(request):
     form = ProfileForm(request.POST or None, instance=request.user)

@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
 import dj_database_url
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -114,6 +115,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "gpuquota.core.middleware.ApiErrorMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -177,7 +179,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            # A Redis that is down or frozen costs a request a second at most, never a hang
+            # (the API throttle then fails open: accounts/throttling.py).
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+        }
     }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
@@ -272,6 +280,27 @@ SPECTACULAR_SETTINGS = {
 # Per user: personal tokens and browser sessions (accounts/throttling.py); "0" turns off.
 API_THROTTLE_TOKEN_RATE = os.environ.get("API_THROTTLE_TOKEN_RATE", "600/min")
 API_THROTTLE_SESSION_RATE = os.environ.get("API_THROTTLE_SESSION_RATE", "1200/min")
+
+# --- Content-Security-Policy (django-csp; docs/security.md) -------------------
+# Every response: scripts, styles, images, fonts and requests from this server only; no
+# inline script (the pages' scripts are static files: static/js/), no plugins, no <base>,
+# forms post here only, never framed. Inline style attributes stay allowed (bar widths in
+# the charts). The API docs widen it for their data: images and ReDoc's worker
+# (gpuquota/core/docs.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
 
 # --- Login throttling (django-axes) -------------------------------------------
 AUTHENTICATION_BACKENDS = [

@@ -2,7 +2,11 @@ from django.contrib import admin
 from django.http import HttpResponse, HttpResponsePermanentRedirect
 from django.templatetags.static import static
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerSplitView,
+)
 
 from gpuquota.core.docs import same_origin_only
 
@@ -26,7 +30,7 @@ urlpatterns = [
     path("favicon.ico", favicon),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", same_origin_only(SpectacularSwaggerView.as_view(url_name="api-schema")),
+    path("api/docs/", same_origin_only(SpectacularSwaggerSplitView.as_view(url_name="api-schema")),
          name="api-docs"),
     path("api/redoc/", same_origin_only(SpectacularRedocView.as_view(url_name="api-schema")),
          name="api-redoc"),

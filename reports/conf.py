@@ -36,3 +36,19 @@ def late_usage_scan_months() -> int:
     GPUQUOTA_LATE_USAGE_MONTHS, default 12; the review page prices last month itself)."""
     default = os.environ.get("GPUQUOTA_LATE_USAGE_MONTHS") or "12"
     return int(getattr(settings, "LATE_USAGE_SCAN_MONTHS", default))
+
+
+def statement_send_sweep_s() -> float:
+    """How often beat looks for approved statements whose sending must be started again
+    (env GPUQUOTA_STATEMENT_SEND_SWEEP_S, default 60)."""
+    default = os.environ.get("GPUQUOTA_STATEMENT_SEND_SWEEP_S") or "60"
+    return float(getattr(settings, "STATEMENT_SEND_SWEEP_S", default))
+
+
+def statement_send_stale_s() -> int:
+    """How long a sending may go without news before the sweep starts it again: an approval
+    whose send never began (broker down, worker killed before it claimed a lead), or a lead
+    claimed and never served (worker killed mid-send). Env GPUQUOTA_STATEMENT_SEND_STALE_S,
+    default 120, past an SMTP conversation; a live sender asked twice sends nothing twice."""
+    default = os.environ.get("GPUQUOTA_STATEMENT_SEND_STALE_S") or "120"
+    return int(getattr(settings, "STATEMENT_SEND_STALE_S", default))

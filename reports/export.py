@@ -1,12 +1,12 @@
 """The statement export finance integrates with (accounting.md, Statement export):
 decimal strings for amounts, rates and hours, integer seconds, one CSV row per line.
-Rendered from the stored statement only, so the JSON, the CSV and the PDF agree."""
+Rendered from the stored statement only, so the JSON, the CSV and the PDF agree. The CSV
+goes through `gpuquota.core.csvsafe` (formula injection neutralised, every cell quoted)."""
 
-import csv
-import io
 from decimal import Decimal
 from fractions import Fraction
 
+from gpuquota.core.csvsafe import csv_document
 from gpuquota.usage.figures import display_decimal
 from reports.models import Statement, StatementLine
 
@@ -73,17 +73,9 @@ def statement_csv_rows(statement: Statement, *, cost_center: bool = False) -> li
     return rows
 
 
-def csv_render(columns: list[str], rows: list[list]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\r\n")
-    writer.writerow(columns)
-    writer.writerows(rows)
-    return out.getvalue()
-
-
 def statement_csv(statement: Statement) -> str:
     """The CSV file of one statement (header and one row per line)."""
-    return csv_render(CSV_COLUMNS, statement_csv_rows(statement))
+    return csv_document(CSV_COLUMNS, statement_csv_rows(statement))
 
 
 def statement_csv_filename(statement: Statement) -> str:
@@ -99,5 +91,5 @@ def organisation_export(*, period_label: str, statements: list[Statement]) -> di
 
 def organisation_csv(statements: list[Statement]) -> str:
     """One file per month for finance: every line of every statement, with cost_center."""
-    return csv_render(ORGANISATION_CSV_COLUMNS,
-                      [row for s in statements for row in statement_csv_rows(s, cost_center=True)])
+    rows = [row for s in statements for row in statement_csv_rows(s, cost_center=True)]
+    return csv_document(ORGANISATION_CSV_COLUMNS, rows)

@@ -4,6 +4,9 @@ Rendered from the statement's export dict (accounting.md "Statement export": the
 data as the JSON and CSV, so the three never disagree) plus what the export does not
 carry: the organisation, the team's name and cost center, and the daily reserved versus
 busy GPU-seconds for the chart. Hours and percentages are rounded at display only.
+Text from users and admins (organisation, team name, cost center, reasons) goes through
+`_plain`: reportlab's Paragraph reads its text as markup, so unescaped it would turn a
+reason into a tag, a link or a failed build.
 """
 
 from collections.abc import Sequence
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from io import BytesIO
+from xml.sax.saxutils import escape
 
 from reportlab.lib import colors
 from reportlab.lib.enums import TA_RIGHT
@@ -112,6 +116,12 @@ class _Styles:
         )
 
 
+def _plain(text: str, style: ParagraphStyle) -> Paragraph:
+    """A paragraph showing `text` literally: its markup characters are escaped, so no tag,
+    font change or link can come from it."""
+    return Paragraph(escape(text), style)
+
+
 def _period_label(export: dict, until: datetime) -> str:
     period = Period.parse_month(export["period"])
     last_day = period.end.date().toordinal() - 1
@@ -130,7 +140,7 @@ def _header(export: dict, header: StatementHeader, st: _Styles) -> list:
         [
             [
                 [
-                    Paragraph(header.organisation, st.org),
+                    _plain(header.organisation, st.org),
                     Paragraph("GPU chargeback statement", st.h1),
                 ],
                 Paragraph(
@@ -165,7 +175,7 @@ def _header(export: dict, header: StatementHeader, st: _Styles) -> list:
     if header.sent_at:
         facts.append(("Sent", _utc(header.sent_at)))
     table = Table(
-        [[Paragraph(k, st.small), Paragraph(v, st.body)] for k, v in facts],
+        [[Paragraph(k, st.small), _plain(v, st.body)] for k, v in facts],
         colWidths=[30 * mm, WIDTH - 30 * mm],
     )
     table.setStyle(
@@ -195,9 +205,9 @@ def _lines_table(export: dict, st: _Styles) -> Table:
     currency = export["currency"]
     rows = [["Description", "GPU class", "Seconds", "Hours", "Rate", f"Amount ({currency})"]]
     for line in export["lines"]:
-        description = [Paragraph(KIND_LABELS.get(line["kind"], line["kind"]), st.cell)]
+        description = [_plain(KIND_LABELS.get(line["kind"], line["kind"]), st.cell)]
         if line.get("reason"):
-            description.append(Paragraph(line["reason"], st.reason))
+            description.append(_plain(line["reason"], st.reason))
         rows.append(
             [
                 description,

@@ -2,9 +2,11 @@
 one message per lead, summary in the body, CSV and PDF attached, through the one mail
 module under the key `statement:<id>`. Delivery is recorded per recipient there, so a
 retry after an SMTP outage or a killed worker mails only the leads not yet served. The
-statement becomes `sent` only once every lead is served."""
+statement becomes `sent` only once every lead is served. Retries are scheduled on those
+records, not in the broker: the `reports.statements_send_pending` sweep (every minute)
+starts again every sending that failed, was interrupted, or never began."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.urls import reverse
@@ -13,8 +15,10 @@ from django.utils import timezone
 from accounts.selectors import team_leads
 from gpuquota.core.errors import Conflict
 from gpuquota.core.timeutil import Period
+from gpuquota.mail.conf import mail_enabled
+from gpuquota.mail.selectors import mail_keys_waiting
 from gpuquota.mail.services import Attachment, MailOutcome, mail_send
-from reports.conf import organisation_name
+from reports.conf import organisation_name, statement_send_stale_s, statement_send_sweep_s
 from reports.documents import (
     statement_csv_bytes,
     statement_filename,
@@ -93,7 +97,26 @@ def statement_send(*, statement: Statement, now: datetime | None = None) -> Mail
     return outcome
 
 
-def statements_unsent_ids() -> list[int]:
-    """Approved statements whose leads have not all been served yet, oldest first."""
-    unsent = Statement.objects.filter(status=Statement.Status.APPROVED).order_by("approved_at")
-    return list(unsent.values_list("id", flat=True))
+def statements_send_due_ids(*, now: datetime) -> list[int]:
+    """Approved statements, oldest first, whose sending should start (again) at `now`: the
+    approval's own send had `statement_send_stale_s()` to begin, and no lead is being
+    served right now or waiting for a retry after a failure (`mail_keys_waiting`). So a
+    send interrupted by a killed worker or a lost task starts again within minutes, and a
+    failing one is retried with backoff. A team without a lead is tried in the first sweep
+    of each hour after approval (its refusal logged), and at once when it has a lead again.
+    Nothing while mail is switched off."""
+    if not mail_enabled():
+        return []
+    stale_s = statement_send_stale_s()
+    approved = (Statement.objects.filter(status=Statement.Status.APPROVED,
+                                         approved_at__lte=now - timedelta(seconds=stale_s))
+                .select_related("team").order_by("approved_at"))
+    waiting = mail_keys_waiting(keys=[statement_mail_key(s) for s in approved], now=now,
+                                stale_s=stale_s)
+    return [s.pk for s in approved if statement_mail_key(s) not in waiting
+            and (team_leads(team=s.team) or _first_sweep_of_the_hour(s.approved_at, now))]
+
+
+def _first_sweep_of_the_hour(approved_at: datetime, now: datetime) -> bool:
+    return (now - approved_at).total_seconds() % 3600 < statement_send_sweep_s()
+

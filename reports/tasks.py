@@ -7,20 +7,21 @@ from celery.schedules import crontab
 from django.utils import timezone
 
 from gpuquota.core.errors import Conflict
-from gpuquota.mail.conf import retry_countdown_s
+from reports.conf import statement_send_sweep_s
 from reports.late_scan import late_usage_scan
 from reports.models import Statement
 from reports.notices import statements_month_start, statements_unapproved_remind
-from reports.sending import statement_send, statements_unsent_ids
+from reports.sending import statement_send, statements_send_due_ids
 from reports.services_statements import month_previous, statements_refresh_open
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="reports.statement_send", bind=True, max_retries=8, acks_late=True)
-def statement_send_task(self, statement_id: int) -> dict:
-    """Mail an approved statement to its team's leads; retried with a growing delay (1
-    minute doubling, at most an hour, 8 times) while some lead could not be served. A
+@shared_task(name="reports.statement_send", acks_late=True)
+def statement_send_task(statement_id: int) -> dict:
+    """Mail an approved statement to its team's leads, once each. It does not retry: a lead
+    not served (SMTP down, the worker killed) is in the mail records, and the
+    `reports.statements_send_pending` sweep starts the sending again with backoff. A
     statement already sent, or no longer there, is left alone."""
     statement = Statement.objects.filter(pk=statement_id, status=Statement.Status.APPROVED).first()
     if statement is None:
@@ -31,17 +32,21 @@ def statement_send_task(self, statement_id: int) -> dict:
         logger.warning("statement %s not sent: %s", statement_id, exc.message)
         return {"statement": statement_id, "skipped": exc.message}
     if outcome.failed:
-        raise self.retry(countdown=retry_countdown_s(self.request.retries))
+        logger.warning("statement %s: %d lead(s) not served yet; the sweep retries them",
+                       statement_id, len(outcome.failed))
     return {"statement": statement_id, **outcome.summary()}
 
 
 @shared_task(name="reports.statements_send_pending")
 def statements_send_pending_task() -> dict:
-    """Queue the sending of every approved statement not yet sent: catches an approval whose
-    after-commit task never ran (broker down) or ran out of retries (a long SMTP outage)."""
-    ids = statements_unsent_ids()
+    """Queue the sending of every approved statement that is due (`statements_send_due_ids`:
+    never begun, interrupted, or failed and past its backoff). A queued send expires after a
+    minute (or one sweep interval if longer), so a worker that is down does not come back
+    to a pile of them."""
+    ids = statements_send_due_ids(now=timezone.now())
     for statement_id in ids:
-        statement_send_task.delay(statement_id)
+        statement_send_task.apply_async((statement_id,),
+                                        expires=max(statement_send_sweep_s(), 60))
     return {"queued": ids}
 
 
@@ -79,7 +84,8 @@ def late_usage_scan_task() -> dict[str, int]:
 BEAT_SCHEDULE = {
     "statements-send-pending": {
         "task": "reports.statements_send_pending",
-        "schedule": crontab(minute=45),
+        "schedule": statement_send_sweep_s(),
+        "options": {"expires": max(statement_send_sweep_s() - 5, 5)},
     },
     "statements-month-start": {
         "task": "reports.statements_month_start",

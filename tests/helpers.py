@@ -1,5 +1,7 @@
 """Helpers shared by the test areas: browser sessions, racing threads, Celery workers."""
 
+import csv
+import io
 import os
 import socket
 import subprocess
@@ -18,6 +20,12 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def csv_lines(text: str) -> list[str]:
+    """Each row of a CSV file, parsed and joined again with bare commas: compares with
+    expected lines whatever the quoting (the product quotes every cell)."""
+    return [",".join(row) for row in csv.reader(io.StringIO(text, newline=""))]
 
 
 def run_concurrently(jobs: list[Callable]) -> list:
@@ -59,18 +67,16 @@ def screenshot(page, name: str) -> None:
 
 
 @contextmanager
-def celery_worker(*, env: dict, log_path: Path,
-                  options: tuple[str, ...] = ("--concurrency", "1", "--without-gossip",
-                                              "--without-mingle"),
-                  ) -> Iterator[subprocess.Popen]:
-    """A real Celery worker process of this project (this interpreter, `options`: one
-    process by default) with `env`, logging to `log_path`; stopped on exit (terminate,
-    then kill), the tail of its log printed for a failing test's report."""
+def project_process(module_argv: list[str], *, env: dict, log_path: Path
+                    ) -> Iterator[subprocess.Popen]:
+    """`python -m <module_argv>` (this interpreter) in the project's folder with `env`,
+    logging to `log_path`; stopped on exit (terminate, then kill), the tail of its log
+    printed for a failing test's report. It leads a process group of its own (its pid),
+    which `os.killpg` kills whole, children and all."""
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "gpuquota", "worker", "--loglevel", "INFO",
-             *options],
-            cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", *module_argv], cwd=settings.BASE_DIR,
+                                env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
             yield proc
         finally:
@@ -81,3 +87,15 @@ def celery_worker(*, env: dict, log_path: Path,
                 proc.kill()
                 proc.wait()
             print(log_path.read_text()[-3000:])
+
+
+@contextmanager
+def celery_worker(*, env: dict, log_path: Path,
+                  options: tuple[str, ...] = ("--concurrency", "1", "--without-gossip",
+                                              "--without-mingle"),
+                  ) -> Iterator[subprocess.Popen]:
+    """A real Celery worker process of this project (`options`: one process by default)
+    with `env` (see `project_process`)."""
+    with project_process(["celery", "-A", "gpuquota", "worker", "--loglevel", "INFO",
+                          *options], env=env, log_path=log_path) as proc:
+        yield proc

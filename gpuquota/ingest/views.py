@@ -4,10 +4,11 @@ import logging
 
 from django import forms
 from django.contrib import messages
-from django.db import OperationalError
+from django.db import InterfaceError, OperationalError
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -28,6 +29,7 @@ from gpuquota.inventory.models import Cluster, Node
 
 logger = logging.getLogger(__name__)
 NEW_TOKEN_SESSION_KEY = "ingest_new_token"
+STORAGE_RETRY_AFTER_S = 30
 
 
 def _error(status: int, code: str, detail: str, errors=(), **headers) -> JsonResponse:
@@ -46,11 +48,22 @@ def _unauthorized(detail: str) -> JsonResponse:
 @csrf_exempt
 @require_POST
 def agent_batches(request):
-    """POST /api/v1/agent/batches (agent-protocol.md)."""
+    """POST /api/v1/agent/batches (agent-protocol.md). With the database unreachable, from
+    the token lookup on, the answer is the protocol's 503 with Retry-After: the agent keeps
+    the batch in its spool and resends it."""
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         return _unauthorized("A node token is required: Authorization: Bearer <token>.")
-    node = node_for_token(key=key.strip())
+    try:
+        return _batch_receive(request, key=key.strip())
+    except (OperationalError, InterfaceError):
+        logger.exception("database unavailable while receiving a batch")
+        return _error(503, "unavailable", "Storage is unavailable; resend later.",
+                      Retry_After=str(STORAGE_RETRY_AFTER_S))
+
+
+def _batch_receive(request, *, key: str) -> JsonResponse:
+    node = node_for_token(key=key)
     if node is None:
         return _unauthorized("Unknown or revoked node token.")
     wait_s = node_batch_wait_s(node_id=node.pk)
@@ -69,9 +82,6 @@ def agent_batches(request):
         result = batch_ingest(node=node, body=body, now=timezone.now().replace(microsecond=0))
     except ProtocolError as refusal:
         return JsonResponse(refusal.body(), status=refusal.status)
-    except OperationalError:
-        logger.exception("database unavailable while storing a batch from %s", node)
-        return _error(503, "unavailable", "Storage is unavailable; resend later.", Retry_After="30")
     return JsonResponse(result.body, status=result.status)
 
 
@@ -92,6 +102,7 @@ def _show_token_once(request, issued) -> None:
     request.session[NEW_TOKEN_SESSION_KEY] = {"node": str(issued.node), "key": issued.key}
 
 
+@never_cache  # shows a new node token's secret once: no browser or proxy may keep a copy
 def nodes(request):
     """Admins: every node, its live token prefixes, last seen, clock skew; enrol a node."""
     require_admin(request.user)

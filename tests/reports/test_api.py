@@ -8,6 +8,7 @@ from django.test import Client
 
 from reports.models import Statement
 from reports.services_statements import statement_draft
+from tests.helpers import csv_lines
 from tests.reports.factories import OCT_3, OCTOBER, SETTLED, h100, reserved_hours
 
 pytestmark = pytest.mark.django_db
@@ -40,7 +41,7 @@ def test_team_statement_roles(billed, role, url):
                 "anonymous": 401}[role]
     assert response.status_code == expected
     if expected == 200 and url.endswith(".csv"):
-        assert response.content.decode().splitlines()[1] == (
+        assert csv_lines(response.content.decode())[1] == (
             "vision,2026-10,USD,reserved,H100-80GB,36000,10.00,2.50,25.00,")
     elif expected == 200:
         assert response.json()["total"] == "25.00"
@@ -59,8 +60,9 @@ def test_organisation_month_roles(billed, role, url):
     seen = {"admin": {"speech", "vision"}, "lead": {"vision"}, "member": {"vision"},
             "other_lead": {"speech"}}[role]
     if url.endswith(".csv"):
-        assert {row.split(",")[0] for row in response.content.decode().splitlines()[1:]} == seen
-        assert response.content.decode().splitlines()[0].endswith(",reason,cost_center")
+        rows = csv_lines(response.content.decode())
+        assert {row.split(",")[0] for row in rows[1:]} == seen
+        assert rows[0].endswith(",reason,cost_center")
     else:
         assert {s["team"] for s in response.json()["statements"]} == seen
 

@@ -11,6 +11,7 @@ from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import GpuHealthInterval
 from reports.models import Statement
 from reports.services_statements import adjustment_add, statement_draft, statements_draft_month
+from tests.helpers import csv_lines
 from tests.reports.scenario import FAILED_AT, REBOOT_SAMPLE_AT, october_build
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
@@ -72,16 +73,16 @@ def test_october_to_the_cent(time_machine):
     assert client.get("/api/v1/statements/vision/2026-10").json() == VISION_JSON
     response = client.get("/api/v1/statements/vision/2026-10.csv")
     assert response["Content-Type"].startswith("text/csv")
-    assert response.content.decode() == VISION_CSV
+    assert csv_lines(response.content.decode()) == VISION_CSV.splitlines()
     client.force_login(month.admin)
     everyone = client.get("/api/v1/statements/2026-10").json()
     assert [s["team"] for s in everyone["statements"]] == ["robotics", "speech", "vision"]
     assert everyone["statements"][2] == {**VISION_JSON, "cost_center": "CC-100"}
-    organisation_csv = client.get("/api/v1/statements/2026-10.csv").content.decode()
-    assert organisation_csv.splitlines()[0] == ",".join(
+    organisation_csv = csv_lines(client.get("/api/v1/statements/2026-10.csv").content.decode())
+    assert organisation_csv[0] == ",".join(
         ["team", "period", "currency", "kind", "gpu_class", "seconds", "hours", "rate",
          "amount", "reason", "cost_center"])
-    assert organisation_csv.splitlines()[1:] == [
+    assert organisation_csv[1:] == [
         "robotics,2026-10,USD,on_demand,H100-80GB,4,0.00,3.20,0.00,,CC-300",
         "speech,2026-10,USD,on_demand,A100-40GB,900,0.25,1.75,0.44,,CC-200",
         *[f"{row},CC-100" for row in VISION_CSV.splitlines()[1:]]]

@@ -4,6 +4,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.services import reservation_create
@@ -51,8 +52,7 @@ def test_lead_reads_availability_reserves_two_gpus_and_sees_them(org, browser_pa
     assert page.input_value("[name=start]").endswith("T00:00")
     page.fill("[name=count]", "2")
     page.locator("[name=count]").dispatch_event("change")
-    page.wait_for_function(
-        "document.getElementById('window-hint').textContent.includes('free for this whole')")
+    expect(page.locator("#window-hint")).to_contain_text("free for this whole")
     assert "of 8 H100-80GB GPUs are free" in page.inner_text("#window-hint")
     page.fill("[name=purpose]", "ablation runs")
     screenshot(page, "reservations-form-filled")
@@ -115,8 +115,7 @@ def test_lead_is_warned_before_an_over_quota_request_and_sees_the_same_numbers_a
     cell.click()
     page.fill("[name=count]", "6")
     page.locator("[name=count]").dispatch_event("change")
-    page.wait_for_function(
-        "document.getElementById('window-hint').dataset.verdict === 'over_quota'")
+    expect(page.locator("#window-hint")).to_have_attribute("data-verdict", "over_quota")
     hint = page.inner_text("#window-hint")
     assert "Your team can have 4 within its quota, +2 beyond it with approval." in hint
     assert "Over quota" in hint and "will wait for an admin's approval" in hint
@@ -124,13 +123,11 @@ def test_lead_is_warned_before_an_over_quota_request_and_sees_the_same_numbers_a
     screenshot(page, "reservations-form-over-quota-warning")
     page.fill("[name=count]", "7")
     page.locator("[name=count]").dispatch_event("change")
-    page.wait_for_function(
-        "document.getElementById('window-hint').dataset.verdict === 'impossible'")
+    expect(page.locator("#window-hint")).to_have_attribute("data-verdict", "impossible")
     assert page.inner_text("#reservation-form button[type=submit]") == "Reserve"
     page.fill("[name=count]", "6")
     page.locator("[name=count]").dispatch_event("change")
-    page.wait_for_function(
-        "document.getElementById('window-hint').dataset.verdict === 'over_quota'")
+    expect(page.locator("#window-hint")).to_have_attribute("data-verdict", "over_quota")
     page.fill("[name=purpose]", "big sweep")
     page.click("#reservation-form button[type=submit]")
     page.wait_for_url("**/teams/vision/")
@@ -158,8 +155,7 @@ def test_an_impossible_request_is_refused_at_once_in_the_form(org, browser_page)
     page.locator("#availability tbody tr").filter(has_text="H100-80GB").locator("td").nth(6).click()
     page.fill("[name=count]", "7")  # 8 in service, 2 guaranteed to speech
     page.locator("[name=count]").dispatch_event("change")
-    page.wait_for_function(
-        "document.getElementById('window-hint').dataset.verdict === 'impossible'")
+    expect(page.locator("#window-hint")).to_have_attribute("data-verdict", "impossible")
     page.click("#reservation-form button[type=submit]")
     page.wait_for_load_state("networkidle")
     assert "can ever be had by Vision" in page.locator("#count-errors").inner_text()

@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from reports.models import Adjustment, Statement
 from tests.factories import GpuClassFactory, TeamFactory, make_gpu
+from tests.helpers import csv_lines
 from tests.stmtdocs.factories import (
     NOVEMBER,
     NOW,
@@ -169,7 +170,8 @@ def test_statement_page_and_downloads_by_role(client, month, role):
         assert ('id="approve"' in body) == (role == "admin")
         csv = client.get(urls[1])
         assert csv["Content-Disposition"] == 'attachment; filename="statement-vision-2026-10.csv"'
-        assert b"vision,2026-10,USD,reserved,H100-80GB,10800,3.00,2.50,7.50,\r\n" in csv.content
+        assert "vision,2026-10,USD,reserved,H100-80GB,10800,3.00,2.50,7.50," in csv_lines(
+            csv.content.decode())
         pdf = client.get(urls[2])
         assert pdf["Content-Type"] == "application/pdf" and pdf.content.startswith(b"%PDF")
 

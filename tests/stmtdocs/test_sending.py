@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pypdf
 import pytest
-from celery.exceptions import Retry
 
 from accounts.models import Membership
 from gpuquota.core.errors import Conflict
+from gpuquota.inventory.models import Gpu
 from gpuquota.mail.models import MailDelivery
 from reports.export import statement_csv
 from reports.models import Statement
@@ -18,7 +18,14 @@ from reports.sending import statement_send
 from reports.services_statements import statement_approve
 from reports.tasks import statement_send_task
 from tests.factories import MembershipFactory, UserFactory
-from tests.stmtdocs.factories import NOW, OCTOBER, draft, priced_gpus, reserved_hours
+from tests.stmtdocs.factories import (
+    NOW,
+    OCTOBER,
+    SEPTEMBER,
+    draft,
+    priced_gpus,
+    reserved_hours,
+)
 
 pytestmark = [pytest.mark.django_db]
 
@@ -136,11 +143,9 @@ def test_a_draft_and_a_team_without_leads_are_not_sent(approved, roles, smtp_ser
     assert smtp_server.messages == []
 
 
-def test_the_task_retries_while_the_server_is_down_and_is_idempotent(approved, leads, smtp_server):
+def test_the_task_does_not_retry_itself_and_is_idempotent(approved, leads, smtp_server):
     smtp_server.stop()
-    with pytest.raises(Retry):
-        statement_send_task(approved.pk)
-    assert statement_send_task.max_retries == 8
+    assert len(statement_send_task(approved.pk)["failed"]) == 2  # left to the sweep
     smtp_server.start()
     assert len(statement_send_task(approved.pk)["sent"]) == 2
     assert statement_send_task(approved.pk)["skipped"] == "not approved or already sent"
@@ -160,14 +165,62 @@ def test_approval_sends_after_commit(roles, leads, smtp_server, django_capture_o
     assert statement.status == Statement.Status.SENT and len(smtp_server.messages) == 2
 
 
-def test_the_hourly_sweep_sends_approved_statements_left_unsent(approved, leads, smtp_server):
+def test_the_sweep_retries_a_failed_sending_after_its_backoff(
+        approved, leads, smtp_server, time_machine):
     from reports.tasks import BEAT_SCHEDULE, statements_send_pending_task
 
-    assert BEAT_SCHEDULE["statements-send-pending"]["task"] == "reports.statements_send_pending"
-    smtp_server.stop()  # the after-commit send ran out of retries during an outage
+    assert BEAT_SCHEDULE["statements-send-pending"]["schedule"] == 60
+    smtp_server.stop()  # the approval's send fails: both leads wait 1 minute for a retry
     assert not statement_send(statement=approved).complete
+    assert statements_send_pending_task.apply().get() == {"queued": []}
+    time_machine.move_to(NOW + timedelta(seconds=121), tick=False)
+    assert statements_send_pending_task.apply().get() == {"queued": [approved.pk]}  # fails
+    time_machine.move_to(NOW + timedelta(seconds=121 + 61), tick=False)
+    assert statements_send_pending_task.apply().get() == {"queued": []}  # now 2 minutes
     smtp_server.start()
+    time_machine.move_to(NOW + timedelta(seconds=121 + 121), tick=False)
     assert statements_send_pending_task.apply().get() == {"queued": [approved.pk]}
     approved.refresh_from_db()
     assert approved.status == Statement.Status.SENT and len(smtp_server.messages) == 2
     assert statements_send_pending_task.apply().get() == {"queued": []}
+    assert set(MailDelivery.objects.values_list("attempts", flat=True)) == {3}
+
+
+def test_the_sweep_starts_a_sending_that_never_began_or_was_interrupted(
+        approved, leads, roles, smtp_server, time_machine):
+    from reports.tasks import statements_send_pending_task
+
+    [gpu] = Gpu.objects.all()
+    reserved_hours(roles.team, gpu, SEPTEMBER.start + timedelta(days=3), 1, reported_minutes=0)
+    draft(SEPTEMBER)
+    other = statement_approve(statement=Statement.objects.get(
+        team=roles.team, month=SEPTEMBER.start.date()), by=roles.admin, now=NOW)
+    key = f"statement:{approved.pk}"
+    MailDelivery.objects.create(key=key, recipient=leads[0], template="statement", attempts=1)
+    assert statements_send_pending_task.apply().get() == {"queued": []}  # both too recent
+    time_machine.move_to(NOW + timedelta(seconds=121), tick=False)
+    # `approved`: a lead claimed 2 minutes ago and never served (its worker was killed);
+    # `other`: approved 2 minutes ago and no send ever began (its task was lost)
+    assert statements_send_pending_task.apply().get() == {"queued": [approved.pk, other.pk]}
+    assert {s.status for s in Statement.objects.all()} == {Statement.Status.SENT}
+    assert sorted(smtp_server.recipients()) == ["lead2@example.org", "lead2@example.org",
+                                                "lead@example.org", "lead@example.org"]
+
+
+def test_the_sweep_waits_for_a_live_sender_and_for_a_team_without_lead(
+        approved, leads, roles, smtp_server, time_machine, settings):
+    from reports.tasks import statements_send_pending_task
+
+    key = f"statement:{approved.pk}"
+    time_machine.move_to(NOW + timedelta(seconds=121), tick=False)
+    MailDelivery.objects.create(key=key, recipient=leads[0], template="statement", attempts=1)
+    assert statements_send_pending_task.apply().get() == {"queued": []}  # claimed just now
+    MailDelivery.objects.filter(key=key).delete()
+    Membership.objects.filter(team=roles.team, role=Membership.Role.LEAD).update(
+        valid_until=NOW)
+    assert statements_send_pending_task.apply().get() == {"queued": []}  # no lead
+    time_machine.move_to(NOW + timedelta(hours=1, seconds=30), tick=False)
+    assert statements_send_pending_task.apply().get() == {"queued": [approved.pk]}  # hourly
+    settings.MAIL_ENABLED = False
+    time_machine.move_to(NOW + timedelta(hours=2, seconds=30), tick=False)
+    assert statements_send_pending_task.apply().get() == {"queued": []}  # mail is off
