@@ -51,7 +51,8 @@ def test_admin_reviews_adjusts_and_approves_the_month(org, browser_page, smtp_se
     label = f"{month.start:%Y-%m}"
     page = browser_page
     browser_login(page, "admin")
-    page.click("nav >> text=Statements")
+    page.click("#nav-billing summary")  # the admin pages are in menus
+    page.click("#nav-billing >> text=Statements")
     page.fill("#month", label)
     page.click("#month-picker button[type=submit]")
     page.wait_for_url(f"**/statements/review/?month={label}")
