@@ -16,7 +16,7 @@ from accounts.permissions import is_admin, require_admin, team_for_view
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period
 from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
-from reports.forms import AdjustmentForm, period_parse
+from reports.forms import AdjustmentForm, approval_confirmation_parse, period_parse
 from reports.models import Statement
 from reports.review import previous_period, statement_page_late_usage, statements_review
 from reports.services_statements import (
@@ -89,7 +89,11 @@ def statements_approve_all(request):
     require_admin(request.user)
     period = _posted_period(request)
     try:
-        approved, refused = statements_approve_month(period=period, by=request.user)
+        confirmed = approval_confirmation_parse(request.POST.getlist("confirm"))
+        approved, refused = statements_approve_month(period=period, by=request.user,
+                                                     confirmed=confirmed)
+    except ValueError as exc:
+        messages.error(request, str(exc))
     except DomainError as exc:
         messages.error(request, exc.message)
     else:

@@ -75,8 +75,9 @@ def test_the_admins_home_page_shows_them_linked(busy_world):
     page = _client(busy_world.admin).get("/")
     body = page.content.decode()
     assert page.status_code == 200 and "What needs you" in body
-    for key, url in [("approvals", "/reservations/pending/"), ("objections", "/reclaim/#objected"),
-                     ("recommendations", "/reclaim/#open"), ("failed_gpus", "/fleet/?health=failed"),
+    for key, url in [("approvals", "/reservations/pending/"),
+                     ("objections", "/reclaim/#objected"), ("recommendations", "/reclaim/#open"),
+                     ("failed_gpus", "/fleet/?health=failed"),
                      ("silent_nodes", "/fleet/?problems=1")]:
         assert f'id="attention-{key}"' in body
         assert f'href="{url}"' in body
