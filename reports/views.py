@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 from accounts.permissions import is_admin, require_admin, team_for_view
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period
+from gpuquota.usage.selectors import team_reservations_utilization
 from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
 from reports.forms import AdjustmentForm, approval_confirmation_parse, period_parse
 from reports.models import Statement
@@ -125,6 +126,8 @@ def _detail_page(request, statement: Statement, period: Period, form, status: in
         "utilization": Fraction(statement.busy_s, statement.reserved_s or 1),
         "coverage": Fraction(statement.covered_s, statement.reserved_s or 1),
         "late": statement_page_late_usage(statement=statement),
+        "by_reservation": team_reservations_utilization(
+            team=statement.team, period=Period(period.start, statement.computed_until)),
         "to_date": statement.computed_until < period.end,
         "is_admin": is_admin(request.user),
         "opens_at": opens_at,

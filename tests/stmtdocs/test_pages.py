@@ -204,7 +204,7 @@ def test_statement_page_and_downloads_by_role(client, month, role):
             assert response.status_code == (200 if role in SEES_TEAM else 404), url
     if role in SEES_TEAM:
         body = client.get(urls[0]).content.decode()
-        assert "7.50 USD" in body and "H100-80GB" in body and "10800" in body
+        assert "7.50 USD" in body and "H100-80GB" in body and "10,800" in body
         assert ("Add an adjustment" in body) == (role == "admin")
         assert ('id="approve"' in body) == (role == "admin")
         csv = client.get(urls[1])
@@ -319,3 +319,23 @@ def test_late_usage_is_flagged_shown_line_by_line_and_settled_in_one_click(clien
     assert '<td class="num" id="late-difference">0.00</td>' in page
     response = client.post(detail_url(name="statement_late_adjust"), follow=True)
     assert "Nothing late to settle for 2026-10." in response.content.decode()
+
+
+def test_the_statement_page_groups_seconds_and_breaks_the_month_down_by_reservation(
+        client, month):
+    """Seconds read as the PDF prints them (10,800, not 10800), and each reservation of the
+    month says where the reserved hours come from."""
+    client.force_login(month.lead)
+    body = client.get(detail_url()).content.decode()
+    assert '<td class="num">10,800</td>' in body and ">10800<" not in body
+    [reservation] = month.team.reservations.filter(start__gte=OCTOBER.start,
+                                                   start__lt=OCTOBER.end)
+    assert 'id="by-reservation"' in body
+    row = body.split(f'id="reservation-{reservation.id}"')[1].split("</tr>")[0]
+    assert f"#{reservation.id} × 1" in row and "H100-80GB" in row
+    assert '<td class="num">3.00</td>' in row  # reserved hours in October
+    assert "100.0%" in row  # all of it reported busy
+    september = month.team.reservations.get(start__lt=OCTOBER.start)
+    assert f'id="reservation-{september.id}"' not in body  # another month's
+    speech = client.get(detail_url("speech")).status_code
+    assert speech == 404  # the lead of Vision does not see Speech's
