@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from accounts.authentication import token_or_login_required
 from accounts.permissions import is_admin, require_admin, team_for_view
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period
@@ -207,7 +208,7 @@ def _download(statement: Statement, content: bytes, extension: str, mimetype: st
     return response
 
 
-@login_required
+@token_or_login_required
 def statement_csv_download(request, slug: str, month: str):
     statement, _period = _statement_or_404(request, slug, month)
     if statement.error:
@@ -215,7 +216,7 @@ def statement_csv_download(request, slug: str, month: str):
     return _download(statement, statement_csv_bytes(statement=statement), "csv", "text/csv")
 
 
-@login_required
+@token_or_login_required
 def statement_pdf_download(request, slug: str, month: str):
     statement, _period = _statement_or_404(request, slug, month)
     if statement.error:
