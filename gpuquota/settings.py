@@ -270,6 +270,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "gpuquota.ingest.schema.agent_batches_schema",
         "gpuquota.core.schema.error_responses",
+        "gpuquota.core.schema.tags_by_area",
     ],
 }
 # Per user: personal tokens and browser sessions (accounts/throttling.py); "0" turns off.
