@@ -79,10 +79,7 @@
         if (data.error) { say("errorlist", [data.error]); return; }
         var lines = [data.free_gpus + " of " + data.total_gpus + " " + data.gpu_class +
           " GPUs are free for this whole window."];
-        if (data.within_quota !== undefined) {
-          lines.push("Your team can have " + data.within_quota + " within its quota, +" +
-            data.beyond_quota + " beyond it with approval.");
-        }
+        if (data.room_message) { lines.push(data.room_message); }
         if (data.verdict) {
           lines.push(data.verdict_message);
           if (data.verdict === "over_quota" || data.verdict === "over_quota_blocked") {

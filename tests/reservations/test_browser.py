@@ -118,8 +118,10 @@ def test_lead_is_warned_before_an_over_quota_request_and_sees_the_same_numbers_a
     page.wait_for_function(
         "document.getElementById('window-hint').dataset.verdict === 'over_quota'")
     hint = page.inner_text("#window-hint")
-    assert "Your team can have 4 within its quota, +2 beyond it with approval." in hint
-    assert "Over quota" in hint and "will wait for an admin's approval" in hint
+    assert ("Vision can have 4 at once within its quota, and up to 2 more with an admin's "
+            "approval.") in hint
+    assert "A request for 6 goes beyond Vision's quota: it will wait for an admin's approval" \
+        in hint
     assert page.inner_text("#reservation-form button[type=submit]") == "Request approval"
     screenshot(page, "reservations-form-over-quota-warning")
     page.fill("[name=count]", "7")
@@ -162,6 +164,6 @@ def test_an_impossible_request_is_refused_at_once_in_the_form(org, browser_page)
         "document.getElementById('window-hint').dataset.verdict === 'impossible'")
     page.click("#reservation-form button[type=submit]")
     page.wait_for_load_state("networkidle")
-    assert "can ever be had by Vision" in page.locator("#count-errors").inner_text()
+    assert "leave Vision at most 6 H100-80GB GPUs" in page.locator("#count-errors").inner_text()
     assert not Reservation.objects.filter(count=7).exists()
     screenshot(page, "reservations-form-impossible")
