@@ -190,8 +190,8 @@ def room_verdict(*, room: Room, count: int, team_name: str, class_name: str) -> 
                        f"{gpus_text(room.ceiling, class_name)} in this window.")
     if count <= room.can_get:
         return Verdict("over_quota", f"A request for {count} goes beyond {team_name}'s quota: "
-                       f"it will wait for an admin's approval ({room.can_get} could be "
-                       "approved now).")
+                       f"it will wait for an admin's approval (up to {room.can_get} could be "
+                       "granted now).")
     return Verdict("over_quota_blocked", f"A request for {count} goes beyond {team_name}'s "
                    f"quota: it will wait for an admin's approval, but only {room.can_get} "
                    "could be approved now (the rest is other teams' unused quota, kept for "
