@@ -7,6 +7,8 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
+from gpuquota.core.timeutil import instant_text
+
 WIDTH, HEIGHT, PAD_L, PAD_B, PAD_T = 720, 180, 44, 22, 10
 
 
@@ -34,14 +36,14 @@ def svg_bar_chart(*, points: Sequence[tuple[datetime, float | Decimal | None]], 
             parts.append(
                 f'<rect x="{x + step * 0.1:.1f}" y="{PAD_T + plot_h - height:.1f}" '
                 f'width="{max(step * 0.8, 0.5):.1f}" height="{height:.1f}" fill="{color}">'
-                f'<title>{at:%Y-%m-%d %H:%M} UTC: {float(value):.1f}{escape(unit)}</title></rect>'
+                f'<title>{instant_text(at)}: {float(value):.1f}{escape(unit)}</title></rect>'
             )
         for i in (0, len(points) - 1):
             at = points[i][0]
             anchor = "start" if i == 0 else "end"
             x = PAD_L if i == 0 else WIDTH - 8
             parts.append(f'<text x="{x}" y="{HEIGHT - 6}" font-size="10" fill="#667085" '
-                         f'text-anchor="{anchor}">{at:%m-%d %H:%M}</text>')
+                         f'text-anchor="{anchor}">{instant_text(at)}</text>')
     else:
         parts.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" '
                      f'fill="#667085">No data</text>')
