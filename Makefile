@@ -23,6 +23,9 @@ demo: export EMAIL_URL ?= file://var/mail
 ## organisation's domain (as its people's addresses), not from localhost.
 demo: export GPUQUOTA_BASE_URL ?= http://127.0.0.1:$(PORT)
 demo: export DEFAULT_FROM_EMAIL ?= gpuquota demo <gpuquota@example.org>
+## Its agents report every 10 s: the hour in progress is recomputed every minute (not 5),
+## so the figures move while you watch.
+demo: export USAGE_ROLLUP_FRESHNESS_S ?= 60
 ## Reclaim on a shortened look-back (1 h) and grace (5 min), so the demo shows it.
 demo: export RECLAIM_LOOKBACK_S ?= 3600
 demo: export RECLAIM_GRACE_S ?= 300

@@ -26,7 +26,8 @@ def _make_demo(tmp_path, **env) -> list[dict]:
     python.write_text(RECORD.format(python=sys.executable, out=str(out)))
     python.chmod(0o755)
     clean = {k: v for k, v in os.environ.items()
-             if k not in ("DEFAULT_FROM_EMAIL", "EMAIL_URL", "GPUQUOTA_BASE_URL")}
+             if k not in ("DEFAULT_FROM_EMAIL", "EMAIL_URL", "GPUQUOTA_BASE_URL",
+                          "USAGE_ROLLUP_FRESHNESS_S")}
     subprocess.run(["make", "--no-print-directory", "demo", f"PY={python}", "INSTALLED=Makefile",
                     "PORT=8123"], cwd=ROOT, env={**clean, **env}, check=True, timeout=60,
                    capture_output=True)
@@ -43,6 +44,7 @@ def test_make_demo_mails_from_the_demo_domain_to_files_with_links_to_its_port(tm
         assert "localhost" not in env["DEFAULT_FROM_EMAIL"]
         assert env["EMAIL_URL"] == "file://var/mail"
         assert env["GPUQUOTA_BASE_URL"] == "http://127.0.0.1:8123"
+        assert env["USAGE_ROLLUP_FRESHNESS_S"] == "60"  # its agents report every 10 s
 
 
 def test_what_the_user_sets_wins(tmp_path):
