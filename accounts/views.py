@@ -13,6 +13,7 @@ from accounts.selectors import api_tokens_of, teams_visible
 from accounts.services import api_token_create, api_token_revoke
 from gpuquota.core.attention import attention_items
 from gpuquota.core.errors import DomainError
+from gpuquota.core.sections import page_sections
 
 NEW_TOKEN_SESSION_KEY = "accounts_new_api_token"
 
@@ -24,10 +25,12 @@ def home(request):
     teams = list(teams_visible(user=request.user))
     if len(teams) == 1 and not request.user.is_staff:
         return redirect("team_detail", slug=teams[0].slug)
-    attention = attention_items(now=timezone.now()) if is_admin(request.user) else []
+    now = timezone.now()
+    attention = attention_items(now=now) if is_admin(request.user) else []
     return render(request, "accounts/home.html", {
         "teams": teams, "attention": attention,
-        "attention_pending": sum(1 for item in attention if item.count)})
+        "attention_pending": sum(1 for item in attention if item.count),
+        "sections": page_sections("home", user=request.user, now=now)})
 
 
 @login_required

@@ -24,7 +24,7 @@ class Policy:
     is idle over `lookback` (accounting.md). "evidence": also idle after the shorter
     `empty_lookback` when it held no process and at most `empty_memory_bytes` all that
     time (a job that finished), while one holding memory or a process (a notebook
-    kernel) is idle only over the longer `held_lookback` (README, Reclaim policy)."""
+    kernel) is idle only over the longer `held_lookback` (docs/reclaim.md)."""
 
     lookback: timedelta
     idle_busy_fraction: Decimal

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from accounts.models import User
 from accounts.permissions import can_act_for_team
+from gpuquota.core.dispatch import task_enqueue_on_commit
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
@@ -50,9 +51,7 @@ def _audit(rec: Recommendation, *, actor, action: str, changes: dict, reason: st
 def _notify_after_commit(rec: Recommendation, event: str) -> None:
     """Queue the notice once the step commits. With the broker down the step stands and
     the error is logged (robust): `reclaim.release_due` sends notices still unsent."""
-    from reclaim.tasks import notify_task
-
-    transaction.on_commit(lambda: notify_task.delay(rec.pk, event), robust=True)
+    task_enqueue_on_commit("reclaim.notify", recommendation_id=rec.pk, event=event)
 
 
 def _accept(rec: Recommendation, *, actor: User, now: datetime, grace: timedelta) -> None:

@@ -1,5 +1,5 @@
-"""Prometheus gauges of reclaim, computed from the database at each scrape (registered
-by `gpuquota.usage.metrics.metrics_render`)."""
+"""Prometheus gauges of reclaim, computed from the database at each scrape (contributed
+to `/metrics` by `reclaim.contributions`)."""
 
 from django.db.models import Count
 from prometheus_client.core import GaugeMetricFamily

@@ -1,6 +1,6 @@
 """Reclaim: the periodic evaluation that keeps recommendations in step with what
 the GPUs do, and exemptions. The lifecycle of a recommendation (accept, object,
-release...) is in `lifecycle.py`. Rules: shared/spec/accounting.md, "Reclaim
+release...) is in `lifecycle.py`. Rules: docs/accounting.md, "Reclaim
 recommendations"."""
 
 from datetime import datetime

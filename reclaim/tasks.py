@@ -4,7 +4,11 @@ from celery import shared_task
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils.dateparse import parse_datetime
 
+from gpuquota.mail.conf import mail_enabled
 from reclaim.conf import evaluate_interval_s, release_interval_s
+from reclaim.lifecycle import recommendations_release_due
+from reclaim.notify import notices_pending, recommendation_notify
+from reclaim.services import recommendations_evaluate
 
 RETRY = {
     "autoretry_for": (OperationalError, InterfaceError, DatabaseError),
@@ -33,8 +37,6 @@ BEAT_SCHEDULE = {
 def evaluate_task(now: str | None = None) -> dict:
     """Evaluate every eligible reservation against the policy in force (at `now`, ISO
     8601, when given: a replay or a test's frozen clock)."""
-    from reclaim.services import recommendations_evaluate
-
     return recommendations_evaluate(now=parse_datetime(now) if now else None)
 
 
@@ -42,10 +44,6 @@ def evaluate_task(now: str | None = None) -> dict:
 def release_due_task(now: str | None = None) -> dict:
     """Release the accepted recommendations whose grace ended (by `now`, ISO 8601, when
     given), then send the notices an earlier run or an outage left unsent."""
-    from gpuquota.mail.conf import mail_enabled
-    from reclaim.lifecycle import recommendations_release_due
-    from reclaim.notify import notices_pending, recommendation_notify
-
     counts = recommendations_release_due(now=parse_datetime(now) if now else None)
     if not mail_enabled():
         return counts
@@ -58,6 +56,4 @@ def release_due_task(now: str | None = None) -> dict:
 @shared_task(name="reclaim.notify", **RETRY)
 def notify_task(recommendation_id: int, event: str) -> bool:
     """Mail the team's leads about one step of a recommendation (once per lead)."""
-    from reclaim.notify import recommendation_notify
-
     return recommendation_notify(recommendation_id=recommendation_id, event=event)

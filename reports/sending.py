@@ -7,7 +7,6 @@ statement becomes `sent` only once every lead is served."""
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 
-from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
@@ -99,12 +98,3 @@ def statements_unsent_ids() -> list[int]:
     """Approved statements whose leads have not all been served yet, oldest first."""
     unsent = Statement.objects.filter(status=Statement.Status.APPROVED).order_by("approved_at")
     return list(unsent.values_list("id", flat=True))
-
-
-def statement_send_later(*, statement: Statement) -> None:
-    """Send the statement in the `reports.statement_send` task once the current
-    transaction commits (approval calls this)."""
-    from reports.tasks import statement_send_task
-
-    statement_id = statement.pk
-    transaction.on_commit(lambda: statement_send_task.delay(statement_id), robust=True)

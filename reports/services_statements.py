@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from accounts.models import Team, User
 from accounts.permissions import is_admin
+from gpuquota.core.dispatch import task_enqueue_on_commit
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
@@ -174,9 +175,8 @@ def _approve_locked(statement: Statement, by: User | None, now: datetime) -> Sta
     audit_record(actor=by, action="statement.approve", obj=statement, team=statement.team,
                  changes={"month": statement.period_label, "total": str(statement.total),
                           "currency": statement.currency})
-    from reports.sending import statement_send_later  # sending builds on this module
-
-    statement_send_later(statement=statement)  # the leads are mailed once this commits
+    # the leads are mailed once this commits (`reports.tasks.statement_send_task`)
+    task_enqueue_on_commit("reports.statement_send", statement_id=statement.pk)
     return statement
 
 

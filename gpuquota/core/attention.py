@@ -1,11 +1,12 @@
 """What waits for an admin, for the admin's home page: each app contributes what it knows
-(pending approvals, drafts to approve, open recommendations, failed GPUs...) through this
-small registry, so the page composes apps it never imports. A source is a selector that
-returns its items at `now`; it registers once, from its app's `ready()`."""
+(pending approvals, drafts to approve, open recommendations, failed GPUs...) as `ATTENTION`
+in its `contributions.py` (`gpuquota.core.contributions`), so the page composes apps it
+never imports. A contribution is a selector returning its items at `now`."""
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+
+from gpuquota.core.contributions import contributed
 
 
 @dataclass(frozen=True)
@@ -20,19 +21,8 @@ class Attention:
     order: int = 100  # place on the page: money and decisions first, the fleet after
 
 
-Source = Callable[[datetime], list[Attention]]
-_sources: list[Source] = []
-
-
-def attention_source(source: Source) -> Source:
-    """Register `source` (once; registering it again changes nothing)."""
-    if source not in _sources:
-        _sources.append(source)
-    return source
-
-
 def attention_items(*, now: datetime) -> list[Attention]:
-    """Every registered source's items at `now`, those with something to do first, each
-    group in its sources' order."""
-    items = [item for source in _sources for item in source(now)]
+    """Every contributed item at `now`, those with something to do first, each group in
+    the items' order."""
+    items = [item for items_at in contributed("ATTENTION") for item in items_at(now)]
     return sorted(items, key=lambda item: (item.count == 0, item.order))

@@ -2,14 +2,14 @@
 the admin (backfill), telemetry of every reserved GPU stored by the real ingestion service
 (`telemetry.py`: a GPU of a reservation lost with XID 79 and back after a reboot, a node
 whose agent was away for hours; unreserved busy GPUs used by mapped people and a Slurm
-account), rolled up, then last month's drafts. So the review page shows reserved,
-failure-credit and on-demand lines with real utilization and coverage, one team flagged.
-Idempotent: reservations are recognised by purpose, batches by a batch id derived from
-their content's place."""
+account), rolled up; `reports` then drafts last month's statements from them (its
+`DEMO_SEEDS`), so the review page shows reserved, failure-credit and on-demand lines with
+real utilization and coverage, one team flagged. Idempotent: reservations are recognised
+by purpose, batches by a batch id derived from their content's place."""
 
 import logging
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from accounts.models import Team, User
 from gpuquota.core.errors import DomainError
@@ -28,7 +28,6 @@ from gpuquota.demo.usage import demo_usage_catch_up
 from gpuquota.inventory.models import Gpu, GpuClass
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.services import reservation_create
-from reports.services_statements import month_previous, statements_draft_month
 
 logger = logging.getLogger(__name__)
 DAY, HOUR = timedelta(days=1), timedelta(hours=1)
@@ -109,14 +108,15 @@ def _on_demand(day: datetime) -> None:
                    processes=[process(gpu, w, user, account) for w in starts])
 
 
-def demo_last_month_seed(*, now: datetime, until: datetime | None = None) -> list:
+def demo_last_month_seed(*, now: datetime, until: datetime | None = None) -> None:
     """Last month's reservations, and the telemetry of every demo reservation from the
     start of last month to `until` (default now; where the back-filled history begins),
-    then last month's drafts (idempotent); the drafts."""
+    rolled up (idempotent)."""
     admin = User.objects.filter(is_staff=True, is_active=True).order_by("id").first()
     if admin is None:
-        return []
-    period = month_previous(now)
+        return
+    before = now.astimezone(UTC).date().replace(day=1) - DAY
+    period = Period.month(before.year, before.month)
     _reservations(period, admin, now)
     day = period.start + (FAILURE_DAY - 1) * DAY
     gaps = _incidents(day)
@@ -124,4 +124,3 @@ def demo_last_month_seed(*, now: datetime, until: datetime | None = None) -> lis
     _on_demand(day)
     demo_usage_catch_up()
     demo_usage_catch_up()  # the hours a closed failed interval marked
-    return statements_draft_month(period=period, now=now)

@@ -32,6 +32,7 @@ from django.utils import timezone
 from kombu.utils.json import dumps, loads
 
 from accounts.models import User
+from gpuquota.core.dispatch import task_enqueue_on_commit
 from gpuquota.mail.conf import lease_s, mail_enabled, max_attempts, retry_countdown_s
 from gpuquota.mail.models import MailDelivery
 from gpuquota.mail.services import MailOutcome, _Sender, _serve, _unique
@@ -64,14 +65,8 @@ def mail_send_later(*, template: str, recipients: Iterable[User], context: dict,
         return 0
     # A concurrent queue under the same key loses the race quietly: one row per recipient.
     MailDelivery.objects.bulk_create(rows, ignore_conflicts=True)
-    transaction.on_commit(lambda: _queue_send(key), robust=True)
+    task_enqueue_on_commit("mail.send", key=key)
     return len(rows)
-
-
-def _queue_send(key: str) -> None:
-    from gpuquota.mail.tasks import mail_send_task
-
-    mail_send_task.delay(key=key)
 
 
 def mail_send_queued(*, key: str | None = None, now: datetime | None = None,

@@ -1,7 +1,7 @@
 """Reservation lifecycle: request, approve, deny, cancel, release, lifecycle advance.
 
 Changes to a running reservation (extend, shrink, swap) and maintenance blocks
-are in `services_change.py`. Rules: shared/spec/accounting.md, Quota and Reservation.
+are in `services_change.py`. Rules: docs/accounting.md, Quota and Reservation.
 """
 
 from datetime import datetime, timedelta

@@ -1,5 +1,5 @@
 """Changing a reservation that holds GPUs (extend, shrink, swap) and taking GPUs
-out of capacity for maintenance. Rules: shared/spec/accounting.md, Reservation."""
+out of capacity for maintenance. Rules: docs/accounting.md, Reservation."""
 
 from datetime import UTC, datetime
 

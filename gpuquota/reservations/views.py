@@ -19,6 +19,7 @@ from accounts.permissions import (
 )
 from accounts.selectors import team_members, teams_led
 from gpuquota.core.errors import DomainError
+from gpuquota.core.sections import page_sections
 from gpuquota.reservations import services, services_change
 from gpuquota.reservations.forms import (
     DecideForm,
@@ -38,8 +39,6 @@ from gpuquota.reservations.selectors import (
     window_availability,
 )
 from gpuquota.usage.history import month_of, team_month_context
-from reclaim.selectors_pages import team_reclaim_context
-from reports.review import team_statements
 
 
 def _user_tz(request) -> ZoneInfo:
@@ -66,9 +65,10 @@ def team_detail(request, slug: str):
     except DomainError as exc:
         messages.error(request, exc.message)
         month = month_of(text=None, now=now)
+    can_act = can_act_for_team(request.user, team)
     context = {
         "team": team,
-        "can_act": can_act_for_team(request.user, team),
+        "can_act": can_act,
         "members": team_members(team=team),
         "quota_usage": quota_usage(team=team, at=now),
         "reservations": team_reservations(team=team, now=now,
@@ -76,8 +76,8 @@ def team_detail(request, slug: str):
         "extend_form": ExtendForm(),
         "now": now,
         **team_month_context(team=team, month=month, now=now),
-        "team_statements": team_statements(team=team),
-        **team_reclaim_context(team=team, now=now),
+        "sections": page_sections("team", team=team, user=request.user, can_act=can_act,
+                                  now=now),
     }
     return render(request, "reservations/team_detail.html", context)
 

@@ -11,12 +11,12 @@ from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from gpuquota.core.contributions import contributed
 from gpuquota.ingest.models import Sample
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage import conf
 from gpuquota.usage.fleet import nodes_nvml_unavailable_count, nodes_silent_count
-from reclaim.metrics import ReclaimCollector
 
 CELERY_QUEUE = "celery"
 
@@ -71,10 +71,12 @@ class UsageCollector:
 
 
 def metrics_render() -> bytes:
-    """The exposition text of one scrape."""
+    """The exposition text of one scrape: usage's gauges, then those the apps built on it
+    contribute (`METRICS_COLLECTORS`, `gpuquota.core.contributions`)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(UsageCollector())
-    registry.register(ReclaimCollector())
+    for collector in contributed("METRICS_COLLECTORS"):
+        registry.register(collector)
     return generate_latest(registry)
 
 

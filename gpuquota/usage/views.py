@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from accounts.permissions import is_admin, require_admin
 from accounts.selectors import teams_visible
 from gpuquota.core.errors import DomainError
+from gpuquota.core.sections import page_sections
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import Gpu, gpu_uuid_normalize
 from gpuquota.outbox.conf import rollup_freshness_s
@@ -24,7 +25,6 @@ from gpuquota.usage.health import gpu_health_recover
 from gpuquota.usage.metrics import metrics_access, metrics_render
 from gpuquota.usage.selectors import LAST_SPANS, period_last, period_to_date
 from gpuquota.usage.to_date import utilization_overview
-from reclaim.selectors import reclaim_figures
 
 
 def _visible_team_ids(user) -> set[int] | None:
@@ -60,8 +60,8 @@ def fleet(request):
                "query": query.urlencode(), "problems_query": problems_query.urlencode(),
                "all_query": all_query.urlencode(), "problems": filters.problems,
                "visible": visible, "is_admin": is_admin(request.user),
-               "reclaim": reclaim_figures(),
-               "freshness": usage_freshness()}
+               "freshness": usage_freshness(),
+               "sections": page_sections("fleet", user=request.user, now=timezone.now())}
     return render(request, "usage/fleet.html", context)
 
 
@@ -128,6 +128,7 @@ def utilization(request):
     context = {
         "month": month, "period": period, "last": last, "overview": overview,
         "freshness": usage_freshness(since=period.start, until=period.end, now=now),
+        "sections": page_sections("utilization", user=request.user, period=period, now=now),
         "fleet_chart": svg_reserved_busy_chart(
             days=overview.fleet_days, title="Fleet: reserved versus busy GPU-hours per day"),
         "class_charts": [(klass, svg_reserved_busy_chart(

@@ -14,6 +14,7 @@ from gpuquota.demo.reservations import demo_reservations_seed
 from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.selectors import on_demand_busy_seconds
+from reports.demo import demo_statements_draft
 from reports.models import Statement, StatementLine
 from reports.review import statements_review
 from reports.services_statements import month_previous
@@ -27,7 +28,8 @@ def drafts():
     now = timezone.now()
     demo_organisation_seed()
     demo_reservations_seed(now=now)
-    return demo_last_month_seed(now=now)
+    demo_last_month_seed(now=now)
+    return demo_statements_draft(now=now)
 
 
 def test_last_months_statements_carry_on_demand_lines_from_unreserved_busy_rollups(drafts):

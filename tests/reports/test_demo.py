@@ -10,6 +10,7 @@ from gpuquota.core.timeutil import Period
 from gpuquota.demo.last_month import demo_last_month_seed
 from gpuquota.demo.organisation import demo_organisation_seed
 from gpuquota.inventory.models import GpuHealthInterval
+from reports.demo import demo_statements_draft
 from reports.models import Statement
 from reports.sending import statement_send
 from reports.services_statements import statements_approve_month
@@ -23,7 +24,8 @@ def test_last_month_has_every_kind_of_line_and_can_be_closed(time_machine, setti
                                                                smtp_server):
     time_machine.move_to(NEW_YEAR, tick=False)
     demo_organisation_seed()
-    drafts = demo_last_month_seed(now=NEW_YEAR)
+    demo_last_month_seed(now=NEW_YEAR)
+    drafts = demo_statements_draft(now=NEW_YEAR)
     assert {s.month.isoformat() for s in drafts} == {"2026-12-01"}
     kinds = {line.kind for s in drafts for line in s.lines.all()}
     assert kinds == {"reserved", "failure_credit", "on_demand"}
@@ -35,7 +37,8 @@ def test_last_month_has_every_kind_of_line_and_can_be_closed(time_machine, setti
     assert [(line.kind, line.seconds) for line in vision.lines.all()
             if line.kind != "reserved"] == [("failure_credit", 3 * 3600),
                                             ("on_demand", 4 * 3600)]
-    again = demo_last_month_seed(now=NEW_YEAR)  # idempotent
+    demo_last_month_seed(now=NEW_YEAR)  # idempotent
+    again = demo_statements_draft(now=NEW_YEAR)
     assert [(s.pk, s.total) for s in again] == [(s.pk, s.total) for s in drafts]
 
     settings.SETTLEMENT_DELAY_HOURS = 0  # what `make demo` sets

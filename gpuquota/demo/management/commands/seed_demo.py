@@ -4,6 +4,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from gpuquota.core.contributions import contributed
 from gpuquota.demo.history import DEFAULT_HISTORY_HOURS, demo_history_backfill
 from gpuquota.demo.last_month import demo_last_month_seed
 from gpuquota.demo.organisation import DEMO_PASSWORD, demo_organisation_seed
@@ -30,16 +31,20 @@ class Command(BaseCommand):
         demo_reservations_seed(now=now)
         began = time.monotonic()
         # every reserved GPU's telemetry up to where the back-filled history begins
-        drafts = demo_last_month_seed(now=now, until=now - timedelta(hours=history_hours))
+        demo_last_month_seed(now=now, until=now - timedelta(hours=history_hours))
+        # what the apps built on the domain apps seed (reports: last month's drafts)
+        seeded = [seed(now=now) for seed in contributed("DEMO_SEEDS")]
+        last_month_s = time.monotonic() - began
         demo_reclaim_seed(now=now)
         self.stdout.write(
             self.style.SUCCESS(f"Demo organisation ready. Logins (password: {DEMO_PASSWORD}):")
         )
         for team, usernames in logins.items():
             self.stdout.write(f"  {team:<10} {', '.join(usernames)}")
-        self.stdout.write("Last month's statements (drafts, /statements/review/): " + ", ".join(
-            f"{s.team_name} {s.total} {s.currency}" for s in drafts)
-            + f" ({time.monotonic() - began:.1f} s with their telemetry).")
+        for line in filter(None, seeded):
+            self.stdout.write(line)
+        self.stdout.write(f"Last month seeded in {last_month_s:.1f} s (its telemetry rolled up "
+                          "and drafted).")
         if history_hours:
             self.stdout.write(f"Back-filling up to {history_hours} h of simulated telemetry...")
             began = time.monotonic()

@@ -1,0 +1,51 @@
+"""What the apps built on the domain apps add to them, without the domain apps importing
+them (`docs/development.md`, "Layering").
+
+An app contributes by declaring lists in a module `<app>/contributions.py`:
+
+- `PAGE_SECTIONS`: `gpuquota.core.sections.Section`s placed on another app's page;
+- `METRICS_COLLECTORS`: Prometheus collectors added to every `/metrics` scrape;
+- `DEMO_SEEDS`: functions `seed(*, now) -> str | None` that `seed_demo` runs after the
+  demo's own seeds (the text, if any, is printed);
+- `ATTENTION`: functions `items(now) -> list[gpuquota.core.attention.Attention]`: what
+  waits for an admin, counted and linked on the admin's home page.
+
+They are found here, in INSTALLED_APPS order, the way Celery's beat schedules are
+(`gpuquota/celery.py`), and checked when Django starts (`contributions_check`).
+"""
+
+from functools import cache
+from importlib import import_module
+from importlib.util import find_spec
+
+from django.apps import apps
+from django.core import checks
+
+MODULE = "contributions"
+KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION")
+
+
+@cache
+def contributed(kind: str) -> tuple:
+    """Every installed app's `contributions.<kind>` entries, in INSTALLED_APPS order."""
+    if kind not in KINDS:
+        raise ValueError(f"Unknown kind of contribution {kind!r}: one of {', '.join(KINDS)}.")
+    found: list = []
+    for config in apps.get_app_configs():
+        name = f"{config.name}.{MODULE}"
+        if find_spec(name) is not None:
+            found.extend(getattr(import_module(name), kind, ()))
+    return tuple(found)
+
+
+def contributions_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """An error for a contributions module that cannot be loaded (a section naming an
+    unknown page, slot or page argument raises as it is declared)."""
+    errors = []
+    for kind in KINDS:
+        try:
+            contributed(kind)
+        except (ImportError, TypeError, ValueError) as exc:
+            errors.append(checks.Error(f"{kind}: {exc}", id="core.E001",
+                                       hint="See docs/development.md, \"Layering\"."))
+    return errors
