@@ -19,8 +19,13 @@ $(INSTALLED): requirements.txt
 ## delay is 72 h otherwise).
 demo: export GPUQUOTA_SETTLEMENT_DELAY_HOURS ?= 0
 demo: export EMAIL_URL ?= file://var/mail
-## Links in the demo's mail point at the port it serves on.
+## Links in the demo's mail point at the port it serves on; it comes from the demo
+## organisation's domain (as its people's addresses), not from localhost.
 demo: export GPUQUOTA_BASE_URL ?= http://127.0.0.1:$(PORT)
+demo: export DEFAULT_FROM_EMAIL ?= gpuquota demo <gpuquota@example.org>
+## Its agents report every 10 s: the hour in progress is recomputed every minute (not 5),
+## so the figures move while you watch.
+demo: export USAGE_ROLLUP_FRESHNESS_S ?= 60
 ## Reclaim on a shortened look-back (1 h) and grace (5 min), so the demo shows it.
 demo: export RECLAIM_LOOKBACK_S ?= 3600
 demo: export RECLAIM_GRACE_S ?= 300

@@ -5,12 +5,28 @@ from django import forms
 
 from accounts.models import User
 
+# The IANA regions of real places: what a person picks their zone from. Left out: the
+# system's own aliases (`localtime`, `posixrules`, `Factory`), the deprecated country
+# links (`US/Pacific`, `GB`...) and the POSIX-style `Etc/GMT+5` ones, whose sign is
+# inverted; `UTC` is offered on its own.
+REGIONS = ("Africa", "America", "Antarctica", "Arctic", "Asia", "Atlantic", "Australia",
+           "Europe", "Indian", "Pacific")
+
+
+def timezone_choices(current: str | None = None) -> list:
+    """UTC, then every zone of a region, grouped by region (a user's current zone stays
+    offered even if it is one of the names left out, so their profile still saves)."""
+    zones = zoneinfo.available_timezones()
+    grouped = [(region, [(name, name.replace("_", " ")) for name in sorted(zones)
+                         if name.startswith(f"{region}/")])
+               for region in REGIONS]
+    offered = {"UTC"} | {name for _region, names in grouped for name, _label in names}
+    extra = [(current, current)] if current and current in zones - offered else []
+    return [("UTC", "UTC"), *extra, *[(region, names) for region, names in grouped if names]]
+
 
 class ProfileForm(forms.ModelForm):
-    timezone = forms.ChoiceField(
-        choices=[(name, name) for name in sorted(zoneinfo.available_timezones())],
-        help_text="Times are shown and entered in this zone.",
-    )
+    timezone = forms.ChoiceField(help_text="Times are shown and entered in this zone.")
 
     class Meta:
         model = User
@@ -20,6 +36,10 @@ class ProfileForm(forms.ModelForm):
             "email_opt_out": "Stops every email to you, statements included (your team's other "
             "leads still receive them)."
         }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["timezone"].choices = timezone_choices(self.instance.timezone)
 
 
 class ApiTokenForm(forms.Form):

@@ -9,8 +9,10 @@ from django.views.decorators.http import require_POST
 
 from accounts.forms import ApiTokenForm, ProfileForm
 from accounts.models import ApiToken
+from accounts.permissions import is_admin
 from accounts.selectors import api_tokens_of, teams_visible
 from accounts.services import api_token_create, api_token_revoke
+from gpuquota.core.attention import attention_items
 from gpuquota.core.errors import DomainError
 from gpuquota.core.sections import page_sections
 
@@ -19,13 +21,17 @@ NEW_TOKEN_SESSION_KEY = "accounts_new_api_token"
 
 @login_required
 def home(request):
-    """The landing page: a member of exactly one team goes straight to it."""
+    """The landing page: a member of exactly one team goes straight to it; an admin sees
+    what waits for them (each app's items, `gpuquota.core.attention`), then the teams."""
     teams = list(teams_visible(user=request.user))
     if len(teams) == 1 and not request.user.is_staff:
         return redirect("team_detail", slug=teams[0].slug)
+    now = timezone.now()
+    attention = attention_items(now=now) if is_admin(request.user) else []
     return render(request, "accounts/home.html", {
-        "teams": teams,
-        "sections": page_sections("home", user=request.user, now=timezone.now())})
+        "teams": teams, "attention": attention,
+        "attention_pending": sum(1 for item in attention if item.count),
+        "sections": page_sections("home", user=request.user, now=now)})
 
 
 @never_cache  # shows a new token's secret once: no browser or proxy may keep a copy

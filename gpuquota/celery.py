@@ -4,8 +4,9 @@ as `BEAT_SCHEDULE` in its `tasks` module, collected here."""
 import os
 from importlib import import_module
 from importlib.util import find_spec
+from pathlib import Path
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuquota.settings")
 
@@ -35,3 +36,10 @@ def collect_beat_schedule() -> dict:
 @app.on_after_finalize.connect
 def _install_beat_schedule(sender: Celery, **_kwargs) -> None:
     sender.conf.beat_schedule = collect_beat_schedule()
+
+
+@signals.beat_init.connect
+@signals.beat_embedded_init.connect
+def _beat_state_folder(**_kwargs) -> None:
+    """Beat keeps its schedule's state in var/ (`CELERY_BEAT_SCHEDULE_FILENAME`): make it."""
+    Path(app.conf.beat_schedule_filename).parent.mkdir(parents=True, exist_ok=True)

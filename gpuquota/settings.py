@@ -193,7 +193,8 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     # No broker: tasks run in the caller's process. The embedded default runs the
     # beat schedule on an in-process timer (see `manage.py demo`).
-    CELERY_BROKER_URL = "memory://"
+    # A host named, or kombu logs "No hostname was supplied" whenever an eager task runs.
+    CELERY_BROKER_URL = "memory://localhost/"
     CELERY_TASK_ALWAYS_EAGER = True
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
@@ -205,6 +206,8 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Beat's state (`celery beat`, `celery worker --beat`) lives in var/, not the working folder.
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # --- Mail ---------------------------------------------------------------------
 globals().update(email_settings(os.environ.get("EMAIL_URL", "console://")))
@@ -275,6 +278,7 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "gpuquota.ingest.schema.agent_batches_schema",
         "gpuquota.core.schema.error_responses",
+        "gpuquota.core.schema.tags_by_area",
     ],
 }
 # Per user: personal tokens and browser sessions (accounts/throttling.py); "0" turns off.

@@ -1,5 +1,7 @@
-"""The review page's small chart: one row per GPU, one cell per hour of the look-back
-window, shaded by mean utilization (server-rendered SVG, no JavaScript, no CDN)."""
+"""The review page's small chart: one row per GPU across the recommendation's exact
+look-back window, cut at whole hours; in each piece the share the agents reported is
+shaded by its mean utilization and the rest is left blank (dashed), so the reported part
+of a row is the coverage the evidence table gives (server-rendered SVG, no JavaScript)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,31 +11,62 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
+from gpuquota.core.timeutil import instant_text
+
 LABEL_W, CELL_H, GAP, AXIS_H, WIDTH = 104, 14, 2, 14, 620
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch of the window (a whole hour, or the partial hour at either end) and what
+    the agents reported in it: covered seconds and utilization × seconds."""
+
+    start: datetime
+    end: datetime
+    covered_s: int | None  # None: unknown (its samples have expired)
+    util_weighted: Decimal = Decimal(0)
+
+    @property
+    def seconds(self) -> int:
+        return int((self.end - self.start).total_seconds())
+
+    @property
+    def mean_util(self) -> Decimal | None:
+        return self.util_weighted / self.covered_s if self.covered_s else None
 
 
 @dataclass
 class GpuRow:
-    """A GPU's label and its mean utilization (0..100, None: no report) per hour."""
+    """A GPU's label and its pieces, in order, covering the window."""
 
     label: str
-    values: Sequence[Decimal | float | None]
+    pieces: Sequence[Piece]
 
 
 def _fill(value) -> str:
-    """Light grey for 0 %, the brand blue at 100 %; no data is left blank (dashed)."""
+    """Light grey for 0 %, the brand blue at 100 %."""
     share = max(0.0, min(1.0, float(value) / 100))
     # from #d9dee7 (idle) to #2f5bd3 (busy)
     r, g, b = (round(a + (z - a) * share) for a, z in ((0xd9, 0x2f), (0xde, 0x5b), (0xe7, 0xd3)))
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
-def svg_utilization_strips(*, hours: Sequence[datetime], rows: Sequence[GpuRow],
+def _tip(label: str, piece: Piece) -> str:
+    span = f"{label} {instant_text(piece.start)} – {instant_text(piece.end)}"
+    if piece.covered_s is None:
+        return f"{span}: samples expired"
+    minutes = f"{piece.covered_s / 60:.0f} of {piece.seconds / 60:.0f} min reported"
+    if not piece.covered_s:
+        return f"{span}: no report"
+    return f"{span}: {minutes}, {float(piece.mean_util):.1f}% mean utilization"
+
+
+def svg_utilization_strips(*, start: datetime, end: datetime, rows: Sequence[GpuRow],
                            title: str) -> SafeString:
-    """One strip per GPU over `hours` (UTC hour starts); each cell's tooltip gives the
-    hour and the value."""
+    """One strip per GPU over [start, end): each piece as wide as its share of the
+    window, its reported share shaded by mean utilization; tooltips give the figures."""
     plot_w = WIDTH - LABEL_W
-    step = plot_w / max(1, len(hours))
+    total_s = max(1.0, (end - start).total_seconds())
     height = len(rows) * (CELL_H + GAP) + AXIS_H
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
@@ -42,21 +75,29 @@ def svg_utilization_strips(*, hours: Sequence[datetime], rows: Sequence[GpuRow],
     ]
     for i, row in enumerate(rows):
         y = i * (CELL_H + GAP)
-        parts.append(f'<text x="{LABEL_W - 6}" y="{y + CELL_H - 3}" text-anchor="end" '
+        parts.append(f'<g class="strip" data-label="{escape(row.label)}">'
+                     f'<text x="{LABEL_W - 6}" y="{y + CELL_H - 3}" text-anchor="end" '
                      f'font-size="10" fill="#344054">{escape(row.label)}</text>')
-        for j, (hour, value) in enumerate(zip(hours, row.values, strict=True)):
-            x = LABEL_W + j * step
-            tip = (f"{row.label} {hour:%Y-%m-%d %H}:00 UTC: "
-                   + ("no report" if value is None else f"{float(value):.1f}% mean utilization"))
-            style = ('fill="#fff" stroke="#cfd4dc" stroke-dasharray="2 2"' if value is None
-                     else f'fill="{_fill(value)}"')
-            parts.append(f'<rect x="{x:.1f}" y="{y}" width="{max(step - 1, 0.5):.1f}" '
-                         f'height="{CELL_H}" {style}><title>{escape(tip)}</title></rect>')
-    if hours:
-        axis_y = height - 3
-        parts.append(f'<text x="{LABEL_W}" y="{axis_y}" font-size="10" fill="#667085">'
-                     f'{hours[0]:%m-%d %H}:00</text>')
-        parts.append(f'<text x="{WIDTH}" y="{axis_y}" font-size="10" fill="#667085" '
-                     f'text-anchor="end">{hours[-1]:%m-%d %H}:00 UTC</text>')
+        for piece in row.pieces:
+            x = LABEL_W + (piece.start - start).total_seconds() / total_s * plot_w
+            w = piece.seconds / total_s * plot_w
+            reported = w * min(1.0, (piece.covered_s or 0) / max(1, piece.seconds))
+            tip = f"<title>{escape(_tip(row.label, piece))}</title>"
+            parts.append(f'<g class="piece" data-covered-s="{piece.covered_s or 0}" '
+                         f'data-seconds="{piece.seconds}">{tip}'
+                         f'<rect x="{x:.2f}" y="{y}" width="{max(w - 0.5, 0.2):.2f}" '
+                         f'height="{CELL_H}" fill="#fff" stroke="#cfd4dc" '
+                         f'stroke-dasharray="2 2"/>')
+            if reported > 0:
+                parts.append(f'<rect class="reported" x="{x:.2f}" y="{y}" '
+                             f'width="{reported:.2f}" height="{CELL_H}" '
+                             f'fill="{_fill(piece.mean_util)}"/>')
+            parts.append("</g>")
+        parts.append("</g>")
+    axis_y = height - 3
+    parts.append(f'<text x="{LABEL_W}" y="{axis_y}" font-size="10" fill="#667085">'
+                 f'{instant_text(start)}</text>')
+    parts.append(f'<text x="{WIDTH}" y="{axis_y}" font-size="10" fill="#667085" '
+                 f'text-anchor="end">{instant_text(end)}</text>')
     parts.append("</svg>")
     return mark_safe("".join(parts))

@@ -1,10 +1,12 @@
 """What reclaim adds to the pages and metrics of the apps below it
 (`gpuquota.core.contributions`): the team page's banner and reclaim history, the fleet
-page's reclaim figures, and reclaim's Prometheus gauges."""
+page's reclaim figures, reclaim's Prometheus gauges, and the objections and open
+recommendations on the admin's home page."""
 
 from datetime import datetime
 
 from gpuquota.core.sections import Section
+from reclaim.attention import reclaim_attention
 from reclaim.metrics import ReclaimCollector
 from reclaim.selectors import reclaim_figures
 from reclaim.selectors_pages import team_reclaim_context
@@ -24,3 +26,5 @@ PAGE_SECTIONS = [
 ]
 
 METRICS_COLLECTORS = [ReclaimCollector()]
+
+ATTENTION = [reclaim_attention]

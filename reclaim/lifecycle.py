@@ -21,6 +21,7 @@ from gpuquota.reservations.services import assignments_end, require_admin_actor
 from gpuquota.usage.slots import gpu_busy_slots
 from reclaim.conf import grace_busy_s, policy
 from reclaim.models import Recommendation, RecommendationGpu
+from reclaim.notify import objection_notify, objection_upheld_notify
 from reclaim.services import MAX_REASON, exemption_for
 
 R = Recommendation.Status
@@ -155,6 +156,7 @@ def recommendation_object(*, recommendation: Recommendation, actor: User, reason
     rec.save()
     _audit(rec, actor=actor, action="object", reason=reason,
            changes={"status": [R.ACCEPTED, R.OBJECTED]})
+    objection_notify(recommendation=rec)  # the admins, after commit
     return rec
 
 
@@ -182,6 +184,7 @@ def recommendation_uphold(*, recommendation: Recommendation, actor: User, reason
     _audit(rec, actor=actor, action="uphold", reason=reason,
            changes={"status": [R.OBJECTED, R.ACCEPTED],
                     "grace_until": rec.grace_until.isoformat()})
+    objection_upheld_notify(recommendation=rec)  # the team's leads, after commit
     return rec
 
 

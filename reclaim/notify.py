@@ -1,16 +1,22 @@
 """Mail to a team's leads about a recommendation: accepted (which GPUs, why, when they
-go), released, closed (busy again) and withdrawn. Sent outside any transaction by the
+go), released, closed (busy again), withdrawn and upheld over their objection; and to the
+admins, a lead's objection. Sent outside any transaction by the
 `reclaim.notify` task after the change commits; `*_notified_at` records that every
 lead was served, so the release sweep resends only what an outage left unsent (the
-mail module never mails one lead twice under one key)."""
+mail module never mails one lead twice under one key). The objection's mails (to the admins,
+and the upheld decision to the leads) are written with the step itself, through the mail
+outbox, like the reservation decisions."""
 
 from datetime import timedelta
 
 from django.db.models import Q
+from django.urls import reverse
 from django.utils import timezone
 
-from accounts.selectors import team_leads
+from accounts.selectors import platform_admins, team_leads
 from gpuquota.core.fields import whole_second
+from gpuquota.mail.conf import base_url
+from gpuquota.mail.outbox import mail_send_later
 from gpuquota.mail.services import mail_send
 from reclaim.models import Recommendation
 
@@ -84,3 +90,44 @@ def notices_pending(*, within: timedelta = RESEND_WITHIN) -> list[tuple[int, str
     events = {R.RELEASED: "released", R.CLOSED: "closed", R.DISMISSED: "withdrawn"}
     pending += [(rec_id, events[status]) for rec_id, status in after.values_list("id", "status")]
     return sorted(pending)
+
+
+def _objection_context(rec: Recommendation) -> dict:
+    """What the objection mails show (JSON-safe: the outbox stores it with the change)."""
+    reservation = rec.reservation
+    gpus = [f"{row.gpu.node.hostname}/{row.gpu.index}" for row in
+            rec.gpu_rows.select_related("gpu__node").order_by("gpu__node__hostname",
+                                                               "gpu__index")]
+
+    def name(user) -> str:
+        return (user.get_full_name() or user.username) if user else ""
+
+    return {"objection": {
+        "recommendation": rec.pk, "kind": rec.get_kind_display(), "reservation": reservation.pk,
+        "team": reservation.team.name, "gpu_class": reservation.gpu_class.name,
+        "count": reservation.count, "gpus": gpus, "lead": name(rec.objection_by),
+        "reason": rec.objection_reason, "objected_at": rec.objection_at,
+        "grace_until": rec.grace_until, "decided_by": name(rec.objection_decided_by),
+        "decision_reason": rec.objection_decision_reason,
+        "review_url": base_url() + reverse("reclaim_review") + "#objected",
+        "detail_url": base_url() + reverse("reclaim_detail", args=[rec.pk]),
+        "team_url": base_url() + reverse("team_detail", args=[reservation.team.slug]),
+    }}
+
+
+def objection_notify(*, recommendation: Recommendation) -> None:
+    """In the objection's transaction: every admin is told that a lead objects, with the
+    reason, and that nothing is released until one of them decides (the outbox sends it
+    after commit, once per admin)."""
+    mail_send_later(template="reclaim_objected", recipients=platform_admins(),
+                    context=_objection_context(recommendation),
+                    key=f"reclaim-{recommendation.pk}-objected")
+
+
+def objection_upheld_notify(*, recommendation: Recommendation) -> None:
+    """In the decision's transaction: the team's leads are told their objection was
+    overruled, why, and when the GPUs go."""
+    mail_send_later(template="reclaim_upheld",
+                    recipients=team_leads(team=recommendation.reservation.team),
+                    context=_objection_context(recommendation),
+                    key=f"reclaim-{recommendation.pk}-upheld")

@@ -2,6 +2,7 @@
 audit trail of each recommendation. Each runs a fixed number of queries whatever the
 number of recommendations, GPUs or hours."""
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -12,11 +13,13 @@ from django.utils.dateparse import parse_datetime
 from django.utils.safestring import SafeString
 
 from accounts.models import Team
+from gpuquota.core.errors import DomainError
 from gpuquota.core.models import AuditEntry
-from gpuquota.core.timeutil import hour_floor
+from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import Gpu
 from gpuquota.usage.models import GpuHourUsage
-from reclaim.charts import GpuRow, svg_utilization_strips
+from gpuquota.usage.selectors import reservations_gpu_usage
+from reclaim.charts import GpuRow, Piece, svg_utilization_strips
 from reclaim.models import Exemption, Recommendation, RecommendationGpu
 
 R = Recommendation.Status
@@ -115,40 +118,60 @@ def _attach_audit(views: list[RecommendationView]) -> None:
         by_id[entry.object_id].audit.append(entry)
 
 
-def _hours(start: datetime, end: datetime) -> list[datetime]:
-    hours, hour = [], hour_floor(start)
+def _pieces(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
+    """The window cut at whole UTC hours: a partial first hour, the whole hours, a partial
+    last hour."""
+    cuts = [start]
+    hour = hour_floor(start) + HOUR
     while hour < end:
-        hours.append(hour)
+        cuts.append(hour)
         hour += HOUR
-    return hours
+    return list(zip(cuts, [*cuts[1:], end], strict=True))
 
 
 def _attach_charts(views: list[RecommendationView]) -> None:
-    """Mean utilization per GPU and hour inside each reservation's assignments over its
-    window (failed time left out), from the hourly rollups: one query for all."""
+    """Covered seconds and utilization of each GPU inside its reservation, failed time
+    left out, over each piece of each window: whole hours from the hourly rollups (one
+    query for all), the partial hours at the edges from the samples, as the evaluation
+    read them (once per distinct edge: recommendations evaluated together share it)."""
     if not views:
         return
-    start = hour_floor(min(v.rec.window_start for v in views))
-    end = max(v.rec.window_end for v in views)
+    first = min(hour_floor(v.rec.window_start) for v in views)
+    last = max(v.rec.window_end for v in views)
     rows = (GpuHourUsage.objects
             .filter(reservation_id__in={v.rec.reservation_id for v in views}, failed=False,
-                    kind=GpuHourUsage.Kind.RESERVED, hour__gte=start, hour__lt=end)
+                    kind=GpuHourUsage.Kind.RESERVED, hour__gte=first, hour__lt=last)
             .values("reservation_id", "gpu_id", "hour")
             .annotate(covered=Sum("covered_s"), weighted=Sum("util_weighted")).order_by())
-    util: dict[tuple, Decimal | None] = {}
-    for row in rows:
-        util[(row["reservation_id"], row["gpu_id"], row["hour"])] = (
-            row["weighted"] / row["covered"] if row["covered"] else None)
+    usage: dict[tuple, tuple[int, Decimal]] = {
+        (row["reservation_id"], row["gpu_id"], row["hour"], row["hour"] + HOUR):
+        (row["covered"], row["weighted"]) for row in rows}
+    edges: dict[tuple[datetime, datetime], set[int]] = defaultdict(set)
     for view in views:
-        hours = _hours(view.rec.window_start, view.rec.window_end)
-        strips = [GpuRow(label=("▸ " if g.recommended else "") + g.label,
-                         values=[util.get((view.rec.reservation_id, g.gpu.id, h))
-                                 for h in hours])
-                  for g in view.gpus]
+        for a, b in _pieces(view.rec.window_start, view.rec.window_end):
+            if b - a < HOUR:
+                edges[(a, b)].add(view.rec.reservation_id)
+    unknown = set()
+    for (a, b), reservation_ids in edges.items():
+        try:
+            found = reservations_gpu_usage(reservation_ids=sorted(reservation_ids),
+                                           period=Period(a, b))
+        except DomainError:  # samples expired: this piece cannot be told any more
+            unknown.add((a, b))
+            continue
+        for (rid, gpu_id), gpu_usage in found.by_gpu.items():
+            usage[(rid, gpu_id, a, b)] = (gpu_usage.covered_s, gpu_usage.util_weighted)
+    for view in views:
+        rid = view.rec.reservation_id
+        strips = [GpuRow(label=("▸ " if g.recommended else "") + g.label, pieces=[
+            Piece(a, b, None) if (a, b) in unknown
+            else Piece(a, b, *usage.get((rid, g.gpu.id, a, b), (0, Decimal(0))))
+            for a, b in _pieces(view.rec.window_start, view.rec.window_end)])
+            for g in view.gpus]
         view.chart = svg_utilization_strips(
-            hours=hours, rows=strips,
-            title=f"Mean utilization per hour of the GPUs of reservation "
-                  f"#{view.rec.reservation_id}; ▸ marks the recommended GPUs")
+            start=view.rec.window_start, end=view.rec.window_end, rows=strips,
+            title=f"Reported share and mean utilization per hour of the GPUs of reservation "
+                  f"#{rid} over the look-back window; ▸ marks the recommended GPUs")
 
 
 def review_context(*, now: datetime) -> dict:

@@ -10,16 +10,18 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.permissions import team_for_view
 from accounts.selectors import teams_visible
-from gpuquota.core.errors import DomainError
+from gpuquota.core.errors import Conflict, DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.timeutil import Period
 from gpuquota.reservations.serializers import ErrorSerializer
 from reports import export
+from reports.documents import statement_filename, statement_pdf_bytes
 from reports.models import Statement, StatementLine
 from reports.selectors import statements_visible
 from reports.services_statements import statement_current, statements_current
@@ -82,6 +84,7 @@ class OrganisationSerializer(serializers.Serializer):
 ERRORS = {400: OpenApiResponse(ErrorSerializer, description="A bad or future period."),
           404: OpenApiResponse(ErrorSerializer, description="No such team (or not visible).")}
 CSV = OpenApiResponse(OpenApiTypes.STR, description="text/csv: " + ",".join(export.CSV_COLUMNS))
+PDF = OpenApiResponse(OpenApiTypes.BINARY, description="application/pdf: the statement.")
 ORGANISATION_CSV = OpenApiResponse(
     OpenApiTypes.STR, description="text/csv: " + ",".join(export.ORGANISATION_CSV_COLUMNS))
 
@@ -115,6 +118,39 @@ class TeamStatementCsvView(_TeamStatement):
         statement = self.statement(request, team, period)
         return _csv_response(export.statement_csv(statement),
                              export.statement_csv_filename(statement))
+
+
+class _FirstRenderer(BaseContentNegotiation):
+    """The PDF is returned as it is; errors are JSON whatever the client accepts (an
+    `Accept: application/pdf` must not turn a 404 into a 406)."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0]
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+class TeamStatementPdfView(_TeamStatement):
+    """The same as the PDF the statement page offers (and the leads are mailed): the
+    lines, total, utilization and daily chart; a draft says DRAFT on every page."""
+
+    content_negotiation_class = _FirstRenderer
+
+    @extend_schema(responses={(200, "application/pdf"): PDF, **ERRORS,
+                              409: OpenApiResponse(ErrorSerializer,
+                                                   description="A failed draft: no figures.")},
+                   operation_id="statement_pdf")
+    def get(self, request, team: str, period: str):
+        statement = self.statement(request, team, period)
+        if statement.error:
+            raise Conflict(f"This draft failed ({statement.error}); it has no figures to "
+                           "print until that is fixed.", field="period")
+        response = HttpResponse(statement_pdf_bytes(statement=statement),
+                                content_type="application/pdf")
+        name = statement_filename(statement, "pdf")
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
 
 
 class _Organisation(APIView):

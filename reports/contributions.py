@@ -1,8 +1,9 @@
 """What reports adds to the pages of the apps below it and to the demo
-(`gpuquota.core.contributions`): the team page's statements and the demo's drafts of
-last month."""
+(`gpuquota.core.contributions`): the team page's statements, the demo's drafts of last
+month, and the statements to approve or still unsent on the admin's home page."""
 
 from gpuquota.core.sections import Section
+from reports.attention import statements_attention
 from reports.demo import demo_statements_seed
 from reports.review import team_statements
 
@@ -17,3 +18,5 @@ PAGE_SECTIONS = [
 ]
 
 DEMO_SEEDS = [demo_statements_seed]
+
+ATTENTION = [statements_attention]

@@ -1,6 +1,6 @@
 """Web forms of the statement pages: they parse input; services decide."""
 
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
 from django import forms
 
@@ -13,6 +13,22 @@ def period_parse(text: str, *, now) -> Period:
     if period.start > now:
         raise ValueError(f"{text} has not started yet.")
     return period
+
+
+def approval_confirmation_parse(values: list[str]) -> dict[int, Decimal]:
+    """The drafts an admin confirmed on the review page, `<statement id>:<total>` each
+    → {id: total}; ValueError for anything else, or nothing confirmed."""
+    confirmed: dict[int, Decimal] = {}
+    for value in values:
+        statement_id, _, total = value.partition(":")
+        try:
+            confirmed[int(statement_id)] = Decimal(total)
+        except (ValueError, InvalidOperation) as exc:
+            raise ValueError(f"Not a confirmation: {value[:40]!r}.") from exc
+    if not confirmed:
+        raise ValueError("Nothing was confirmed: open “Approve all”, check the count and the "
+                         "total, then confirm.")
+    return confirmed
 
 
 class AdjustmentForm(forms.Form):

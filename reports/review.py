@@ -91,6 +91,14 @@ class Review:
         return [row for row in self.rows if row.approvable]
 
     @property
+    def approvable_totals(self) -> list[tuple[str, Decimal]]:
+        """What approving every approvable draft would bill, per currency."""
+        totals: dict[str, Decimal] = defaultdict(Decimal)
+        for row in self.approvable:
+            totals[row.statement.currency] += row.statement.total
+        return sorted(totals.items())
+
+    @property
     def flagged(self) -> int:
         return sum(1 for row in self.rows if row.flags)
 

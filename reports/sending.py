@@ -51,6 +51,7 @@ def _mail_context(statement: Statement, export: dict) -> dict:
         "period_name": f"{Period.parse_month(statement.period_label).start:%B %Y}",
         "utilization_pct": _percent(export["utilization"]["utilization"]),
         "coverage_pct": _percent(export["utilization"]["coverage"]),
+        "pdf_name": statement_filename(statement, "pdf"),
         "csv_name": statement_filename(statement, "csv"),
         "statement_path": reverse(
             "statement_detail", args=[statement.team.slug, statement.period_label]

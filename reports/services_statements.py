@@ -198,10 +198,14 @@ def statement_approve(*, statement: Statement, by: User | None, now: datetime | 
 
 
 @transaction.atomic
-def statements_approve_month(*, period: Period, by: User | None, now: datetime | None = None
+def statements_approve_month(*, period: Period, by: User | None, now: datetime | None = None,
+                             confirmed: dict[int, Decimal] | None = None,
                              ) -> tuple[list[Statement], list[tuple[Statement, str]]]:
     """Approve every draft of the month that can be (after one refresh of all of them);
-    returns (approved, [(statement, why not)]) for the failed ones."""
+    returns (approved, [(statement, why not)]) for the failed ones. With `confirmed`
+    (statement id → the total the admin saw and confirmed), exactly those are approved,
+    each only if its refreshed total is still the one confirmed: approval is final, so
+    nothing is approved that the admin did not see."""
     _require_admin(by)
     now = whole_second(now or timezone.now())
     period_check(period=period, now=now)
@@ -213,6 +217,12 @@ def statements_approve_month(*, period: Period, by: User | None, now: datetime |
     for statement in drafts.select_related("team").order_by("team_name"):
         if statement.error:
             refused.append((statement, statement.error))
+        elif confirmed is not None and statement.pk not in confirmed:
+            continue  # drafted after the admin looked: it waits for the next look
+        elif confirmed is not None and confirmed[statement.pk] != statement.total:
+            refused.append((statement, f"its total is now {statement.total} "
+                            f"{statement.currency}, not the {confirmed[statement.pk]} "
+                            "confirmed: look at it again"))
         else:
             approved.append(_approve_locked(statement, by, now))
     return approved, refused

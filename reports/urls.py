@@ -9,6 +9,8 @@ urlpatterns = [
          name="api-statements-month"),
     path("api/v1/statements/<slug:team>/<str:period>.csv", api.TeamStatementCsvView.as_view(),
          name="api-statement-csv"),
+    path("api/v1/statements/<slug:team>/<str:period>.pdf", api.TeamStatementPdfView.as_view(),
+         name="api-statement-pdf"),
     path("api/v1/statements/<slug:team>/<str:period>", api.TeamStatementView.as_view(),
          name="api-statement"),
 ]

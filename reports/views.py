@@ -12,11 +12,13 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from accounts.authentication import token_or_login_required
 from accounts.permissions import is_admin, require_admin, team_for_view
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period
+from gpuquota.usage.selectors import team_reservations_utilization
 from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
-from reports.forms import AdjustmentForm, period_parse
+from reports.forms import AdjustmentForm, approval_confirmation_parse, period_parse
 from reports.models import Statement
 from reports.review import previous_period, statement_page_late_usage, statements_review
 from reports.services_statements import (
@@ -89,7 +91,11 @@ def statements_approve_all(request):
     require_admin(request.user)
     period = _posted_period(request)
     try:
-        approved, refused = statements_approve_month(period=period, by=request.user)
+        confirmed = approval_confirmation_parse(request.POST.getlist("confirm"))
+        approved, refused = statements_approve_month(period=period, by=request.user,
+                                                     confirmed=confirmed)
+    except ValueError as exc:
+        messages.error(request, str(exc))
     except DomainError as exc:
         messages.error(request, exc.message)
     else:
@@ -121,6 +127,8 @@ def _detail_page(request, statement: Statement, period: Period, form, status: in
         "utilization": Fraction(statement.busy_s, statement.reserved_s or 1),
         "coverage": Fraction(statement.covered_s, statement.reserved_s or 1),
         "late": statement_page_late_usage(statement=statement),
+        "by_reservation": team_reservations_utilization(
+            team=statement.team, period=Period(period.start, statement.computed_until)),
         "to_date": statement.computed_until < period.end,
         "is_admin": is_admin(request.user),
         "opens_at": opens_at,
@@ -200,7 +208,7 @@ def _download(statement: Statement, content: bytes, extension: str, mimetype: st
     return response
 
 
-@login_required
+@token_or_login_required
 def statement_csv_download(request, slug: str, month: str):
     statement, _period = _statement_or_404(request, slug, month)
     if statement.error:
@@ -208,7 +216,7 @@ def statement_csv_download(request, slug: str, month: str):
     return _download(statement, statement_csv_bytes(statement=statement), "csv", "text/csv")
 
 
-@login_required
+@token_or_login_required
 def statement_pdf_download(request, slug: str, month: str):
     statement, _period = _statement_or_404(request, slug, month)
     if statement.error:

@@ -6,7 +6,9 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
 - `PAGE_SECTIONS`: `gpuquota.core.sections.Section`s placed on another app's page;
 - `METRICS_COLLECTORS`: Prometheus collectors added to every `/metrics` scrape;
 - `DEMO_SEEDS`: functions `seed(*, now) -> str | None` that `seed_demo` runs after the
-  demo's own seeds (the text, if any, is printed).
+  demo's own seeds (the text, if any, is printed);
+- `ATTENTION`: functions `items(now) -> list[gpuquota.core.attention.Attention]`: what
+  waits for an admin, counted and linked on the admin's home page.
 
 They are found here, in INSTALLED_APPS order, the way Celery's beat schedules are
 (`gpuquota/celery.py`), and checked when Django starts (`contributions_check`).
@@ -20,7 +22,7 @@ from django.apps import apps
 from django.core import checks
 
 MODULE = "contributions"
-KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS")
+KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION")
 
 
 @cache

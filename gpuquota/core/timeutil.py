@@ -71,3 +71,15 @@ def hours_between(start: datetime, end: datetime) -> list[datetime]:
         hours.append(hour)
         hour += timedelta(hours=1)
     return hours
+
+
+def instant_text(value: datetime | None, *, seconds: bool = False, empty: str = "—") -> str:
+    """An instant as every page shows it: `2026-12-01 16:00` in the active (the viewer's)
+    time zone; with seconds where they matter (events). The one format of the product's
+    pages and of the date-and-time inputs."""
+    from django.utils import timezone
+
+    if value is None:
+        return empty
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    return local.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")

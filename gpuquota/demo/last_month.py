@@ -1,10 +1,11 @@
 """Last month for the statements demo, whatever today's date: reservations recorded by
-the admin (backfill), a few hours of telemetry stored by the real ingestion service (a GPU
-of a reservation lost with XID 79 and back after a reboot, unreserved busy GPUs used by
-mapped people and a Slurm account), rolled up; `reports` then drafts last month's statements
-from them (its `DEMO_SEEDS`), so the review page shows reserved, failure-credit and
-on-demand lines at once. Idempotent: reservations are recognised by purpose, batches by a
-batch id derived from their content's place."""
+the admin (backfill), telemetry of every reserved GPU stored by the real ingestion service
+(`telemetry.py`: a GPU of a reservation lost with XID 79 and back after a reboot, a node
+whose agent was away for hours; unreserved busy GPUs used by mapped people and a Slurm
+account), rolled up; `reports` then drafts last month's statements from them (its
+`DEMO_SEEDS`), so the review page shows reserved, failure-credit and on-demand lines with
+real utilization and coverage, one team flagged. Idempotent: reservations are recognised
+by purpose, batches by a batch id derived from their content's place."""
 
 import logging
 import uuid
@@ -13,19 +14,26 @@ from datetime import UTC, datetime, timedelta
 from accounts.models import Team, User
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period
+from gpuquota.demo.telemetry import (
+    BATCH_NAMESPACE,
+    Gap,
+    ingest,
+    iso,
+    process,
+    reserved_telemetry_seed,
+    sample,
+    windows,
+)
 from gpuquota.demo.usage import demo_usage_catch_up
-from gpuquota.ingest.batches import batch_ingest
-from gpuquota.ingest.protocol import batch_check
 from gpuquota.inventory.models import Gpu, GpuClass
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.services import reservation_create
 
 logger = logging.getLogger(__name__)
-DAY, HOUR, WINDOW = timedelta(days=1), timedelta(hours=1), timedelta(seconds=600)
-BATCH_NAMESPACE = uuid.UUID("6f1d3c9e-5b7a-4e2c-9a41-2d7c1e0b8f53")
+DAY, HOUR = timedelta(days=1), timedelta(hours=1)
 
 # (team, class, count, first day, last day (exclusive), purpose): days of last month, kept
-# short because every reserved GPU-hour is one more hour for the rollups to sweep at seed
+# short because every reserved GPU-hour is one more hour to send and sweep at seed
 PLAN = [
     ("vision", "H100-80GB", 2, 8, 11, "[demo] last month: detector training"),
     ("speech", "A100-40GB", 2, 9, 10, "[demo] last month: ASR training"),
@@ -33,6 +41,7 @@ PLAN = [
     ("nlp", "H100-80GB", 1, 9, 10, "[demo] last month: eval harness"),
 ]
 FAILURE_DAY, FAILED_AT_H, BACK_AT_H = 9, 9, 12  # lost 09:00, a good sample after reboot 12:00
+AGENT_AWAY_H = (8, 14)  # robotics' agent away for an upgrade, that day
 ON_DEMAND_H = (10, 14)  # unreserved busy hours on FAILURE_DAY
 # (class, unix user, Slurm account or None): who runs on the unreserved GPUs
 ON_DEMAND = [("A100-40GB", "alice", None), ("A100-40GB", "bruno", None),
@@ -56,63 +65,30 @@ def _reservations(period: Period, admin: User, now: datetime) -> None:
             logger.info("demo reservation %r skipped: %s", purpose, exc.message)
 
 
-def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _sample(gpu: Gpu, start: datetime, util: float) -> dict:
-    return {"seq": 1, "gpu_uuid": gpu.uuid, "window_start": _iso(start),
-            "window_end": _iso(start + WINDOW), "readings": 10, "util_gpu_avg": util,
-            "util_gpu_max": min(100.0, util + 5), "memory_used_bytes_avg": 30 * 2**30,
-            "memory_used_bytes_max": 32 * 2**30, "ecc_uncorrected": 0, "ecc_corrected": 0}
-
-
-def _process(gpu: Gpu, start: datetime, user: str, account: str | None) -> dict:
-    job = ({"source": "slurm", "id": "424242", "account": account} if account
-           else {"source": "unix"})
-    return {"gpu_uuid": gpu.uuid, "window_start": _iso(start), "window_end": _iso(start + WINDOW),
-            "pid": 4242, "pid_start": 1, "uid": 1000, "user": user, "command": "python",
-            "job": job, "memory_used_bytes_max": 30 * 2**30}
-
-
-def _windows(start: datetime, end: datetime) -> list[datetime]:
-    return [start + i * WINDOW for i in range(int((end - start) / WINDOW))]
-
-
-def _ingest(gpu: Gpu, label: str, boot_id: str, sent_at: datetime, *, samples=(),
-            processes=(), events=()) -> None:
-    """One batch from the GPU's node, as its agent would send it, stored by ingestion."""
-    body = {"schema_version": 1, "sent_at": _iso(sent_at),
-            "batch_id": str(uuid.uuid5(BATCH_NAMESPACE, f"{gpu.uuid}:{label}")),
-            "agent_instance_id": str(uuid.uuid5(BATCH_NAMESPACE, f"{gpu.node_id}:{boot_id}")),
-            "seq_first": 1, "seq_last": 1,
-            "node": {"hostname": gpu.node.hostname, "agent_version": "demo",
-                     "boot_id": boot_id, "spool_backlog": 0, "dropped_records_total": 0},
-            "gpus": [], "samples": list(samples), "processes": list(processes),
-            "events": list(events)}
-    batch_ingest(node=gpu.node, body=batch_check(body), now=sent_at, check_age=False)
-
-
-def _failure_and_reboot(day: datetime) -> None:
-    """The first GPU of vision's reservation falls off the bus at 09:00; after a reboot
-    of its node it reports again at 12:00: the failed hours are credited."""
-    assignment = (Assignment.objects.filter(reservation__purpose=PLAN[0][5])
+def _first_gpu(purpose: str) -> Gpu | None:
+    assignment = (Assignment.objects.filter(reservation__purpose=purpose)
                   .select_related("gpu__node").order_by("gpu_id").first())
-    if assignment is None:
-        return
-    gpu = assignment.gpu
-    lost, back = day + FAILED_AT_H * HOUR, day + BACK_AT_H * HOUR
-    before = _windows(lost - 3 * HOUR, lost)
-    _ingest(gpu, f"{day:%Y-%m}-before", "demo-boot-a", lost + timedelta(minutes=1),
-            samples=[_sample(gpu, w, 92.0) for w in before],
-            processes=[_process(gpu, w, "alice", "vision") for w in before],
-            events=[{"event_id": str(uuid.uuid5(BATCH_NAMESPACE, f"{gpu.uuid}:{day}:xid")),
-                     "gpu_uuid": gpu.uuid, "ts": _iso(lost), "type": "xid", "xid": 79,
-                     "detail": "GPU has fallen off the bus"}])
-    after = _windows(back, back + 2 * HOUR)
-    _ingest(gpu, f"{day:%Y-%m}-after", "demo-boot-b", back + 2 * HOUR,
-            samples=[_sample(gpu, w, 88.0) for w in after],
-            processes=[_process(gpu, w, "alice", "vision") for w in after])
+    return assignment.gpu if assignment else None
+
+
+def _incidents(day: datetime) -> dict[int, list[Gap]]:
+    """The first GPU of vision's reservation falls off the bus at 09:00 (XID 79); after a
+    reboot of its node it reports again at 12:00: the failed hours are credited. Robotics'
+    node loses its agent for an upgrade from 08:00 to 14:00 (the GPU kept working, nobody
+    saw it): its coverage falls under 90 % and the review flags it. The gaps, by GPU."""
+    gaps: dict[int, list[Gap]] = {}
+    gpu = _first_gpu(PLAN[0][5])
+    if gpu is not None:
+        lost, back = day + FAILED_AT_H * HOUR, day + BACK_AT_H * HOUR
+        ingest(gpu, f"{day:%Y-%m}-xid", "demo-boot-a", lost + timedelta(minutes=1),
+               events=[{"event_id": str(uuid.uuid5(BATCH_NAMESPACE, f"{gpu.uuid}:{day}:xid")),
+                        "gpu_uuid": gpu.uuid, "ts": iso(lost), "type": "xid", "xid": 79,
+                        "detail": "GPU has fallen off the bus"}])
+        gaps[gpu.id] = [Gap(lost, back, boot_after="demo-boot-b")]
+    rendering = _first_gpu(PLAN[2][5])
+    if rendering is not None:
+        gaps[rendering.id] = [Gap(day + AGENT_AWAY_H[0] * HOUR, day + AGENT_AWAY_H[1] * HOUR)]
+    return gaps
 
 
 def _on_demand(day: datetime) -> None:
@@ -126,14 +102,16 @@ def _on_demand(day: datetime) -> None:
                 .select_related("node").order_by("-id") if g.id not in busy]
         runners = [(u, a) for c, u, a in ON_DEMAND if c == class_name]
         for gpu, (user, account) in zip(free, runners, strict=False):
-            windows = _windows(start, end)
-            _ingest(gpu, f"{day:%Y-%m}-on-demand", "demo-boot-a", end,
-                    samples=[_sample(gpu, w, 75.0) for w in windows],
-                    processes=[_process(gpu, w, user, account) for w in windows])
+            starts = windows(start, end)
+            ingest(gpu, f"{day:%Y-%m}-on-demand", "demo-boot-a", end,
+                   samples=[sample(gpu, w, 75.0) for w in starts],
+                   processes=[process(gpu, w, user, account) for w in starts])
 
 
-def demo_last_month_seed(*, now: datetime) -> None:
-    """Last month's reservations and telemetry, rolled up (idempotent)."""
+def demo_last_month_seed(*, now: datetime, until: datetime | None = None) -> None:
+    """Last month's reservations, and the telemetry of every demo reservation from the
+    start of last month to `until` (default now; where the back-filled history begins),
+    rolled up (idempotent)."""
     admin = User.objects.filter(is_staff=True, is_active=True).order_by("id").first()
     if admin is None:
         return
@@ -141,7 +119,8 @@ def demo_last_month_seed(*, now: datetime) -> None:
     period = Period.month(before.year, before.month)
     _reservations(period, admin, now)
     day = period.start + (FAILURE_DAY - 1) * DAY
-    _failure_and_reboot(day)
+    gaps = _incidents(day)
+    reserved_telemetry_seed(since=period.start, until=until or now, gaps=gaps)
     _on_demand(day)
     demo_usage_catch_up()
     demo_usage_catch_up()  # the hours a closed failed interval marked

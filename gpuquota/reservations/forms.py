@@ -31,11 +31,20 @@ def local_to_aware(naive: datetime, tz) -> datetime:
     return first
 
 
-class LocalDateTimeField(forms.Field):
-    """A date and time typed in the user's time zone (HTML datetime-local)."""
+# The one format of the product's dates and times, the pages' and the inputs' alike, so
+# an input does not take the browser's locale (12/01/2026, 04:00 PM) beside a page that
+# says 2026-12-01 16:00.
+INPUT_FORMAT = "%Y-%m-%d %H:%M"
+INPUT_ATTRS = {"placeholder": "YYYY-MM-DD HH:MM", "inputmode": "numeric", "autocomplete": "off",
+               "pattern": r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?", "class": "when-input",
+               "title": "A date and time like 2026-12-01 16:00, in your time zone"}
 
-    widget = forms.DateTimeInput(attrs={"type": "datetime-local", "step": 60},
-                                 format="%Y-%m-%dT%H:%M")
+
+class LocalDateTimeField(forms.Field):
+    """A date and time typed in the user's time zone, as the pages show them
+    (`2026-12-01 16:00`)."""
+
+    widget = forms.DateTimeInput(attrs=INPUT_ATTRS, format=INPUT_FORMAT)
 
     def to_python(self, value):
         if value in self.empty_values:
@@ -56,7 +65,7 @@ class LocalDateTimeField(forms.Field):
 
     def prepare_value(self, value):
         if isinstance(value, datetime) and value.tzinfo is not None:
-            return timezone.localtime(value).strftime("%Y-%m-%dT%H:%M")
+            return timezone.localtime(value).strftime(INPUT_FORMAT)
         return value
 
 

@@ -146,6 +146,26 @@ def request_room(*, team: Team, gpu_class: GpuClass, start: datetime, end: datet
     return ledger.room(team_id=team.id, start=start, end=end, same_node=same_node)
 
 
+def gpus_text(count: int, class_name: str = "") -> str:
+    """`1 H100-80GB GPU`, `3 H100-80GB GPUs`: counts in messages, in plain English."""
+    return f"{count} {class_name + ' ' if class_name else ''}GPU{'' if count == 1 else 's'}"
+
+
+def room_summary(*, room: Room, team_name: str) -> str:
+    """What the team can get over the window, in one sentence (the form's hint)."""
+    within, beyond = room.within_quota, room.beyond_quota
+    if within and beyond:
+        return (f"{team_name} can have {within} at once within its quota, and up to "
+                f"{beyond} more with an admin's approval.")
+    if within:
+        return (f"{team_name} can have {within} at once within its quota; no more can be "
+                "approved for this window now.")
+    if beyond:
+        return (f"{team_name} has no quota left for this window: up to {beyond} with an "
+                "admin's approval.")
+    return f"{team_name} can get none of these for this window now."
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What submitting `count` GPUs would do, said before the lead submits."""
@@ -156,22 +176,23 @@ class Verdict:
 
 def room_verdict(*, room: Room, count: int, team_name: str, class_name: str) -> Verdict:
     """The outcome `reservation_create` would give `count` GPUs now, in words."""
-    within = f"{team_name} can have {room.within_quota} {class_name} GPU(s) within its quota"
+    asked = gpus_text(count)
     if count <= room.quota_left:
         if count <= room.free_gpus:
-            return Verdict("in_quota", f"Within quota: {within}; these {count} are assigned "
-                           "at once.")
-        return Verdict("no_capacity", f"Only {room.free_gpus} are free over this whole "
-                       f"window, {count} asked: the request would be refused.")
+            return Verdict("in_quota", f"{asked} within quota: "
+                           f"{'it is' if count == 1 else 'they are'} assigned as soon as you "
+                           "reserve.")
+        return Verdict("no_capacity", f"Only {room.free_gpus} free for this whole window: a "
+                       f"request for {count} would be refused.")
     if count > room.ceiling:
-        return Verdict("impossible", f"Cannot be met: at most {room.ceiling} can ever be had "
-                       f"here beyond other teams' guarantees, {count} asked: the request "
-                       "would be refused.")
+        return Verdict("impossible", f"A request for {count} would be refused: other teams' "
+                       f"guaranteed quotas leave {team_name} at most "
+                       f"{gpus_text(room.ceiling, class_name)} in this window.")
     if count <= room.can_get:
-        return Verdict("over_quota", f"Over quota: {within}; {count} asked, so the request "
-                       f"will wait for an admin's approval. Up to {room.beyond_quota} more "
-                       "can be approved now (net of other teams' unused guarantees).")
-    return Verdict("over_quota_blocked", f"Over quota: {within}; {count} asked, so the "
-                   "request will wait for an admin's approval, and an approval now would be "
-                   f"refused: only {room.can_get} can be had beyond other teams' unused "
-                   "guarantees.")
+        return Verdict("over_quota", f"A request for {count} goes beyond {team_name}'s quota: "
+                       f"it will wait for an admin's approval (up to {room.can_get} could be "
+                       "granted now).")
+    return Verdict("over_quota_blocked", f"A request for {count} goes beyond {team_name}'s "
+                   f"quota: it will wait for an admin's approval, but only {room.can_get} "
+                   "could be approved now (the rest is other teams' unused quota, kept for "
+                   "them).")

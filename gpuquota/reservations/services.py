@@ -24,13 +24,12 @@ from gpuquota.reservations.assigning import (
     local_text,
     lock_class_guarantees,
     lock_team_class,
-    no_capacity_error,
 )
 from gpuquota.reservations.capacity import free_map, guarantee_shortfall_at, quota_check
 from gpuquota.reservations.conf import booking_horizon_days, booking_horizon_end
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.notices import reservation_decision_notify, reservation_pending_notify
-from gpuquota.reservations.room import ClassLedger
+from gpuquota.reservations.room import ClassLedger, gpus_text
 
 __all__ = [
     "NoCapacity", "OverQuota", "reservation_create", "reservation_approve", "reservation_deny",
@@ -180,12 +179,13 @@ def _refuse_impossible(*, team: Team, gpu_class: GpuClass, start: datetime, end:
     ledger = ClassLedger(gpu_class=gpu_class, start=start, end=end, fmap=fmap)
     in_service = len(fmap.gpus)
     if count > in_service:
-        refusal = no_capacity_error(gpu_class=gpu_class, start=start, end=end, count=count,
-                                    free_gpus=len(fmap.gpus_free_over(start, end)))
+        free = len(fmap.gpus_free_over(start, end))
         raise NoCapacity(
-            f"No capacity: only {in_service} {gpu_class.name} GPU(s) are in service then, "
-            f"{count} asked. {refusal.message.removeprefix('No capacity: ')}",
-            field="count", free_gpus=refusal.free_gpus, next_free=refusal.next_free,
+            f"No capacity: {count} asked, but only {gpus_text(in_service, gpu_class.name)} "
+            f"{'is' if in_service == 1 else 'are'} in service in that window, never enough at "
+            f"once ({free} {'is' if free == 1 else 'are'} free for all of it); ask for at most "
+            f"{in_service}.",
+            field="count", free_gpus=free,
         )
     largest = ledger.largest_node()
     if same_node and count > largest:
@@ -198,9 +198,9 @@ def _refuse_impossible(*, team: Team, gpu_class: GpuClass, start: datetime, end:
     if count > ceiling:
         guaranteed = ledger.others_guaranteed(team_id=team.id, start=start, end=end)
         raise NoCapacity(
-            f"No capacity: at most {ceiling} {gpu_class.name} GPU(s) can ever be had by "
-            f"{team} in that window ({in_service} in service, {guaranteed} guaranteed to "
-            f"other teams), {count} asked.",
+            f"No capacity: {count} asked, but other teams' guaranteed quotas ({guaranteed} of "
+            f"the {in_service} in service) leave {team} at most "
+            f"{gpus_text(ceiling, gpu_class.name)} in that window.",
             field="count", free_gpus=ceiling,
         )
 

@@ -16,6 +16,7 @@ urlpatterns = [
     path("reservations/<int:pk>/decide/", views.reservation_decide, name="reservation_decide"),
     path("reservations/backfill/", views.reservation_backfill, name="reservation_backfill"),
     path("reservations/maintenance/", views.maintenance_new, name="maintenance_new"),
+    path("manage/", views_manage.manage_home, name="manage_home"),
     path("manage/quotas/", views_manage.quotas_page, name="manage_quotas"),
     path("manage/quotas/<int:pk>/end/", views_manage.quota_end_view, name="manage_quota_end"),
     path("manage/rate-cards/", views_manage.rate_cards_page, name="manage_rate_cards"),

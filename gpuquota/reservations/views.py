@@ -29,7 +29,7 @@ from gpuquota.reservations.forms import (
     WindowCheckForm,
 )
 from gpuquota.reservations.models import Reservation
-from gpuquota.reservations.room import request_room, room_verdict
+from gpuquota.reservations.room import request_room, room_summary, room_verdict
 from gpuquota.reservations.selectors import (
     availability,
     maintenance_blocks_recent,
@@ -163,7 +163,8 @@ def window_check(request):
         room = request_room(team=v["team"], gpu_class=v["gpu_class"], start=v["start"],
                             end=v["end"], same_node=v["placement"] == "same_node")
         body.update(within_quota=room.within_quota, beyond_quota=room.beyond_quota,
-                    quota_left=room.quota_left, ceiling=room.ceiling)
+                    quota_left=room.quota_left, ceiling=room.ceiling,
+                    room_message=room_summary(room=room, team_name=v["team"].name))
         if v["count"]:
             verdict = room_verdict(room=room, count=v["count"], team_name=v["team"].name,
                                    class_name=v["gpu_class"].name)

@@ -59,6 +59,13 @@ def _end(request, end, success: str, back: str):
 
 
 @login_required
+def manage_home(request):
+    """`/manage/`: every admin page, grouped as in the menu, with what each is for."""
+    require_admin(request.user)
+    return render(request, "reservations/manage_home.html")
+
+
+@login_required
 def quotas_page(request):
     require_admin(request.user)
     filters, chosen = _filters(request)

@@ -7,6 +7,8 @@ from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
+from gpuquota.core.timeutil import instant_text
+
 WIDTH, HEIGHT, PAD_L, PAD_B, PAD_T = 720, 180, 44, 22, 10
 
 
@@ -34,14 +36,14 @@ def svg_bar_chart(*, points: Sequence[tuple[datetime, float | Decimal | None]], 
             parts.append(
                 f'<rect x="{x + step * 0.1:.1f}" y="{PAD_T + plot_h - height:.1f}" '
                 f'width="{max(step * 0.8, 0.5):.1f}" height="{height:.1f}" fill="{color}">'
-                f'<title>{at:%Y-%m-%d %H:%M} UTC: {float(value):.1f}{escape(unit)}</title></rect>'
+                f'<title>{instant_text(at)}: {float(value):.1f}{escape(unit)}</title></rect>'
             )
         for i in (0, len(points) - 1):
             at = points[i][0]
             anchor = "start" if i == 0 else "end"
             x = PAD_L if i == 0 else WIDTH - 8
             parts.append(f'<text x="{x}" y="{HEIGHT - 6}" font-size="10" fill="#667085" '
-                         f'text-anchor="{anchor}">{at:%m-%d %H:%M}</text>')
+                         f'text-anchor="{anchor}">{instant_text(at)}</text>')
     else:
         parts.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" '
                      f'fill="#667085">No data</text>')
@@ -50,28 +52,36 @@ def svg_bar_chart(*, points: Sequence[tuple[datetime, float | Decimal | None]], 
 
 
 RESERVED_COLOR, BUSY_COLOR = "#c7d4f5", "#2f5bd3"
+# A chart's text is drawn at 10 units of its viewBox: a chart shown about `width` px wide
+# wants a viewBox about that wide, or its labels shrink with it (a small multiple drawn
+# at 720 units in a 340 px card had 4 px labels).
+COMPACT = (360, 150)
 
 
-def svg_reserved_busy_chart(*, days: Sequence, title: str) -> SafeString:
+def svg_reserved_busy_chart(*, days: Sequence, title: str,
+                            size: tuple[int, int] = (WIDTH, HEIGHT)) -> SafeString:
     """Reserved (pale) and busy-inside-reserved (dark, drawn over it) GPU-hours per UTC
-    day, from `usage.daily.DayUsage` rows; the y axis is rounded up to a readable step."""
-    plot_w, plot_h = WIDTH - PAD_L - 8, HEIGHT - PAD_B - PAD_T
+    day, from `usage.daily.DayUsage` rows; the y axis is rounded up to a readable step.
+    `size`: the viewBox, about the size in px the chart is shown at (`COMPACT` for the
+    small multiples)."""
+    width, height = size
+    plot_w, plot_h = width - PAD_L - 8, height - PAD_B - PAD_T
     peak = max([float(d.reserved_s) / 3600 for d in days] + [float(d.busy_s) / 3600
                                                               for d in days] + [0])
     top = _nice_ceiling(peak)
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
         f'class="chart reserved-busy" role="img" aria-label="{escape(title)}">'
         f'<title>{escape(title)}</title>',
     ]
     for fraction in (0, 0.5, 1):
         y = PAD_T + plot_h * (1 - fraction)
-        parts.append(f'<line x1="{PAD_L}" x2="{WIDTH - 8}" y1="{y:.1f}" y2="{y:.1f}" '
+        parts.append(f'<line x1="{PAD_L}" x2="{width - 8}" y1="{y:.1f}" y2="{y:.1f}" '
                      f'stroke="#e3e7ee"/><text x="{PAD_L - 4}" y="{y + 4:.1f}" '
                      f'text-anchor="end" font-size="10" fill="#667085">'
                      f'{top * fraction:g} h</text>')
     if not days or peak == 0:
-        parts.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" text-anchor="middle" '
+        parts.append(f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle" '
                      f'fill="#667085">Nothing reserved in this period</text>')
     step = plot_w / max(len(days), 1)
     for i, d in enumerate(days):
@@ -80,14 +90,14 @@ def svg_reserved_busy_chart(*, days: Sequence, title: str) -> SafeString:
                  f"{d.busy_hours} GPU-h")
         for value, color, cls in ((d.reserved_s, RESERVED_COLOR, "reserved"),
                                   (d.busy_s, BUSY_COLOR, "busy")):
-            height = plot_h * float(value) / 3600 / top if top else 0
+            bar_h = plot_h * float(value) / 3600 / top if top else 0
             parts.append(
                 f'<rect class="{cls}" data-day="{d.day:%Y-%m-%d}" x="{x + step * 0.12:.1f}" '
-                f'y="{PAD_T + plot_h - height:.1f}" width="{max(step * 0.76, 0.5):.1f}" '
-                f'height="{height:.1f}" fill="{color}"><title>{escape(label)}</title></rect>')
+                f'y="{PAD_T + plot_h - bar_h:.1f}" width="{max(step * 0.76, 0.5):.1f}" '
+                f'height="{bar_h:.1f}" fill="{color}"><title>{escape(label)}</title></rect>')
     for i in sorted({0, len(days) - 1} if days else set()):
-        anchor, x = ("start", PAD_L) if i == 0 else ("end", WIDTH - 8)
-        parts.append(f'<text x="{x}" y="{HEIGHT - 6}" font-size="10" fill="#667085" '
+        anchor, x = ("start", PAD_L) if i == 0 else ("end", width - 8)
+        parts.append(f'<text x="{x}" y="{height - 6}" font-size="10" fill="#667085" '
                      f'text-anchor="{anchor}">{days[i].day:%d %b}</text>')
     parts.append("</svg>")
     return mark_safe("".join(parts))

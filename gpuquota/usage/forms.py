@@ -4,7 +4,9 @@ from django import forms
 class HealthRecoverForm(forms.Form):
     at = forms.DateTimeField(
         label="Recovered at", help_text="In your time zone; may lie in the past.",
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}),
+        widget=forms.DateTimeInput(format="%Y-%m-%d %H:%M:%S", attrs={
+            "placeholder": "YYYY-MM-DD HH:MM:SS", "class": "when-input",
+            "inputmode": "numeric", "autocomplete": "off"}),
     )
     note = forms.CharField(max_length=256, required=False)
 

@@ -7,6 +7,10 @@ transaction, and a mark keeps `marked_at` of the first change not rolled up yet 
 never moves it; the sweep removes the mark in the transaction that writes the rows). So
 everything stored before the oldest pending `marked_at` is counted in the rollups; with
 no mark pending, everything stored is.
+
+While agents report, the open hour is always waiting for its next recompute: that is the
+design (`USAGE_ROLLUP_FRESHNESS_S`), not a delay. The figures are *late* only when they lag
+more than that bound; then the pages say so, with what waits.
 """
 
 from dataclasses import dataclass
@@ -16,6 +20,7 @@ from django.db.models import Count, Min
 from django.utils import timezone
 
 from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.outbox.conf import rollup_freshness_s
 from gpuquota.outbox.models import DirtyGpuHour
 
 
@@ -25,9 +30,33 @@ class UsageFreshness:
     pending_gpu_hours: int  # GPU-hours waiting for their recompute
     now: datetime
 
+    bound_s: int = 300  # the freshness promised: USAGE_ROLLUP_FRESHNESS_S
+
     @property
     def lag_s(self) -> int:
         return max(0, int((self.now - self.as_of).total_seconds()))
+
+    @property
+    def lag_text(self) -> str:
+        return duration_text(self.lag_s)
+
+    @property
+    def bound_text(self) -> str:
+        return duration_text(self.bound_s)
+
+    @property
+    def late(self) -> bool:
+        """Behind by more than the freshness bound: something holds the recomputes up."""
+        return self.lag_s > self.bound_s
+
+
+def duration_text(seconds: int) -> str:
+    """`45 s`, `5 min`, `2 h 10 min`: a lag as people say it."""
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
 def usage_freshness(*, since: datetime | None = None, until: datetime | None = None,
@@ -46,4 +75,5 @@ def usage_freshness(*, since: datetime | None = None, until: datetime | None = N
     if pending["oldest"] is not None:
         as_of = min(now, pending["oldest"])
     return UsageFreshness(as_of=as_of.replace(microsecond=0),
-                          pending_gpu_hours=pending["count"], now=now)
+                          pending_gpu_hours=pending["count"], now=now,
+                          bound_s=int(rollup_freshness_s()))

@@ -15,7 +15,7 @@ from gpuquota.core.sections import page_sections
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import Gpu, gpu_uuid_normalize
 from gpuquota.outbox.conf import rollup_freshness_s
-from gpuquota.usage.charts import svg_bar_chart, svg_reserved_busy_chart
+from gpuquota.usage.charts import COMPACT, svg_bar_chart, svg_reserved_busy_chart
 from gpuquota.usage.conf import agent_silent_after_s, busy_util_percent
 from gpuquota.usage.fleet import gpu_history
 from gpuquota.usage.fleet_index import FleetFilter, fleet_choices, fleet_page
@@ -132,8 +132,8 @@ def utilization(request):
         "fleet_chart": svg_reserved_busy_chart(
             days=overview.fleet_days, title="Fleet: reserved versus busy GPU-hours per day"),
         "class_charts": [(klass, svg_reserved_busy_chart(
-            days=days, title=f"{klass.name}: reserved versus busy GPU-hours per day"))
-            for klass, days in overview.class_days],
+            days=days, title=f"{klass.name}: reserved versus busy GPU-hours per day",
+            size=COMPACT)) for klass, days in overview.class_days],
     }
     return render(request, "usage/utilization.html", context)
 

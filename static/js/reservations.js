@@ -14,8 +14,8 @@
   var asked = 0;  // answers to older questions are dropped
   function field(name) { return form.querySelector("[name=" + name + "]"); }
   function pad(n) { return (n < 10 ? "0" : "") + n; }
-  function local(d) {
-    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + "T" +
+  function local(d) {  // the one format of the pages and the inputs: 2026-12-01 16:00
+    return d.getFullYear() + "-" + pad(d.getMonth() + 1) + "-" + pad(d.getDate()) + " " +
       pad(d.getHours()) + ":" + pad(d.getMinutes());
   }
   function nextDay(day) {
@@ -29,7 +29,7 @@
     section.querySelectorAll("td.picked").forEach(function (c) { c.classList.remove("picked"); });
     cell.classList.add("picked");
     var day = cell.getAttribute("data-day");
-    var start = day + "T00:00";
+    var start = day + " 00:00";
     var now = new Date();
     if (local(now).slice(0, 10) === day) {
       now.setMinutes(Math.ceil((now.getMinutes() + 1) / 15) * 15, 0, 0);
@@ -37,7 +37,7 @@
     }
     field("gpu_class").value = cell.getAttribute("data-class");
     field("start").value = start;
-    field("end").value = nextDay(day) + "T00:00";
+    field("end").value = nextDay(day) + " 00:00";
     field("count").focus();
     checkWindow();
   });
@@ -79,10 +79,7 @@
         if (data.error) { say("errorlist", [data.error]); return; }
         var lines = [data.free_gpus + " of " + data.total_gpus + " " + data.gpu_class +
           " GPUs are free for this whole window."];
-        if (data.within_quota !== undefined) {
-          lines.push("Your team can have " + data.within_quota + " within its quota, +" +
-            data.beyond_quota + " beyond it with approval.");
-        }
+        if (data.room_message) { lines.push(data.room_message); }
         if (data.verdict) {
           lines.push(data.verdict_message);
           if (data.verdict === "over_quota" || data.verdict === "over_quota_blocked") {

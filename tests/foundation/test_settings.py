@@ -4,6 +4,7 @@ set; PostgreSQL and Redis are used when configured."""
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -106,3 +107,56 @@ def test_every_app_beat_schedule_is_collected():
     assert app.conf.beat_schedule == schedule
     for name, entry in schedule.items():
         assert entry["task"] in app.tasks, f"beat entry {name} names an unknown task"
+
+
+def _embedded_env(tmp_path, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "EMAIL_URL", "DEBUG", "SECRET_KEY")}
+    env.update(DJANGO_SETTINGS_MODULE="gpuquota.settings", GPUQUOTA_VAR_DIR=str(tmp_path / "var"),
+               **extra)
+    return env
+
+
+def test_an_eager_task_on_the_embedded_default_logs_no_broker_warning(tmp_path):
+    """With no broker, tasks run in process: queueing one (as every mail does) must not make
+    kombu log "No hostname was supplied" about a broker that does not exist."""
+    script = ("import django; django.setup()\n"
+              "from gpuquota.mail.tasks import mail_send_due_task\n"
+              "print(mail_send_due_task.delay().get())\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=_embedded_env(tmp_path, GPUQUOTA_MAIL_ENABLED="0"),
+                          cwd=os.getcwd(), timeout=60, check=True)
+    assert "'disabled': True" in done.stdout  # the task ran, in process
+    assert "No hostname was supplied" not in done.stderr + done.stdout
+    assert "kombu" not in done.stderr
+
+
+@pytest.mark.timeout(90)
+def test_celery_beat_keeps_its_schedule_under_var_not_in_the_working_folder(tmp_path):
+    """`celery -A gpuquota worker --beat`, run from a checkout, writes beat's schedule
+    state into var/ and nothing into the folder it runs from."""
+    from django.conf import settings
+
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    var = tmp_path / "var"
+    env = _embedded_env(tmp_path, PYTHONPATH=str(settings.BASE_DIR))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "gpuquota", "worker", "--beat", "--pool", "solo",
+         "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
+        cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(var.glob("celerybeat-schedule*")) and time.monotonic() < deadline:
+            assert worker.poll() is None, worker.stderr.read()[-2000:]
+            assert not list(checkout.iterdir()), list(checkout.iterdir())
+            time.sleep(0.2)
+        assert list(var.glob("celerybeat-schedule*")), "beat wrote no schedule under var/"
+        assert list(checkout.iterdir()) == []
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()

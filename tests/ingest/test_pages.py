@@ -116,7 +116,8 @@ def test_admin_enrols_a_node_in_the_browser(browser_page):
     ClusterFactory(name="Hopper", slug="hopper")
     page = browser_page
     browser_login(page, "root-admin")
-    page.click("text=Nodes")
+    page.click("#nav-operations summary")  # the admin pages are in menus
+    page.click("#nav-operations >> text=Nodes")
     page.wait_for_url("**/ingest/nodes/")
     page.select_option("#id_cluster", label="Hopper")
     page.fill("#id_hostname", "gpu-node-07")

@@ -176,7 +176,11 @@ def test_an_objection_upheld_releases_at_the_decision(flow, smtp):
                                     reason="no job since Tuesday", now=decided)
     release_due(decided + timedelta(minutes=3), expect_status=S.RELEASED)
     assert Assignment.objects.get(reservation=reservation, gpu=idle).assigned_until == decided
-    settle(smtp, 2)  # the notice and the release
+    settle(smtp, 4)  # the notice, the objection (to the admin), the decision, the release
+    assert [m.message["Subject"].split(":")[0] for m in smtp.to(world.admin.email)] == [
+        "[gpuquota] Objection to decide"]
+    assert any("Objection overruled" in m.message["Subject"]
+               for m in smtp.to(world.lead.email))
 
 
 def test_an_objection_withdrawn_keeps_the_gpus(flow, smtp):
@@ -189,8 +193,9 @@ def test_an_objection_withdrawn_keeps_the_gpus(flow, smtp):
     release_due(NOW + 2 * GRACE, expect_status=S.DISMISSED)
     assert Assignment.objects.get(reservation=reservation, gpu=idle).assigned_until == (
         NOW + 2 * DAY)
-    settle(smtp, 2)
-    assert "Objection accepted" in smtp.messages[-1].message["Subject"]
+    settle(smtp, 3)  # the notice, the objection (to the admin), the decision
+    assert any("Objection accepted" in m.message["Subject"]
+               for m in smtp.to(world.lead.email))
 
 
 def test_a_gpu_busy_again_during_the_grace_is_not_released(flow, smtp):

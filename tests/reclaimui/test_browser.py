@@ -43,7 +43,8 @@ def test_accept_banner_objection_uphold(browser_page):
     asked = confirm_dialogs(page)
 
     browser_login(page, "admin")
-    page.click("nav >> text=Reclaim")
+    page.click("#nav-operations summary")  # the admin pages are in menus
+    page.click("#nav-operations >> text=Reclaim")
     page.wait_for_url("**/reclaim/")
     card = page.locator(f"#rec-{rec.pk}")
     assert "Give back 1 idle GPU" in card.inner_text()

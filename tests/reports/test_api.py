@@ -101,3 +101,61 @@ def test_the_endpoints_are_in_the_openapi_schema(billed):
         assert "get" in schema["paths"][path]
     line = schema["components"]["schemas"]["Line"]["properties"]
     assert set(line) == {"kind", "gpu_class", "seconds", "hours", "rate", "amount", "reason"}
+
+
+def _bearer(user) -> dict:
+    from accounts.services import api_token_create
+
+    _token, key = api_token_create(user=user, name="finance script", expires_at=None)
+    return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_statement_pdf_is_in_the_api_for_sessions_and_tokens(billed, role):
+    """`GET /api/v1/statements/<team>/<YYYY-MM>.pdf`, as the JSON and CSV: a session or a
+    personal token, the same roles; errors in the one JSON format, even for a client that
+    accepts only PDF."""
+    expected = {"admin": 200, "lead": 200, "member": 200, "other_lead": 404, "outsider": 404,
+                "anonymous": 401}[role]
+    url = "/api/v1/statements/vision/2026-10.pdf"
+    user = billed.users()[role]
+    headers = _bearer(user) if role != "anonymous" else {}
+    for client, extra in ((client_for(billed, role), {}), (Client(), headers)):
+        response = client.get(url, HTTP_ACCEPT="application/pdf", **extra)
+        assert response.status_code == expected, (role, extra)
+        if expected == 200:
+            assert response["Content-Type"] == "application/pdf"
+            assert response.content.startswith(b"%PDF")
+            assert 'filename="statement-vision-2026-10.pdf"' in response["Content-Disposition"]
+        else:
+            assert response["Content-Type"] == "application/json"
+    bad = client_for(billed, "lead").get("/api/v1/statements/vision/2026-13.pdf")
+    assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "period"
+    wrong = Client().get(url, HTTP_AUTHORIZATION="Bearer gqu_not-a-token")
+    assert wrong.status_code == 401 and wrong.json()["code"]
+
+
+def test_the_pdf_operation_is_in_the_schema(billed):
+    schema = client_for(billed, "admin").get(
+        "/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    operation = schema["paths"]["/api/v1/statements/{team}/{period}.pdf"]["get"]
+    assert operation["operationId"] == "statement_pdf"
+    assert "application/pdf" in operation["responses"]["200"]["content"]
+    assert {"400", "401", "404", "409"} <= set(operation["responses"])
+
+
+@pytest.mark.parametrize("kind", ["pdf", "csv"])
+def test_the_web_download_links_take_a_bearer_token_too(billed, kind):
+    """The statement page's CSV and PDF links, fetched by a script with a personal token,
+    answer the file (they redirected to the login page)."""
+    statement_draft(team=billed.team, period=OCTOBER)
+    url = f"/statements/vision/2026-10.{kind}"
+    response = Client().get(url, **_bearer(billed.lead))
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/pdf" if kind == "pdf" else "text/csv")
+    assert Client().get(url, **_bearer(billed.other_lead)).status_code == 404
+    refused = Client().get(url, HTTP_AUTHORIZATION="Bearer gqu_revoked-or-made-up")
+    assert refused.status_code == 401 and refused["WWW-Authenticate"] == "Bearer"
+    basic = Client().get(url, HTTP_AUTHORIZATION="Basic Zm9vOmJhcg==")
+    assert basic.status_code == 401
+    assert Client().get(url).status_code == 302  # a person: the login page, as before

@@ -49,7 +49,7 @@ def test_lead_reads_availability_reserves_two_gpus_and_sees_them(org, browser_pa
     screenshot(page, "reservations-form-availability")
     # pick H100 on the 6th day from the grid, then ask for 2 GPUs
     page.locator("#availability tbody tr").filter(has_text="H100-80GB").locator("td").nth(5).click()
-    assert page.input_value("[name=start]").endswith("T00:00")
+    assert page.input_value("[name=start]").endswith(" 00:00")  # as the pages write times
     page.fill("[name=count]", "2")
     page.locator("[name=count]").dispatch_event("change")
     expect(page.locator("#window-hint")).to_contain_text("free for this whole")
@@ -117,8 +117,10 @@ def test_lead_is_warned_before_an_over_quota_request_and_sees_the_same_numbers_a
     page.locator("[name=count]").dispatch_event("change")
     expect(page.locator("#window-hint")).to_have_attribute("data-verdict", "over_quota")
     hint = page.inner_text("#window-hint")
-    assert "Your team can have 4 within its quota, +2 beyond it with approval." in hint
-    assert "Over quota" in hint and "will wait for an admin's approval" in hint
+    assert ("Vision can have 4 at once within its quota, and up to 2 more with an admin's "
+            "approval.") in hint
+    assert "A request for 6 goes beyond Vision's quota: it will wait for an admin's approval" \
+        in hint
     assert page.inner_text("#reservation-form button[type=submit]") == "Request approval"
     screenshot(page, "reservations-form-over-quota-warning")
     page.fill("[name=count]", "7")
@@ -158,6 +160,6 @@ def test_an_impossible_request_is_refused_at_once_in_the_form(org, browser_page)
     expect(page.locator("#window-hint")).to_have_attribute("data-verdict", "impossible")
     page.click("#reservation-form button[type=submit]")
     page.wait_for_load_state("networkidle")
-    assert "can ever be had by Vision" in page.locator("#count-errors").inner_text()
+    assert "leave Vision at most 6 H100-80GB GPUs" in page.locator("#count-errors").inner_text()
     assert not Reservation.objects.filter(count=7).exists()
     screenshot(page, "reservations-form-impossible")

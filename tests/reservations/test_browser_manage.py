@@ -33,7 +33,8 @@ def org():
 def test_admin_ends_a_quota_and_adds_the_next_row_in_the_product(org, browser_page):
     page = browser_page
     browser_login(page, org.admin.username)
-    page.click("nav.mainnav >> text=Manage")
+    page.click("#nav-manage summary")  # the admin pages are in menus
+    page.click("#nav-manage >> text=Quotas")
     page.wait_for_url("**/manage/quotas/")
     row = org.vision.quotas.get()
     later = timezone.localtime(timezone.now() + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M")

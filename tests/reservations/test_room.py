@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from gpuquota.reservations.models import Reservation
-from gpuquota.reservations.room import request_room, room_verdict
+from gpuquota.reservations.room import request_room, room_summary, room_verdict
 from gpuquota.reservations.selectors import availability, reservations_pending
 from gpuquota.reservations.services import NoCapacity, reservation_approve
 from tests.reservations.factories import NOW, Fleet
@@ -61,6 +61,27 @@ def test_the_verdict_says_what_submitting_does(busy_fleet, count, kind, status):
         assert "would be refused" in verdict.message
     else:
         assert busy_fleet.request(count=count).status == status
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 6, 7])
+def test_the_verdict_reads_as_plain_english(busy_fleet, count):
+    """No "these 1", no "GPU(s)", no "+2 beyond it", and the count asked said once."""
+    room = _room(busy_fleet)
+    verdict = room_verdict(room=room, count=count, team_name="Vision", class_name="H100-80GB")
+    summary = room_summary(room=room, team_name="Vision")
+    for text in (verdict.message, summary):
+        assert "GPU(s)" not in text and "these 1" not in text and "+" not in text
+        assert " 1 GPUs" not in text and "asked" not in text
+    if count == 1:
+        assert verdict.message == "1 GPU within quota: it is assigned as soon as you reserve."
+    assert summary == ("Vision can have 2 at once within its quota, and up to 2 more with an "
+                       "admin's approval.")
+
+
+def test_a_request_above_the_class_says_what_was_asked_once(busy_fleet):
+    with pytest.raises(NoCapacity) as exc:
+        busy_fleet.request(count=40)
+    assert exc.value.message.count("40") == 1 and "GPU(s)" not in exc.value.message
 
 
 def test_the_queue_shows_the_number_approval_uses(busy_fleet):

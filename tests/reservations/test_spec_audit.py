@@ -26,8 +26,8 @@ def test_request_beyond_the_class_fleet_says_how_many_are_free():
     with pytest.raises(NoCapacity) as exc:
         fleet.request(count=9)  # 8 in service, 6 free
     assert exc.value.free_gpus == 6
-    assert "6 H100-80GB GPU(s) free" in exc.value.message
-    assert "Not 9 free" in exc.value.message  # never enough: said so
+    assert "(6 are free for all of it)" in exc.value.message
+    assert "never enough at once" in exc.value.message  # never enough: said so
     assert not Reservation.objects.filter(team=fleet.vision).exists()
 
 

@@ -51,7 +51,8 @@ def test_admin_reviews_adjusts_and_approves_the_month(org, browser_page, smtp_se
     label = f"{month.start:%Y-%m}"
     page = browser_page
     browser_login(page, "admin")
-    page.click("nav >> text=Statements")
+    page.click("#nav-billing summary")  # the admin pages are in menus
+    page.click("#nav-billing >> text=Statements")
     page.fill("#month", label)
     page.click("#month-picker button[type=submit]")
     page.wait_for_url(f"**/statements/review/?month={label}")
@@ -59,7 +60,7 @@ def test_admin_reviews_adjusts_and_approves_the_month(org, browser_page, smtp_se
     assert "change over 25%" in page.inner_text("#review-vision")
     assert "coverage under 90%" in page.inner_text("#review-speech")
     assert "failed:" in page.inner_text("#review-robotics")
-    assert page.inner_text("#approve-all") == "Approve all 2 drafts"
+    assert page.inner_text("#approve-all") == "Approve all 2 drafts…"
     screenshot(page, "statements-review")
 
     table.locator("#review-vision a").first.click()
@@ -74,7 +75,12 @@ def test_admin_reviews_adjusts_and_approves_the_month(org, browser_page, smtp_se
     screenshot(page, "statements-statement-draft")
 
     page.goto(f"/statements/review/?month={label}")
-    page.click("#approve-all")
+    page.click("#approve-all")  # asks first: how many, how much
+    question = page.inner_text("#approve-all-question")
+    assert question.startswith("Approve 2 statements of ") and "USD?" in question
+    assert not Statement.objects.filter(month=month.start.date()).exclude(status="draft")
+    screenshot(page, "statements-review-confirm")
+    page.click("#approve-all-submit")
     page.wait_for_selector("text=2 statements of")
     assert "Robotics not approved" in page.inner_text(".messages")
     assert "Sent" in page.inner_text("#review-vision")  # approved, then mailed after commit

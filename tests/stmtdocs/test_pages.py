@@ -59,6 +59,14 @@ def detail_url(slug="vision", month="2026-10", name="statement_detail"):
     return reverse(name, args=[slug, month])
 
 
+def approve_all(month: str, **changes) -> dict:
+    """What the review page's "Approve all" posts once confirmed: the month and each
+    approvable draft with the total shown (`changes`: slug → another total)."""
+    drafts = Statement.objects.filter(month=f"{month}-01", status="draft", error="")
+    return {"month": month, "confirm": [f"{s.pk}:{changes.get(s.team_slug, s.total)}"
+                                        for s in drafts]}
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_review_page_is_for_admins_only(client, month, role):
     login(client, month, role)
@@ -131,8 +139,9 @@ def test_approval_before_the_settlement_delay_is_refused_with_the_date(client, m
     client.force_login(month.admin)
     draft(NOVEMBER)
     response = client.get(reverse("statement_review") + "?month=2026-11")
-    assert "Approval for November 2026 opens on 2026-12-04 00:00 UTC" in response.content.decode()
-    response = client.post(reverse("statements_approve_all"), {"month": "2026-11"}, follow=True)
+    assert "Approval for November 2026 opens on 2026-12-04 00:00 (" in response.content.decode()
+    response = client.post(reverse("statements_approve_all"),
+                           {"month": "2026-11", "confirm": "1:0.00"}, follow=True)
     assert "can be approved from 2026-12-04 00:00Z" in response.content.decode()
     assert not Statement.objects.filter(month=NOVEMBER.start.date()).exclude(status="draft")
 
@@ -142,7 +151,8 @@ def test_approve_all_approves_every_complete_draft_and_names_the_failed_one(
 ):
     client.force_login(month.admin)
     with django_capture_on_commit_callbacks() as callbacks:
-        response = client.post(reverse("statements_approve_all"), {"month": "2026-10"}, follow=True)
+        response = client.post(reverse("statements_approve_all"), approve_all("2026-10"),
+                               follow=True)
     body = response.content.decode()
     assert "2 statements of 2026-10 approved" in body
     assert "Robotics not approved" in body and "L4" in body
@@ -151,6 +161,36 @@ def test_approve_all_approves_every_complete_draft_and_names_the_failed_one(
     )
     assert statuses == {"vision": "approved", "speech": "approved", "robotics": "draft"}
     assert len(callbacks) == 2  # one send per approved statement, after commit
+
+
+def test_approve_all_is_confirmed_with_the_count_and_the_total(client, month):
+    """Approval is final and mails every lead: the page asks first, naming how many and
+    how much, and approves exactly what the admin confirmed."""
+    client.force_login(month.admin)
+    body = client.get(reverse("statement_review") + "?month=2026-10").content.decode()
+    assert "Approve all 2 drafts…" in body
+    assert "Approve <strong>2 statements</strong> of October 2026, totalling <strong>" in body
+    vision, speech = (Statement.objects.get(month=OCTOBER.start.date(), team_slug=slug)
+                      for slug in ("vision", "speech"))
+    assert f"{vision.total + speech.total} USD</strong>?" in body
+    assert f'value="{vision.pk}:{vision.total}"' in body
+    # no confirmation: nothing approved
+    response = client.post(reverse("statements_approve_all"), {"month": "2026-10"},
+                           follow=True)
+    assert "Nothing was confirmed" in response.content.decode()
+    assert not Statement.objects.exclude(status="draft").exists()
+    # a total that is not the one shown any more (recomputed meanwhile): that one waits
+    response = client.post(reverse("statements_approve_all"),
+                           approve_all("2026-10", speech="0.01"), follow=True)
+    body = response.content.decode()
+    assert "1 statements of 2026-10 approved" in body
+    assert "Speech not approved: its total is now" in body and "not the 0.01 confirmed" in body
+    statuses = dict(Statement.objects.filter(month=OCTOBER.start.date())
+                    .values_list("team_slug", "status"))
+    assert statuses == {"vision": "approved", "speech": "draft", "robotics": "draft"}
+    bad = client.post(reverse("statements_approve_all"), {"month": "2026-10",
+                                                          "confirm": "x:y"}, follow=True)
+    assert "Not a confirmation" in bad.content.decode()
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -165,7 +205,7 @@ def test_statement_page_and_downloads_by_role(client, month, role):
             assert response.status_code == (200 if role in SEES_TEAM else 404), url
     if role in SEES_TEAM:
         body = client.get(urls[0]).content.decode()
-        assert "7.50 USD" in body and "H100-80GB" in body and "10800" in body
+        assert "7.50 USD" in body and "H100-80GB" in body and "10,800" in body
         assert ("Add an adjustment" in body) == (role == "admin")
         assert ('id="approve"' in body) == (role == "admin")
         csv = client.get(urls[1])
@@ -197,7 +237,7 @@ def test_admin_actions_are_refused_to_everyone_else(client, month, role):
     posts = [
         (detail_url(name="statement_approve"), {}),
         (detail_url(name="statement_adjust"), {"amount": "-1.00", "reason": "x"}),
-        (reverse("statements_approve_all"), {"month": "2026-10"}),
+        (reverse("statements_approve_all"), approve_all("2026-10")),
         (reverse("statements_draft_all"), {"month": "2026-10"}),
     ]
     for url, data in posts:
@@ -281,3 +321,23 @@ def test_late_usage_is_flagged_shown_line_by_line_and_settled_in_one_click(clien
     assert '<td class="num" id="late-difference">0.00</td>' in page
     response = client.post(detail_url(name="statement_late_adjust"), follow=True)
     assert "Nothing late to settle for 2026-10." in response.content.decode()
+
+
+def test_the_statement_page_groups_seconds_and_breaks_the_month_down_by_reservation(
+        client, month):
+    """Seconds read as the PDF prints them (10,800, not 10800), and each reservation of the
+    month says where the reserved hours come from."""
+    client.force_login(month.lead)
+    body = client.get(detail_url()).content.decode()
+    assert '<td class="num">10,800</td>' in body and ">10800<" not in body
+    [reservation] = month.team.reservations.filter(start__gte=OCTOBER.start,
+                                                   start__lt=OCTOBER.end)
+    assert 'id="by-reservation"' in body
+    row = body.split(f'id="reservation-{reservation.id}"')[1].split("</tr>")[0]
+    assert f"#{reservation.id} × 1" in row and "H100-80GB" in row
+    assert '<td class="num">3.00</td>' in row  # reserved hours in October
+    assert "100.0%" in row  # all of it reported busy
+    september = month.team.reservations.get(start__lt=OCTOBER.start)
+    assert f'id="reservation-{september.id}"' not in body  # another month's
+    speech = client.get(detail_url("speech")).status_code
+    assert speech == 404  # the lead of Vision does not see Speech's

@@ -74,6 +74,8 @@ def test_each_lead_receives_the_statement_with_csv_and_pdf(
     )
     assert "Reserved H100-80GB: 3.00 h at 2.50 = 7.50" in message.text()
     assert "<strong>Vision</strong>" in message.html()
+    for body in (message.text(), message.html()):  # the body names both files attached
+        assert "statement-vision-2026-10.pdf" in body and "statement-vision-2026-10.csv" in body
     attachments = message.attachments()
     assert set(attachments) == {"statement-vision-2026-10.pdf", "statement-vision-2026-10.csv"}
     mimetype, pdf = attachments["statement-vision-2026-10.pdf"]

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import NodeFactory, RoleMatrix, make_gpu
 from tests.helpers import browser_login, screenshot
@@ -170,13 +171,21 @@ def test_fleet_and_utilization_pages_say_how_fresh_their_figures_are(transaction
     browser_login(page, "admin")
     page.goto("/fleet/")
     freshness = page.locator("#usage-freshness")
-    assert "every stored sample is counted" in freshness.inner_text()
     now = timezone.now().replace(microsecond=0)
+    assert f"Figures as of {now:%Y-%m-%d} " in freshness.inner_text()
     minute_samples(gpus[0], now - timedelta(minutes=1), 1, util=70)  # not swept yet
     page.reload()
     text = freshness.inner_text()
-    assert "Figures as of" in text and "1 GPU-hour waiting for their recompute" in text
-    assert f"{now:%Y-%m-%d} " in text
+    # waiting for the next recompute within the freshness bound is normal: no alarm
+    assert "Figures as of" in text and "waiting" not in text and "behind" not in text
+    assert freshness.get_attribute("data-late") == "0"
+    # the sweep has not run for longer than the bound: the page says so, with what waits
+    DirtyGpuHour.objects.update(marked_at=now - timedelta(minutes=12))
+    page.reload()
+    text = freshness.inner_text()
+    assert "12 min behind, more than the 5 min they should lag at most" in text
+    assert "1 GPU-hour waiting for their recompute" in text
+    assert freshness.get_attribute("data-late") == "1"
     screenshot(page, "usage-fleet-freshness")
     page.goto("/fleet/utilization/?last=24h")
     assert "1 GPU-hour waiting" in page.locator("#usage-freshness").inner_text()

@@ -279,4 +279,5 @@ def test_utilization_unknown_last_falls_back_to_the_month(client, roles, last):
     assert response.status_code == 200
     body = response.content.decode()
     now = timezone.now()
-    assert f"{now:%B %Y}: {now:%Y-%m}-01 00:00 – " in body and "Last 24 h:" not in body
+    assert f"{now:%B %Y} (a UTC month): {now:%Y-%m}-01 00:00 – " in body
+    assert "Last 24 h:" not in body

@@ -1,31 +1,34 @@
-"""Instants as people read them: in the viewer's time zone, with the year only when it
-is not the current one ("Tue 01 Jan 2030 09:00", "Wed 02 Dec 09:00")."""
+"""Instants as every page shows them: one format, `2026-12-01 16:00`, in the viewer's time
+zone (the footer names it), the same that the date-and-time inputs take; with seconds
+where they matter (events, health intervals). Dates alone: `2026-12-01`."""
 
 from datetime import date, datetime
 
 from django import template
 from django.utils import timezone
-from django.utils.dateformat import format as date_format
+
+from gpuquota.core.timeutil import instant_text
 
 register = template.Library()
 
 
 @register.filter
 def when(value: datetime | None, empty: str = "—") -> str:
-    """A date and time, with the year when it is not this year."""
-    if value is None:
-        return empty
-    local = timezone.localtime(value) if timezone.is_aware(value) else value
-    same_year = local.year == timezone.localdate().year
-    return date_format(local, "D d M H:i" if same_year else "D d M Y H:i")
+    """A date and time: `2026-12-01 16:00` in the viewer's time zone."""
+    return instant_text(value, empty=empty)
+
+
+@register.filter
+def when_seconds(value: datetime | None, empty: str = "—") -> str:
+    """The same to the second: `2026-12-01 16:00:05`."""
+    return instant_text(value, seconds=True, empty=empty)
 
 
 @register.filter
 def day(value: date | datetime | None, empty: str = "—") -> str:
-    """A date, with the year when it is not this year."""
+    """A date: `2026-12-01` (of the viewer's time zone, for an instant)."""
     if value is None:
         return empty
     if isinstance(value, datetime):
         value = timezone.localtime(value).date() if timezone.is_aware(value) else value.date()
-    same_year = value.year == timezone.localdate().year
-    return date_format(value, "D d M" if same_year else "D d M Y")
+    return value.isoformat()

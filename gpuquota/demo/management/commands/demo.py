@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -28,6 +29,8 @@ from gpuquota.demo.organisation import (
     demo_agent_tokens_issue,
     demo_unix_users,
 )
+
+STOP_GRACE_S = 10  # how long each group of children has to stop after a Ctrl-C
 
 
 class Command(BaseCommand):
@@ -51,8 +54,9 @@ class Command(BaseCommand):
         # A TERM (`timeout`, a service manager) or a closed terminal stops the demo like
         # Ctrl-C. The children run in sessions of their own, so those signals reach only this
         # process, which stops them in order: agents and the web server are never left running.
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
-        signal.signal(signal.SIGHUP, signal.default_int_handler)
+        self._stopping, self._hurry = threading.Event(), threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self._on_signal)
         children = [self._serve(addr)]
         try:
             self._wait_until_up(url)
@@ -63,16 +67,36 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         finally:
-            # The agents first, so their last batches still reach the web server.
-            agents, server = children[1:], children[:1]
-            for group in (agents, server):
-                for child in group:
-                    child.send_signal(signal.SIGINT)
-                for child in group:
-                    try:
-                        child.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        child.kill()
+            self._stop(agents=children[1:], server=children[:1])
+
+    def _on_signal(self, _signum, _frame) -> None:
+        """The first Ctrl-C or TERM interrupts the demo, which then stops its children in
+        order; another one while it does (an impatient user, a service manager) cuts the
+        wait short and kills them. It never interrupts the stopping itself, which would
+        leave them running."""
+        if self._stopping.is_set():
+            if not self._hurry.is_set():
+                self.stderr.write("Stopping at once: killing the agents and the web server.")
+            self._hurry.set()
+            return
+        self._stopping.set()
+        raise KeyboardInterrupt
+
+    def _stop(self, *, agents: list[subprocess.Popen], server: list[subprocess.Popen]) -> None:
+        """Stop the agents first, so their last batches still reach the web server, then
+        the server; each group gets `STOP_GRACE_S`, unless a second signal hurries it."""
+        self._stopping.set()
+        for group in (agents, server):
+            for child in group:
+                child.send_signal(signal.SIGINT)
+            deadline = time.monotonic() + STOP_GRACE_S
+            for child in group:
+                while (child.poll() is None and not self._hurry.is_set()
+                       and time.monotonic() < deadline):
+                    self._hurry.wait(0.1)
+                if child.poll() is None:
+                    child.kill()
+                child.wait()
 
     def _serve(self, addr: str) -> subprocess.Popen:
         command = [sys.executable, "manage.py", "runserver", addr, "--noreload"]

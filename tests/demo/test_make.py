@@ -1,0 +1,52 @@
+"""What `make demo` gives the commands it runs: the demo's environment (mail to files,
+links to its port, a sender in the demo organisation's domain), without running them."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from django.conf import settings
+
+ROOT = Path(settings.BASE_DIR)
+RECORD = """#!{python}
+import json, os, sys
+with open({out!r}, "a") as f:
+    f.write(json.dumps({{"argv": sys.argv[1:], "env": dict(os.environ)}}) + "\\n")
+"""
+
+
+def _make_demo(tmp_path, **env) -> list[dict]:
+    """Run `make demo` with a stand-in interpreter that records each command and its
+    environment instead of running it."""
+    import json
+
+    out = tmp_path / "commands.jsonl"
+    python = tmp_path / "python"
+    python.write_text(RECORD.format(python=sys.executable, out=str(out)))
+    python.chmod(0o755)
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("DEFAULT_FROM_EMAIL", "EMAIL_URL", "GPUQUOTA_BASE_URL",
+                          "USAGE_ROLLUP_FRESHNESS_S")}
+    subprocess.run(["make", "--no-print-directory", "demo", f"PY={python}", "INSTALLED=Makefile",
+                    "PORT=8123"], cwd=ROOT, env={**clean, **env}, check=True, timeout=60,
+                   capture_output=True)
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_make_demo_mails_from_the_demo_domain_to_files_with_links_to_its_port(tmp_path):
+    commands = _make_demo(tmp_path)
+    assert [c["argv"][:2] for c in commands] == [
+        ["manage.py", "migrate"], ["manage.py", "seed_demo"], ["manage.py", "demo"]]
+    for command in commands:
+        env = command["env"]
+        assert env["DEFAULT_FROM_EMAIL"] == "gpuquota demo <gpuquota@example.org>"
+        assert "localhost" not in env["DEFAULT_FROM_EMAIL"]
+        assert env["EMAIL_URL"] == "file://var/mail"
+        assert env["GPUQUOTA_BASE_URL"] == "http://127.0.0.1:8123"
+        assert env["USAGE_ROLLUP_FRESHNESS_S"] == "60"  # its agents report every 10 s
+
+
+def test_what_the_user_sets_wins(tmp_path):
+    [_migrate, _seed, demo] = _make_demo(tmp_path, DEFAULT_FROM_EMAIL="ops <gpu@example.com>")
+    assert demo["env"]["DEFAULT_FROM_EMAIL"] == "ops <gpu@example.com>"
