@@ -131,6 +131,18 @@ def _celery_app_stays_current():
     assert current_app._get_current_object() is app, "a test left another Celery app current"
 
 
+@pytest.fixture(autouse=True)
+def _celery_joins_allowed():
+    """Celery marks "inside a task" with a process-wide flag that every eager `delay()`
+    sets and restores. Two threads doing so at once (the live server's request thread and
+    the test's) can leave it set, and every later `.get()` in that process then refuses
+    ("Never call result.get() within a task!"). No test starts inside a task."""
+    from celery.result import _set_task_join_will_block
+
+    _set_task_join_will_block(False)
+    yield
+
+
 @pytest.fixture
 def smtp_server(settings):
     """A real SMTP server (aiosmtpd) on 127.0.0.1 at a free port, with Django's SMTP backend
