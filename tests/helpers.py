@@ -63,7 +63,8 @@ def browser_login(page, username: str, password: str = "password") -> None:
 def screenshot(page, name: str) -> None:
     """Keep a screenshot in test-artifacts/ for a human to look at."""
     os.makedirs("test-artifacts", exist_ok=True)
-    page.screenshot(path=f"test-artifacts/{name}.png", full_page=True)
+    # A long page (ReDoc's) on a loaded 2-core machine takes more than the page's default.
+    page.screenshot(path=f"test-artifacts/{name}.png", full_page=True, timeout=60_000)
 
 
 @contextmanager

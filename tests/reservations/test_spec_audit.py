@@ -4,6 +4,7 @@ in the spec audit: one test per rule, each failing before its fix."""
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.test import Client
 
 from gpuquota.inventory.models import GpuClassInterval, MaintenanceBlock
@@ -95,6 +96,7 @@ def test_api_list_filtered_by_a_team_the_caller_cannot_see_is_404(fleet, url):
 
 # --- Quota: rows of one team and class never overlap (on SQLite too) ----------------------
 
+@time_machine.travel(NOW, tick=False)  # the form refuses a row dated in the past
 def test_admin_cannot_add_an_overlapping_quota_row(fleet):
     client = Client()
     client.force_login(fleet.admin)
