@@ -82,8 +82,8 @@ class Simulation:
         from accounts.models import Team, User
         from gpuquota.inventory.models import Cluster, GpuClass, GpuModelMapping, Node
         from gpuquota.inventory.services import gpu_register
+        from gpuquota.rates.models import RateCard
         from gpuquota.reservations.models import Quota
-        from reports.models import RateCard
 
         gpu_class = GpuClass.objects.create(name="H100-80GB")
         GpuModelMapping.objects.create(model_name="NVIDIA H100 80GB HBM3", gpu_class=gpu_class)

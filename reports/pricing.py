@@ -12,12 +12,13 @@ from fractions import Fraction
 
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import GpuClass
+from gpuquota.rates.models import RateCard
 from gpuquota.usage.figures import sums_by
 from gpuquota.usage.pricing import chargeable_seconds, rate_card_gaps
 from gpuquota.usage.rollup import RESERVED
 from gpuquota.usage.selectors import reserved_qs, seconds_total, usage_rows
 from reports import conf
-from reports.models import Adjustment, RateCard, StatementLine
+from reports.models import Adjustment, StatementLine
 
 Kind = StatementLine.Kind
 CENT = Decimal("0.01")

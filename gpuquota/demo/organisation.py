@@ -19,8 +19,8 @@ from agent.simulator import simulated_uuid
 from gpuquota.ingest.services import node_token_rotate
 from gpuquota.inventory.models import Cluster, Gpu, GpuClass, GpuModelMapping, Node
 from gpuquota.inventory.services import gpu_register
+from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Quota
-from reports.models import RateCard
 
 DEMO_PASSWORD = "demo"
 DEMO_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

@@ -10,12 +10,12 @@ from django.views.decorators.http import require_POST
 
 from accounts.permissions import require_admin
 from gpuquota.core.errors import DomainError
+from gpuquota.rates.models import RateCard
+from gpuquota.rates.services import rate_card_create, rate_card_end
 from gpuquota.reservations.forms import EndForm, ListFilterForm, QuotaForm, RateCardForm
 from gpuquota.reservations.models import Quota
 from gpuquota.reservations.quotas import quota_create, quota_end
 from gpuquota.reservations.selectors import quotas_listed, reservations_filtered
-from reports.models import RateCard
-from reports.services import rate_card_create, rate_card_end
 
 PER_PAGE = 50
 

@@ -44,7 +44,7 @@ class GpuHourUsage(models.Model):
     split_ways = models.PositiveSmallIntegerField(default=1)
     failed = models.BooleanField(default=False, help_text="Seconds while the GPU was failed.")
     rate_card = models.ForeignKey(
-        "reports.RateCard", null=True, on_delete=models.PROTECT, related_name="+",
+        "rates.RateCard", null=True, on_delete=models.PROTECT, related_name="+",
         help_text="The rate card of the class in force over these seconds; empty = none.",
     )
     covered_s = models.IntegerField(default=0)

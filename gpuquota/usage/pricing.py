@@ -17,11 +17,11 @@ from django.db.models.functions import Least
 
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.rates.models import RateCard
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import UNRESERVED
 from gpuquota.usage.seconds import _assignments, _charged_from, _until, seconds_annotate
 from gpuquota.usage.selectors import _split, usage_rows
-from reports.models import RateCard
 
 _CLASS = "gpu__class_history__"
 _CARD = "gpu__class_history__gpu_class__rate_cards__"

@@ -16,10 +16,10 @@ from django.db.models import BigIntegerField, Func, IntegerField, Q
 
 from gpuquota.ingest.models import ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu, GpuClassInterval, GpuHealthInterval, GpuNodeInterval
+from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Assignment
 from gpuquota.usage.conf import MAX_WINDOW_S, busy_util_percent
 from gpuquota.usage.owners import OwnerResolver
-from reports.models import RateCard
 
 
 def epoch_s(value: datetime) -> int:

@@ -5,11 +5,11 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
+from gpuquota.rates.models import RateCard
 from reclaim.conf import policy
 from reclaim.models import Exemption, Recommendation
 from reclaim.selectors import recommendations_list
 from reclaim.services import recommendations_evaluate
-from reports.models import RateCard
 from tests.reclaim.factories import DAY, GIB, NOW, World, busy_in, held_gpus, rollup, telemetry
 
 K, S = Recommendation.Kind, Recommendation.Status

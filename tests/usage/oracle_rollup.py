@@ -22,9 +22,9 @@ from django.db.models import Q
 from accounts.models import ClusterIdentity, Membership
 from gpuquota.ingest.models import ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu, GpuClassInterval, GpuHealthInterval, GpuNodeInterval
+from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Assignment
 from gpuquota.usage.conf import MAX_WINDOW_S, busy_util_percent
-from reports.models import RateCard
 
 RESERVED, UNRESERVED = "reserved", "unreserved"
 

@@ -11,11 +11,11 @@ from gpuquota.core.errors import Conflict, PermissionDenied
 from gpuquota.core.models import AuditEntry
 from gpuquota.core.timeutil import Period
 from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.rates.models import RateCard
+from gpuquota.rates.services import rate_card_change, rate_card_create, rate_card_end
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.pricing import chargeable_seconds
 from gpuquota.usage.sweep import dirty_hours_process
-from reports.models import RateCard
-from reports.services import rate_card_change, rate_card_create, rate_card_end
 from tests.factories import AdminFactory, GpuClassFactory, UserFactory, make_gpu
 from tests.usage.factories import T0, minute_samples
 from tests.usage.oracle_days import assert_day_rows_are_the_hours_summed
@@ -142,7 +142,7 @@ def test_a_boundary_older_than_the_raw_sample_horizon_is_refused(monkeypatch):
 def test_admin_saves_through_the_services_and_shows_refusals(client):
     klass = GpuClassFactory(name="T4")
     client.force_login(AdminFactory())
-    add = reverse("admin:reports_ratecard_add")
+    add = reverse("admin:rates_ratecard_add")
     form = {"gpu_class": klass.id, "valid_from_0": "2026-10-31", "valid_from_1": "22:00:00",
             "reserved_rate": "1.50", "on_demand_rate": "2.00", "currency": "USD"}
     assert client.post(add, form).status_code == 302
@@ -153,7 +153,7 @@ def test_admin_saves_through_the_services_and_shows_refusals(client):
     gap = client.post(add, {**form, "valid_from_0": "2026-10-30", "valid_until_0": "2026-10-30",
                             "valid_until_1": "23:00:00"})
     assert b"no T4 rate card from 2026-10-30 23:00:00Z" in gap.content
-    change = reverse("admin:reports_ratecard_change", args=[card.id])
+    change = reverse("admin:rates_ratecard_change", args=[card.id])
     edited = client.post(change, {"valid_until_0": "2026-11-01", "valid_until_1": "00:00:00",
                                   "reserved_rate": "1.75", "on_demand_rate": "2.00",
                                   "currency": "USD"})
@@ -162,5 +162,5 @@ def test_admin_saves_through_the_services_and_shows_refusals(client):
     assert card.valid_until == T0 + 2 * H and card.reserved_rate == Decimal("1.75")
     assert {"rate_card.end", "rate_card.change"} <= set(
         AuditEntry.objects.values_list("action", flat=True))
-    assert client.post(reverse("admin:reports_ratecard_delete", args=[card.id]),
+    assert client.post(reverse("admin:rates_ratecard_delete", args=[card.id]),
                        {"post": "yes"}).status_code == 403

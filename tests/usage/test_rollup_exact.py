@@ -10,11 +10,11 @@ import pytest
 from accounts.models import ClusterIdentity
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.rates.services import rate_card_create
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup_rows import FIGURES, KEY
 from gpuquota.usage.services import gpu_hour_recompute
 from gpuquota.usage.sweep import dirty_hours_process
-from reports.services import rate_card_create
 from tests.factories import AdminFactory, NodeFactory, make_gpu
 from tests.usage import oracle_rollup
 from tests.usage.factories import (

@@ -1,8 +1,8 @@
 from django.contrib import admin
 
 from gpuquota.core.admin import ServiceAdminMixin, ServiceModelForm
-from reports.models import RateCard
-from reports.services import rate_card_change, rate_card_create, rate_card_end
+from gpuquota.rates.models import RateCard
+from gpuquota.rates.services import rate_card_change, rate_card_create, rate_card_end
 
 _RATE_FIELDS = ("reserved_rate", "on_demand_rate", "currency")
 
@@ -37,7 +37,7 @@ class RateCardForm(ServiceModelForm):
 
 @admin.register(RateCard)
 class RateCardAdmin(ServiceAdminMixin, admin.ModelAdmin):
-    """Rate cards change only through `reports.services` (never deleted: end them)."""
+    """Rate cards change only through `gpuquota.rates.services` (never deleted: end them)."""
 
     form = RateCardForm
     list_display = [

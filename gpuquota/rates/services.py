@@ -20,9 +20,9 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.inventory.models import GpuClass
+from gpuquota.rates.models import RateCard
 from gpuquota.usage.selectors import gpu_class_hours_exist
 from gpuquota.usage.services import gpu_class_hours_reprice, raw_data_horizon
-from reports.models import RateCard
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _RATE_LIMIT = Decimal("99999999.9999")
