@@ -86,6 +86,8 @@ class StatementLine(models.Model):
         RESERVED = "reserved", "Reserved"
         FAILURE_CREDIT = "failure_credit", "Failure credit"
         ON_DEMAND = "on_demand", "On demand"
+        BORROWED = "borrowed", "Borrowed"
+        LENDING_CREDIT = "lending_credit", "Lending credit"
         ADJUSTMENT = "adjustment", "Adjustment"
 
     statement = models.ForeignKey(Statement, on_delete=models.CASCADE, related_name="lines")
@@ -96,7 +98,8 @@ class StatementLine(models.Model):
     )
     gpu_class_name = models.CharField(max_length=120, blank=True)
     seconds = models.BigIntegerField(null=True, blank=True)
-    rate = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    # 8 places: a lending credit's rate is a card's rate (4 places) times a share (4 places)
+    rate = models.DecimalField(max_digits=16, decimal_places=8, null=True, blank=True)
     amount = models.DecimalField(max_digits=14, decimal_places=2)
     reason = models.TextField(blank=True)
     adjustment = models.ForeignKey(
@@ -110,7 +113,8 @@ class StatementLine(models.Model):
                 fields=["statement", "position"], name="statement_line_position"
             ),
             models.CheckConstraint(
-                condition=Q(kind__in=["reserved", "failure_credit", "on_demand", "adjustment"]),
+                condition=Q(kind__in=["reserved", "failure_credit", "on_demand", "borrowed",
+                                      "lending_credit", "adjustment"]),
                 name="statement_line_kind_valid",
             ),
             models.CheckConstraint(

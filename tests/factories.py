@@ -122,6 +122,7 @@ class RateCardFactory(factory.django.DjangoModelFactory):
     valid_from = EPOCH
     reserved_rate = Decimal("2.50")
     on_demand_rate = Decimal("3.00")
+    borrowed_rate = Decimal("1.50")
     currency = "USD"
 
 

@@ -21,6 +21,10 @@ class RateCard(models.Model):
     on_demand_rate = models.DecimalField(
         max_digits=12, decimal_places=4, help_text="Per busy unreserved GPU-hour."
     )
+    borrowed_rate = models.DecimalField(
+        max_digits=12, decimal_places=4,
+        help_text="Per borrowed busy GPU-hour: a lent GPU's busy time, paid by the borrowers.",
+    )
     currency = models.CharField(
         max_length=3, default="USD", validators=[RegexValidator(r"^[A-Z]{3}$", "ISO 4217 code")]
     )
@@ -35,7 +39,8 @@ class RateCard(models.Model):
                 name="rate_card_interval_valid",
             ),
             models.CheckConstraint(
-                condition=Q(reserved_rate__gte=0) & Q(on_demand_rate__gte=0),
+                condition=Q(reserved_rate__gte=0) & Q(on_demand_rate__gte=0)
+                & Q(borrowed_rate__gte=0),
                 name="rate_card_rates_non_negative",
             ),
             NoOverlap(

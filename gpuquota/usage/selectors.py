@@ -312,7 +312,8 @@ def reservations_gpu_usage(*, reservation_ids: list[int], period: Period) -> Res
     wanted = set(reservation_ids)
     if hours is not None and wanted:
         rows = GpuHourUsage.objects.filter(
-            hour__gte=hours[0], hour__lt=hours[1], reservation_id__in=wanted, failed=False
+            hour__gte=hours[0], hour__lt=hours[1], reservation_id__in=wanted, failed=False,
+            kind=RESERVED,
         ).values_list("reservation_id", "gpu_id", "hour", "covered_s", "busy_s",
                       "util_weighted", "memory_used_bytes_max", "process_count", "users_seen")
         for rid, gpu_id, hour, covered, busy, weighted, memory, processes, users in rows:
@@ -328,7 +329,7 @@ def reservations_gpu_usage(*, reservation_ids: list[int], period: Period) -> Res
         inputs = usage_inputs_load(gpu_ids=gpu_ids, start=start, end=end)
         for gpu_id in gpu_ids:
             for key, b in usage_buckets(inputs=inputs, gpu_id=gpu_id).items():
-                if key.reservation_id in wanted and not key.failed:
+                if key.reservation_id in wanted and not key.failed and key.kind == RESERVED:
                     result.add((key.reservation_id, gpu_id), covered_s=b.covered_s,
                                busy_s=b.busy_s, util_weighted=b.util_weighted,
                                memory=b.memory_used_bytes_max, processes=len(b.processes),

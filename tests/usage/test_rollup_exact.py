@@ -148,6 +148,7 @@ def test_a_change_updates_in_place_and_no_change_writes_nothing(fleet):
     dense = fleet[0]
     add_samples(Gpu.objects.get(id=dense), [{"start": T0 + 59 * M + 30 * S, "seconds": 90,
                                       "util": 99, "energy_j": 0.3}])  # late, overlapping
+    add_processes(Gpu.objects.get(id=dense), T0 + 59 * M + 30 * S, 1, user="alice")  # its own
     assert DirtyGpuHour.objects.filter(gpu_id=dense).exists()
     dirty_hours_process()
     after = {row[0]: row[1:] for row in GpuHourUsage.objects.filter(gpu_id=dense)
