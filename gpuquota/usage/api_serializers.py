@@ -42,6 +42,7 @@ def usage_figures_data(figures: UsageFigures) -> dict:
         "utilization": _fraction(figures.utilization) if sums.covered_s else None,
         "coverage": _fraction(figures.coverage) if figures.reserved_s else None,
         "mean_util_gpu_percent": None if mean is None else str(display_decimal(mean)),
+        "lent_s": figures.lent_s, "lent_busy_s": share_seconds(figures.lent_busy_s),
     }
 
 
@@ -85,6 +86,12 @@ class UsageFiguresSerializer(serializers.Serializer):
     mean_util_gpu_percent = serializers.CharField(
         allow_null=True, help_text="Time-weighted mean GPU utilization over covered seconds, "
         "percent, 2 places; null: no data.")
+    lent_s = serializers.IntegerField(
+        help_text="Reserved seconds lent to other teams' preemptible work, failed time left "
+        "out (a loan's seconds are still reserved and charged).")
+    lent_busy_s = serializers.IntegerField(
+        help_text="Borrowed busy seconds on the lent GPUs (others' work, credited on "
+        "statements); never part of busy_s.")
 
 
 class FleetFiguresSerializer(serializers.Serializer):

@@ -238,3 +238,38 @@ def test_nothing_lent_nothing_borrowed():
     lines, drafts = world.lines()
     assert lines == {"vision": [("reserved", 7200, Decimal("2.5"), Decimal("5.00"))]}
     assert drafts[world.vision.id].busy_s == 3600
+
+
+def test_the_lines_and_lent_hours_reach_every_place_they_are_shown(client):
+    from tests.factories import AdminFactory
+
+    world = World()
+    world.reserve(DAY, DAY + 24 * H)
+    world.lend(DAY + 2 * H, DAY + 4 * H)
+    world.busy(DAY + 2 * H, 120, "bob")
+    world.fail(DAY + 3 * H + 50 * M, DAY + 4 * H)  # 600 s failed: neither lent nor borrowed
+    while dirty_hours_process():
+        pass
+    client.force_login(AdminFactory())
+    export = client.get("/api/v1/statements/vision/2026-10").json()
+    assert [(line["kind"], line["seconds"], line["rate"], line["amount"])
+            for line in export["lines"]] == [
+        ("reserved", 86400, "2.50", "60.00"), ("failure_credit", 600, "2.50", "-0.42"),
+        ("lending_credit", 6600, "1.25", "-2.29")]  # 6600 x 1.25 / 3600 = 2.2917
+    borrower = client.get("/api/v1/statements/speech/2026-10").json()
+    assert [(line["kind"], line["amount"]) for line in borrower["lines"]] == [
+        ("borrowed", "2.75")]
+    csv = client.get("/api/v1/statements/vision/2026-10.csv").content.decode()
+    assert '"lending_credit","H100-80GB","6600","1.83","1.25","-2.29"' in csv
+    assert client.get("/api/v1/statements/vision/2026-10.pdf").content.startswith(b"%PDF")
+    page = client.get("/statements/vision/2026-10/").content.decode()
+    assert "Lending credit" in page and "Lent busy h" in page
+    review = client.get("/statements/review/?month=2026-10").content.decode()
+    assert '<td class="num lending-credit">-2.29</td>' in review
+    assert '<td class="num borrowed">2.75</td>' in review
+    usage = client.get("/api/v1/usage/teams/vision",
+                       {"start": "2026-10-10T00:00:00Z", "end": "2026-10-11T00:00:00Z"}).json()
+    assert (usage["figures"]["lent_s"], usage["figures"]["lent_busy_s"]) == (6600, 6600)
+    assert usage["figures"]["busy_s"] == 0
+    assert [(r["figures"]["lent_s"], r["figures"]["lent_busy_s"])
+            for r in usage["reservations"]] == [(6600, 6600)]
