@@ -82,3 +82,27 @@ def test_records_of_one_batch_share_their_sample(world):
             command="python", job_source="unix", received_at=T + 5 * M)
     assert on_demand(vision, speech) == [[("on_demand", 150, Decimal("0.13"))],  # 0.125
                                          [("on_demand", 150, Decimal("0.13"))]]
+
+
+def test_a_split_share_shows_whole_seconds_and_bills_the_exact_share(world, client):
+    from tests.factories import AdminFactory
+
+    gpu, vision, speech = world
+    robotics, _ = team_with_user("robotics", "carol", gpu.node.cluster)
+    starts = [(T + i * 600 * S, 600) for i in range(8)] + [(T + 4800 * S, 70)]
+    for n, (start, seconds) in enumerate(starts):
+        received = start + seconds * S
+        window(gpu, start, seconds, "alice", received=received, pid=10 * n + 1)
+        for pid, user in ((10 * n + 2, "bob"), (10 * n + 3, "carol")):
+            ProcessRecord.objects.create(
+                gpu=gpu, window_start=start, window_end=received, pid=pid, pid_start=1,
+                user=user, command="python", job_source="unix", received_at=received)
+    # each team's share is 4870 / 3 = 1623.33 s: shown as 1623 s, billed exactly
+    # (4870 / 3 x 3.00 / 3600 = 1.3528; 1623 s would give 1.3525, the same cent here)
+    assert on_demand(vision, speech, robotics) == [[("on_demand", 1623, Decimal("1.35"))]] * 3
+    client.force_login(AdminFactory())
+    [line] = client.get("/api/v1/statements/robotics/2026-10").json()["lines"]
+    assert line["seconds"] == 1623 and isinstance(line["seconds"], int)
+    assert (line["hours"], line["amount"]) == ("0.45", "1.35")
+    assert '"on_demand","L4","1623","0.45","3.00","1.35"' in client.get(
+        "/api/v1/statements/robotics/2026-10.csv").content.decode()

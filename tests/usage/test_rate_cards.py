@@ -164,3 +164,35 @@ def test_admin_saves_through_the_services_and_shows_refusals(client):
         AuditEntry.objects.values_list("action", flat=True))
     assert client.post(reverse("admin:rates_ratecard_delete", args=[card.id]),
                        {"post": "yes"}).status_code == 403
+
+
+def test_the_borrowed_rate_defaults_to_the_on_demand_rate_is_checked_and_audited():
+    from gpuquota.core.errors import DomainError
+
+    klass = GpuClassFactory(name="A100")
+    card = _card(klass, T0)
+    assert card.borrowed_rate == Decimal("3.00")  # none given: the on-demand rate
+    with pytest.raises(DomainError) as refused:
+        rate_card_change(rate_card=card, by=AdminFactory(), borrowed_rate="-1")
+    assert refused.value.field == "borrowed_rate"
+    card = rate_card_change(rate_card=card, by=AdminFactory(), borrowed_rate="1.2345",
+                            effective_from=T0 + H)
+    assert (card.valid_from, card.borrowed_rate, card.reserved_rate) == (
+        T0 + H, Decimal("1.2345"), Decimal("2.00"))
+    entry = AuditEntry.objects.filter(action="rate_card.change").get()
+    assert entry.object_type == "rates.ratecard"
+    assert (entry.changes["before"]["borrowed_rate"], entry.changes["after"]["borrowed_rate"]) \
+        == ("3.0000", "1.2345")
+
+
+def test_the_manage_page_sets_and_shows_the_borrowed_rate(client):
+    klass = GpuClassFactory(name="L40S")
+    client.force_login(AdminFactory())
+    url = reverse("manage_rate_cards")
+    form = {"gpu_class": klass.id, "reserved_rate": "1.00", "on_demand_rate": "1.50",
+            "borrowed_rate": "0.7500", "currency": "USD", "valid_from": "2026-10-31 22:00"}
+    assert client.post(url, form).status_code == 302
+    assert RateCard.objects.get(gpu_class=klass).borrowed_rate == Decimal("0.75")
+    assert ">0.7500<" in client.get(url).content.decode()
+    bad = client.post(url, {**form, "borrowed_rate": "-2"})
+    assert bad.status_code in (200, 400) and RateCard.objects.filter(gpu_class=klass).count() == 1
