@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from accounts.models import ClusterIdentity
+from accounts.models import ClusterIdentity, Team
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.rates.services import rate_card_create
@@ -158,3 +158,26 @@ def test_a_change_updates_in_place_and_no_change_writes_nothing(fleet):
     assert stored(fleet) == oracle(fleet)
     assert_day_rows_are_the_hours_summed()
 
+
+
+def test_a_loan_gives_the_busy_seconds_to_the_borrowers_as_the_rule_says(fleet):
+    from gpuquota.outbox.services import gpu_interval_mark_dirty
+    from gpuquota.reservations.models import Assignment, Loan
+
+    gpu_id = fleet[5]  # reserved by ta (alice's team), used by bob (tb) all along
+    assignment = Assignment.objects.get(gpu_id=gpu_id)
+    lent_from, returned_at = T0 + 50 * M + 7 * S, T0 + 110 * M + 41 * S  # across an hour
+    Loan.objects.create(assignment=assignment, gpu_id=gpu_id, lent_from=lent_from,
+                        returned_at=returned_at, end_reason="owner_ask")
+    gpu_interval_mark_dirty(gpu_ids=[gpu_id], start=lent_from, end=returned_at)
+    while dirty_hours_process():
+        pass
+    rows = stored(fleet)
+    assert rows == oracle(fleet)
+    borrowed = [row for row in rows if row[2] == "borrowed"]
+    assert {row[6] for row in borrowed} == {Team.objects.get(slug="tb").id}
+    assert {(row[4], row[10]) for row in borrowed} == {(assignment.id, 0)}  # busy only
+    lent_s = int((returned_at - lent_from).total_seconds())
+    busy_in_loan = sum(row[11] for row in borrowed)
+    assert 0 < busy_in_loan < lent_s  # some of its minutes are below the busy threshold
+    assert_day_rows_are_the_hours_summed()
