@@ -125,7 +125,7 @@ def team_month_context(*, team: Team, month: Period, now: datetime | None = None
         "usage_month_prev": month_shift(month, -1),
         "usage_month_next": month_shift(month, 1) if month.end <= now else None,
         "usage_freshness": usage_freshness(since=month.start, until=month.end, now=now),
-        "reservation_usage": reservation_usage,
+        "reservation_usage": reservation_usage, "usage_month_figures": month_figures,
         "daily_usage": days,
         "daily_chart": svg_reserved_busy_chart(
             days=days, title=f"Reserved versus busy GPU-hours per day, {month.start:%B %Y}"),

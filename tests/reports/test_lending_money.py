@@ -273,3 +273,19 @@ def test_the_lines_and_lent_hours_reach_every_place_they_are_shown(client):
     assert usage["figures"]["busy_s"] == 0
     assert [(r["figures"]["lent_s"], r["figures"]["lent_busy_s"])
             for r in usage["reservations"]] == [(6600, 6600)]
+
+
+def test_the_team_page_shows_the_lent_hours(client):
+    from tests.factories import AdminFactory
+
+    world = World()
+    world.reserve(DAY, DAY + 24 * H)
+    world.lend(DAY + 2 * H, DAY + 4 * H + 30 * M)
+    world.busy(DAY + 2 * H, 90, "bob")
+    while dirty_hours_process():
+        pass
+    client.force_login(AdminFactory())
+    page = client.get("/teams/vision/", {"month": "2026-10"}).content.decode()
+    assert "Lent to other teams' preemptible work: 2.50 of these reserved hours" in page
+    assert "kept busy 1.50 h" in page
+    assert '<td class="num lent">2.50</td><td class="num lent-busy">1.50</td>' in page
