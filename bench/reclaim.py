@@ -82,8 +82,8 @@ class Simulation:
         from accounts.models import Team, User
         from gpuquota.inventory.models import Cluster, GpuClass, GpuModelMapping, Node
         from gpuquota.inventory.services import gpu_register
+        from gpuquota.rates.models import RateCard
         from gpuquota.reservations.models import Quota
-        from reports.models import RateCard
 
         gpu_class = GpuClass.objects.create(name="H100-80GB")
         GpuModelMapping.objects.create(model_name="NVIDIA H100 80GB HBM3", gpu_class=gpu_class)
@@ -100,7 +100,8 @@ class Simulation:
         for team in teams:
             Quota.objects.create(team=team, gpu_class=gpu_class, gpus=64, valid_from=start)
         RateCard.objects.create(gpu_class=gpu_class, valid_from=start,
-                                reserved_rate=Decimal("2.50"), on_demand_rate=Decimal("3"))
+                                reserved_rate=Decimal("2.50"), on_demand_rate=Decimal("3"),
+                                borrowed_rate=Decimal("1.50"))
         admin = User.objects.create(username="sim-admin", is_staff=True, is_superuser=True)
         return gpu_class, gpus, teams, admin
 

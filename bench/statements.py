@@ -50,11 +50,11 @@ FILL_SQL = """
 INSERT INTO inventory_gpuclass (id, name, description) VALUES
   (1, 'H100-80GB', ''), (2, 'A100-40GB', ''), (3, 'L4', '');
 INSERT INTO reports_ratecard (gpu_class_id, valid_from, valid_until, reserved_rate,
-                              on_demand_rate, currency) VALUES
-  (1, '2026-01-01', %(rate_change)s, 2.50, 3.00, 'USD'),
-  (1, %(rate_change)s, NULL, 2.75, 3.20, 'USD'),
-  (2, '2026-01-01', NULL, 1.40, 1.70, 'USD'),
-  (3, '2026-01-01', NULL, 0.60, 0.80, 'USD');
+                              on_demand_rate, borrowed_rate, currency) VALUES
+  (1, '2026-01-01', %(rate_change)s, 2.50, 3.00, 1.50, 'USD'),
+  (1, %(rate_change)s, NULL, 2.75, 3.20, 1.60, 'USD'),
+  (2, '2026-01-01', NULL, 1.40, 1.70, 0.85, 'USD'),
+  (3, '2026-01-01', NULL, 0.60, 0.80, 0.40, 'USD');
 INSERT INTO accounts_team (id, name, slug, cost_center, created_at)
   SELECT t, 'Team ' || t, 'team-' || t, 'CC-' || (1000 + t), now()
   FROM generate_series(1, %(teams)s) t;

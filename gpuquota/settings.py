@@ -105,6 +105,7 @@ INSTALLED_APPS = [
     "gpuquota.outbox",
     "gpuquota.reservations",
     "gpuquota.ingest",
+    "gpuquota.rates",
     "gpuquota.usage",
     "gpuquota.schedulers",
     "reports",

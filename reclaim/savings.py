@@ -8,8 +8,8 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import Q
 
+from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Reservation
-from reports.models import RateCard
 
 CENT = Decimal("0.01")
 

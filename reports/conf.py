@@ -2,8 +2,10 @@
 
 import os
 from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 
 def settlement_delay() -> timedelta:
@@ -52,3 +54,20 @@ def statement_send_stale_s() -> int:
     default 120, past an SMTP conversation; a live sender asked twice sends nothing twice."""
     default = os.environ.get("GPUQUOTA_STATEMENT_SEND_STALE_S") or "120"
     return int(getattr(settings, "STATEMENT_SEND_STALE_S", default))
+
+
+def lending_credit_share() -> Decimal:
+    """The share of the reserved rate a lent GPU's reserving team is credited per borrowed
+    busy second (accounting.md, Lending; env GPUQUOTA_LENDING_CREDIT_SHARE, default 0.5):
+    a decimal from 0 to 1 with at most 4 places, so the credit's rate is exact."""
+    raw = str(getattr(settings, "LENDING_CREDIT_SHARE", None)
+              or os.environ.get("GPUQUOTA_LENDING_CREDIT_SHARE") or "0.5")
+    try:
+        share = Decimal(raw)
+    except InvalidOperation:
+        share = Decimal("NaN")
+    if not share.is_finite() or not 0 <= share <= 1 or share != share.quantize(Decimal("0.0001")):
+        raise ImproperlyConfigured(
+            f"GPUQUOTA_LENDING_CREDIT_SHARE must be a decimal from 0 to 1 with at most 4 "
+            f"places, not {raw!r}.")
+    return share

@@ -1,53 +1,10 @@
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.validators import RegexValidator
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Q
 
-from gpuquota.core.constraints import NoOverlap
 from gpuquota.core.fields import WholeSecondDateTimeField
-
-
-class RateCard(models.Model):
-    """Prices of one GPU class over [valid_from, valid_until); never overlapping per class.
-    Rates are per GPU-hour, stored exactly (up to 4 decimals)."""
-
-    gpu_class = models.ForeignKey(
-        "inventory.GpuClass", on_delete=models.PROTECT, related_name="rate_cards"
-    )
-    valid_from = WholeSecondDateTimeField()
-    valid_until = WholeSecondDateTimeField(null=True, blank=True)
-    reserved_rate = models.DecimalField(
-        max_digits=12, decimal_places=4, help_text="Per reserved GPU-hour."
-    )
-    on_demand_rate = models.DecimalField(
-        max_digits=12, decimal_places=4, help_text="Per busy unreserved GPU-hour."
-    )
-    currency = models.CharField(
-        max_length=3, default="USD", validators=[RegexValidator(r"^[A-Z]{3}$", "ISO 4217 code")]
-    )
-
-    class Meta:
-        ordering = ["gpu_class__name", "valid_from"]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(valid_until__isnull=True) | Q(valid_until__gt=F("valid_from")),
-                name="rate_card_interval_valid",
-            ),
-            models.CheckConstraint(
-                condition=Q(reserved_rate__gte=0) & Q(on_demand_rate__gte=0),
-                name="rate_card_rates_non_negative",
-            ),
-            NoOverlap(
-                name="rate_card_no_overlap",
-                key=["gpu_class"],
-                violation_error_message="Rate cards of one class cannot overlap.",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.gpu_class} from {self.valid_from:%Y-%m-%d}"
 
 
 class Statement(models.Model):
@@ -129,6 +86,8 @@ class StatementLine(models.Model):
         RESERVED = "reserved", "Reserved"
         FAILURE_CREDIT = "failure_credit", "Failure credit"
         ON_DEMAND = "on_demand", "On demand"
+        BORROWED = "borrowed", "Borrowed"
+        LENDING_CREDIT = "lending_credit", "Lending credit"
         ADJUSTMENT = "adjustment", "Adjustment"
 
     statement = models.ForeignKey(Statement, on_delete=models.CASCADE, related_name="lines")
@@ -139,7 +98,8 @@ class StatementLine(models.Model):
     )
     gpu_class_name = models.CharField(max_length=120, blank=True)
     seconds = models.BigIntegerField(null=True, blank=True)
-    rate = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    # 8 places: a lending credit's rate is a card's rate (4 places) times a share (4 places)
+    rate = models.DecimalField(max_digits=16, decimal_places=8, null=True, blank=True)
     amount = models.DecimalField(max_digits=14, decimal_places=2)
     reason = models.TextField(blank=True)
     adjustment = models.ForeignKey(
@@ -153,7 +113,8 @@ class StatementLine(models.Model):
                 fields=["statement", "position"], name="statement_line_position"
             ),
             models.CheckConstraint(
-                condition=Q(kind__in=["reserved", "failure_credit", "on_demand", "adjustment"]),
+                condition=Q(kind__in=["reserved", "failure_credit", "on_demand", "borrowed",
+                                      "lending_credit", "adjustment"]),
                 name="statement_line_kind_valid",
             ),
             models.CheckConstraint(

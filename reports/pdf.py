@@ -53,6 +53,8 @@ KIND_LABELS = {
     "reserved": "Reserved GPU time",
     "failure_credit": "Failure credit (failed GPU)",
     "on_demand": "On-demand (busy, unreserved)",
+    "borrowed": "Borrowed (busy on other teams' lent GPUs)",
+    "lending_credit": "Lending credit (own GPUs lent while idle)",
     "adjustment": "Adjustment",
 }
 

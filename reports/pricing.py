@@ -12,16 +12,18 @@ from fractions import Fraction
 
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import GpuClass
+from gpuquota.rates.models import RateCard
 from gpuquota.usage.figures import sums_by
 from gpuquota.usage.pricing import chargeable_seconds, rate_card_gaps
 from gpuquota.usage.rollup import RESERVED
 from gpuquota.usage.selectors import reserved_qs, seconds_total, usage_rows
 from reports import conf
-from reports.models import Adjustment, RateCard, StatementLine
+from reports.models import Adjustment, StatementLine
 
 Kind = StatementLine.Kind
 CENT = Decimal("0.01")
-KIND_ORDER = [Kind.RESERVED, Kind.FAILURE_CREDIT, Kind.ON_DEMAND, Kind.ADJUSTMENT]
+KIND_ORDER = [Kind.RESERVED, Kind.FAILURE_CREDIT, Kind.ON_DEMAND, Kind.BORROWED,
+              Kind.LENDING_CREDIT, Kind.ADJUSTMENT]
 
 
 def round_half_up_int(value: Fraction) -> int:
@@ -101,6 +103,14 @@ class _Group:
     first_from: datetime | None = None
 
 
+def _card_rate(card: RateCard, rate_attr: str) -> Decimal:
+    """A card's rate for a kind of line; the lending credit's is the reserved rate times
+    the credit share (exact: 8 places at most)."""
+    if rate_attr == "lending_credit_rate":
+        return card.reserved_rate * conf.lending_credit_share()
+    return getattr(card, rate_attr)
+
+
 def _priced_lines(kind: str, rows: list[dict], seconds_key: str, rate_attr: str,
                   cards: dict, sign: int) -> tuple[list[DraftLine], dict[int, int]]:
     """Lines of one kind from chargeable rows (grouped by class, rate and currency), and
@@ -113,7 +123,7 @@ def _priced_lines(kind: str, rows: list[dict], seconds_key: str, rate_attr: str,
         if card is None:
             missing[row["gpu_class_id"]] += seconds
             continue
-        rate = getattr(card, rate_attr)
+        rate = _card_rate(card, rate_attr)
         group = groups[(row["gpu_class_id"], rate, card.currency)]
         group.numerator += seconds * Fraction(rate)
         group.seconds += seconds
@@ -163,7 +173,8 @@ def team_drafts(*, period: Period, month: date, team_ids: list[int] | None = Non
     """Every team's (or the given teams') figures for `period` (a month, or the current
     month to date), with the adjustments of `month`; teams with nothing are left out."""
     chargeable = chargeable_seconds(period=period, team_ids=team_ids)
-    rows = [*chargeable.reserved, *chargeable.failed_reserved, *chargeable.on_demand]
+    rows = [*chargeable.reserved, *chargeable.failed_reserved, *chargeable.on_demand,
+            *chargeable.borrowed]
     cards = RateCard.objects.in_bulk({r["rate_card_id"] for r in rows if r["rate_card_id"]})
     names = dict(GpuClass.objects.filter(id__in={r["gpu_class_id"] for r in rows})
                  .values_list("id", "name"))
@@ -178,6 +189,13 @@ def team_drafts(*, period: Period, month: date, team_ids: list[int] | None = Non
         for row in kind_rows:
             if row["team_id"] is not None:  # unattributed on-demand time is billed to nobody
                 by_team[row["team_id"]][kind].append(row)
+    for row in chargeable.borrowed:
+        if row["team_id"] is not None:  # unattributed borrowed time is billed to nobody
+            by_team[row["team_id"]][Kind.BORROWED].append(row)
+        # the lender is credited for every borrowed second, attributed or not
+        by_team[row["lender_id"]][Kind.LENDING_CREDIT].append(row)
+    if team_ids is not None:
+        by_team = {team: kinds for team, kinds in by_team.items() if team in team_ids}
 
     drafts: dict[int, TeamDraft] = {}
     for team_id, (reserved_s, covered_s, busy_s) in _utilization(period, team_ids).items():
@@ -199,13 +217,16 @@ _SPECS = {  # kind: (seconds field, rate field, sign, what the seconds are)
     Kind.RESERVED: ("seconds", "reserved_rate", 1, "reserved time"),
     Kind.FAILURE_CREDIT: ("seconds", "reserved_rate", -1, "failed reserved time"),
     Kind.ON_DEMAND: ("busy_s", "on_demand_rate", 1, "on-demand time"),
+    Kind.BORROWED: ("busy_s", "borrowed_rate", 1, "borrowed time"),
+    Kind.LENDING_CREDIT: ("busy_s", "lending_credit_rate", -1, "lent busy time"),
 }
+_PRICED = [kind for kind in KIND_ORDER if kind in _SPECS]
 
 
 def _price_team(draft: TeamDraft, kinds: dict, cards: dict, names: dict,
                 period: Period) -> None:
     missing_by_class: dict[int, list[tuple[str, Fraction]]] = defaultdict(list)
-    for kind in KIND_ORDER[:3]:
+    for kind in _PRICED:
         seconds_key, rate_attr, sign, label = _SPECS[kind]
         lines, missing = _priced_lines(kind, kinds.get(kind, []), seconds_key, rate_attr,
                                        cards, sign)
@@ -213,7 +234,8 @@ def _price_team(draft: TeamDraft, kinds: dict, cards: dict, names: dict,
             line.gpu_class_name = names.get(line.gpu_class_id, "")
         lines.sort(key=lambda line: (line.gpu_class_name, line.first_from))
         draft.lines += lines
-        if kind != Kind.FAILURE_CREDIT:  # failed seconds are inside the reserved ones
+        # failed seconds are inside the reserved ones; lent ones inside the borrowed ones
+        if kind not in (Kind.FAILURE_CREDIT, Kind.LENDING_CREDIT):
             for class_id, seconds in missing.items():
                 missing_by_class[class_id].append((label, seconds))
     for class_id, items in sorted(missing_by_class.items(), key=lambda i: names.get(i[0], "")):

@@ -21,6 +21,8 @@ from reports.services_statements import approval_opens
 CHANGE_FLAG = Fraction(1, 4)
 COVERAGE_FLAG = Fraction(9, 10)
 
+K = StatementLine.Kind
+
 
 def previous_period(period: Period) -> Period:
     start = period.start
@@ -39,6 +41,8 @@ class ReviewRow:
     late_usage: LateUsage | None = None
     earlier_late: list[LateUsageCheck] = field(default_factory=list)
     failure_credit: Decimal = Decimal("0.00")
+    borrowed: Decimal = Decimal("0.00")
+    lending_credit: Decimal = Decimal("0.00")
     approvable: bool = False
 
     @property
@@ -111,12 +115,11 @@ def statements_review(*, period: Period, now: datetime) -> Review:
     month, previous_month = period.start.date(), month_before(period.start.date())
     opens_at = approval_opens(period)
     is_open = now >= opens_at
-    credits = defaultdict(
-        Decimal,
-        StatementLine.objects.filter(statement__month=month, kind=StatementLine.Kind.FAILURE_CREDIT)
-        .values_list("statement__team_id")
-        .annotate(total=Sum("amount")),
-    )
+    kinds = (K.FAILURE_CREDIT, K.BORROWED, K.LENDING_CREDIT)
+    sums = defaultdict(Decimal, {
+        (team_id, kind): total for team_id, kind, total in
+        StatementLine.objects.filter(statement__month=month, kind__in=kinds)
+        .values_list("statement__team_id", "kind").annotate(total=Sum("amount")).order_by()})
     both = list(Statement.objects.filter(month__in=[month, previous_month]).order_by("-month"))
     slugs = dict(Team.objects.filter(id__in={s.team_id for s in both}).values_list("id", "slug"))
     rows: dict[int, ReviewRow] = {}
@@ -137,7 +140,8 @@ def statements_review(*, period: Period, now: datetime) -> Review:
         if check.statement.team_id in rows:
             rows[check.statement.team_id].earlier_late.append(check)
     for team_id, row in rows.items():
-        row.failure_credit = credits[team_id]
+        row.failure_credit, row.borrowed, row.lending_credit = (
+            sums[team_id, kind] for kind in kinds)
         s = row.statement
         row.approvable = bool(is_open and s and s.status == Statement.Status.DRAFT and not s.error)
     return Review(

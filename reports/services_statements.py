@@ -29,6 +29,13 @@ DRAFT_FIELDS = ["currency", "total", "error", "team_name", "team_slug", "cost_ce
                 "reserved_s", "covered_s", "busy_s", "computed_at", "computed_until"]
 
 
+def _rate_text(rate) -> str:
+    """A line's rate as a card stores it (4 places), or every place a lending credit's
+    rate has beyond them."""
+    places = len(f"{rate.normalize():f}".partition(".")[2])
+    return f"{rate:.{max(4, places)}f}"
+
+
 def month_period(month: date) -> Period:
     """The calendar month (UTC) starting on `month`."""
     return Period.month(month.year, month.month)
@@ -313,7 +320,8 @@ def late_usage_adjust(*, statement: Statement, by: User, now: datetime | None = 
     if month > now.date():
         raise Conflict("No open month to carry the adjustment yet.", field="period")
     details = "; ".join(
-        f"{line.kind} {line.gpu_class_name} @ {line.rate}: {line.seconds_difference:+d} s, "
+        f"{line.kind} {line.gpu_class_name} @ {_rate_text(line.rate)}: "
+        f"{line.seconds_difference:+d} s, "
         f"{line.difference:+}" for line in late.changed_lines)
     return adjustment_add(team=statement.team, period=month_period(month),
                           amount=late.difference, by=by, corrects=statement, now=now,

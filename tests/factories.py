@@ -11,8 +11,8 @@ from django.contrib.auth.models import AnonymousUser
 from accounts.models import ClusterIdentity, Membership, Team, User
 from gpuquota.inventory.models import Cluster, Gpu, GpuClass, GpuModelMapping, Node
 from gpuquota.inventory.services import gpu_register
+from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Quota
-from reports.models import RateCard
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -122,6 +122,7 @@ class RateCardFactory(factory.django.DjangoModelFactory):
     valid_from = EPOCH
     reserved_rate = Decimal("2.50")
     on_demand_rate = Decimal("3.00")
+    borrowed_rate = Decimal("1.50")
     currency = "USD"
 
 

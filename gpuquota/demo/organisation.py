@@ -19,18 +19,18 @@ from agent.simulator import simulated_uuid
 from gpuquota.ingest.services import node_token_rotate
 from gpuquota.inventory.models import Cluster, Gpu, GpuClass, GpuModelMapping, Node
 from gpuquota.inventory.services import gpu_register
+from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Quota
-from reports.models import RateCard
 
 DEMO_PASSWORD = "demo"
 DEMO_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 GPUS_PER_NODE = 8
 
 CLASSES = {
-    # class: (NVML model name, reserved rate, on-demand rate)
-    "H100-80GB": ("NVIDIA H100 80GB HBM3", "2.50", "3.00"),
-    "A100-40GB": ("NVIDIA A100-SXM4-40GB", "1.40", "1.70"),
-    "L4": ("NVIDIA L4", "0.60", "0.80"),
+    # class: (NVML model name, reserved rate, on-demand rate, borrowed rate)
+    "H100-80GB": ("NVIDIA H100 80GB HBM3", "2.50", "3.00", "1.50"),
+    "A100-40GB": ("NVIDIA A100-SXM4-40GB", "1.40", "1.70", "0.85"),
+    "L4": ("NVIDIA L4", "0.60", "0.80", "0.40"),
 }
 
 CLUSTERS = {
@@ -113,13 +113,14 @@ def _user(username: str, *, staff: bool = False, first: str = "", last: str = ""
 
 def _seed_inventory() -> dict[str, GpuClass]:
     classes = {}
-    for name, (model, reserved, on_demand) in CLASSES.items():
+    for name, (model, reserved, on_demand, borrowed) in CLASSES.items():
         gpu_class, _ = GpuClass.objects.get_or_create(name=name, defaults={"description": model})
         GpuModelMapping.objects.get_or_create(model_name=model, defaults={"gpu_class": gpu_class})
         RateCard.objects.get_or_create(
             gpu_class=gpu_class,
             valid_from=DEMO_EPOCH,
-            defaults={"reserved_rate": Decimal(reserved), "on_demand_rate": Decimal(on_demand)},
+            defaults={"reserved_rate": Decimal(reserved), "on_demand_rate": Decimal(on_demand),
+                      "borrowed_rate": Decimal(borrowed)},
         )
         classes[name] = gpu_class
     clusters = {

@@ -150,6 +150,10 @@ class RateCardForm(forms.Form):
                                        decimal_places=4, max_digits=12)
     on_demand_rate = forms.DecimalField(label="On-demand rate (per busy GPU-hour)",
                                         min_value=0, decimal_places=4, max_digits=12)
+    borrowed_rate = forms.DecimalField(
+        label="Borrowed rate (per borrowed busy GPU-hour)", min_value=0, decimal_places=4,
+        max_digits=12, required=False,
+        help_text="What borrowers pay for a lent GPU's busy time. Empty: the on-demand rate.")
     currency = forms.CharField(max_length=3, initial="USD")
     valid_from = LocalDateTimeField(label="From")
     valid_until = LocalDateTimeField(label="Until", required=False,

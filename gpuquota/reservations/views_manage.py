@@ -10,12 +10,12 @@ from django.views.decorators.http import require_POST
 
 from accounts.permissions import require_admin
 from gpuquota.core.errors import DomainError
+from gpuquota.rates.models import RateCard
+from gpuquota.rates.services import rate_card_create, rate_card_end
 from gpuquota.reservations.forms import EndForm, ListFilterForm, QuotaForm, RateCardForm
 from gpuquota.reservations.models import Quota
 from gpuquota.reservations.quotas import quota_create, quota_end
 from gpuquota.reservations.selectors import quotas_listed, reservations_filtered
-from reports.models import RateCard
-from reports.services import rate_card_create, rate_card_end
 
 PER_PAGE = 50
 
@@ -99,7 +99,8 @@ def rate_cards_page(request):
     if request.method == "POST" and _apply(request, form, lambda v: rate_card_create(
             gpu_class=v["gpu_class"], valid_from=v["valid_from"],
             valid_until=v["valid_until"], reserved_rate=v["reserved_rate"],
-            on_demand_rate=v["on_demand_rate"], currency=v["currency"], by=request.user,
+            on_demand_rate=v["on_demand_rate"], borrowed_rate=v["borrowed_rate"],
+            currency=v["currency"], by=request.user,
             reason=v["reason"]), "Rate card added."):
         return redirect(request.get_full_path())
     cards = RateCard.objects.select_related("gpu_class").order_by("gpu_class__name",

@@ -88,14 +88,14 @@ TEAM_EXAMPLE = OpenApiExample("A team's week, per day", response_only=True, valu
     "busy_threshold_percent": "5",
     "figures": {"reserved_s": 201600, "failed_reserved_s": 0, "covered_s": 201000,
                 "busy_s": 90000, "utilization": "0.4464", "coverage": "0.9970",
-                "mean_util_gpu_percent": "38.50"},
+                "mean_util_gpu_percent": "38.50", "lent_s": 36000, "lent_busy_s": 30000},
     "reservations": [{
         "id": 42, "gpu_class": "H100-80GB", "count": 4, "start": "2026-11-01T00:00:00Z",
         "end": "2026-11-30T00:00:00Z", "effective_end": "2026-11-30T00:00:00Z",
         "status": "active", "figures": {
             "reserved_s": 201600, "failed_reserved_s": 0, "covered_s": 201000,
             "busy_s": 90000, "utilization": "0.4464", "coverage": "0.9970",
-            "mean_util_gpu_percent": "38.50"}}],
+            "mean_util_gpu_percent": "38.50", "lent_s": 36000, "lent_busy_s": 30000}}],
     "days": [{"day": "2026-11-02", "reserved_s": 28800, "busy_s": 12000,
               "utilization": "0.4167"}],
 })
@@ -141,7 +141,8 @@ class TeamUsageView(APIView):
         period, by_day = _query(request)
         data = {
             **_head(period), "team": team.slug,
-            "figures": s.usage_figures_data(team_utilization(team=team, period=period)),
+            "figures": s.usage_figures_data(team_utilization(team=team, period=period),
+                                            lent=True),
             "reservations": [s.reservation_usage_data(row) for row in
                              team_reservations_utilization(team=team, period=period)],
             "days": s.days_data(daily_usage(period=period, team=team) if by_day else None),

@@ -32,8 +32,9 @@ def _fraction(value: Fraction | None) -> str | None:
     return None if value is None else str(display_decimal(value, "0.0001"))
 
 
-def usage_figures_data(figures: UsageFigures) -> dict:
-    """Reserved time and what the agents reported inside it (failed time included)."""
+def usage_figures_data(figures: UsageFigures, *, lent: bool = False) -> dict:
+    """Reserved time and what the agents reported inside it (failed time included);
+    with `lent`, the time the team's GPUs were lent (a team's and its reservations')."""
     sums = figures.sums
     mean = figures.mean_util_gpu
     return {
@@ -42,6 +43,8 @@ def usage_figures_data(figures: UsageFigures) -> dict:
         "utilization": _fraction(figures.utilization) if sums.covered_s else None,
         "coverage": _fraction(figures.coverage) if figures.reserved_s else None,
         "mean_util_gpu_percent": None if mean is None else str(display_decimal(mean)),
+        **({"lent_s": figures.lent_s, "lent_busy_s": share_seconds(figures.lent_busy_s)}
+           if lent else {}),
     }
 
 
@@ -68,7 +71,7 @@ def reservation_usage_data(row: ReservationUsage) -> dict:
     r = row.reservation
     return {"id": r.id, "gpu_class": r.gpu_class.name, "count": r.count, "start": r.start,
             "end": r.end, "effective_end": r.effective_end, "status": r.status,
-            "figures": usage_figures_data(row.figures)}
+            "figures": usage_figures_data(row.figures, lent=True)}
 
 
 class UsageFiguresSerializer(serializers.Serializer):
@@ -85,6 +88,12 @@ class UsageFiguresSerializer(serializers.Serializer):
     mean_util_gpu_percent = serializers.CharField(
         allow_null=True, help_text="Time-weighted mean GPU utilization over covered seconds, "
         "percent, 2 places; null: no data.")
+    lent_s = serializers.IntegerField(
+        required=False, help_text="Teams and reservations only: reserved seconds lent to "
+        "other teams' preemptible work, failed time left out (still reserved and charged).")
+    lent_busy_s = serializers.IntegerField(
+        required=False, help_text="Teams and reservations only: borrowed busy seconds on "
+        "the lent GPUs (others' work, credited on statements); never part of busy_s.")
 
 
 class FleetFiguresSerializer(serializers.Serializer):

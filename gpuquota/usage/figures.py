@@ -56,6 +56,18 @@ class UsageFigures:
     reserved_s: int = 0
     failed_reserved_s: int = 0
     sums: Sums = field(default_factory=Sums)
+    #: loan seconds that are not failed, and the borrowed busy seconds in them (Lending):
+    #: beside `busy_s`, which never holds borrowed seconds
+    lent_s: int = 0
+    lent_busy_s: Fraction = Fraction(0)
+
+    @property
+    def lent_hours(self) -> Decimal:
+        return display_decimal(Fraction(self.lent_s, 3600))
+
+    @property
+    def lent_busy_hours(self) -> Decimal:
+        return display_decimal(Fraction(self.lent_busy_s) / 3600)
 
     @property
     def reserved_hours(self) -> Decimal:

@@ -21,7 +21,7 @@ from gpuquota.usage.figures import Sums, UsageFigures, sums_by
 from gpuquota.usage.freshness import usage_freshness
 from gpuquota.usage.rollup import RESERVED
 from gpuquota.usage.seconds import failed_reserved_qs, reserved_qs, seconds_total
-from gpuquota.usage.selectors import ReservationUsage, period_to_date
+from gpuquota.usage.selectors import ReservationUsage, lending_figures, period_to_date
 from gpuquota.usage.to_date import days_from, rollup_sums
 
 TREND_MONTHS = 6
@@ -67,9 +67,12 @@ def _team_reservations(team: Team, period: Period, rows: list[dict]) -> list[Res
         .values_list("reservation_id", flat=True))
     reservations = Reservation.objects.filter(id__in=ids).select_related("gpu_class").annotate(
         effective_end=Max("assignments__assigned_until"))
-    return [ReservationUsage(r, UsageFigures(reserved.get(r.id, 0), failed.get(r.id, 0),
-                                             sums.get(r.id, Sums())))
-            for r in sorted(reservations, key=lambda r: (r.start, r.id))]
+    result = [ReservationUsage(r, UsageFigures(reserved.get(r.id, 0), failed.get(r.id, 0),
+                                               sums.get(r.id, Sums())))
+              for r in sorted(reservations, key=lambda r: (r.start, r.id))]
+    lending_figures([row.figures for row in result], [row.reservation.id for row in result],
+                    period=period, team=team)
+    return result
 
 
 def team_trend(*, team: Team, last: Period, now: datetime, last_figures: UsageFigures,
@@ -106,7 +109,9 @@ def team_month_context(*, team: Team, month: Period, now: datetime | None = None
     month_figures = UsageFigures(
         reserved_s=sum(ru.figures.reserved_s for ru in reservation_usage),
         failed_reserved_s=sum(ru.figures.failed_reserved_s for ru in reservation_usage),
-        sums=sums_by(rows, lambda r: None).get(None, Sums()))
+        sums=sums_by(rows, lambda r: None).get(None, Sums()),
+        lent_s=sum(ru.figures.lent_s for ru in reservation_usage),
+        lent_busy_s=sum((ru.figures.lent_busy_s for ru in reservation_usage), Fraction(0)))
     windows = day_windows(period)
     busy: dict = {}
     for row in rows:
@@ -120,7 +125,7 @@ def team_month_context(*, team: Team, month: Period, now: datetime | None = None
         "usage_month_prev": month_shift(month, -1),
         "usage_month_next": month_shift(month, 1) if month.end <= now else None,
         "usage_freshness": usage_freshness(since=month.start, until=month.end, now=now),
-        "reservation_usage": reservation_usage,
+        "reservation_usage": reservation_usage, "usage_month_figures": month_figures,
         "daily_usage": days,
         "daily_chart": svg_reserved_busy_chart(
             days=days, title=f"Reserved versus busy GPU-hours per day, {month.start:%B %Y}"),

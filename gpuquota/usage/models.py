@@ -25,6 +25,7 @@ class GpuHourUsage(models.Model):
     class Kind(models.TextChoices):
         RESERVED = "reserved", "Reserved (an assignment)"
         UNRESERVED = "unreserved", "Unreserved"
+        BORROWED = "borrowed", "Borrowed (a loan of an assignment)"
 
     gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="+")
     hour = WholeSecondDateTimeField()
@@ -38,13 +39,13 @@ class GpuHourUsage(models.Model):
     )
     team = models.ForeignKey(
         "accounts.Team", null=True, on_delete=models.PROTECT, related_name="+",
-        help_text="Reserved: the reservation's team. Unreserved: the owner team; "
-        "empty = unattributed.",
+        help_text="Reserved: the reservation's team. Unreserved and borrowed: the owner "
+        "team; empty = unattributed.",
     )
     split_ways = models.PositiveSmallIntegerField(default=1)
     failed = models.BooleanField(default=False, help_text="Seconds while the GPU was failed.")
     rate_card = models.ForeignKey(
-        "reports.RateCard", null=True, on_delete=models.PROTECT, related_name="+",
+        "rates.RateCard", null=True, on_delete=models.PROTECT, related_name="+",
         help_text="The rate card of the class in force over these seconds; empty = none.",
     )
     covered_s = models.IntegerField(default=0)
@@ -61,19 +62,22 @@ class GpuHourUsage(models.Model):
     class Meta:
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(kind__in=["reserved", "unreserved"]), name="usage_kind_valid"
+                condition=models.Q(kind__in=["reserved", "unreserved", "borrowed"]),
+                name="usage_kind_valid",
             ),
             models.CheckConstraint(
                 condition=(
                     models.Q(kind="reserved", assignment__isnull=False, split_ways=1)
                     | models.Q(kind="unreserved", assignment__isnull=True)
+                    | models.Q(kind="borrowed", assignment__isnull=False,
+                               reservation__isnull=False)
                 ),
                 name="usage_reserved_has_assignment",
             ),
             models.CheckConstraint(
-                condition=models.Q(split_ways__gte=1)
-                & models.Q(covered_s__gte=models.F("busy_s"))
-                & models.Q(busy_s__gte=0),
+                condition=models.Q(split_ways__gte=1) & models.Q(busy_s__gte=0) & (
+                    models.Q(covered_s__gte=models.F("busy_s"))
+                    | models.Q(kind="borrowed", covered_s=0)),
                 name="usage_seconds_valid",
             ),
             models.UniqueConstraint(
@@ -136,12 +140,13 @@ class GpuDayUsage(models.Model):
     class Meta:
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(kind__in=["reserved", "unreserved"]),
+                condition=models.Q(kind__in=["reserved", "unreserved", "borrowed"]),
                 name="usage_day_kind_valid",
             ),
             models.CheckConstraint(
-                condition=models.Q(hours__gte=1) & models.Q(busy_s__gte=0)
-                & models.Q(covered_s__gte=models.F("busy_s")),
+                condition=models.Q(hours__gte=1) & models.Q(busy_s__gte=0) & (
+                    models.Q(covered_s__gte=models.F("busy_s"))
+                    | models.Q(kind="borrowed", covered_s=0)),
                 name="usage_day_sums_valid",
             ),
             models.UniqueConstraint(

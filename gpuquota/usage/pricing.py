@@ -4,8 +4,9 @@ and rate card in force at each second.
 Reserved and failed reserved seconds are SQL aggregates over assignments ∩ charged window
 ∩ class intervals ∩ rate cards (exact for any past period, they never read samples); a
 second with no rate card is reported with `rate_card_id` None, so the draft can name it.
-On-demand seconds come from the hourly rollups, which are cut at rate-card boundaries, plus
-the partial edge hours from raw samples with the same rule; failed time is left out.
+On-demand and borrowed busy seconds come from the hourly rollups, which are cut at rate-card
+boundaries, plus the partial edge hours from raw samples with the same rule; failed time is
+left out (accounting.md, Lending: failed seconds are neither borrowed nor credited).
 """
 
 from collections import defaultdict
@@ -17,11 +18,12 @@ from django.db.models.functions import Least
 
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.rates.models import RateCard
+from gpuquota.reservations.models import Reservation
 from gpuquota.usage.models import GpuHourUsage
-from gpuquota.usage.rollup import UNRESERVED
+from gpuquota.usage.rollup import BORROWED, UNRESERVED
 from gpuquota.usage.seconds import _assignments, _charged_from, _until, seconds_annotate
 from gpuquota.usage.selectors import _split, usage_rows
-from reports.models import RateCard
 
 _CLASS = "gpu__class_history__"
 _CARD = "gpu__class_history__gpu_class__rate_cards__"
@@ -34,12 +36,14 @@ class ChargeableSeconds:
     """Integer seconds to price. `reserved` and `failed_reserved` rows:
     {"team_id", "gpu_class_id", "rate_card_id" (None = no card), "seconds"}; `on_demand`
     rows: {"team_id" (None = unattributed), "gpu_class_id", "rate_card_id", "split_ways",
-    "busy_s"}, a team's exact share being busy_s / split_ways. Rows with 0 seconds are
-    left out; rows are sorted for stable output."""
+    "busy_s"}, a team's exact share being busy_s / split_ways. `borrowed` rows: the same,
+    the team being the borrowing owner team, with "lender_id" (the reserving team of the
+    lent GPU). Rows with 0 seconds are left out; rows are sorted for stable output."""
 
     reserved: list[dict]
     failed_reserved: list[dict]
     on_demand: list[dict]
+    borrowed: list[dict] = ()
 
 
 def _overlaps(prefix: str, period: Period) -> Q:
@@ -95,29 +99,47 @@ def _order(row: dict) -> tuple:
     return tuple((value is None, value or 0) for value in row.values())
 
 
-def _on_demand(period: Period, team_ids: list[int] | None) -> list[dict]:
+def _busy(period: Period, kind: str, fields: tuple[str, ...]) -> dict[tuple, int]:
+    """Non-failed busy seconds of one kind of rollup bucket, summed per `fields`: whole
+    hours in one lean aggregate over the rollups, partial hours from raw samples."""
     hours, edges = _split(period)
-    fields = ("team_id", "gpu_class_id", "rate_card_id", "split_ways")
     rows: list[dict] = []
     if hours is not None:
-        # Only what pricing needs is grouped: one lean aggregate over the month's rollups.
-        whole = GpuHourUsage.objects.filter(hour__gte=hours[0], hour__lt=hours[1],
-                                            kind=UNRESERVED, failed=False)
-        if team_ids is not None:
-            whole = whole.filter(team_id__in=team_ids)
-        rows += whole.values(*fields).annotate(busy_s=Sum("busy_s")).order_by()
+        rows += GpuHourUsage.objects.filter(
+            hour__gte=hours[0], hour__lt=hours[1], kind=kind, failed=False,
+        ).values(*fields).annotate(busy_s=Sum("busy_s")).order_by()
     for start, end in edges:  # partial hours, from raw samples by the same rule
         rows += usage_rows(period=Period(start, end), edge_gpu_ids=lambda a, b: None,
-                           key_fields=(*fields, "kind", "failed"), kind=UNRESERVED,
-                           failed=False)
+                           key_fields=(*fields, "kind", "failed"), kind=kind, failed=False)
     grouped: dict[tuple, int] = defaultdict(int)
     for row in rows:
-        if team_ids is not None and row["team_id"] not in team_ids:
-            continue
         grouped[tuple(row[f] for f in fields)] += int(row["busy_s"])
-    result = [dict(zip((*fields, "busy_s"), (*key, seconds), strict=True))
-              for key, seconds in grouped.items() if seconds]
+    return grouped
+
+
+_ON_DEMAND = ("team_id", "gpu_class_id", "rate_card_id", "split_ways")
+
+
+def _on_demand(period: Period, team_ids: list[int] | None) -> list[dict]:
+    result = [dict(zip((*_ON_DEMAND, "busy_s"), (*key, seconds), strict=True))
+              for key, seconds in _busy(period, UNRESERVED, _ON_DEMAND).items()
+              if seconds and (team_ids is None or key[0] in team_ids)]
     return sorted(result, key=_order)
+
+
+def _borrowed(period: Period, team_ids: list[int] | None) -> list[dict]:
+    """Borrowed busy seconds per borrowing team, lending team, class, card and split."""
+    grouped = _busy(period, BORROWED, (*_ON_DEMAND, "reservation_id"))
+    lenders = dict(Reservation.objects.filter(id__in={key[-1] for key in grouped})
+                   .values_list("id", "team_id"))
+    result: dict[tuple, int] = defaultdict(int)
+    for (*key, reservation_id), seconds in grouped.items():
+        lender = lenders[reservation_id]
+        if team_ids is None or key[0] in team_ids or lender in team_ids:
+            result[(*key, lender)] += seconds
+    rows = [dict(zip((*_ON_DEMAND, "lender_id", "busy_s"), (*key, seconds), strict=True))
+            for key, seconds in result.items() if seconds]
+    return sorted(rows, key=_order)
 
 
 def chargeable_seconds(*, period: Period, team_ids: list[int] | None = None
@@ -125,11 +147,13 @@ def chargeable_seconds(*, period: Period, team_ids: list[int] | None = None
     """Seconds to price, per team, class in force and rate card in force, for all teams
     (None) or the given ones, in a bounded number of queries whatever the fleet size:
     reserved from max(start, approved_at), failed reserved for the failure credit, and
-    unreserved busy on-demand seconds with their split (failed time excluded)."""
+    unreserved busy on-demand seconds with their split, and the borrowed busy seconds of
+    lent GPUs with their split and lender (failed time excluded from both)."""
     return ChargeableSeconds(
         reserved=_reserved_by_card(period, team_ids, failed=False),
         failed_reserved=_reserved_by_card(period, team_ids, failed=True),
         on_demand=_on_demand(period, team_ids),
+        borrowed=_borrowed(period, team_ids),
     )
 
 

@@ -25,7 +25,7 @@ from gpuquota.usage.rollup_inputs import (  # noqa: F401 (loaded through the rul
     usage_inputs_load,
 )
 
-RESERVED, UNRESERVED = "reserved", "unreserved"
+RESERVED, UNRESERVED, BORROWED = "reserved", "unreserved", "borrowed"
 
 
 @dataclass
@@ -106,7 +106,7 @@ class _Live:
 
 class _Context:
     """What the intervals of one GPU say at an instant: class, failed, rate card,
-    assignment, cluster. Segments are cut at the bounds of all but the node intervals
+    assignment, cluster, lent. Segments are cut at the bounds of all but the node intervals
     (the cluster is the one at a segment's start)."""
 
     def __init__(self, inputs: UsageInputs, gpu_id: int):
@@ -115,9 +115,10 @@ class _Context:
         self.classes = inputs.classes.get(gpu_id, [])
         self.failures = inputs.failures.get(gpu_id, [])
         self.clusters = inputs.clusters.get(gpu_id, [])
+        self.loans = inputs.loans.get(gpu_id, [])
         class_ids = {span.value for span in self.classes} | {inputs.current_class[gpu_id]}
         cards = [span for class_id in class_ids for span in inputs.rate_cards.get(class_id, ())]
-        self.cutting = (self.assignments, self.classes, self.failures, cards)
+        self.cutting = (self.assignments, self.classes, self.failures, cards, self.loans)
         self._changes = sorted({point for spans in (*self.cutting, self.clusters)
                                 for span in spans for point in (span.start, span.end)
                                 if point is not None})
@@ -127,9 +128,13 @@ class _Context:
         class_id = klass.value if klass else self.inputs.current_class[self.gpu_id]
         card = _at(self.inputs.rate_cards.get(class_id, []), a)
         node = _at(self.clusters, a)
+        assignment = _at(self.assignments, a)
+        loan = _at(self.loans, a)
         return (class_id, _at(self.failures, a) is not None, card.value if card else None,
-                _at(self.assignments, a),
-                node.value if node else self.inputs.current_cluster[self.gpu_id])
+                assignment, node.value if node else self.inputs.current_cluster[self.gpu_id],
+                # a loan lends its own assignment only (the database holds it inside)
+                assignment is not None and loan is not None
+                and loan.value == assignment.value[0])
 
     def next_change(self, a: int) -> int | float:
         """The first bound after `a` (infinity: none)."""
@@ -152,12 +157,46 @@ def _overlapping(inputs: UsageInputs, table: str, device: int, lo: int, hi: int)
             if item.end > lo]
 
 
+def _by_sample(inputs: UsageInputs, device: int) -> dict[tuple, list]:
+    """A device's process records by the sample they were stored with (accounting.md,
+    Owners follow the covering sample): built once per loaded window."""
+    found = inputs.timelines.get(("by_sample", device))
+    if found is None:
+        found = inputs.timelines["by_sample", device] = {}
+        for record in inputs.procs.get(device, ()):
+            found.setdefault(record.sample_key, []).append(record)
+    return found
+
+
+#: What a bucket takes of a segment: all of it, its covered seconds only (a lent GPU's
+#: reserving team: the loan's busy seconds are not its own), or its busy seconds only (the
+#: borrowers': the covered time is counted once, for the reservation).
+ALL, COVERED, BUSY = 0, 1, 2
+
+
+def _lent_keys(class_id, assignment, failed, card_id, busy, owner_of) -> list[tuple]:
+    """A segment of a lent GPU: covered for the reserving team, busy for the other owner
+    teams of the covering sample (split; unattributed when there is none)."""
+    assignment_id, reservation_id, team = assignment
+    keyed = [((RESERVED, class_id, assignment_id, reservation_id, team, 1, failed, card_id),
+              [r for r, owner in owner_of if owner == team], COVERED)]
+    if busy:
+        owners = {owner for _, owner in owner_of} - {None, team} or {None}
+        keyed += [((BORROWED, class_id, assignment_id, reservation_id, owner, len(owners),
+                    failed, card_id),
+                   [r for r, o in owner_of if o == owner or (owner is None and o == team)], BUSY)
+                  for owner in owners]
+    return keyed
+
+
 def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = None,
                   end: datetime | None = None) -> dict[BucketKey, Bucket]:
     """Per-bucket sums for one physical GPU over [start, end) (default: the loaded
-    window). MIG devices count for the parent: covered if any covers, busy if any is
-    busy, util = max; owners are those of the busy devices' processes (of the
-    covering devices' when not busy); several owner teams split the window."""
+    window). Owners come from the process records of the sample covering a second. MIG
+    devices count for the parent: covered if any covers, busy if any is busy, util = max;
+    owners are those of the busy devices' samples (of the covering devices' when not
+    busy); several owner teams split the window. During a loan, busy seconds are the
+    borrowers' (`BORROWED` buckets), never the reserving team's."""
     lo = inputs.start if start is None else max(inputs.start, epoch_s(start))
     hi = inputs.end if end is None else min(inputs.end, epoch_s(end))
     devices = inputs.devices.get(gpu_id, [gpu_id])
@@ -166,14 +205,15 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
     if not pieces:
         return {}
     rank = {device: i for i, device in enumerate(devices)}
-    procs = [r for d in devices for r in _overlapping(inputs, "procs", d, lo, hi)]
+    by_sample = {}
+    for device in devices:
+        by_sample.update(_by_sample(inputs, device))
     context = _Context(inputs, gpu_id)
     next_change = lo
     live_pieces = _Live(sorted(pieces, key=lambda p: (p.start, rank[p.device_id])))
-    live_procs = _Live(sorted(procs, key=lambda r: r.start))
     team_id = inputs.resolver.team_id
     sums: dict[tuple, _Sums] = {}
-    for a, b in pairwise(_cuts(lo, hi, pieces, procs, *context.cutting)):
+    for a, b in pairwise(_cuts(lo, hi, pieces, *context.cutting)):
         active = live_pieces.at(a)
         if not active:
             continue
@@ -181,47 +221,51 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
         if len(active) == 1:  # one device covers it: the common case, the same sums
             piece = active[0]
             util_c, busy = piece.util_c, piece.busy
-            seg_procs = [r for r in live_procs.at(a) if r.device_id == piece.device_id]
+            seg_procs = by_sample.get(piece.sample_key, ())
         else:
             active = sorted(active, key=lambda p: rank[p.device_id])
             util_c = max(p.util_c for p in active)
             busy = any(p.busy for p in active)
-            basis = {p.device_id for p in active if p.busy or not busy}
-            seg_procs = [r for r in live_procs.at(a) if r.device_id in basis]
+            seg_procs = [r for p in active if p.busy or not busy
+                         for r in by_sample.get(p.sample_key, ())]
         if a >= next_change:  # the spans' values only change at their bounds
-            class_id, failed, card_id, assignment, cluster_id = context.at(a)
+            class_id, failed, card_id, assignment, cluster_id, lent = context.at(a)
             next_change = context.next_change(a)
-        if assignment is not None:
+        if assignment is not None and not lent:
             assignment_id, reservation_id, team = assignment.value
             # the team's GPU: whoever ran there is shown to it
             keyed = [((RESERVED, class_id, assignment_id, reservation_id, team, 1, failed,
-                       card_id), seg_procs)]
+                       card_id), seg_procs, ALL)]
         else:
             owner_of = [
                 (r, team_id(cluster_id=cluster_id, job_source=r.job_source,
                             job_account=r.job_account, user=r.user, uid=r.uid, at_s=r.start))
                 for r in seg_procs
             ]
-            # split among the distinct owner teams; unattributed only when there is none
-            owners = {owner for _, owner in owner_of} - {None} or {None}
-            keyed = [
-                ((UNRESERVED, class_id, None, None, team, len(owners), failed, card_id),
-                 [r for r, owner in owner_of if owner == team])
-                for team in owners
-            ]
+            if lent:
+                keyed = _lent_keys(class_id, assignment.value, failed, card_id, busy, owner_of)
+            else:
+                # split among the distinct owner teams; unattributed only when there is none
+                owners = {owner for _, owner in owner_of} - {None} or {None}
+                keyed = [
+                    ((UNRESERVED, class_id, None, None, team, len(owners), failed, card_id),
+                     [r for r, owner in owner_of if owner == team], ALL)
+                    for team in owners
+                ]
         energy = sum(p.energy_per_s * seconds for p in active if p.energy_per_s is not None)
         memories = [p.memory_max for p in active if p.memory_max is not None]
-        for key, key_procs in keyed:
+        for key, key_procs, takes in keyed:
             bucket = sums.get(key)
             if bucket is None:
                 bucket = sums[key] = _Sums()
-            bucket.covered_s += seconds
-            if busy:
+            if takes != BUSY:
+                bucket.covered_s += seconds
+                bucket.util_c_s += util_c * seconds
+                bucket.energy_j += energy
+                if memories:
+                    bucket.memory_max = max(bucket.memory_max or 0, *memories)
+            if busy and takes != COVERED:
                 bucket.busy_s += seconds
-            bucket.util_c_s += util_c * seconds
-            bucket.energy_j += energy
-            if memories:
-                bucket.memory_max = max(bucket.memory_max or 0, *memories)
             if key_procs:
                 bucket.processes.update((r.device_id, r.pid, r.pid_start) for r in key_procs)
                 bucket.users.update(r.user for r in key_procs if r.user)

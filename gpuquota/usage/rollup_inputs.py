@@ -1,6 +1,6 @@
 """What the rollup rule reads, loaded in a fixed number of queries (accounting.md, Usage
 samples): samples as the stretches they cover, process windows, and the intervals of
-assignments, classes, failures, nodes and rate cards, over a window, for a set of
+assignments, loans, classes, failures, nodes and rate cards, over a window, for a set of
 physical GPUs. Times are epoch seconds and utilizations integer hundredths (the
 samples' exact two decimals), computed by the database, so the bulk rows load as
 plain integers.
@@ -16,10 +16,10 @@ from django.db.models import BigIntegerField, Func, IntegerField, Q
 
 from gpuquota.ingest.models import ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu, GpuClassInterval, GpuHealthInterval, GpuNodeInterval
-from gpuquota.reservations.models import Assignment
+from gpuquota.rates.models import RateCard
+from gpuquota.reservations.models import Assignment, Loan
 from gpuquota.usage.conf import MAX_WINDOW_S, busy_util_percent
 from gpuquota.usage.owners import OwnerResolver
-from reports.models import RateCard
 
 
 def epoch_s(value: datetime) -> int:
@@ -57,7 +57,8 @@ class Hundredths(_IntegerSql):
 
 
 class Piece(NamedTuple):
-    """The stretch [start, end) a sample covers on one device (util in hundredths)."""
+    """The stretch [start, end) a sample covers on one device (util in hundredths);
+    `start` is the sample's window_start and `received` when it was stored."""
 
     device_id: int
     start: int
@@ -66,6 +67,12 @@ class Piece(NamedTuple):
     busy: bool
     energy_per_s: float | None
     memory_max: int | None
+    received: datetime | None = None
+
+    @property
+    def sample_key(self) -> tuple:
+        """What the process records stored with this sample share with it."""
+        return (self.device_id, self.start, self.received)
 
 
 class Proc(NamedTuple):
@@ -78,6 +85,12 @@ class Proc(NamedTuple):
     user: str | None
     job_source: str | None
     job_account: str | None
+    received: datetime | None = None
+
+    @property
+    def sample_key(self) -> tuple:
+        """The sample it was stored with: same device and window_start, same batch."""
+        return (self.device_id, self.start, self.received)
 
 
 @dataclass(frozen=True)
@@ -107,25 +120,27 @@ class UsageInputs:
     clusters: dict[int, list[Span]]
     resolver: OwnerResolver
     rate_cards: dict[int, list[Span]] = field(default_factory=dict)  # by gpu class id
+    loans: dict[int, list[Span]] = field(default_factory=dict)  # value: the assignment id
     #: per (table, device): its items by start, their starts, the longest (`usage_buckets`)
     timelines: dict[tuple[str, int], tuple] = field(default_factory=dict)
 
 
 def sample_pieces(samples: list[tuple], busy_from: Decimal) -> list[Piece]:
     """One device's samples (gpu_id, start_s, end_s, readings, util_c, energy_j,
-    memory_max), ordered by start → what each covers: up to the next sample's start;
-    readings = 0 or a null util cover nothing; busy when util >= busy_from, exactly."""
+    memory_max, received_at), ordered by start → what each covers: up to the next sample's
+    start; readings = 0 or a null util cover nothing; busy when util >= busy_from, exactly."""
     busy_from_c = busy_from * 100
     pieces = []
     last = len(samples) - 1
-    for i, (device_id, start, window_end, readings, util_c, energy, memory) in enumerate(samples):
+    for i, (device_id, start, window_end, readings, util_c, energy, memory,
+            received) in enumerate(samples):
         end = window_end if i == last else min(window_end, samples[i + 1][1])
         if not readings or util_c is None or end <= start:
             continue
         length = window_end - start
         pieces.append(Piece(
             device_id, start, end, util_c, util_c >= busy_from_c,
-            None if energy is None or length <= 0 else energy / length, memory,
+            None if energy is None or length <= 0 else energy / length, memory, received,
         ))
     return pieces
 
@@ -136,7 +151,8 @@ def coverage_pieces(samples: list[dict], busy_from: Decimal) -> list[Piece]:
         (row["gpu_id"], epoch_s(row["window_start"]), epoch_s(row["window_end"]),
          row["readings"],
          None if row["util_gpu_avg"] is None else int(row["util_gpu_avg"] * 100),
-         row["energy_j"], row["memory_used_bytes_max"]) for row in samples], busy_from)
+         row["energy_j"], row["memory_used_bytes_max"], row.get("received_at"))
+        for row in samples], busy_from)
 
 
 def _overlapping(start_field: str, end_field: str, start: datetime, end: datetime) -> Q:
@@ -173,7 +189,7 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
     ).order_by("gpu_id", "window_start")
     for row in samples.values_list(
             "gpu_id", EpochSeconds("window_start"), EpochSeconds("window_end"), "readings",
-            Hundredths("util_gpu_avg"), "energy_j", "memory_used_bytes_max"):
+            Hundredths("util_gpu_avg"), "energy_j", "memory_used_bytes_max", "received_at"):
         by_device[row[0]].append(row)
     pieces = {device: sample_pieces(rows, busy_from) for device, rows in by_device.items()}
 
@@ -183,7 +199,7 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
     )
     for row in records.values_list(
             "gpu_id", EpochSeconds("window_start"), EpochSeconds("window_end"), "pid",
-            "pid_start", "uid", "user", "job_source", "job_account"):
+            "pid_start", "uid", "user", "job_source", "job_account", "received_at"):
         procs[row[0]].append(Proc._make(row))
 
     assignments: dict[int, list[Span]] = defaultdict(list)
@@ -200,6 +216,15 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
                 epoch_s(charged_from), epoch_s(row["assigned_until"]),
                 (row["id"], row["reservation_id"], row["reservation__team_id"]),
             ))
+
+    loans: dict[int, list[Span]] = defaultdict(list)
+    for row in Loan.objects.filter(_overlapping("lent_from", "returned_at", start, end),
+                                   gpu_id__in=gpu_ids).values(
+            "gpu_id", "lent_from", "returned_at", "assignment_id"):
+        until = row["returned_at"]
+        loans[row["gpu_id"]].append(Span(epoch_s(row["lent_from"]),
+                                          None if until is None else epoch_s(until),
+                                          row["assignment_id"]))
 
     def spans(queryset, value_field: str) -> dict[int, list[Span]]:
         result: dict[int, list[Span]] = defaultdict(list)
@@ -239,6 +264,7 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
         start=epoch_s(start), end=epoch_s(end), devices=devices, current_class=current_class,
         current_cluster=current_cluster, pieces=pieces, procs=procs, assignments=assignments,
         classes=classes, failures=failures, clusters=clusters, rate_cards=rate_cards,
+        loans=loans,
         # process windows loaded may start up to one window before `start`
         resolver=OwnerResolver(cluster_ids=cluster_ids,
                                start=start - timedelta(seconds=MAX_WINDOW_S), end=end),

@@ -23,8 +23,9 @@ from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import GpuClass
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, display_decimal, sums_by
+from gpuquota.usage.lent import lent_busy_fold, lent_gpu_ids, lent_seconds
 from gpuquota.usage.models import GpuHourUsage
-from gpuquota.usage.rollup import RESERVED, UNRESERVED, usage_buckets, usage_inputs_load
+from gpuquota.usage.rollup import BORROWED, RESERVED, UNRESERVED, usage_buckets, usage_inputs_load
 from gpuquota.usage.seconds import (  # noqa: F401  (re-exported for chargeback)
     failed_qs,
     failed_reserved_qs,
@@ -132,15 +133,39 @@ def _assigned_gpu_ids(**filters) -> Callable[[datetime, datetime], list]:
     return ids
 
 
+def lent_busy_seconds(*, period: Period, reservation_ids: set[int]) -> dict[int, Fraction]:
+    """Borrowed busy seconds (failed time left out) per reservation of `reservation_ids`:
+    what others ran on their lent GPUs (accounting.md, Lending)."""
+    if not reservation_ids:
+        return {}
+    rows = usage_rows(period=period, edge_gpu_ids=lent_gpu_ids(reservation_ids=reservation_ids),
+                      key_fields=("kind", "reservation_id", "split_ways", "failed"),
+                      kind=BORROWED, failed=False)
+    return lent_busy_fold(rows, reservation_ids)
+
+
+def lending_figures(figures: list[UsageFigures], reservation_ids: list[int], *,
+                    period: Period, team: Team) -> None:
+    """Fill in `lent_s` and `lent_busy_s` of each reservation's figures (same order)."""
+    lent = lent_seconds(period=period, assignment__reservation__team=team)
+    busy = lent_busy_seconds(period=period, reservation_ids=set(lent))
+    for rid, f in zip(reservation_ids, figures, strict=True):
+        f.lent_s, f.lent_busy_s = lent.get(rid, 0), busy.get(rid, Fraction(0))
+
+
 def team_utilization(*, team: Team, period: Period) -> UsageFigures:
     """Reserved, covered, busy seconds and mean utilization over all reservations of a
-    team (reserved time only)."""
+    team (reserved time only), and the time its GPUs were lent."""
     rows = usage_rows(period=period, edge_gpu_ids=_assigned_gpu_ids(reservation__team=team),
                       kind=RESERVED, team_id=team.id)
+    lent = lent_seconds(period=period, assignment__reservation__team=team)
     return UsageFigures(
         reserved_s=seconds_total(reserved_qs(period, reservation__team=team)),
         failed_reserved_s=seconds_total(failed_reserved_qs(period, reservation__team=team)),
         sums=sums_by(rows, lambda r: None).get(None, Sums()),
+        lent_s=sum(lent.values()),
+        lent_busy_s=sum(lent_busy_seconds(period=period, reservation_ids=set(lent)).values(),
+                        Fraction(0)),
     )
 
 
@@ -166,11 +191,14 @@ def team_reservations_utilization(*, team: Team, period: Period) -> list[Reserva
     )
     reservations = Reservation.objects.filter(id__in=ids).select_related("gpu_class").annotate(
         effective_end=Max("assignments__assigned_until"))
-    return [
+    result = [
         ReservationUsage(r, UsageFigures(reserved.get(r.id, 0), failed.get(r.id, 0),
                                          sums.get(r.id, Sums())))
         for r in sorted(reservations, key=lambda r: (r.start, r.id))
     ]
+    lending_figures([row.figures for row in result], [row.reservation.id for row in result],
+                    period=period, team=team)
+    return result
 
 
 def unreserved_busy_by_team(*, period: Period, gpu_class: GpuClass | None = None
@@ -312,7 +340,8 @@ def reservations_gpu_usage(*, reservation_ids: list[int], period: Period) -> Res
     wanted = set(reservation_ids)
     if hours is not None and wanted:
         rows = GpuHourUsage.objects.filter(
-            hour__gte=hours[0], hour__lt=hours[1], reservation_id__in=wanted, failed=False
+            hour__gte=hours[0], hour__lt=hours[1], reservation_id__in=wanted, failed=False,
+            kind=RESERVED,
         ).values_list("reservation_id", "gpu_id", "hour", "covered_s", "busy_s",
                       "util_weighted", "memory_used_bytes_max", "process_count", "users_seen")
         for rid, gpu_id, hour, covered, busy, weighted, memory, processes, users in rows:
@@ -328,7 +357,7 @@ def reservations_gpu_usage(*, reservation_ids: list[int], period: Period) -> Res
         inputs = usage_inputs_load(gpu_ids=gpu_ids, start=start, end=end)
         for gpu_id in gpu_ids:
             for key, b in usage_buckets(inputs=inputs, gpu_id=gpu_id).items():
-                if key.reservation_id in wanted and not key.failed:
+                if key.reservation_id in wanted and not key.failed and key.kind == RESERVED:
                     result.add((key.reservation_id, gpu_id), covered_s=b.covered_s,
                                busy_s=b.busy_s, util_weighted=b.util_weighted,
                                memory=b.memory_used_bytes_max, processes=len(b.processes),

@@ -3,8 +3,8 @@ from django.core.management import call_command
 
 from accounts.models import ClusterIdentity, Membership, Team, User
 from gpuquota.inventory.models import Cluster, Gpu, GpuClass, Node
+from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Quota, Reservation
-from reports.models import RateCard
 
 pytestmark = pytest.mark.django_db
 

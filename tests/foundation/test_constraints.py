@@ -10,8 +10,8 @@ from django.db.models import ProtectedError
 
 from accounts.models import Membership
 from gpuquota.core.fields import whole_second
+from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Quota
-from reports.models import RateCard
 from tests.factories import (
     EPOCH,
     GpuClassFactory,

@@ -173,7 +173,7 @@ def test_admin_history_and_rate_card_pages_in_a_browser(transactional_db, browse
     page.goto(reverse("admin:inventory_gpu_change", args=[gpu.pk]))
     assert page.locator("text=Change of history (audited, recomputed)").count() == 1
     screenshot(page, "admin-gpu-history")
-    page.goto(reverse("admin:reports_ratecard_add"))
+    page.goto(reverse("admin:rates_ratecard_add"))
     page.select_option("#id_gpu_class", str(klass.id))
     page.fill("#id_valid_from_0", "2026-10-31")
     page.fill("#id_valid_from_1", "22:00:00")
@@ -182,7 +182,7 @@ def test_admin_history_and_rate_card_pages_in_a_browser(transactional_db, browse
     page.click("input[name=_save]")
     page.wait_for_load_state("networkidle")
     assert AuditEntry.objects.filter(action="rate_card.create").count() == 1
-    page.goto(reverse("admin:reports_ratecard_add"))
+    page.goto(reverse("admin:rates_ratecard_add"))
     page.select_option("#id_gpu_class", str(klass.id))
     page.fill("#id_valid_from_0", "2026-10-30")
     page.fill("#id_valid_from_1", "00:00:00")

@@ -23,16 +23,6 @@ LOWER = ("gpuquota", "accounts")
 SERVER_SIDE = ("django", "rest_framework", "drf_spectacular", "celery", "kombu", "redis",
                "psycopg", "gpuquota", "accounts", *UPPER)
 
-# Rate cards still live in `reports` until they move below usage (issue 20 §6, first
-# bullet, in its own branch). Each allowance must still be needed: delete it with the move.
-RATE_CARD_ALLOWANCES = {
-    ("gpuquota/usage/pricing.py", "reports.models"),
-    ("gpuquota/usage/rollup_inputs.py", "reports.models"),
-    ("gpuquota/reservations/views_manage.py", "reports.models"),
-    ("gpuquota/reservations/views_manage.py", "reports.services"),
-    ("gpuquota/demo/organisation.py", "reports.models"),
-}
-
 
 def _packages() -> list[str]:
     """The top-level packages of this checkout: every installed app's, and the agent."""
@@ -99,8 +89,7 @@ def test_domain_apps_never_import_the_apps_built_on_them():
     found = {(_label(name), target) for name, targets in _graph().items()
              if any(_within(name, lower) for lower in LOWER)
              for target in targets if any(_within(target, upper) for upper in UPPER)}
-    assert found - RATE_CARD_ALLOWANCES == set()
-    assert RATE_CARD_ALLOWANCES - found == set(), "allowances no longer needed: delete them"
+    assert found == set()
 
 
 def test_only_tasks_import_tasks():

@@ -5,11 +5,11 @@ from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
+from gpuquota.rates.models import RateCard
 from reclaim.conf import policy
 from reclaim.models import Exemption, Recommendation
 from reclaim.selectors import recommendations_list
 from reclaim.services import recommendations_evaluate
-from reports.models import RateCard
 from tests.reclaim.factories import DAY, GIB, NOW, World, busy_in, held_gpus, rollup, telemetry
 
 K, S = Recommendation.Kind, Recommendation.Status
@@ -142,9 +142,10 @@ def test_savings_across_a_rate_change_are_rounded_once(world):
     change = NOW + DAY + timedelta(minutes=30, seconds=15)
     RateCard.objects.create(gpu_class=world.gpu_class, valid_from=NOW - 10 * DAY,
                             valid_until=change, reserved_rate=Decimal("2.3333"),
-                            on_demand_rate=Decimal("3"))
+                            on_demand_rate=Decimal("3"), borrowed_rate=Decimal("1.50"))
     RateCard.objects.create(gpu_class=world.gpu_class, valid_from=change,
-                            reserved_rate=Decimal("4.1001"), on_demand_rate=Decimal("5"))
+                            reserved_rate=Decimal("4.1001"), on_demand_rate=Decimal("5"),
+                            borrowed_rate=Decimal("2.50"))
     reservation = world.reserve(count=1)
     [gpu] = held_gpus(reservation)
     day_of(gpu, 0)

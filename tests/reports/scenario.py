@@ -23,7 +23,7 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import ClusterIdentity, Team, User
-from gpuquota.ingest.models import ProcessRecord
+from gpuquota.ingest.models import ProcessRecord, Sample
 from gpuquota.outbox.services import gpu_hours_mark_dirty
 from gpuquota.reservations.services import reservation_release
 from gpuquota.usage.sweep import dirty_hours_process
@@ -64,8 +64,10 @@ def _identity(cluster, kind, key, **target):
 
 
 def _processes(gpu, start, seconds, owners):
-    """Process records over one window, one per (user, slurm account)."""
-    now = timezone.now()
+    """Process records over one window, one per (user, slurm account), stored with its
+    sample (the same batch: its `received_at`) where there is one."""
+    now = Sample.objects.filter(gpu=gpu, window_start=start).values_list(
+        "received_at", flat=True).first() or timezone.now()
     with transaction.atomic():
         ProcessRecord.objects.bulk_create([
             ProcessRecord(gpu=gpu, window_start=start,

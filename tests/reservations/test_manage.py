@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.models import AuditEntry
+from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Quota
 from gpuquota.reservations.quotas import quota_create, quota_end
-from reports.models import RateCard
 from tests.factories import GpuClassFactory, RateCardFactory, TeamFactory
 from tests.reservations.factories import Fleet
 

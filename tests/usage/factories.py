@@ -74,15 +74,20 @@ def minute_samples(gpu: Gpu, start: datetime, minutes: int, util=50, **extra) ->
 def add_processes(gpu: Gpu, start: datetime, minutes: int, *, user: str | None = "alice",
                   uid: int | None = None, pid: int = 100, account: str | None = None,
                   source: str | None = None) -> None:
+    """One process per minute window, stored with the sample of that window (the same
+    batch: its `received_at`) where there is one."""
     now = timezone.now()
+    starts = [start + timedelta(minutes=i) for i in range(minutes)]
+    batches = dict(Sample.objects.filter(gpu=gpu, window_start__in=starts)
+                   .values_list("window_start", "received_at"))
     objs = [
         ProcessRecord(
-            gpu=gpu, window_start=start + timedelta(minutes=i),
-            window_end=start + timedelta(minutes=i + 1), pid=pid, pid_start=1, uid=uid,
-            user=user, command="python", job_source=source or ("slurm" if account else "unix"),
-            job_account=account, received_at=now,
+            gpu=gpu, window_start=at, window_end=at + timedelta(minutes=1), pid=pid,
+            pid_start=1, uid=uid, user=user, command="python",
+            job_source=source or ("slurm" if account else "unix"), job_account=account,
+            received_at=batches.get(at, now),
         )
-        for i in range(minutes)
+        for at in starts
     ]
     with transaction.atomic():
         ProcessRecord.objects.bulk_create(objs)

@@ -22,11 +22,11 @@ from django.db.models import Q
 from accounts.models import ClusterIdentity, Membership
 from gpuquota.ingest.models import ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu, GpuClassInterval, GpuHealthInterval, GpuNodeInterval
-from gpuquota.reservations.models import Assignment
+from gpuquota.rates.models import RateCard
+from gpuquota.reservations.models import Assignment, Loan
 from gpuquota.usage.conf import MAX_WINDOW_S, busy_util_percent
-from reports.models import RateCard
 
-RESERVED, UNRESERVED = "reserved", "unreserved"
+RESERVED, UNRESERVED, BORROWED = "reserved", "unreserved", "borrowed"
 
 
 Kind = ClusterIdentity.Kind
@@ -108,6 +108,7 @@ class Piece:
     busy: bool
     energy_per_s: float | None
     memory_max: int | None
+    received: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ class Proc:
     user: str | None
     job_source: str | None
     job_account: str | None
+    received: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,7 @@ class UsageInputs:
     clusters: dict[int, list[Span]]
     resolver: OwnerResolver
     rate_cards: dict[int, list[Span]] = field(default_factory=dict)  # by gpu class id
+    loans: dict[int, list[Span]] = field(default_factory=dict)
 
 
 def coverage_pieces(samples: list[dict], busy_from: Decimal) -> list[Piece]:
@@ -191,7 +194,7 @@ def coverage_pieces(samples: list[dict], busy_from: Decimal) -> list[Piece]:
         pieces.append(Piece(
             device_id=row["gpu_id"], start=start, end=end, util=util, busy=util >= busy_from,
             energy_per_s=None if energy is None or length <= 0 else energy / length,
-            memory_max=row["memory_used_bytes_max"],
+            memory_max=row["memory_used_bytes_max"], received=row["received_at"],
         ))
     return pieces
 
@@ -229,7 +232,8 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
         window_start__lt=end,
     ).order_by("gpu_id", "window_start")
     for row in samples.values("gpu_id", "window_start", "window_end", "readings",
-                              "util_gpu_avg", "energy_j", "memory_used_bytes_max"):
+                              "util_gpu_avg", "energy_j", "memory_used_bytes_max",
+                              "received_at"):
         by_device[row["gpu_id"]].append(row)
     pieces = {device: coverage_pieces(rows, busy_from) for device, rows in by_device.items()}
 
@@ -238,11 +242,12 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
         gpu_id__in=device_ids, window_start__lt=end, window_end__gt=start
     )
     for row in records.values("gpu_id", "window_start", "window_end", "pid", "pid_start",
-                              "uid", "user", "job_source", "job_account"):
+                              "uid", "user", "job_source", "job_account", "received_at"):
         procs[row["gpu_id"]].append(Proc(
             device_id=row["gpu_id"], start=_s(row["window_start"]), end=_s(row["window_end"]),
             pid=row["pid"], pid_start=row["pid_start"], uid=row["uid"], user=row["user"],
             job_source=row["job_source"], job_account=row["job_account"],
+            received=row["received_at"],
         ))
 
     assignments: dict[int, list[Span]] = defaultdict(list)
@@ -292,10 +297,15 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
     cluster_ids = set(current_cluster.values()) | {
         span.value for values in clusters.values() for span in values
     }
+    loans: dict[int, list[Span]] = defaultdict(list)
+    for loan in Loan.objects.filter(_overlapping("lent_from", "returned_at", start, end),
+                                    gpu_id__in=gpu_ids):
+        loans[loan.gpu_id].append(Span(_s(loan.lent_from), loan.returned_at and
+                                       _s(loan.returned_at), loan.assignment_id))
     return UsageInputs(
         start=_s(start), end=_s(end), devices=devices, current_class=current_class,
         current_cluster=current_cluster, pieces=pieces, procs=procs, assignments=assignments,
-        classes=classes, failures=failures, clusters=clusters, rate_cards=rate_cards,
+        classes=classes, failures=failures, clusters=clusters, rate_cards=rate_cards, loans=loans,
         # process windows loaded may start up to one window before `start`
         resolver=OwnerResolver(cluster_ids=cluster_ids,
                                start=start - timedelta(seconds=MAX_WINDOW_S), end=end),
@@ -339,7 +349,8 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
     clusters = inputs.clusters.get(gpu_id, [])
     class_ids = {span.value for span in classes} | {inputs.current_class[gpu_id]}
     cards = [span for class_id in class_ids for span in inputs.rate_cards.get(class_id, ())]
-    for a, b in pairwise(_cuts(lo, hi, pieces, procs, assignments, classes, failures, cards)):
+    loans = inputs.loans.get(gpu_id, [])
+    for a, b in pairwise(_cuts(lo, hi, pieces, assignments, classes, failures, cards, loans)):
         active = [p for p in pieces if p.start <= a < p.end]
         if not active:
             continue
@@ -347,28 +358,60 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
         util = max(p.util for p in active)
         busy = any(p.busy for p in active)
         basis = {p.device_id for p in active if p.busy or not busy}
-        seg_procs = [r for r in procs if r.device_id in basis and r.start <= a < r.end]
+        # owners follow the covering sample: its records, stored with it (same batch)
+        seg_procs = [r for r in procs for p in active if p.device_id in basis
+                     and (r.device_id, r.start, r.received) == (p.device_id, p.start, p.received)]
         klass = _at(classes, a)
         failed = _at(failures, a) is not None
         class_id = klass.value if klass else inputs.current_class[gpu_id]
         card = _at(inputs.rate_cards.get(class_id, []), a)
         card_id = card.value if card else None
         assignment = _at(assignments, a)
+        loan = _at(loans, a)
+        node = _at(clusters, a)
+        cluster_id = node.value if node else inputs.current_cluster[gpu_id]
+        owner_of = {
+            r: inputs.resolver.team_id(
+                cluster_id=cluster_id, job_source=r.job_source, job_account=r.job_account,
+                user=r.user, uid=r.uid, at=_dt(r.start),
+            )
+            for r in seg_procs
+        }
+        if assignment is not None and loan is not None and loan.value == assignment.value[0]:
+            assignment_id, reservation_id, team_id = assignment.value
+            reserved = Bucket() if (k := BucketKey(
+                RESERVED, class_id, assignment_id, reservation_id, team_id, 1, failed,
+                card_id)) not in buckets else buckets[k]
+            buckets[k] = reserved
+            reserved.covered_s += seconds
+            reserved.util_weighted += util * seconds
+            reserved.energy_j += sum(p.energy_per_s * seconds for p in active
+                                     if p.energy_per_s is not None)
+            memories = [p.memory_max for p in active if p.memory_max is not None]
+            if memories:
+                reserved.memory_used_bytes_max = max(reserved.memory_used_bytes_max or 0,
+                                                     *memories)
+            own = [r for r, owner in owner_of.items() if owner == team_id]
+            reserved.processes.update((r.device_id, r.pid, r.pid_start) for r in own)
+            reserved.users.update(r.user for r in own if r.user)
+            if busy:
+                owners = set(owner_of.values()) - {None, team_id} or {None}
+                for owner in owners:
+                    bucket = buckets.setdefault(BucketKey(
+                        BORROWED, class_id, assignment_id, reservation_id, owner, len(owners),
+                        failed, card_id), Bucket())
+                    bucket.busy_s += seconds
+                    mine = [r for r, o in owner_of.items()
+                            if o == owner or (owner is None and o == team_id)]
+                    bucket.processes.update((r.device_id, r.pid, r.pid_start) for r in mine)
+                    bucket.users.update(r.user for r in mine if r.user)
+            continue
         if assignment is not None:
             assignment_id, reservation_id, team_id = assignment.value
             # the team's GPU: whoever ran there is shown to it
             keyed = [(BucketKey(RESERVED, class_id, assignment_id, reservation_id, team_id, 1,
                                 failed, card_id), seg_procs)]
         else:
-            node = _at(clusters, a)
-            cluster_id = node.value if node else inputs.current_cluster[gpu_id]
-            owner_of = {
-                r: inputs.resolver.team_id(
-                    cluster_id=cluster_id, job_source=r.job_source, job_account=r.job_account,
-                    user=r.user, uid=r.uid, at=_dt(r.start),
-                )
-                for r in seg_procs
-            }
             # split among the distinct owner teams; unattributed only when there is none
             owners = set(owner_of.values()) - {None} or {None}
             keyed = [

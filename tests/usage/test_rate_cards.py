@@ -11,11 +11,11 @@ from gpuquota.core.errors import Conflict, PermissionDenied
 from gpuquota.core.models import AuditEntry
 from gpuquota.core.timeutil import Period
 from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.rates.models import RateCard
+from gpuquota.rates.services import rate_card_change, rate_card_create, rate_card_end
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.pricing import chargeable_seconds
 from gpuquota.usage.sweep import dirty_hours_process
-from reports.models import RateCard
-from reports.services import rate_card_change, rate_card_create, rate_card_end
 from tests.factories import AdminFactory, GpuClassFactory, UserFactory, make_gpu
 from tests.usage.factories import T0, minute_samples
 from tests.usage.oracle_days import assert_day_rows_are_the_hours_summed
@@ -142,7 +142,7 @@ def test_a_boundary_older_than_the_raw_sample_horizon_is_refused(monkeypatch):
 def test_admin_saves_through_the_services_and_shows_refusals(client):
     klass = GpuClassFactory(name="T4")
     client.force_login(AdminFactory())
-    add = reverse("admin:reports_ratecard_add")
+    add = reverse("admin:rates_ratecard_add")
     form = {"gpu_class": klass.id, "valid_from_0": "2026-10-31", "valid_from_1": "22:00:00",
             "reserved_rate": "1.50", "on_demand_rate": "2.00", "currency": "USD"}
     assert client.post(add, form).status_code == 302
@@ -153,7 +153,7 @@ def test_admin_saves_through_the_services_and_shows_refusals(client):
     gap = client.post(add, {**form, "valid_from_0": "2026-10-30", "valid_until_0": "2026-10-30",
                             "valid_until_1": "23:00:00"})
     assert b"no T4 rate card from 2026-10-30 23:00:00Z" in gap.content
-    change = reverse("admin:reports_ratecard_change", args=[card.id])
+    change = reverse("admin:rates_ratecard_change", args=[card.id])
     edited = client.post(change, {"valid_until_0": "2026-11-01", "valid_until_1": "00:00:00",
                                   "reserved_rate": "1.75", "on_demand_rate": "2.00",
                                   "currency": "USD"})
@@ -162,5 +162,37 @@ def test_admin_saves_through_the_services_and_shows_refusals(client):
     assert card.valid_until == T0 + 2 * H and card.reserved_rate == Decimal("1.75")
     assert {"rate_card.end", "rate_card.change"} <= set(
         AuditEntry.objects.values_list("action", flat=True))
-    assert client.post(reverse("admin:reports_ratecard_delete", args=[card.id]),
+    assert client.post(reverse("admin:rates_ratecard_delete", args=[card.id]),
                        {"post": "yes"}).status_code == 403
+
+
+def test_the_borrowed_rate_defaults_to_the_on_demand_rate_is_checked_and_audited():
+    from gpuquota.core.errors import DomainError
+
+    klass = GpuClassFactory(name="A100")
+    card = _card(klass, T0)
+    assert card.borrowed_rate == Decimal("3.00")  # none given: the on-demand rate
+    with pytest.raises(DomainError) as refused:
+        rate_card_change(rate_card=card, by=AdminFactory(), borrowed_rate="-1")
+    assert refused.value.field == "borrowed_rate"
+    card = rate_card_change(rate_card=card, by=AdminFactory(), borrowed_rate="1.2345",
+                            effective_from=T0 + H)
+    assert (card.valid_from, card.borrowed_rate, card.reserved_rate) == (
+        T0 + H, Decimal("1.2345"), Decimal("2.00"))
+    entry = AuditEntry.objects.filter(action="rate_card.change").get()
+    assert entry.object_type == "rates.ratecard"
+    assert (entry.changes["before"]["borrowed_rate"], entry.changes["after"]["borrowed_rate"]) \
+        == ("3.0000", "1.2345")
+
+
+def test_the_manage_page_sets_and_shows_the_borrowed_rate(client):
+    klass = GpuClassFactory(name="L40S")
+    client.force_login(AdminFactory())
+    url = reverse("manage_rate_cards")
+    form = {"gpu_class": klass.id, "reserved_rate": "1.00", "on_demand_rate": "1.50",
+            "borrowed_rate": "0.7500", "currency": "USD", "valid_from": "2026-10-31 22:00"}
+    assert client.post(url, form).status_code == 302
+    assert RateCard.objects.get(gpu_class=klass).borrowed_rate == Decimal("0.75")
+    assert ">0.7500<" in client.get(url).content.decode()
+    bad = client.post(url, {**form, "borrowed_rate": "-2"})
+    assert bad.status_code in (200, 400) and RateCard.objects.filter(gpu_class=klass).count() == 1

@@ -7,14 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from accounts.models import ClusterIdentity
+from accounts.models import ClusterIdentity, Team
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.rates.services import rate_card_create
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup_rows import FIGURES, KEY
 from gpuquota.usage.services import gpu_hour_recompute
 from gpuquota.usage.sweep import dirty_hours_process
-from reports.services import rate_card_create
 from tests.factories import AdminFactory, NodeFactory, make_gpu
 from tests.usage import oracle_rollup
 from tests.usage.factories import (
@@ -148,6 +148,7 @@ def test_a_change_updates_in_place_and_no_change_writes_nothing(fleet):
     dense = fleet[0]
     add_samples(Gpu.objects.get(id=dense), [{"start": T0 + 59 * M + 30 * S, "seconds": 90,
                                       "util": 99, "energy_j": 0.3}])  # late, overlapping
+    add_processes(Gpu.objects.get(id=dense), T0 + 59 * M + 30 * S, 1, user="alice")  # its own
     assert DirtyGpuHour.objects.filter(gpu_id=dense).exists()
     dirty_hours_process()
     after = {row[0]: row[1:] for row in GpuHourUsage.objects.filter(gpu_id=dense)
@@ -157,3 +158,26 @@ def test_a_change_updates_in_place_and_no_change_writes_nothing(fleet):
     assert stored(fleet) == oracle(fleet)
     assert_day_rows_are_the_hours_summed()
 
+
+
+def test_a_loan_gives_the_busy_seconds_to_the_borrowers_as_the_rule_says(fleet):
+    from gpuquota.outbox.services import gpu_interval_mark_dirty
+    from gpuquota.reservations.models import Assignment, Loan
+
+    gpu_id = fleet[5]  # reserved by ta (alice's team), used by bob (tb) all along
+    assignment = Assignment.objects.get(gpu_id=gpu_id)
+    lent_from, returned_at = T0 + 50 * M + 7 * S, T0 + 110 * M + 41 * S  # across an hour
+    Loan.objects.create(assignment=assignment, gpu_id=gpu_id, lent_from=lent_from,
+                        returned_at=returned_at, end_reason="owner_ask")
+    gpu_interval_mark_dirty(gpu_ids=[gpu_id], start=lent_from, end=returned_at)
+    while dirty_hours_process():
+        pass
+    rows = stored(fleet)
+    assert rows == oracle(fleet)
+    borrowed = [row for row in rows if row[2] == "borrowed"]
+    assert {row[6] for row in borrowed} == {Team.objects.get(slug="tb").id}
+    assert {(row[4], row[10]) for row in borrowed} == {(assignment.id, 0)}  # busy only
+    lent_s = int((returned_at - lent_from).total_seconds())
+    busy_in_loan = sum(row[11] for row in borrowed)
+    assert 0 < busy_in_loan < lent_s  # some of its minutes are below the busy threshold
+    assert_day_rows_are_the_hours_summed()

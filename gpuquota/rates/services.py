@@ -1,5 +1,5 @@
 """Rate cards: created, ended and changed only here, by admins, audited (accounting.md,
-Chargeback).
+Chargeback and Lending).
 
 Each change names the overlaps it would cause (refused) and the gaps between cards it
 would open (refused: a second with no card fails every draft over it), and re-prices the
@@ -20,9 +20,9 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.inventory.models import GpuClass
+from gpuquota.rates.models import RateCard
 from gpuquota.usage.selectors import gpu_class_hours_exist
 from gpuquota.usage.services import gpu_class_hours_reprice, raw_data_horizon
-from reports.models import RateCard
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _RATE_LIMIT = Decimal("99999999.9999")
@@ -132,21 +132,26 @@ def _card_changes(card: RateCard) -> dict:
     return {"gpu_class": card.gpu_class.name, "valid_from": card.valid_from.isoformat(),
             "valid_until": card.valid_until.isoformat() if card.valid_until else None,
             "reserved_rate": str(card.reserved_rate),
-            "on_demand_rate": str(card.on_demand_rate), "currency": card.currency}
+            "on_demand_rate": str(card.on_demand_rate), "borrowed_rate": str(card.borrowed_rate),
+            "currency": card.currency}
 
 
 @transaction.atomic
 def rate_card_create(*, gpu_class: GpuClass, valid_from: datetime,
                      valid_until: datetime | None = None, reserved_rate, on_demand_rate,
-                     currency: str = "USD", by, reason: str = "") -> RateCard:
+                     borrowed_rate=None, currency: str = "USD", by,
+                     reason: str = "") -> RateCard:
     """A new rate card for [valid_from, valid_until) of a class: never overlapping another,
-    never opening a gap between cards; audited; re-priced hours marked for recompute."""
+    never opening a gap between cards; audited; re-priced hours marked for recompute.
+    Without a `borrowed_rate`, borrowed busy hours cost the on-demand rate."""
     _admin_only(by)
     valid_from = whole_second(valid_from)
     valid_until = whole_second(valid_until) if valid_until is not None else None
     card = RateCard(gpu_class=gpu_class, valid_from=valid_from, valid_until=valid_until,
                     reserved_rate=_rate(reserved_rate, "reserved_rate"),
                     on_demand_rate=_rate(on_demand_rate, "on_demand_rate"),
+                    borrowed_rate=_rate(on_demand_rate if borrowed_rate is None
+                                        else borrowed_rate, "borrowed_rate"),
                     currency=_currency(currency))
     _lock_class(gpu_class)
     rate_cards_check(gpu_class=gpu_class, proposed=(valid_from, valid_until))
@@ -189,8 +194,8 @@ def rate_card_end(*, rate_card: RateCard, at: datetime | None, by,
 
 @transaction.atomic
 def rate_card_change(*, rate_card: RateCard, by, reserved_rate=None, on_demand_rate=None,
-                     currency: str | None = None, effective_from: datetime | None = None,
-                     reason: str = "") -> RateCard:
+                     borrowed_rate=None, currency: str | None = None,
+                     effective_from: datetime | None = None, reason: str = "") -> RateCard:
     """New rates or currency for a card. Without `effective_from` (or at its start) the
     card itself changes: its rollups hold the card, not the rate, so nothing is recomputed.
     With `effective_from` inside the card, the card ends there and a successor with the
@@ -203,6 +208,8 @@ def rate_card_change(*, rate_card: RateCard, by, reserved_rate=None, on_demand_r
         else _rate(reserved_rate, "reserved_rate"),
         "on_demand_rate": card.on_demand_rate if on_demand_rate is None
         else _rate(on_demand_rate, "on_demand_rate"),
+        "borrowed_rate": card.borrowed_rate if borrowed_rate is None
+        else _rate(borrowed_rate, "borrowed_rate"),
         "currency": card.currency if currency is None else _currency(currency),
     }
     before = _card_changes(card)

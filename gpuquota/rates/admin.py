@@ -1,10 +1,10 @@
 from django.contrib import admin
 
 from gpuquota.core.admin import ServiceAdminMixin, ServiceModelForm
-from reports.models import RateCard
-from reports.services import rate_card_change, rate_card_create, rate_card_end
+from gpuquota.rates.models import RateCard
+from gpuquota.rates.services import rate_card_change, rate_card_create, rate_card_end
 
-_RATE_FIELDS = ("reserved_rate", "on_demand_rate", "currency")
+_RATE_FIELDS = ("reserved_rate", "on_demand_rate", "borrowed_rate", "currency")
 
 
 class RateCardForm(ServiceModelForm):
@@ -16,6 +16,8 @@ class RateCardForm(ServiceModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["borrowed_rate"].required = False
+        self.fields["borrowed_rate"].help_text += " Empty on a new card: its on-demand rate."
         self._before = {name: getattr(self.instance, name)
                         for name in ("valid_until", *_RATE_FIELDS)}
 
@@ -24,12 +26,13 @@ class RateCardForm(ServiceModelForm):
             return rate_card_create(
                 gpu_class=data["gpu_class"], valid_from=data["valid_from"],
                 valid_until=data.get("valid_until"), reserved_rate=data["reserved_rate"],
-                on_demand_rate=data["on_demand_rate"], currency=data["currency"], by=self.user)
+                on_demand_rate=data["on_demand_rate"], borrowed_rate=data.get("borrowed_rate"),
+                currency=data["currency"], by=self.user)
         card = RateCard.objects.get(pk=self.instance.pk)
         if data.get("valid_until") != self._before["valid_until"]:
             card = rate_card_end(rate_card=card, at=data.get("valid_until"), by=self.user)
         changed = {name: data[name] for name in _RATE_FIELDS
-                   if name in data and data[name] != self._before[name]}
+                   if data.get(name) is not None and data[name] != self._before[name]}
         if changed:
             card = rate_card_change(rate_card=card, by=self.user, **changed)
         return card
@@ -37,7 +40,7 @@ class RateCardForm(ServiceModelForm):
 
 @admin.register(RateCard)
 class RateCardAdmin(ServiceAdminMixin, admin.ModelAdmin):
-    """Rate cards change only through `reports.services` (never deleted: end them)."""
+    """Rate cards change only through `gpuquota.rates.services` (never deleted: end them)."""
 
     form = RateCardForm
     list_display = [
@@ -46,6 +49,7 @@ class RateCardAdmin(ServiceAdminMixin, admin.ModelAdmin):
         "valid_until",
         "reserved_rate",
         "on_demand_rate",
+        "borrowed_rate",
         "currency",
     ]
     list_filter = ["gpu_class", "currency"]
