@@ -10,6 +10,9 @@ by the evaluation and the backtest, so the backtest measures what the evaluation
   slot that recurs (the same hour of the week in `pattern_min_weeks` of the last
   `pattern_weeks` weeks, or the same hour of the day on `pattern_min_days` of the last
   `pattern_days` days) stay with it: only the GPUs it holds beyond that demand go.
+- **Usual gap** (`gap`): the GPU has been silent no longer than `gap_factor` times the
+  longest silence the team came back from on it within the last `pattern_weeks` weeks
+  (sweeps in waves, a notebook's owner who returns after days, weekends).
 - **Debugging gap** (`retry_gap`): the team's last run on the GPU ended less than
   `retry_window` ago after less than `retry_short_run` (a job that failed early), and
   the team has been busy on another GPU since: it is debugging and will resubmit.
@@ -27,7 +30,8 @@ from reclaim.conf import Policy, grace_busy_s
 
 HOUR = 3600
 WEEK_H, DAY_H = 168, 24
-SERVING, HELD, BUSY, PATTERN, RETRY_GAP = "serving", "held", "busy", "pattern", "retry_gap"
+SERVING, HELD, BUSY = "serving", "held", "busy"
+PATTERN, GAP, RETRY_GAP = "pattern", "gap", "retry_gap"
 
 
 def hour_index(value: datetime) -> int:
@@ -111,6 +115,17 @@ def in_retry_gap(history: TeamHistory, *, gpu_id: int, t: int, policy: Policy) -
     return any(set(history.busy.get(u, {})) - {gpu_id} for u in range(last + 1, t))
 
 
+def in_usual_gap(history: TeamHistory, *, gpu_id: int, t: int, policy: Policy) -> bool:
+    """The GPU's silence before hour t is at most `gap_factor` times the longest silence
+    between two of the team's busy hours on it within the last `pattern_weeks` weeks."""
+    busy = [u for u in range(t - WEEK_H * policy.pattern_weeks, t)
+            if gpu_id in history.busy.get(u, {})]
+    if len(busy) < 2:
+        return False
+    longest = max(b - a - 1 for a, b in zip(busy, busy[1:], strict=False))
+    return longest > 0 and t - busy[-1] - 1 <= policy.gap_factor * longest
+
+
 @dataclass(frozen=True)
 class Candidate:
     """A GPU idle by both signals, of a reservation of a team's class."""
@@ -124,7 +139,7 @@ class Candidate:
 def team_guards(*, candidates: list[Candidate], held: dict[tuple[int, int], int], t: int,
                 histories: dict[int, TeamHistory], policy: Policy) -> dict[Candidate, str]:
     """The candidates the team guards refuse at hour t, with the guard: a debugging
-    gap, else beyond what the team holds (`held`, per (team, class)) over its recurring
+    gap, a usual gap, else beyond what the team holds (`held`, per (team, class)) over its recurring
     demand. The others may go, in the order given."""
     refused: dict[Candidate, str] = {}
     room: dict[tuple[int, int], int] = {}
@@ -136,6 +151,8 @@ def team_guards(*, candidates: list[Candidate], held: dict[tuple[int, int], int]
                 history, gpu_class_id=c.gpu_class_id, t=t, policy=policy)
         if in_retry_gap(history, gpu_id=c.gpu_id, t=t, policy=policy):
             refused[c] = RETRY_GAP
+        elif in_usual_gap(history, gpu_id=c.gpu_id, t=t, policy=policy):
+            refused[c] = GAP
         elif room[key] <= 0:
             refused[c] = PATTERN
         else:
