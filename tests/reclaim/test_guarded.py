@@ -254,3 +254,24 @@ def test_steady_use_then_abandoned_goes_once_it_leaves_the_pattern_window():
     assert found(reservation, NOW - 6 * DAY)[1] == {a.gpu_id: ("guarded", "pattern")}
     assert found(reservation, NOW)[0] == [a.gpu_id]
     assert policy_backtest(policy=policy(), days=14, now=NOW).false_reclaims == 0
+
+
+def test_the_guards_read_in_a_bounded_number_of_queries():
+    """Whatever the number of candidates and teams, the guards add two queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    world = World.create(gpus=8)
+    counts, reservations = [], []
+    for n in (1, 3):
+        while len(reservations) < n:
+            team = world.team if len(reservations) % 2 == 0 else world.other_team
+            r = world.reserve(count=1, team=team, start=NOW - 9 * DAY)
+            [a] = assignments(r)
+            stored(a, NOW - 9 * DAY, NOW, busy=weekday_hours)
+            reservations.append(r)
+        with CaptureQueriesContext(connection) as captured:
+            results = findings_evaluate(reservations=reservations, now=SUNDAY, policy=policy())
+        counts.append(len(captured))
+        assert {ev["state"] for r in results.values() for ev in r.gpus.values()} == {"guarded"}
+    assert counts[0] == counts[1], counts
