@@ -54,7 +54,7 @@ class Runner:
             ) -> CommandResult:
         """Run `argv`; BackendError when it cannot start, times out, or (with `check`)
         exits non-zero."""
-        if not argv or not all(isinstance(a, str) for a in argv):
+        if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
             raise TypeError("argv must be a non-empty list of strings")
         full = [self._resolve(argv[0]), *argv[1:]]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C", "LC_ALL": "C",

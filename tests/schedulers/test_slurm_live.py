@@ -3,11 +3,13 @@ reserved node and past a GPU limit, drift is repaired, a lent GPU's scavenger jo
 requeued when the owner's job arrives. Every live test is in this file (one xdist worker
 starts the cluster)."""
 
+import io
 import statistics
 import time
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 
 from accounts.models import ClusterIdentity
 from gpuquota.reservations.models import Loan
@@ -95,6 +97,16 @@ def test_whole_node_reservation_quota_idempotence_and_drift(live):
     drift = Drift.objects.get(object_name=f"gq-res-{r.pk}")
     assert drift.kind == "missing" and drift.repaired_at is not None
     assert "Nodes=gqnode1" in live.run("scontrol", "-o", "show", "reservation", f"gq-res-{r.pk}")
+
+    # The dry run by hand prints the commands and changes nothing.
+    r.status = "ended"
+    r.save(update_fields=["status"])
+    out = io.StringIO()
+    call_command("slurm_reconcile", "--cluster", "dev", "--dry-run", stdout=out)
+    assert f"scontrol delete ReservationName=gq-res-{r.pk}" in out.getvalue()
+    assert "sacctmgr -i modify account where name=vision cluster=gqdev set " \
+        "grptres=gres/gpu:h100=0" in out.getvalue()
+    assert f"gq-res-{r.pk}" in live.run("scontrol", "-o", "show", "reservation")
 
 
 def test_lent_gpu_runs_a_scavenger_job_requeued_when_the_owner_job_arrives(live):

@@ -15,6 +15,7 @@ from gpuquota.inventory.models import Cluster
 from gpuquota.reservations.models import Loan
 from gpuquota.schedulers.backend import BackendError, backend_for
 from gpuquota.schedulers.models import BackendConfig, ImportCursor, LoanReturn, SlurmJob
+from gpuquota.schedulers.services import problem_record
 from gpuquota.schedulers.slurm.objects import hostlist_expand
 from gpuquota.schedulers.slurm.options import SCAVENGER_QOS
 
@@ -156,3 +157,22 @@ def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
                 loan.freed_at = owner.started_at
                 loan.save(update_fields=["freed_at"])
     return found
+
+
+def slurm_clusters_accounting_import() -> dict:
+    """Import jobs and record loan returns for every Slurm cluster with a backend switched
+    on; a failure becomes the cluster's problem, never an exception."""
+    done = {}
+    for config in BackendConfig.objects.exclude(mode=BackendConfig.Mode.OFF).filter(
+        cluster__scheduler=Cluster.Scheduler.SLURM
+    ).select_related("cluster"):
+        try:
+            imported = slurm_jobs_import(cluster=config.cluster)
+            returns = loan_returns_record(cluster=config.cluster)
+        except BackendError as exc:
+            problem_record(cluster=config.cluster, summary=f"job import: {exc.message}",
+                           detail=exc.detail)
+            done[config.cluster.slug] = {"error": exc.message}
+            continue
+        done[config.cluster.slug] = {"jobs": imported, "returns": len(returns)}
+    return done
