@@ -154,3 +154,58 @@ def _teams(*, cluster, at: datetime) -> dict[int, TeamInput]:
                        users=tuple(sorted(users[tid])))
         for tid in sorted(accounts)
     }
+
+
+# -- the pages -----------------------------------------------------------------------------
+
+PAGE_ROWS = 20
+
+
+def clusters_backends() -> list:
+    """Every cluster with a scheduler, its backend configuration, capabilities and open
+    problems (the admin's list)."""
+    from gpuquota.inventory.models import Cluster
+    from gpuquota.schedulers.models import Problem
+
+    clusters = list(Cluster.objects.exclude(scheduler=Cluster.Scheduler.NONE).select_related(
+        "backend_config", "scheduler_capabilities").order_by("name"))
+    open_problems = dict(Problem.objects.filter(status=Problem.Status.OPEN).values_list(
+        "cluster_id").annotate(n=Count("id")).order_by())
+    for cluster in clusters:
+        cluster.open_problems = open_problems.get(cluster.pk, 0)
+    return clusters
+
+
+def cluster_backend_detail(*, cluster) -> dict:
+    """What the cluster's admin page shows: problems, drift, runs, bindings of the
+    reservations it holds now."""
+    from gpuquota.schedulers.models import Drift, Problem, ReconcileRun, ReservationBinding
+
+    return {
+        "problems": Problem.objects.filter(cluster=cluster).order_by("status", "-last_seen_at")[
+            :PAGE_ROWS],
+        "drifts": Drift.objects.filter(cluster=cluster)[:PAGE_ROWS],
+        "runs": ReconcileRun.objects.filter(cluster=cluster)[:PAGE_ROWS],
+        "bindings": ReservationBinding.objects.filter(
+            reservation__status__in=HELD_STATUSES,
+            reservation__assignments__gpu__node__cluster=cluster,
+        ).distinct().select_related("reservation__team", "reservation__gpu_class").order_by(
+            "reservation__start"),
+    }
+
+
+def team_scheduler_holds(*, team, now: datetime) -> list[dict]:
+    """The team's held reservations with how the scheduler holds each, and the Slurm jobs
+    that ran in each (newest first)."""
+    from gpuquota.schedulers.backend import owned_name
+    from gpuquota.schedulers.models import ReservationBinding, SlurmJob
+
+    held = list(ReservationBinding.objects.filter(
+        reservation__team=team, reservation__status__in=HELD_STATUSES,
+        reservation__end__gt=now,
+    ).select_related("reservation__gpu_class").order_by("reservation__start"))
+    return [{
+        "binding": b, "reservation": b.reservation,
+        "jobs": list(SlurmJob.objects.filter(reservation=owned_name("res", b.reservation_id))
+                     .order_by("-submitted_at")[:10]),
+    } for b in held]

@@ -93,7 +93,7 @@ class SlurmBackend(Backend):
         """`sacctmgr load`'s flat file (QOS, then the cluster's accounts and users) and the
         `scontrol` commands of the reservations, for sites that apply them themselves."""
         return {
-            f"{self._cluster()}.cfg": export_flat_file(plan, cluster=self._cluster()),
+            "accounts.cfg": export_flat_file(plan, cluster=self._cluster()),
             "reservations.sh": "\n".join(
                 ["#!/bin/sh", "# gpuquota's Slurm reservations; run as SlurmUser.", "set -e"]
                 + [" ".join(argv) for obj in plan.objects if obj.kind == "reservation"
