@@ -42,10 +42,11 @@ class Live:
         return done.stdout
 
     def sbatch(self, *, user: str, account: str, gpus: int = 1, seconds: int = 300,
-               extra: tuple[str, ...] = (), srun: bool = False) -> str:
+               extra: tuple[str, ...] = (), srun: bool = False, typed: bool = True) -> str:
         wrap = f"srun sleep {seconds}" if srun else f"sleep {seconds}"
+        gres = f"gpu:{devcluster.GPU_TYPE}:{gpus}" if typed else f"gpu:{gpus}"
         out = self.run("sbatch", "--parsable", f"--uid={user}", f"--account={account}",
-                       f"--gres=gpu:{devcluster.GPU_TYPE}:{gpus}", "--output=/dev/null",
+                       f"--gres={gres}", "--output=/dev/null",
                        "--chdir=/tmp", *extra, "--wrap", wrap)
         return out.strip().split(";")[0]
 

@@ -82,8 +82,10 @@ def test_whole_node_reservation_quota_idempotence_and_drift(live):
     assert live.wait_state(own, {"RUNNING"})["NodeList"] == "gqnode1"
     assert live.job(foreign)["JobState"] == "PENDING"
 
-    # GrpTRES: vision holds 4 GPUs, so its 5th concurrent GPU job pends.
-    more = [live.sbatch(user="daemon", account="vision") for _ in range(4)]
+    # GrpTRES: vision holds 4 GPUs, so its 5th concurrent GPU job pends, even when it names
+    # no GPU type (job_submit.lua types it).
+    more = [live.sbatch(user="daemon", account="vision") for _ in range(3)]
+    more.append(live.sbatch(user="daemon", account="vision", typed=False))
     for job in more[:3]:
         assert live.wait_state(job, {"RUNNING"})["JobState"] == "RUNNING"
     fifth = live.wait_state(more[3], {"RUNNING"}, timeout_s=4)

@@ -94,6 +94,8 @@ class DevCluster:
         self._render("slurm.conf.in", self.root / "etc/slurm.conf")
         self._render("gres.conf.in", self.root / "etc/gres.conf")
         self._render("slurmdbd.conf.in", self.root / "etc/slurmdbd.conf", 0o600)
+        # gpuquota's job_submit.lua: GPU requests without a type get one (typed limits hold).
+        shutil.copy(HERE.parent / "job_submit.lua", self.root / "etc/job_submit.lua")
         prolog = self.root / "etc/prolog.sh"
         # One records directory per node: both slurmd share this host.
         prolog.write_text((HERE.parent / "prolog.sh").read_text().replace(
