@@ -2,10 +2,31 @@
 
 from celery import shared_task
 
+from gpuquota.schedulers.conf import reconcile_interval_s
 from gpuquota.schedulers.reconcile import clusters_reconcile
+from gpuquota.schedulers.slurm.jobs import slurm_clusters_accounting_import
 
 
 @shared_task(name="schedulers.reconcile_all", acks_late=True)
 def reconcile_all_task(*, reason: str = "beat") -> dict:
     """Reconcile every cluster that has a scheduler backend."""
     return clusters_reconcile(reason=reason)
+
+
+@shared_task(name="schedulers.slurm_accounting_import", acks_late=True)
+def slurm_accounting_import_task() -> dict:
+    """Import Slurm's jobs (sacct, from each cluster's cursor) and record loan returns."""
+    return slurm_clusters_accounting_import()
+
+
+BEAT_SCHEDULE = {
+    "schedulers-reconcile-all": {
+        "task": "schedulers.reconcile_all",
+        "schedule": float(reconcile_interval_s()),
+        "kwargs": {"reason": "beat"},
+    },
+    "schedulers-slurm-accounting-import": {
+        "task": "schedulers.slurm_accounting_import",
+        "schedule": float(reconcile_interval_s()),
+    },
+}

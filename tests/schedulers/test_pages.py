@@ -1,0 +1,117 @@
+"""The schedulers' admin pages (admins only; the token write-only; bad input refused with
+the reason), the binding level on the team page for leads, and problems on the admin's
+home page."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from accounts.models import User
+from gpuquota.core.models import AuditEntry
+from gpuquota.schedulers import backend as backend_module
+from gpuquota.schedulers.models import BackendConfig, Problem, ReservationBinding
+from gpuquota.schedulers.services import backend_config_update
+from tests.factories import MembershipFactory, UserFactory
+from tests.schedulers import backend_memory as mem
+
+pytestmark = pytest.mark.django_db
+
+
+def client_for(user) -> Client:
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def memory(site, monkeypatch):
+    monkeypatch.setitem(backend_module.BACKENDS, "slurm",
+                        "tests.schedulers.backend_memory.MemoryBackend")
+    mem.STORE.clear()
+    mem.FAIL_ON.clear()
+    mem.DOWN[0] = False
+    return site
+
+
+@pytest.mark.parametrize("who", ["lead", "outsider", "anonymous"])
+def test_scheduler_pages_are_for_admins_only(site, who):
+    user = {"lead": User.objects.get(username="alice"), "outsider": UserFactory(),
+            "anonymous": None}[who]
+    client = client_for(user)
+    slug = site.cluster.slug
+    assert client.get("/schedulers/").status_code == 404
+    assert client.get(f"/schedulers/{slug}/").status_code == 404
+    assert client.post(f"/schedulers/{slug}/", {"mode": "write"}).status_code == 404
+    assert client.post(f"/schedulers/{slug}/reconcile").status_code == 404
+    assert client.get(f"/schedulers/{slug}/export/accounts.cfg").status_code == 404
+    assert not BackendConfig.objects.exists()
+
+
+def test_admin_configures_a_backend_the_token_is_never_shown_and_audited(memory):
+    client = client_for(memory.admin)
+    assert "dev" in client.get("/schedulers/").content.decode()
+    url = f"/schedulers/{memory.cluster.slug}/"
+    response = client.post(url, {"mode": "export", "commands_dir": "/opt/slurm/bin",
+                                 "token": "jwt-s3cret", "command_timeout_s": 20,
+                                 "options": '{"loan_grace_s": 300}'})
+    assert response.status_code == 302
+    config = BackendConfig.objects.get()
+    assert (config.mode, config.options) == ("export", {"loan_grace_s": 300})
+    page = client.get(url).content.decode()
+    assert "jwt-s3cret" not in page and "A token is stored (encrypted)" in page
+    assert AuditEntry.objects.filter(action="scheduler_config_update",
+                                     actor=memory.admin).exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    ("not json", "Not JSON"), ("[1]", "A JSON object"),
+    ('{"gres_type": "h100"}', "Unknown Slurm option"),
+    ('{"loan_grace_s": -1}', "loan_grace_s"),
+])
+def test_bad_options_are_refused_with_the_reason(memory, options, message):
+    response = client_for(memory.admin).post(
+        f"/schedulers/{memory.cluster.slug}/",
+        {"mode": "write", "command_timeout_s": 30, "options": options})
+    assert response.status_code == 200 and message in response.content.decode()
+    assert not BackendConfig.objects.exists()
+
+
+def test_reconcile_and_dry_run_from_the_page_and_problems_shown(memory):
+    now = timezone.now()
+    memory.reserve("vision", memory.gpus["node-a"], start=now - timedelta(hours=1),
+                   end=now + timedelta(hours=2))
+    backend_config_update(cluster=memory.cluster, actor=memory.admin)
+    client = client_for(memory.admin)
+    reconcile = f"/schedulers/{memory.cluster.slug}/reconcile"
+    client.post(reconcile, {"dry_run": "1"})
+    assert "mem create hold" in client.get(f"/schedulers/{memory.cluster.slug}/").content.decode()
+    mem.DOWN[0] = True
+    client.post(reconcile)
+    page = client.get(f"/schedulers/{memory.cluster.slug}/").content.decode()
+    assert "the scheduler does not answer" in page and "connection refused" in page
+    home = client.get("/").content.decode()
+    assert "Scheduler problems" in home
+    mem.DOWN[0] = False
+    client.post(reconcile)
+    assert not Problem.objects.filter(status="open").exists()
+    assert ReservationBinding.objects.count() == 1
+
+
+def test_leads_see_how_their_reservation_is_held_members_do_not(memory):
+    now = timezone.now()
+    r = memory.reserve("vision", memory.gpus["node-a"], start=now - timedelta(hours=1),
+                       end=now + timedelta(hours=2))
+    ReservationBinding.objects.create(
+        reservation=r, level="whole_nodes", why="Slurm 22.05.8 cannot reserve single GPUs; "
+        "<b>node-a</b> whole", scheduler_object=f"gq-res-{r.pk}", updated_at=r.start)
+    team_page = reverse("team_detail", args=["vision"])
+    page = client_for(User.objects.get(username="alice")).get(team_page).content.decode()
+    assert "How the scheduler holds your reservations" in page and "Whole nodes" in page
+    assert "&lt;b&gt;node-a&lt;/b&gt;" in page  # escaped
+    member = UserFactory()
+    MembershipFactory(user=member, team=memory.teams["vision"])
+    assert "How the scheduler holds" not in client_for(member).get(team_page).content.decode()
