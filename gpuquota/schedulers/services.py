@@ -1,6 +1,18 @@
-"""What the rest of the product calls when scheduler state must follow a change."""
+"""Writes of the schedulers app: backend configuration (audited, credential encrypted),
+cluster problems, and the request to reconcile after a reservation, quota or loan change."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
 
 from gpuquota.core.dispatch import task_enqueue_on_commit
+from gpuquota.core.errors import DomainError
+from gpuquota.core.services import audit_record
+from gpuquota.schedulers.models import BackendConfig, Problem
+from gpuquota.schedulers.secrets import secret_encrypt
+
+CONFIG_FIELDS = ("mode", "commands_dir", "api_url", "command_timeout_s", "options")
 
 
 def schedulers_reconcile_request(*, reason: str) -> None:
@@ -8,3 +20,58 @@ def schedulers_reconcile_request(*, reason: str) -> None:
     commits (a reservation, quota or loan changed). Idempotent: reconciling twice changes
     nothing the second time."""
     task_enqueue_on_commit("schedulers.reconcile_all", reason=reason)
+
+
+@transaction.atomic
+def backend_config_update(
+    *, cluster, actor, token: str | None = None, **values
+) -> BackendConfig:
+    """Create or change a cluster's backend configuration, audited field by field; the
+    token (None: unchanged, "": removed) is stored encrypted and audited as changed only."""
+    unknown = set(values) - set(CONFIG_FIELDS)
+    if unknown:
+        raise DomainError(f"Unknown setting {sorted(unknown)[0]!r}.", field=sorted(unknown)[0])
+    if "command_timeout_s" in values and not 1 <= int(values["command_timeout_s"]) <= 600:
+        raise DomainError("Between 1 and 600 seconds.", field="command_timeout_s")
+    if "options" in values and not isinstance(values["options"], dict):
+        raise DomainError("A JSON object.", field="options")
+    config, created = BackendConfig.objects.select_for_update().get_or_create(cluster=cluster)
+    changes = {}
+    for name, value in values.items():
+        if getattr(config, name) != value:
+            changes[name] = [getattr(config, name), value]
+            setattr(config, name, value)
+    if token is not None:
+        changes["token"] = ["(hidden)", "(removed)" if token == "" else "(changed)"]
+        config.token_encrypted = secret_encrypt(token)
+    if changes or created:
+        config.full_clean(exclude=["cluster"])
+        config.save()
+        audit_record(actor=actor, action="scheduler_config_update", obj=config,
+                     changes=changes, reason="created" if created else "")
+        schedulers_reconcile_request(reason="backend configuration changed")
+    return config
+
+
+def problem_record(*, cluster, summary: str, detail: str = "") -> Problem:
+    """Open a problem for the cluster, or count one more occurrence of the open one."""
+    now = timezone.now()
+    problem = Problem.objects.filter(
+        cluster=cluster, summary=summary[:255], status=Problem.Status.OPEN
+    ).first()
+    if problem is None:
+        return Problem.objects.create(
+            cluster=cluster, summary=summary[:255], detail=detail,
+            first_seen_at=now, last_seen_at=now,
+        )
+    problem.last_seen_at, problem.detail = now, detail
+    problem.occurrences += 1
+    problem.save(update_fields=["last_seen_at", "detail", "occurrences"])
+    return problem
+
+
+def problems_resolve(*, cluster) -> int:
+    """Resolve every open problem of the cluster (a reconcile run just succeeded)."""
+    return Problem.objects.filter(cluster=cluster, status=Problem.Status.OPEN).update(
+        status=Problem.Status.RESOLVED, resolved_at=timezone.now()
+    )

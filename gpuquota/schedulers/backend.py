@@ -1,0 +1,193 @@
+"""The scheduler-backend interface: one implementation per kind of scheduler (Slurm,
+Kubernetes), found by `Cluster.scheduler` in a registry.
+
+A backend turns gpuquota's decisions into the objects its scheduler should have and keeps
+them there:
+
+- `capabilities()`: what the scheduler can enforce (version, plugins, limits...), from
+  which each reservation gets a binding level;
+- `plan(at, capabilities=)`: reservations, quotas and loans at `at` -> the desired
+  objects, each named or labelled `gq-...` (`owned_name`), and a binding per reservation;
+- `observe()`: the `gq-` objects the scheduler has now (nothing else is ever touched);
+- `diff(plan, observed)`: the actions that make the scheduler match the plan;
+- `apply(actions)`: performs them one by one, stopping at the first failure;
+- `render(actions)`: the same actions as the commands they run (the dry run and the
+  export for sites that forbid writes).
+
+The reconcile loop (`gpuquota.schedulers.reconcile`) calls them; it records runs, drift,
+problems and bindings, so a backend only talks to its scheduler.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import ClassVar, Literal
+
+from django.utils.module_loading import import_string
+
+from gpuquota.schedulers.models import BindingLevel
+
+OWNED_PREFIX = "gq-"
+
+
+def owned_name(*parts: object) -> str:
+    """`gq-` + the parts joined by `-`: the name (or label) of an object gpuquota owns."""
+    return OWNED_PREFIX + "-".join(str(p) for p in parts)
+
+
+def is_owned(name: str) -> bool:
+    return name.startswith(OWNED_PREFIX)
+
+
+class BackendError(Exception):
+    """The scheduler could not be reached or answered something unusable. The message is
+    what admins read on the cluster's problems; `detail` holds the command's output."""
+
+    def __init__(self, message: str, *, detail: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class SchedulerObject:
+    """One object on the scheduler: `kind` (backend-defined, e.g. `account`, `qos`,
+    `reservation`), its `gq-` `name`, and the `fields` gpuquota manages (strings)."""
+
+    kind: str
+    name: str
+    fields: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.name)
+
+
+@dataclass(frozen=True)
+class Action:
+    """Create, update or delete one object; `before` is what was observed (empty on create)."""
+
+    verb: Literal["create", "update", "delete"]
+    obj: SchedulerObject
+    before: Mapping[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.obj.kind} {self.obj.name}"
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How strongly the scheduler holds one reservation, why, and by which object."""
+
+    level: BindingLevel
+    why: str
+    scheduler_object: str = ""
+
+
+@dataclass
+class Plan:
+    at: datetime
+    objects: list[SchedulerObject] = field(default_factory=list)
+    bindings: dict[int, Binding] = field(default_factory=dict)  # by reservation id
+
+
+@dataclass
+class Observed:
+    objects: list[SchedulerObject] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CapabilityReport:
+    version: str
+    best_binding: BindingLevel
+    facts: Mapping[str, object] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class ApplyResult:
+    applied: list[Action] = field(default_factory=list)
+    failed: Action | None = None
+    error: BackendError | None = None
+
+
+class Backend(ABC):
+    """The interface every scheduler backend implements. `kinds` orders creation (an
+    account before its associations); deletions run in the reverse order."""
+
+    scheduler: ClassVar[str]
+    kinds: ClassVar[tuple[str, ...]]
+
+    def __init__(self, *, cluster, config):
+        self.cluster = cluster
+        self.config = config
+
+    @abstractmethod
+    def capabilities(self) -> CapabilityReport: ...
+
+    @abstractmethod
+    def plan(self, at: datetime, *, capabilities: CapabilityReport) -> Plan: ...
+
+    @abstractmethod
+    def observe(self) -> Observed: ...
+
+    @abstractmethod
+    def apply_action(self, action: Action) -> None:
+        """Perform one action; raise BackendError when the scheduler refuses it."""
+
+    @abstractmethod
+    def render(self, actions: Iterable[Action]) -> list[str]:
+        """The commands the actions run, one string per command, for people to read."""
+
+    def export(self, plan: Plan) -> dict[str, str]:
+        """The whole plan as files a site applies itself: file name -> content."""
+        return {"commands.txt": "\n".join(self.render(self.diff(plan, Observed()))) + "\n"}
+
+    def diff(self, plan: Plan, observed: Observed) -> list[Action]:
+        """Creates and updates in `kinds` order, then deletes of owned objects no longer
+        planned, in the reverse order. Only the fields the plan names are compared."""
+        seen = {o.key: o for o in observed.objects if is_owned(o.name)}
+        wanted = {o.key: o for o in plan.objects}
+        order = {kind: i for i, kind in enumerate(self.kinds)}
+        actions: list[Action] = []
+        for obj in sorted(plan.objects, key=lambda o: (order[o.kind], o.name)):
+            current = seen.get(obj.key)
+            if current is None:
+                actions.append(Action("create", obj))
+            elif any(current.fields.get(k) != v for k, v in obj.fields.items()):
+                actions.append(Action("update", obj, before=dict(current.fields)))
+        stale = [o for key, o in seen.items() if key not in wanted]
+        for obj in sorted(stale, key=lambda o: (-order.get(o.kind, 0), o.name)):
+            actions.append(Action("delete", obj, before=dict(obj.fields)))
+        return actions
+
+    def apply(
+        self, actions: Iterable[Action], *, on_applied: Callable[[Action], None] | None = None
+    ) -> ApplyResult:
+        """Apply in order, stopping at the first failure (what was done is in `applied`);
+        `on_applied` records each action as soon as the scheduler took it."""
+        result = ApplyResult()
+        for action in actions:
+            try:
+                self.apply_action(action)
+            except BackendError as exc:
+                result.failed, result.error = action, exc
+                break
+            result.applied.append(action)
+            if on_applied is not None:
+                on_applied(action)
+        return result
+
+
+#: The backend of each `Cluster.scheduler`, by dotted path (imported on first use, so
+#: this module imports none of its implementations). `none` has no backend.
+BACKENDS: dict[str, str] = {}
+
+
+def backend_for(cluster, config) -> Backend | None:
+    """The backend of a cluster, or None when its scheduler has none (`none`)."""
+    path = BACKENDS.get(cluster.scheduler)
+    return import_string(path)(cluster=cluster, config=config) if path else None

@@ -1,0 +1,18 @@
+"""Settings of the schedulers app, read at call time so tests can override them."""
+
+import os
+
+from django.conf import settings
+
+
+def credentials_key() -> str:
+    """The key that encrypts scheduler credentials (SCHEDULER_CREDENTIALS_KEY; empty:
+    derived from SECRET_KEY, so rotating SECRET_KEY means entering the credentials again)."""
+    return str(getattr(settings, "SCHEDULER_CREDENTIALS_KEY", None)
+               or os.environ.get("SCHEDULER_CREDENTIALS_KEY") or "")
+
+
+def reconcile_interval_s() -> int:
+    """How often beat reconciles every cluster (SCHEDULER_RECONCILE_INTERVAL_S, default 300)."""
+    default = os.environ.get("SCHEDULER_RECONCILE_INTERVAL_S") or 300
+    return int(getattr(settings, "SCHEDULER_RECONCILE_INTERVAL_S", default))

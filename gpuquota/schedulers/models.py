@@ -1,0 +1,232 @@
+"""What gpuquota keeps about each cluster's scheduler backend: its configuration (with the
+credential encrypted), the capabilities it detected, the objects it owns there, drift
+found and repaired, problems, each reconcile run, and how strongly each reservation is
+held (its binding level)."""
+
+from django.db import models
+from django.db.models import Q
+
+from gpuquota.core.fields import WholeSecondDateTimeField
+
+
+class BackendConfig(models.Model):
+    """How gpuquota reaches one cluster's scheduler. The credential is stored encrypted
+    (`gpuquota.schedulers.secrets`) and never shown; every change is audited."""
+
+    class Mode(models.TextChoices):
+        WRITE = "write", "Write: apply the plan"
+        EXPORT = "export", "Export only: the site applies the plan itself"
+        OFF = "off", "Off"
+
+    cluster = models.OneToOneField(
+        "inventory.Cluster", on_delete=models.PROTECT, related_name="backend_config"
+    )
+    mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.WRITE)
+    commands_dir = models.CharField(
+        max_length=255, blank=True,
+        help_text="Directory of the scheduler's commands (empty: found on PATH).",
+    )
+    api_url = models.URLField(
+        blank=True, help_text="The scheduler's REST endpoint (slurmrestd, the Kubernetes API)."
+    )
+    token_encrypted = models.TextField(blank=True, editable=False)
+    command_timeout_s = models.PositiveIntegerField(default=30)
+    options = models.JSONField(
+        default=dict, blank=True, help_text="Backend-specific settings (see docs/schedulers.md)."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+    last_reconciled_at = WholeSecondDateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        verbose_name = "scheduler backend configuration"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(mode__in=["write", "export", "off"]), name="backendconfig_mode_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(command_timeout_s__gte=1, command_timeout_s__lte=600),
+                name="backendconfig_timeout_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.get_mode_display()}"
+
+
+class Capabilities(models.Model):
+    """What the backend detected on its cluster, the last time it looked."""
+
+    cluster = models.OneToOneField(
+        "inventory.Cluster", on_delete=models.PROTECT, related_name="scheduler_capabilities"
+    )
+    detected_at = WholeSecondDateTimeField()
+    version = models.CharField(max_length=64, blank=True)
+    best_binding = models.CharField(max_length=16, blank=True)
+    facts = models.JSONField(default=dict, blank=True)
+    notes = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        verbose_name_plural = "capabilities"
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.version or 'unknown version'}"
+
+
+class ManagedObject(models.Model):
+    """An object gpuquota created on a cluster (named or labelled `gq-...`), as last
+    applied: what drift is measured against."""
+
+    cluster = models.ForeignKey(
+        "inventory.Cluster", on_delete=models.PROTECT, related_name="managed_objects"
+    )
+    kind = models.CharField(max_length=32)
+    name = models.CharField(max_length=255)
+    fields = models.JSONField(default=dict)
+    applied_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["cluster", "kind", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "kind", "name"], name="managedobject_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.kind} {self.name}"
+
+
+class Drift(models.Model):
+    """A managed object found edited or deleted by someone else, and its repair."""
+
+    class Kind(models.TextChoices):
+        MISSING = "missing", "Deleted outside gpuquota"
+        CHANGED = "changed", "Edited outside gpuquota"
+
+    cluster = models.ForeignKey(
+        "inventory.Cluster", on_delete=models.PROTECT, related_name="scheduler_drifts"
+    )
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    object_kind = models.CharField(max_length=32)
+    object_name = models.CharField(max_length=255)
+    expected = models.JSONField(default=dict)
+    observed = models.JSONField(default=dict, blank=True)
+    detected_at = WholeSecondDateTimeField(db_index=True)
+    repaired_at = WholeSecondDateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-detected_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["missing", "changed"]), name="drift_kind_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.object_kind} {self.object_name} {self.kind}"
+
+
+class Problem(models.Model):
+    """Why a cluster's scheduler is not doing what gpuquota decided: open until a
+    reconcile run succeeds; shown on the admin pages."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        RESOLVED = "resolved", "Resolved"
+
+    cluster = models.ForeignKey(
+        "inventory.Cluster", on_delete=models.PROTECT, related_name="scheduler_problems"
+    )
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPEN)
+    summary = models.CharField(max_length=255)
+    detail = models.TextField(blank=True)
+    first_seen_at = WholeSecondDateTimeField()
+    last_seen_at = WholeSecondDateTimeField()
+    occurrences = models.PositiveIntegerField(default=1)
+    resolved_at = WholeSecondDateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_seen_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status="open", resolved_at__isnull=True)
+                | Q(status="resolved", resolved_at__isnull=False),
+                name="problem_status_valid",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "summary"], condition=Q(status="open"),
+                name="problem_one_open_per_summary",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.summary}"
+
+
+class ReconcileRun(models.Model):
+    """One pass of plan, observe, diff and apply (or render, for a dry run or an export)."""
+
+    class Outcome(models.TextChoices):
+        RUNNING = "running", "Running"
+        OK = "ok", "Done"
+        DRY_RUN = "dry_run", "Dry run"
+        EXPORTED = "exported", "Exported"
+        FAILED = "failed", "Failed"
+        PARTIAL = "partial", "Partly applied"
+
+    cluster = models.ForeignKey(
+        "inventory.Cluster", on_delete=models.PROTECT, related_name="reconcile_runs"
+    )
+    reason = models.CharField(max_length=128)
+    started_at = WholeSecondDateTimeField(db_index=True)
+    finished_at = WholeSecondDateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=8, choices=Outcome.choices, default=Outcome.RUNNING)
+    commands = models.JSONField(default=list, blank=True, help_text="Rendered actions.")
+    applied = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(
+                    outcome__in=["running", "ok", "dry_run", "exported", "failed", "partial"]
+                ),
+                name="reconcilerun_outcome_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} {self.started_at:%Y-%m-%d %H:%M:%S} {self.outcome}"
+
+
+class BindingLevel(models.TextChoices):
+    """How strongly the scheduler holds a reservation, strongest first."""
+
+    EXACT_GPUS = "exact_gpus", "Exact GPUs"
+    WHOLE_NODES = "whole_nodes", "Whole nodes"
+    QUOTA = "quota", "Quota"
+    ADVISORY = "advisory", "Advisory"
+
+
+class ReservationBinding(models.Model):
+    """The binding level a reservation got at the last reconcile, and why."""
+
+    reservation = models.OneToOneField(
+        "reservations.Reservation", on_delete=models.PROTECT, related_name="binding"
+    )
+    level = models.CharField(max_length=16, choices=BindingLevel.choices)
+    why = models.CharField(max_length=512)
+    scheduler_object = models.CharField(max_length=255, blank=True)
+    updated_at = WholeSecondDateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(level__in=["exact_gpus", "whole_nodes", "quota", "advisory"]),
+                name="reservationbinding_level_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"reservation #{self.reservation_id}: {self.get_level_display()}"

@@ -1,0 +1,156 @@
+"""What every backend plans from (reservations, quotas, loans, teams' identities on one
+cluster at one instant), and what the admin pages show."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Count, F, Q
+
+from accounts.models import ClusterIdentity, Membership
+from gpuquota.inventory.models import Gpu
+from gpuquota.reservations.models import Assignment, Loan, Quota, Reservation
+
+#: Reservations a scheduler must hold: approved and not over.
+HELD_STATUSES = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE)
+
+
+@dataclass(frozen=True)
+class GpuRef:
+    gpu_id: int
+    uuid: str
+    node: str
+    index: int | None
+
+
+@dataclass(frozen=True)
+class ReservationInput:
+    id: int
+    team_id: int
+    team_slug: str
+    gpu_class: str
+    count: int
+    start: datetime
+    end: datetime
+    gpus: tuple[GpuRef, ...]
+
+
+@dataclass(frozen=True)
+class LoanInput:
+    id: int
+    reservation_id: int
+    team_id: int
+    gpu: GpuRef
+    lent_from: datetime
+
+
+@dataclass(frozen=True)
+class TeamInput:
+    id: int
+    slug: str
+    accounts: tuple[str, ...]  # the team's scheduler accounts (or namespaces) on the cluster
+    users: tuple[str, ...]  # its members' unix user names on the cluster
+
+
+@dataclass
+class PlanInputs:
+    at: datetime
+    reservations: list[ReservationInput] = field(default_factory=list)
+    loans: list[LoanInput] = field(default_factory=list)
+    teams: dict[int, TeamInput] = field(default_factory=dict)
+    # (team id, class) -> GPUs reserved now and GPUs of quota now
+    reserved_now: dict[tuple[int, str], int] = field(default_factory=dict)
+    quota_now: dict[tuple[int, str], int] = field(default_factory=dict)
+    node_gpus: dict[str, int] = field(default_factory=dict)  # hostname -> GPUs in service
+    classes: tuple[str, ...] = ()
+
+
+def _gpu_ref(gpu) -> GpuRef:
+    return GpuRef(gpu_id=gpu.pk, uuid=gpu.uuid, node=gpu.node.hostname, index=gpu.index)
+
+
+def plan_inputs(*, cluster, at: datetime) -> PlanInputs:
+    """Everything a backend needs to plan `cluster` at `at`: held reservations not yet over
+    with the GPUs assigned to them from `at` on, open loans, and every team with an
+    account or a member on the cluster."""
+    inputs = PlanInputs(at=at)
+    in_service = Gpu.objects.filter(
+        node__cluster=cluster, parent__isnull=True, commissioned_at__lte=at
+    ).filter(Q(retired_at__isnull=True) | Q(retired_at__gt=at))
+    inputs.node_gpus = dict(
+        in_service.values_list("node__hostname").annotate(n=Count("id")).order_by()
+    )
+    inputs.classes = tuple(sorted(set(in_service.values_list("gpu_class__name", flat=True))))
+
+    assignments = (
+        Assignment.objects.filter(
+            gpu__node__cluster=cluster, assigned_until__gt=at,
+            reservation__status__in=HELD_STATUSES, reservation__end__gt=at,
+        )
+        .exclude(assigned_until=F("assigned_from"))
+        .select_related("gpu__node", "reservation__team", "reservation__gpu_class")
+        .order_by("reservation_id", "gpu__node__hostname", "gpu__index")
+    )
+    by_reservation: dict[int, list] = defaultdict(list)
+    reservations = {}
+    for a in assignments:
+        by_reservation[a.reservation_id].append(_gpu_ref(a.gpu))
+        reservations[a.reservation_id] = a.reservation
+    for rid, r in sorted(reservations.items()):
+        inputs.reservations.append(ReservationInput(
+            id=rid, team_id=r.team_id, team_slug=r.team.slug, gpu_class=r.gpu_class.name,
+            count=r.count, start=r.start, end=r.end, gpus=tuple(by_reservation[rid]),
+        ))
+        if r.start <= at < r.end:
+            key = (r.team_id, r.gpu_class.name)
+            inputs.reserved_now[key] = inputs.reserved_now.get(key, 0) + r.count
+
+    for q in Quota.objects.filter(valid_from__lte=at).filter(
+        Q(valid_until__isnull=True) | Q(valid_until__gt=at)
+    ).select_related("gpu_class"):
+        inputs.quota_now[(q.team_id, q.gpu_class.name)] = q.gpus
+
+    loans = Loan.objects.filter(
+        gpu__node__cluster=cluster, lent_from__lte=at, returned_at__isnull=True
+    ).select_related("gpu__node", "assignment__reservation")
+    for loan in loans.order_by("id"):
+        inputs.loans.append(LoanInput(
+            id=loan.pk, reservation_id=loan.assignment.reservation_id,
+            team_id=loan.assignment.reservation.team_id, gpu=_gpu_ref(loan.gpu),
+            lent_from=loan.lent_from,
+        ))
+    inputs.teams = _teams(cluster=cluster, at=at)
+    return inputs
+
+
+def _valid_at(at: datetime) -> Q:
+    return Q(valid_from__lte=at) & (Q(valid_until__isnull=True) | Q(valid_until__gt=at))
+
+
+def _teams(*, cluster, at: datetime) -> dict[int, TeamInput]:
+    accounts: dict[int, list[str]] = defaultdict(list)
+    team_slugs: dict[int, str] = {}
+    for ident in ClusterIdentity.objects.filter(
+        _valid_at(at), cluster=cluster,
+        kind__in=[ClusterIdentity.Kind.SLURM_ACCOUNT, ClusterIdentity.Kind.K8S_NAMESPACE],
+    ).select_related("team").order_by("key"):
+        accounts[ident.team_id].append(ident.key)
+        team_slugs[ident.team_id] = ident.team.slug
+    unix_names: dict[int, str] = dict(
+        ClusterIdentity.objects.filter(
+            _valid_at(at), cluster=cluster, kind=ClusterIdentity.Kind.UNIX_USER
+        ).values_list("user_id", "key")
+    )
+    users: dict[int, set[str]] = defaultdict(set)
+    for m in Membership.objects.filter(_valid_at(at), team_id__in=accounts).values(
+        "team_id", "user_id"
+    ):
+        if m["user_id"] in unix_names:
+            users[m["team_id"]].add(unix_names[m["user_id"]])
+    return {
+        tid: TeamInput(id=tid, slug=team_slugs[tid], accounts=tuple(accounts[tid]),
+                       users=tuple(sorted(users[tid])))
+        for tid in sorted(accounts)
+    }

@@ -1,0 +1,64 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from accounts.models import ClusterIdentity, Membership
+from gpuquota.inventory.models import Cluster
+from gpuquota.reservations.models import Assignment, Reservation
+from tests.factories import (
+    AdminFactory,
+    ClusterFactory,
+    ClusterIdentityFactory,
+    GpuClassFactory,
+    MembershipFactory,
+    NodeFactory,
+    TeamFactory,
+    UserFactory,
+    make_gpu,
+)
+
+NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+
+
+class Site:
+    """One Slurm cluster, two nodes of `gpus_per_node` GPUs, two teams with a Slurm account
+    and a member each."""
+
+    def __init__(self, *, gpus_per_node=4, nodes=("node-a", "node-b"), class_name="H100-80GB"):
+        self.cluster = ClusterFactory(slug="dev", name="dev", scheduler=Cluster.Scheduler.SLURM)
+        self.gpu_class = GpuClassFactory(name=class_name)
+        self.nodes = [NodeFactory(cluster=self.cluster, hostname=h) for h in nodes]
+        self.gpus = {
+            node.hostname: [make_gpu(node=node, gpu_class=self.gpu_class, index=i)
+                            for i in range(gpus_per_node)]
+            for node in self.nodes
+        }
+        self.admin = AdminFactory(username="root")
+        self.teams = {}
+        for slug, user in (("vision", "alice"), ("speech", "bob")):
+            team = TeamFactory(name=slug.title(), slug=slug)
+            member = UserFactory(username=user)
+            MembershipFactory(user=member, team=team, role=Membership.Role.LEAD)
+            ClusterIdentityFactory(cluster=self.cluster, kind=ClusterIdentity.Kind.UNIX_USER,
+                                   key=user, user=member)
+            ClusterIdentityFactory(cluster=self.cluster, kind=ClusterIdentity.Kind.SLURM_ACCOUNT,
+                                   key=slug, user=None, team=team)
+            self.teams[slug] = team
+
+    def reserve(self, team: str, gpus, *, start=NOW - timedelta(hours=1),
+                end=NOW + timedelta(hours=2), status=Reservation.Status.ACTIVE) -> Reservation:
+        """A held reservation with exactly these GPUs assigned (written directly: the
+        reservation services' choice of GPUs is theirs to test)."""
+        reservation = Reservation.objects.create(
+            team=self.teams[team], gpu_class=self.gpu_class, count=len(gpus), start=start,
+            end=end, status=status, requested_by=self.admin, requested_at=start,
+        )
+        for gpu in gpus:
+            Assignment.objects.create(reservation=reservation, gpu=gpu, assigned_from=start,
+                                      assigned_until=end)
+        return reservation
+
+
+@pytest.fixture
+def site(db):
+    return Site()

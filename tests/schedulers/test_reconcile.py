@@ -1,0 +1,150 @@
+"""The reconcile loop over the backend interface: idempotence, drift repaired and audited,
+failures as cluster problems with an audit of what was done, dry runs, credentials."""
+
+import pytest
+
+from gpuquota.core.models import AuditEntry
+from gpuquota.schedulers import backend as backend_module
+from gpuquota.schedulers.models import (
+    BackendConfig,
+    Drift,
+    ManagedObject,
+    Problem,
+    ReconcileRun,
+    ReservationBinding,
+)
+from gpuquota.schedulers.reconcile import cluster_reconcile, clusters_reconcile
+from gpuquota.schedulers.secrets import secret_decrypt
+from gpuquota.schedulers.services import backend_config_update
+from tests.schedulers import backend_memory as mem
+from tests.schedulers.conftest import NOW
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def memory(site, monkeypatch):
+    monkeypatch.setitem(backend_module.BACKENDS, "slurm",
+                        "tests.schedulers.backend_memory.MemoryBackend")
+    mem.STORE.clear()
+    mem.FAIL_ON.clear()
+    mem.DOWN[0] = False
+    backend_config_update(cluster=site.cluster, actor=site.admin)
+    return site
+
+
+def test_first_run_creates_owned_objects_and_a_second_changes_nothing(memory):
+    r = memory.reserve("vision", memory.gpus["node-a"][:2])
+    summary = cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW)
+    assert summary.outcome == "ok"
+    assert mem.STORE == {
+        ("account", "gq-speech"): {"users": "bob"},
+        ("account", "gq-vision"): {"users": "alice"},
+        ("hold", f"gq-res-{r.pk}"): {"gpus": "2"},
+    }
+    assert AuditEntry.objects.filter(action="scheduler_create").count() == 3
+    assert ReservationBinding.objects.get(reservation=r).level == "quota"
+    runs = ReconcileRun.objects.count()
+
+    again = cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW)
+    assert (again.outcome, again.actions) == ("ok", [])
+    assert ReconcileRun.objects.count() == runs  # nothing happened: no run recorded
+    assert BackendConfig.objects.get().last_reconciled_at == NOW
+
+
+def test_objects_not_ours_are_never_touched(memory):
+    mem.STORE[("account", "physics")] = {"users": "carol"}
+    cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW)
+    assert mem.STORE[("account", "physics")] == {"users": "carol"}
+
+
+def test_ended_reservation_object_is_deleted(memory):
+    r = memory.reserve("vision", memory.gpus["node-a"][:1])
+    cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW)
+    r.status = "ended"
+    r.save()
+    summary = cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW)
+    assert summary.actions == [f"delete hold gq-res-{r.pk}"]
+    assert ("hold", f"gq-res-{r.pk}") not in mem.STORE
+    assert not ManagedObject.objects.filter(name=f"gq-res-{r.pk}").exists()
+
+
+def test_drift_deleted_and_edited_by_hand_is_repaired_and_audited(memory):
+    r = memory.reserve("vision", memory.gpus["node-a"][:2])
+    cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW)
+    del mem.STORE[("hold", f"gq-res-{r.pk}")]
+    mem.STORE[("account", "gq-speech")] = {"users": "mallory"}
+
+    summary = cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW)
+    assert summary.drift == 2
+    assert mem.STORE[("hold", f"gq-res-{r.pk}")] == {"gpus": "2"}
+    assert mem.STORE[("account", "gq-speech")] == {"users": "bob"}
+    drifts = {d.object_name: d for d in Drift.objects.all()}
+    assert drifts[f"gq-res-{r.pk}"].kind == "missing"
+    assert drifts["gq-speech"].kind == "changed"
+    assert drifts["gq-speech"].observed == {"users": "mallory"}
+    assert all(d.repaired_at == NOW for d in drifts.values())
+    repairs = AuditEntry.objects.filter(action="scheduler_drift_repair")
+    assert {e.changes["name"] for e in repairs} == {f"gq-res-{r.pk}", "gq-speech"}
+    assert repairs.get(changes__name="gq-speech").changes["before"] == {"users": "mallory"}
+
+
+def test_failure_half_way_is_a_problem_with_an_audit_of_what_was_done(memory):
+    r = memory.reserve("vision", memory.gpus["node-a"][:1])
+    mem.FAIL_ON.add(("hold", f"gq-res-{r.pk}"))
+    summary = cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW)
+    assert summary.outcome == "partial"
+    problem = Problem.objects.get(status="open")
+    assert f"create hold gq-res-{r.pk}" in problem.summary and "refused" in problem.summary
+    assert problem.detail == "permission denied"
+    failed = AuditEntry.objects.get(action="scheduler_reconcile_failed")
+    assert failed.changes == {"applied": ["create account gq-speech", "create account gq-vision"],
+                              "failed": f"create hold gq-res-{r.pk}"}
+    assert set(n for _, n in mem.STORE) == {"gq-speech", "gq-vision"}
+    assert not ReservationBinding.objects.exists()  # not held yet: no binding claimed
+
+    cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW)
+    assert Problem.objects.get().occurrences == 2  # the same problem, counted
+    mem.FAIL_ON.clear()
+    assert cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW).outcome == "ok"
+    assert Problem.objects.get().status == "resolved"
+
+
+def test_scheduler_down_never_raises(memory):
+    mem.DOWN[0] = True
+    result = clusters_reconcile(reason="beat")
+    assert result["clusters"]["dev"]["outcome"] == "failed"
+    assert Problem.objects.get().summary == "the scheduler does not answer"
+    assert ReconcileRun.objects.get().outcome == "failed"
+
+
+def test_dry_run_renders_commands_and_changes_nothing(memory):
+    r = memory.reserve("vision", memory.gpus["node-a"][:1])
+    summary = cluster_reconcile(cluster=memory.cluster, reason="test", dry_run=True, at=NOW)
+    assert summary.outcome == "dry_run"
+    assert mem.STORE == {}
+    assert not ManagedObject.objects.exists()
+    assert f"mem create hold gq-res-{r.pk} gpus=1" in ReconcileRun.objects.get().commands
+
+
+def test_export_mode_renders_and_records_drift_without_writing(memory):
+    BackendConfig.objects.update(mode=BackendConfig.Mode.EXPORT)
+    memory.reserve("vision", memory.gpus["node-a"][:1])
+    assert cluster_reconcile(cluster=memory.cluster, reason="t", at=NOW).outcome == "exported"
+    assert mem.STORE == {}
+
+
+def test_off_mode_is_skipped(memory):
+    BackendConfig.objects.update(mode=BackendConfig.Mode.OFF)
+    assert clusters_reconcile(reason="beat")["clusters"] == {}
+
+
+def test_config_changes_are_audited_and_the_token_encrypted_never_shown(memory):
+    config = backend_config_update(cluster=memory.cluster, actor=memory.admin,
+                                   token="s3cret-jwt", api_url="https://slurm.example:6820")
+    assert "s3cret" not in config.token_encrypted
+    assert secret_decrypt(config.token_encrypted) == "s3cret-jwt"
+    entry = AuditEntry.objects.filter(action="scheduler_config_update").first()
+    assert entry.changes["token"] == ["(hidden)", "(changed)"]
+    assert "s3cret" not in str(entry.changes)
+    assert entry.actor == memory.admin
