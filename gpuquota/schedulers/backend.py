@@ -184,7 +184,9 @@ class Backend(ABC):
 
 #: The backend of each `Cluster.scheduler`, by dotted path (imported on first use, so
 #: this module imports none of its implementations). `none` has no backend.
-BACKENDS: dict[str, str] = {}
+BACKENDS: dict[str, str] = {
+    "kubernetes": "gpuquota.schedulers.kubernetes.backend.KubernetesBackend",
+}
 
 
 def backend_for(cluster, config) -> Backend | None:
