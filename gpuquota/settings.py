@@ -107,6 +107,7 @@ INSTALLED_APPS = [
     "gpuquota.ingest",
     "gpuquota.usage",
     "gpuquota.schedulers",
+    "gpuquota.schedulers.kubernetes",  # kubernetes: its page and contributions
     "reports",
     "gpuquota.mail",
     "gpuquota.demo",
