@@ -281,7 +281,8 @@ def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
     # What the backend can be asked to do (the diff yields create, update or delete on any
     # kind it manages; observe lists them; capabilities read the DRA driver's slices)...
     designed = {(KINDS[k].group, KINDS[k].plural, verb) for k in MANAGED_KINDS
-                for verb in Api.rbac_verbs} | {("resource.k8s.io", "resourceslices", "list")}
+                for verb in Api.rbac_verbs} | {("resource.k8s.io", "resourceslices", "list"),
+                                               ("kueue.x-k8s.io", "workloads", "list")}
     assert granted == designed
     # ...and these runs used every kind of call, none outside the grant.
     assert used <= granted and {v for _, _, v in used} == set(Api.rbac_verbs)

@@ -42,6 +42,7 @@ KINDS = {k.kind: k for k in (
     Kind("ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", True),
     Kind("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules", False),
     Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
+    Kind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads", True),
 )}
 
 
