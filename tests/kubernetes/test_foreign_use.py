@@ -2,14 +2,17 @@
 process records; on the cluster page (admins), the team page and the admin's home page."""
 
 from datetime import timedelta
+from io import StringIO
 
 import pytest
 import time_machine
+from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
 from gpuquota.ingest.models import ProcessRecord
 from gpuquota.schedulers.kubernetes.foreign import foreign_uses
+from gpuquota.schedulers.models import ReservationBinding
 from gpuquota.schedulers.reconcile import cluster_reconcile
 from tests.factories import MembershipFactory, UserFactory
 from tests.kubernetes.conftest import NOW
@@ -88,3 +91,16 @@ def test_the_team_and_the_admins_are_told(kube):
         home = other.get("/").content.decode()
     assert 'id="foreign-use"' in team_page and "asr-7" in team_page
     assert "Foreign GPU use on kube this month" in home
+
+
+def test_the_fake_api_server_command_configures_a_cluster_and_reconciles_it(kube):
+    kube.reserve("vision", kube.gpus["gpu-a"][:2])
+    out = StringIO()
+    with time_machine.travel(NOW, tick=False):
+        call_command("kubernetes_fake_apiserver", "--cluster", "kube", "--once", stdout=out)
+    text = out.getvalue()
+    assert "kube: ok, 16 action(s)" in text
+    assert "POST /apis/kueue.x-k8s.io/v1beta1/clusterqueues" in text
+    assert kube.cluster.backend_config.api_url.startswith("http://127.0.0.1:")
+    binding = ReservationBinding.objects.get()
+    assert binding.level == "quota"
