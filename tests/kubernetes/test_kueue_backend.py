@@ -298,3 +298,11 @@ def test_the_dry_run_renders_kubectl_commands_and_writes_nothing(kube, apiserver
     assert commands[0].startswith("kubectl create -f - <<'EOF'\n")
     manifest = json.loads(commands[0].split("\n")[1])
     assert manifest["kind"] == "ResourceFlavor" and manifest["metadata"]["name"] == "gq-h100-80gb"
+
+
+def test_unusable_options_are_a_cluster_problem_not_a_crash(kube, apiserver):
+    kube.configure(apiserver, lead_time_s=-5)
+    summary = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
+    assert summary.outcome == "failed" and "lead_time_s" in summary.error
+    assert writes(apiserver) == []
+    assert Problem.objects.filter(cluster=kube.cluster, status="open").exists()

@@ -46,12 +46,16 @@ KINDS = {k.kind: k for k in (
 )}
 
 
-def api_client(*, api_url: str, token: str, timeout_s: int) -> k8s.ApiClient:
-    """A client for `api_url` with a bearer token; with no URL, the pod's ServiceAccount."""
+def api_client(*, api_url: str, token: str, timeout_s: int,
+               ca_file: str = "") -> k8s.ApiClient:
+    """A client for `api_url` with a bearer token (and the API server's CA, if private);
+    with no URL, the pod's ServiceAccount."""
     configuration = k8s.Configuration()
     if api_url:
         configuration.host = api_url.rstrip("/")
         configuration.api_key = {"authorization": f"Bearer {token}"} if token else {}
+        if ca_file:
+            configuration.ssl_ca_cert = ca_file
     else:
         try:
             k8s_config.load_incluster_config(client_configuration=configuration)

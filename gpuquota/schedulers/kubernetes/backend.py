@@ -11,6 +11,7 @@ from datetime import datetime
 
 import yaml
 
+from gpuquota.core.errors import DomainError
 from gpuquota.schedulers.backend import (
     Action,
     Backend,
@@ -29,7 +30,7 @@ from gpuquota.schedulers.kubernetes.objects import (
     kueue_objects,
     queue_name,
 )
-from gpuquota.schedulers.kubernetes.options import options_parse
+from gpuquota.schedulers.kubernetes.options import KubernetesOptions, options_parse
 from gpuquota.schedulers.models import BindingLevel
 from gpuquota.schedulers.secrets import secret_decrypt
 from gpuquota.schedulers.selectors import plan_inputs
@@ -68,17 +69,32 @@ class KubernetesBackend(Backend):
 
     def __init__(self, *, cluster, config):
         super().__init__(cluster=cluster, config=config)
-        self.options = options_parse(config.options, cluster_slug=cluster.slug)
+        self._options: KubernetesOptions | None = None
         self._api: Api | None = None
         self._planned: dict[tuple[str, str], dict] = {}
         self._served: set[str] = set(MANAGED_KINDS)
 
     @property
+    def options(self) -> KubernetesOptions:
+        """The backend's options; unusable ones stop the run as a cluster problem."""
+        if self._options is None:
+            try:
+                self._options = options_parse(self.config.options,
+                                              cluster_slug=self.cluster.slug)
+            except DomainError as exc:
+                raise BackendError(f"The Kubernetes options are unusable: {exc.message}") from None
+        return self._options
+
+    @property
     def api(self) -> Api:
         if self._api is None:
-            self._api = Api(api_client(api_url=self.config.api_url,
-                                       token=secret_decrypt(self.config.token_encrypted),
-                                       timeout_s=self.config.command_timeout_s))
+            try:
+                token = secret_decrypt(self.config.token_encrypted)
+            except ValueError as exc:
+                raise BackendError(str(exc)) from None
+            self._api = Api(api_client(api_url=self.config.api_url, token=token,
+                                       timeout_s=self.config.command_timeout_s,
+                                       ca_file=self.options.ca_file))
         return self._api
 
     def capabilities(self) -> CapabilityReport:

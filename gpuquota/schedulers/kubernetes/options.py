@@ -19,6 +19,7 @@ class KubernetesOptions:
     exact_gpus: bool = False
     dra_device_class: str = "gpu.nvidia.com"
     dra_driver: str = "gpu.nvidia.com"
+    ca_file: str = ""  # the API server's CA certificate, when it is private
 
     def node_labels(self, gpu_class: str, slug: str) -> dict:
         return dict(self.flavors.get(gpu_class, {}).get("node_labels")
@@ -33,7 +34,7 @@ def options_parse(raw: dict | None, *, cluster_slug: str) -> KubernetesOptions:
     """The options from their stored JSON, refused with the field named when unusable."""
     raw = dict(raw or {})
     known = {"cohort", "resource_name", "lead_time_s", "flavors", "borrowing_limit",
-             "exact_gpus", "dra_device_class", "dra_driver"}
+             "exact_gpus", "dra_device_class", "dra_driver", "ca_file"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise DomainError(f"Unknown Kubernetes option(s): {', '.join(unknown)}.",
@@ -54,4 +55,5 @@ def options_parse(raw: dict | None, *, cluster_slug: str) -> KubernetesOptions:
         lead_time_s=lead, flavors=raw.get("flavors", {}), borrowing_limit=limit,
         exact_gpus=bool(raw.get("exact_gpus", False)),
         dra_device_class=str(raw.get("dra_device_class") or "gpu.nvidia.com"),
-        dra_driver=str(raw.get("dra_driver") or "gpu.nvidia.com"))
+        dra_driver=str(raw.get("dra_driver") or "gpu.nvidia.com"),
+        ca_file=str(raw.get("ca_file") or ""))
