@@ -8,7 +8,9 @@ them there:
   which each reservation gets a binding level;
 - `plan(at, capabilities=)`: reservations, quotas and loans at `at` -> the desired
   objects, each named or labelled `gq-...` (`owned_name`), and a binding per reservation;
-- `observe()`: the `gq-` objects the scheduler has now (nothing else is ever touched);
+- `observe()`: the objects the scheduler has now that gpuquota owns (`gq-`) or plans
+  for (a team's existing account); `owns()` says which are ours, and only those are
+  ever deleted;
 - `diff(plan, observed)`: the actions that make the scheduler match the plan;
 - `apply(actions)`: performs them one by one, stopping at the first failure;
 - `render(actions)`: the same actions as the commands they run (the dry run and the
@@ -148,8 +150,9 @@ class Backend(ABC):
 
     def diff(self, plan: Plan, observed: Observed) -> list[Action]:
         """Creates and updates in `kinds` order, then deletes of owned objects no longer
-        planned, in the reverse order. Only the fields the plan names are compared."""
-        seen = {o.key: o for o in observed.objects if is_owned(o.name)}
+        planned, in the reverse order. Only the fields the plan names are compared, so a
+        site's own settings on an object are left alone."""
+        seen = {o.key: o for o in observed.objects}
         wanted = {o.key: o for o in plan.objects}
         order = {kind: i for i, kind in enumerate(self.kinds)}
         actions: list[Action] = []
@@ -159,10 +162,15 @@ class Backend(ABC):
                 actions.append(Action("create", obj))
             elif any(current.fields.get(k) != v for k, v in obj.fields.items()):
                 actions.append(Action("update", obj, before=dict(current.fields)))
-        stale = [o for key, o in seen.items() if key not in wanted]
+        stale = [o for key, o in seen.items() if key not in wanted and self.owns(o)]
         for obj in sorted(stale, key=lambda o: (-order.get(o.kind, 0), o.name)):
             actions.append(Action("delete", obj, before=dict(obj.fields)))
         return actions
+
+    def owns(self, obj: SchedulerObject) -> bool:
+        """Whether gpuquota created this object: only those are ever deleted. Objects of the
+        site that the plan names (a team's existing account) are updated, never deleted."""
+        return is_owned(obj.name)
 
     def apply(
         self, actions: Iterable[Action], *, on_applied: Callable[[Action], None] | None = None
@@ -185,6 +193,7 @@ class Backend(ABC):
 #: The backend of each `Cluster.scheduler`, by dotted path (imported on first use, so
 #: this module imports none of its implementations). `none` has no backend.
 BACKENDS: dict[str, str] = {
+    "slurm": "gpuquota.schedulers.slurm.backend.SlurmBackend",
     "kubernetes": "gpuquota.schedulers.kubernetes.backend.KubernetesBackend",
 }
 

@@ -230,3 +230,81 @@ class ReservationBinding(models.Model):
 
     def __str__(self) -> str:
         return f"reservation #{self.reservation_id}: {self.get_level_display()}"
+
+
+class SlurmJob(models.Model):
+    """One run of a Slurm job as its accounting reports it (`sacct --json`); a requeued job
+    has one row per run (its submit time changes at each requeue)."""
+
+    cluster = models.ForeignKey(
+        "inventory.Cluster", on_delete=models.PROTECT, related_name="slurm_jobs"
+    )
+    job_id = models.CharField(max_length=32)
+    submitted_at = WholeSecondDateTimeField()
+    started_at = WholeSecondDateTimeField(null=True, blank=True)
+    ended_at = WholeSecondDateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=32)
+    account = models.CharField(max_length=64, blank=True)
+    user = models.CharField(max_length=64, blank=True)
+    partition = models.CharField(max_length=64, blank=True)
+    qos = models.CharField(max_length=64, blank=True)
+    reservation = models.CharField(max_length=255, blank=True)
+    nodes = models.CharField(max_length=1024, blank=True)
+    gpu_tres = models.CharField(max_length=255, blank=True, help_text="e.g. gres/gpu:h100=2")
+    gpus = models.PositiveIntegerField(default=0)
+    team = models.ForeignKey(
+        "accounts.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The team whose Slurm account ran it (a cluster identity).",
+    )
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "job_id", "submitted_at"], name="slurmjob_unique_run"
+            )
+        ]
+        indexes = [models.Index(fields=["cluster", "reservation"])]
+
+    def __str__(self) -> str:
+        return f"{self.cluster} job {self.job_id} ({self.state})"
+
+
+class ImportCursor(models.Model):
+    """How far a cluster's job accounting has been imported."""
+
+    cluster = models.OneToOneField(
+        "inventory.Cluster", on_delete=models.PROTECT, related_name="slurm_import_cursor"
+    )
+    imported_until = WholeSecondDateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: {self.imported_until:%Y-%m-%d %H:%M:%S}"
+
+
+class LoanReturn(models.Model):
+    """A lent GPU given back by Slurm: the owner's job submitted, the borrower's job
+    preempted, the owner's job started (all read from Slurm's accounting)."""
+
+    loan = models.ForeignKey(
+        "reservations.Loan", on_delete=models.PROTECT, related_name="slurm_returns"
+    )
+    owner_job_id = models.CharField(max_length=32)
+    borrower_job_id = models.CharField(max_length=32)
+    owner_submitted_at = WholeSecondDateTimeField()
+    borrower_preempted_at = WholeSecondDateTimeField()
+    owner_started_at = WholeSecondDateTimeField()
+    time_to_return_s = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["-owner_started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["loan", "owner_job_id"], name="loanreturn_unique"),
+            models.CheckConstraint(
+                condition=Q(owner_started_at__gte=models.F("owner_submitted_at")),
+                name="loanreturn_order",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"loan #{self.loan_id}: {self.time_to_return_s} s"

@@ -1,4 +1,7 @@
+import shutil
+import tempfile
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +65,37 @@ class Site:
 @pytest.fixture
 def site(db):
     return Site()
+
+
+def pytest_collection_modifyitems(config, items):
+    from tests.schedulers.slurm_cluster import unavailable_reason
+
+    marked = [item for item in items if "slurm" in item.keywords]
+    reason = unavailable_reason() if marked else None
+    for item in marked:
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def dev_slurm():
+    """The dev Slurm cluster, started once for the session (in a directory every user can
+    enter: jobs run as other users and reach munge's socket)."""
+    from tests.schedulers.slurm_cluster import Live, devcluster
+
+    root = Path(tempfile.mkdtemp(prefix="gq-slurm-"))
+    cluster = devcluster.DevCluster(root)
+    cluster.start()
+    try:
+        yield Live(cluster)
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def live(dev_slurm, db):
+    """The dev cluster with no job left from an earlier test."""
+    dev_slurm.cancel_all()
+    yield dev_slurm
+    dev_slurm.cancel_all()

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The project's dev/test Slurm cluster on localhost: munge, a MariaDB of its own, slurmdbd,
+slurmctld and two slurmd nodes with four fake GPUs each, every daemon in the foreground as
+a child of this process, all state under one directory.
+
+    python3 deploy/slurm/dev-cluster/devcluster.py [--dir /tmp/gq-slurm]
+
+prints the environment to use it (`SLURM_CONF=...`) and runs until Ctrl-C, which stops
+every daemon. The tests start the same cluster once per session (`tests/slurm/conftest.py`).
+It needs root (slurmd runs jobs as their users) and Debian's slurm-wlm, slurmdbd, munge and
+mariadb-server; it never touches /etc/slurm, /etc/munge nor the system's MariaDB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CLUSTER = "gqdev"
+NODES = ("gqnode1", "gqnode2")
+GPUS_PER_NODE = 4
+GPU_TYPE = "h100"
+PORTS = {"slurmctld": 17817, "slurmdbd": 17819, "mariadb": 17820,
+         "gqnode1": 17821, "gqnode2": 17822}
+BINARIES = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
+            "sacctmgr", "scontrol", "sbatch")
+
+
+def missing_binaries() -> list[str]:
+    """The daemons and commands this cluster needs that are not installed."""
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    return [b for b in BINARIES if shutil.which(b, path=path) is None]
+
+
+def _wait_port(port: int, timeout_s: float, proc: subprocess.Popen, name: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode} while starting")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{name} did not listen on port {port} within {timeout_s} s")
+
+
+class DevCluster:
+    """Start with `start()`, stop with `stop()`; `env` is what the Slurm commands need."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.env = dict(os.environ, SLURM_CONF=str(self.root / "etc/slurm.conf"),
+                        PATH=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+
+    # -- files -----------------------------------------------------------------------------
+    def _render(self, template: str, target: Path, mode: int = 0o644) -> None:
+        text = (HERE / template).read_text()
+        values = {"DIR": str(self.root), "CLUSTER": CLUSTER, "GPU_TYPE": GPU_TYPE,
+                  "PROLOG": str(self.root / "etc/prolog.sh"),
+                  **{f"PORT_{k.upper()}": str(v) for k, v in PORTS.items()}}
+        for key, value in values.items():
+            text = text.replace("@" + key + "@", value)
+        target.write_text(text)
+        target.chmod(mode)
+
+    def prepare(self) -> None:
+        """Fresh directories, configuration files, the munge key and fake GPU devices."""
+        for name, port in PORTS.items():
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    raise RuntimeError(f"port {port} ({name}) is taken: is a dev cluster "
+                                       "already running?")
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        for sub in ("etc", "log", "run", "state", "munge", "mysql", "gpu-jobs",
+                    *(f"spool/{n}" for n in NODES), *(f"dev/{n}" for n in NODES)):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o755)
+        (self.root / "gpu-jobs").chmod(0o1777)
+        key = self.root / "etc/munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        self._render("slurm.conf.in", self.root / "etc/slurm.conf")
+        self._render("gres.conf.in", self.root / "etc/gres.conf")
+        self._render("slurmdbd.conf.in", self.root / "etc/slurmdbd.conf", 0o600)
+        prolog = self.root / "etc/prolog.sh"
+        # One records directory per node: both slurmd share this host.
+        prolog.write_text((HERE.parent / "prolog.sh").read_text().replace(
+            "/run/gpuquota/gpu-jobs", f"{self.root}/gpu-jobs/$SLURMD_NODENAME"))
+        prolog.chmod(0o755)
+        for n, node in enumerate(NODES):
+            for i in range(GPUS_PER_NODE):
+                # Character devices, or Slurm sets no CUDA_VISIBLE_DEVICES / SLURM_JOB_GPUS.
+                os.mknod(self.root / f"dev/{node}/fakegpu{i}", 0o666 | stat.S_IFCHR,
+                         os.makedev(195, n * GPUS_PER_NODE + i))
+
+    # -- daemons -----------------------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.root / f"log/{name}.out", "ab")  # noqa: SIM115 (closed by the child)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                start_new_session=True)
+        log.close()
+        self.procs.append((name, proc))
+        return proc
+
+    def _run(self, argv: list[str], timeout_s: float = 30) -> str:
+        done = subprocess.run(argv, env=self.env, capture_output=True, text=True,
+                              timeout=timeout_s)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout
+
+    def start(self, timeout_s: float = 60) -> None:
+        """Everything up and both nodes idle; raises with the reason (and stops what it
+        started) when a daemon does not come up."""
+        try:
+            self._start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout_s: float) -> None:
+        self.prepare()
+        r = self.root
+        munged = self._spawn("munged", [
+            "munged", "-F", "--force", f"--socket={r}/munge/munge.socket",
+            f"--key-file={r}/etc/munge.key", f"--pid-file={r}/run/munged.pid",
+            f"--log-file={r}/log/munged.log", f"--seed-file={r}/run/munged.seed",
+        ])
+        deadline = time.monotonic() + 10
+        while not (r / "munge/munge.socket").exists():
+            if munged.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("munged did not start: see " + str(r / "log/munged.out"))
+            time.sleep(0.05)
+        self._run(["mariadb-install-db", "--no-defaults", f"--datadir={r}/mysql",
+                   "--user=root", "--auth-root-authentication-method=normal",
+                   "--skip-test-db"], timeout_s=120)
+        mariadb = self._spawn("mariadb", [
+            "mariadbd", "--no-defaults", f"--datadir={r}/mysql", "--user=root",
+            f"--port={PORTS['mariadb']}", "--bind-address=127.0.0.1",
+            f"--socket={r}/run/mysql.sock", f"--pid-file={r}/run/mysql.pid",
+            "--skip-grant-tables", "--innodb-buffer-pool-size=32M", "--skip-log-bin",
+        ])
+        _wait_port(PORTS["mariadb"], timeout_s, mariadb, "mariadbd")
+        dbd = self._spawn("slurmdbd", ["slurmdbd", "-D"])  # reads slurmdbd.conf beside SLURM_CONF
+        _wait_port(PORTS["slurmdbd"], timeout_s, dbd, "slurmdbd")
+        self._run(["sacctmgr", "-i", "add", "cluster", CLUSTER])
+        ctld = self._spawn("slurmctld", ["slurmctld", "-D", "-i"])
+        _wait_port(PORTS["slurmctld"], timeout_s, ctld, "slurmctld")
+        for node in NODES:
+            slurmd = self._spawn(node, ["slurmd", "-D", "-N", node])
+            _wait_port(PORTS[node], timeout_s, slurmd, f"slurmd {node}")
+        self._wait_idle(timeout_s)
+
+    def _wait_idle(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        states = ""
+        while time.monotonic() < deadline:
+            states = self._run(["sinfo", "-h", "-N", "-o", "%N %t"])
+            if all(f"{n} idle" in states for n in NODES):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"the nodes did not become idle: {states.strip()}")
+
+    def stop(self) -> None:
+        """Cancel every job, SIGTERM every daemon (newest first), SIGKILL what is still there
+        after 10 s, with the processes they started."""
+        try:
+            self._run(["scancel", "--partition=gpu", "--full"], timeout_s=10)
+            deadline = time.monotonic() + 15
+            while self._run(["squeue", "-h"], timeout_s=10).strip():
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired):
+            pass  # slurmctld is not there: nothing to cancel
+        for _name, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for _name, proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # what it left in its session
+            except ProcessLookupError:
+                pass
+        self.procs.clear()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", default="/tmp/gq-slurm", help="where all state lives")
+    args = parser.parse_args()
+    if missing := missing_binaries():
+        print(f"missing: {', '.join(missing)} (apt-get install slurm-wlm slurmdbd "
+              "slurm-client munge mariadb-server)", file=sys.stderr)
+        return 2
+    cluster = DevCluster(Path(args.dir))
+    started = time.monotonic()
+    cluster.start()
+    print(f"Slurm dev cluster {CLUSTER} up in {time.monotonic() - started:.1f} s.\n"
+          f"  export SLURM_CONF={cluster.env['SLURM_CONF']}\n"
+          f"Commands in /usr/bin; Ctrl-C stops every daemon.", flush=True)
+    try:
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The Slurm backend (docs/slurm.md)."""
