@@ -49,8 +49,9 @@ class Command(BaseCommand):
                                               "resourceSliceCount": 1}, "devices": []}})
         backend_config_update(cluster=found, actor=None, token=server.token,
                               api_url=server.url, options={"exact_gpus": exact_gpus})
+        # Saving the configuration already asked for a run (in process without a broker).
         summary = cluster_reconcile(cluster=found, reason="fake API server")
-        self.stdout.write(f"{found.slug}: {summary.outcome}, {len(summary.actions)} action(s)"
+        self.stdout.write(f"{found.slug}: {summary.outcome}, {len(server.writes())} write(s)"
                           + (f": {summary.error}" if summary.error else ""))
         for request in server.writes():
             self.stdout.write(f"  {request.method} {request.path}")
