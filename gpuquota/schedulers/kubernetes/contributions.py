@@ -8,7 +8,11 @@ from django.urls import reverse
 from gpuquota.core.attention import Attention
 from gpuquota.core.sections import Section
 from gpuquota.core.timeutil import Period
-from gpuquota.schedulers.kubernetes.selectors import foreign_uses_month, kubernetes_clusters
+from gpuquota.schedulers.kubernetes.selectors import (
+    foreign_use_counts,
+    foreign_uses_month,
+    kubernetes_clusters,
+)
 
 
 def team_foreign_context(*, team, now: datetime) -> dict | None:
@@ -19,10 +23,8 @@ def team_foreign_context(*, team, now: datetime) -> dict | None:
 
 
 def foreign_attention(now: datetime) -> list[Attention]:
-    period = Period.month(now.year, now.month)
     items = []
-    for cluster in kubernetes_clusters():
-        count = len(foreign_uses_month(cluster=cluster, period=period))
+    for cluster, count in foreign_use_counts(period=Period.month(now.year, now.month)).items():
         items.append(Attention(
             key=f"foreign-use-{cluster.slug}",
             label=f"Foreign GPU use on {cluster.name} this month", count=count,

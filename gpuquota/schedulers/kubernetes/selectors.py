@@ -4,7 +4,6 @@ objects written for it, foreign use per month."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import Cluster
@@ -49,8 +48,7 @@ def foreign_uses_month(*, cluster: Cluster, period: Period, team=None) -> list[F
     return foreign_uses(cluster=cluster, start=period.start, end=period.end, team=team)
 
 
-def foreign_use_counts(*, now: datetime, team=None) -> dict[str, int]:
-    """Foreign uses this month per Kubernetes cluster (slug -> count)."""
-    period = Period.month(now.year, now.month)
-    return {c.slug: len(foreign_uses_month(cluster=c, period=period, team=team))
-            for c in kubernetes_clusters()}
+def foreign_use_counts(*, period: Period) -> dict[Cluster, int]:
+    """Foreign uses in `period` per Kubernetes cluster (the statements' review can show
+    them per month: reports may import this selector)."""
+    return {c: len(foreign_uses_month(cluster=c, period=period)) for c in kubernetes_clusters()}
