@@ -104,3 +104,18 @@ def test_the_fake_api_server_command_configures_a_cluster_and_reconciles_it(kube
     assert kube.cluster.backend_config.api_url.startswith("http://127.0.0.1:")
     binding = ReservationBinding.objects.get()
     assert binding.level == "quota"
+
+
+def test_the_team_page_shows_how_its_reservations_are_held(kube, apiserver):
+    kube.configure(apiserver, exact_gpus=False)
+    reservation = kube.reserve("vision", kube.gpus["gpu-a"][:2])
+    cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
+    member = UserFactory()
+    MembershipFactory(user=member, team=kube.teams["vision"])
+    client = Client()
+    client.force_login(member)
+    with time_machine.travel(NOW, tick=False):
+        page = client.get(reverse("team_detail", args=["vision"])).content.decode()
+    section = page.split('id="kubernetes-bindings"')[1]
+    assert f"#{reservation.pk}" in section and "Quota" in section
+    assert "kueue.x-k8s.io/queue-name: gq-vision" in section
