@@ -35,7 +35,7 @@ def writes(server, since=0):
 
 def quota(server, team, field="nominalQuota"):
     queue = server.get("ClusterQueue", f"gq-{team}")
-    return queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0].get(field)
+    return int(queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0][field])
 
 
 def test_the_first_run_creates_everything_and_the_second_sends_no_write(kube, apiserver):
@@ -113,7 +113,7 @@ def test_drift_is_repaired_and_recorded(kube, apiserver):
     kube.reserve("vision", kube.gpus["gpu-a"][:2])
     cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
     edited = apiserver.get("ClusterQueue", "gq-vision")
-    edited["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = 8
+    edited["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = "8"
     apiserver.put(edited)
     apiserver.remove("LocalQueue", "gq-speech", "speech")
 

@@ -57,8 +57,8 @@ def test_every_rendered_kueue_object_is_valid(rendered):
         assert kueue_errors(obj) == [], obj
     vision = next(o for o in rendered if o["metadata"]["name"] == "gq-vision")
     h100 = vision["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
-    assert h100 == {"name": "nvidia.com/gpu", "nominalQuota": 2, "lendingLimit": 1,
-                    "borrowingLimit": 4}
+    assert h100 == {"name": "nvidia.com/gpu", "nominalQuota": "2", "lendingLimit": "1",
+                    "borrowingLimit": "4"}
     l4 = next(o for o in rendered if o["metadata"]["name"] == "gq-l4")
     assert l4["spec"] == {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-L4"},
                           "tolerations": []}

@@ -51,10 +51,13 @@ def cluster_queue(team, *, classes, reserved: dict, lendable: dict, cluster_slug
     loan may be lent (lendingLimit), and the owner reclaims them by preempting borrowers."""
     flavors = []
     for gpu_class in classes:
-        quota = {"name": options.resource_name, "nominalQuota": reserved.get(gpu_class, 0),
-                 "lendingLimit": lendable.get(gpu_class, 0)}
+        # Quantities as strings, as Kueue's webhooks write them back (resource.Quantity):
+        # an integer would read as drift after every defaulting round trip.
+        quota = {"name": options.resource_name,
+                 "nominalQuota": str(reserved.get(gpu_class, 0)),
+                 "lendingLimit": str(lendable.get(gpu_class, 0))}
         if options.borrowing_limit is not None:
-            quota["borrowingLimit"] = options.borrowing_limit
+            quota["borrowingLimit"] = str(options.borrowing_limit)
         flavors.append({"name": flavor_name(gpu_class), "resources": [quota]})
     spec = {
         "cohort": options.cohort,
