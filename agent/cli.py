@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent import __version__
+from agent.enrol import EnrolError, enrol_if_needed
 from agent.model import Backend, BackendNotReady, BackendUnavailable
 from agent.owners import OwnerResolver
 from agent.runner import Agent, Clock
@@ -32,7 +33,8 @@ EXIT_UNDELIVERED = 75  # EX_TEMPFAIL: --once spooled its batch but could not del
 FINAL_SEND_S = 5.0  # on shutdown, how long to try to deliver what is spooled
 TIMEOUT_JOIN_S = 35.0  # a send in flight may take its full HTTP timeout
 DEFAULTS: dict[str, Any] = {
-    "server": None, "token_file": None, "ca_file": None, "hostname": socket.gethostname(),
+    "server": None, "token_file": None, "bootstrap_file": None, "ca_file": None,
+    "hostname": socket.gethostname(),
     "window": 60, "poll": 10.0, "spool_dir": None, "spool_max_mb": 512, "spool_max_days": 7.0,
     "send_jitter": 5.0, "once": False, "simulate": 0, "seed": 0,
     "simulate_model": "NVIDIA H100 80GB HBM3", "simulate_profiles": "",
@@ -49,6 +51,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML file whose keys are the option names (token_file...)")
     p.add_argument("--server", help="gpuquota base URL, e.g. https://gpuquota.example.org")
     p.add_argument("--token-file", help="file holding the node token (mode 0600)")
+    p.add_argument("--bootstrap-file", help="file holding the cluster's bootstrap secret: with "
+                   "an empty or missing token file, the agent enrols its node with it once and "
+                   "writes the node token it receives to the token file")
     p.add_argument("--ca-file", help="CA bundle to verify the server's TLS certificate")
     p.add_argument("--hostname", help="node name reported to the server (default: this host's)")
     p.add_argument("--window", type=int, help="window length in s; divides 3600 (default 60)")
@@ -142,10 +147,24 @@ def read_boot_id(proc_root: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the agent until SIGTERM/SIGINT (or one window with --once); the exit status."""
+    stop, wake = threading.Event(), threading.Event()
+
+    def request_stop(signum: int, frame: Any) -> None:
+        log.info("event=stopping signal=%s", signal.Signals(signum).name)
+        stop.set()
+        wake.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
     try:
         options = load_options(argv, dict(os.environ))
         logging.basicConfig(level=options["log_level"].upper(), stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        if not enrol_if_needed(server=options["server"], token_file=options["token_file"],
+                               bootstrap_file=options["bootstrap_file"],
+                               node_name=options["hostname"], ca_file=options["ca_file"],
+                               wait=stop.wait):
+            return 0  # stopped while waiting for the server
         token = TokenFile(options["token_file"])
         token.read()
         spool = Spool(options["spool_dir"], max_bytes=options["spool_max_mb"] * 2**20,
@@ -155,10 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             backend: Backend | None = make_backend(options, clock)
         except BackendNotReady:  # the agent reports it once and keeps trying
             backend = None
-    except (ValueError, TokenError, BackendUnavailable, OSError) as exc:
+    except (ValueError, TokenError, EnrolError, BackendUnavailable, OSError) as exc:
         print(f"gpuquota-agent: {exc}", file=sys.stderr)
         return 2
-    stop, wake = threading.Event(), threading.Event()
     agent = Agent(backend=backend, spool=spool, hostname=options["hostname"],
                   owners=OwnerResolver(options["proc_root"], options["kubelet_pods_dir"]),
                   boot_id=read_boot_id(options["proc_root"]), window_s=options["window"],
@@ -166,14 +184,6 @@ def main(argv: list[str] | None = None) -> int:
                   connect=lambda: make_backend(options, clock), retry_s=options["nvml_retry"])
     sender = Sender(spool=spool, server=options["server"], token=token,
                     ca_file=options["ca_file"], clock=clock.now, node_status=agent.node_status)
-
-    def request_stop(signum: int, frame: Any) -> None:
-        log.info("event=stopping signal=%s", signal.Signals(signum).name)
-        stop.set()
-        wake.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
     thread = None
     if not options["once"]:
         thread = threading.Thread(target=run_sender, name="sender", daemon=True, kwargs={

@@ -108,6 +108,7 @@ INSTALLED_APPS = [
     "gpuquota.rates",
     "gpuquota.usage",
     "gpuquota.schedulers",
+    "gpuquota.schedulers.kubernetes",  # kubernetes: its page and contributions
     "reports",
     "gpuquota.mail",
     "gpuquota.demo",

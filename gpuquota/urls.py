@@ -39,6 +39,7 @@ urlpatterns = [
     path("", include("gpuquota.ingest.urls")),
     path("", include("gpuquota.usage.urls")),
     path("", include("gpuquota.schedulers.urls")),
+    path("", include("gpuquota.schedulers.kubernetes.urls")),
     path("", include("reports.urls")),
     path("", include("reports.page_urls")),
     path("", include("reclaim.urls")),

@@ -1,5 +1,6 @@
-"""OpenAPI description of the agent endpoint (agent-protocol.md), a plain Django view that
-drf-spectacular cannot see: a postprocessing hook adds it to the published schema.
+"""OpenAPI description of the agent endpoints (agent-protocol.md, agent-enrolment.md), plain
+Django views that drf-spectacular cannot see: a postprocessing hook adds them to the
+published schema.
 
 Field types and which fields are required come from the structural checks themselves
 (`protocol.py`'s record shapes), so the schema says exactly what a 400 refuses; the ranges
@@ -19,7 +20,9 @@ from gpuquota.ingest.protocol import (
 from gpuquota.ingest.records import JOB_SOURCES, MAX_PID, MAX_STRING, NODE_EVENT_TYPES
 
 PATH = "/api/v1/agent/batches"
+ENROL_PATH = "/api/v1/agent/enrol"
 SECURITY_SCHEME = "nodeToken"
+BOOTSTRAP_SCHEME = "bootstrapSecret"
 REF = "#/components/schemas/"
 UUID_PATTERN = r"^(GPU|MIG)-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$"
 TYPES = {"int": "integer", "num": "number", "str": "string", "obj": "object"}
@@ -227,14 +230,50 @@ def _operation() -> dict:
     }
 
 
+def _enrol_operation() -> dict:
+    return {
+        "operationId": "v1_agent_enrol_create",
+        "summary": "Enrol this node with the cluster's bootstrap secret (node agents)",
+        "description": "Once per node (agent-enrolment.md): the answer holds the node's own "
+                       "token. A node already enrolled is refused (409), a revoked one too "
+                       "(403); the bootstrap secret can never send batches.",
+        "tags": ["v1"],
+        "security": [{BOOTSTRAP_SCHEME: []}],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": {
+            "type": "object", "required": ["node_name"], "properties": {"node_name": {
+                "type": "string", "maxLength": 253,
+                "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+                "description": "The node's name (Kubernetes: spec.nodeName)."}}}}}},
+        "responses": {
+            "201": {"description": "Enrolled: the node's token, shown this once.",
+                    "content": {"application/json": {"schema": {
+                        "type": "object", "required": ["node", "cluster", "token",
+                                                       "token_prefix"],
+                        "properties": {k: {"type": "string"} for k in (
+                            "node", "cluster", "token", "token_prefix")}}}}},
+            "400": _response("The body is not {\"node_name\": <DNS-1123 name>}.", "AgentError"),
+            "401": _response("Bootstrap secret missing, unknown, rotated or revoked.",
+                             "AgentError", {"WWW-Authenticate": "Bearer"}),
+            "403": _response("The node's token was revoked by an admin.", "AgentError"),
+            "409": _response("The node is already enrolled.", "AgentError"),
+            "503": _response("Storage unavailable: enrol again later.", "AgentError",
+                             {"Retry-After": "Seconds to wait."}),
+        },
+    }
+
+
 def agent_batches_schema(result: dict, generator=None, request=None, public=None, **kwargs
                          ) -> dict:
-    """drf-spectacular postprocessing hook: the schema with the agent endpoint added."""
+    """drf-spectacular postprocessing hook: the schema with the agent endpoints added."""
     components = result.setdefault("components", {})
     components.setdefault("schemas", {}).update(_components())
     components.setdefault("securitySchemes", {})[SECURITY_SCHEME] = {
         "type": "http", "scheme": "bearer",
         "description": "A node token (gqn_...), issued when the node is enrolled."}
-    paths = {**result.get("paths", {}), PATH: {"post": _operation()}}
+    components["securitySchemes"][BOOTSTRAP_SCHEME] = {
+        "type": "http", "scheme": "bearer",
+        "description": "A cluster's bootstrap secret (gqb_...): it can only enrol."}
+    paths = {**result.get("paths", {}), PATH: {"post": _operation()},
+             ENROL_PATH: {"post": _enrol_operation()}}
     result["paths"] = dict(sorted(paths.items()))
     return result

@@ -24,11 +24,12 @@ class IssuedToken:
     prefix: str
 
 
-def _token_issue(*, node: Node, actor) -> IssuedToken:
+def node_token_issue(*, node: Node, actor, enrolled_with=None) -> IssuedToken:
+    """A new live token for `node` (the caller audits and revokes what must be revoked)."""
     new = token_generate(TOKEN_KIND)
     NodeToken.objects.create(node=node, prefix=new.prefix, key_hash=new.key_hash,
                              created_by=actor if getattr(actor, "is_authenticated", False)
-                             else None)
+                             else None, enrolled_with=enrolled_with)
     return IssuedToken(node=node, key=new.key, prefix=new.prefix)
 
 
@@ -60,7 +61,7 @@ def node_enrol(*, cluster: Cluster, hostname: str, actor) -> IssuedToken:
         raise Conflict(f"{cluster.slug}/{hostname} is already enrolled; rotate its token instead.",
                        field="hostname")
     node = Node.objects.create(cluster=cluster, hostname=hostname)
-    issued = _token_issue(node=node, actor=actor)
+    issued = node_token_issue(node=node, actor=actor)
     audit_record(actor=actor, action="node.enrol", obj=node,
                  changes={"cluster": cluster.slug, "hostname": hostname,
                           "token_prefix": issued.prefix})
@@ -71,7 +72,7 @@ def node_enrol(*, cluster: Cluster, hostname: str, actor) -> IssuedToken:
 def node_token_rotate(*, node: Node, actor) -> IssuedToken:
     """A new token for `node`; every token it had is revoked at once."""
     revoked = _tokens_revoke(node=node)
-    issued = _token_issue(node=node, actor=actor)
+    issued = node_token_issue(node=node, actor=actor)
     audit_record(actor=actor, action="node.token_rotate", obj=node,
                  changes={"revoked_prefixes": revoked, "token_prefix": issued.prefix})
     return issued

@@ -32,7 +32,7 @@ NEW_TOKEN_SESSION_KEY = "ingest_new_token"
 STORAGE_RETRY_AFTER_S = 30
 
 
-def _error(status: int, code: str, detail: str, errors=(), **headers) -> JsonResponse:
+def error_response(status: int, code: str, detail: str, errors=(), **headers) -> JsonResponse:
     response = JsonResponse({"code": code, "detail": detail, "errors": list(errors)},
                             status=status)
     for name, value in headers.items():
@@ -40,8 +40,8 @@ def _error(status: int, code: str, detail: str, errors=(), **headers) -> JsonRes
     return response
 
 
-def _unauthorized(detail: str) -> JsonResponse:
-    return _error(401, "not_authenticated", detail,
+def unauthorized_response(detail: str) -> JsonResponse:
+    return error_response(401, "not_authenticated", detail,
                   WWW_Authenticate='Bearer realm="gpuquota-agent"')
 
 
@@ -53,28 +53,28 @@ def agent_batches(request):
     the batch in its spool and resends it."""
     scheme, _, key = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
-        return _unauthorized("A node token is required: Authorization: Bearer <token>.")
+        return unauthorized_response("A node token is required: Authorization: Bearer <token>.")
     try:
         return _batch_receive(request, key=key.strip())
     except (OperationalError, InterfaceError):
         logger.exception("database unavailable while receiving a batch")
-        return _error(503, "unavailable", "Storage is unavailable; resend later.",
+        return error_response(503, "unavailable", "Storage is unavailable; resend later.",
                       Retry_After=str(STORAGE_RETRY_AFTER_S))
 
 
 def _batch_receive(request, *, key: str) -> JsonResponse:
     node = node_for_token(key=key)
     if node is None:
-        return _unauthorized("Unknown or revoked node token.")
+        return unauthorized_response("Unknown or revoked node token.")
     wait_s = node_batch_wait_s(node_id=node.pk)
     if wait_s is not None:
         limit = conf.node_batches_per_minute()
-        return _error(429, "throttled", f"Over {limit} batches a minute; resend later.",
+        return error_response(429, "throttled", f"Over {limit} batches a minute; resend later.",
                       [{"field": "node", "message": f"retry after {wait_s} s"}],
                       Retry_After=str(wait_s))
     raw = request.read(conf.MAX_BODY_BYTES + 1)
     if len(raw) > conf.MAX_BODY_BYTES:
-        return _error(413, "too_large", f"The body is over {conf.MAX_BODY_BYTES} bytes.",
+        return error_response(413, "too_large", f"The body is over {conf.MAX_BODY_BYTES} bytes.",
                       [{"field": "body", "message": f"more than {conf.MAX_BODY_BYTES} bytes"}])
     try:
         body = batch_parse(raw, content_encoding=request.headers.get("Content-Encoding", ""),
@@ -120,7 +120,7 @@ def nodes(request):
             messages.success(request, f"Node {issued.node} enrolled.")
             return redirect("ingest_nodes")
     return render(request, "ingest/nodes.html", {
-        "nodes": nodes_overview(), "form": form,
+        "nodes": nodes_overview(), "form": form, "clusters": Cluster.objects.all(),
         "new_token": request.session.pop(NEW_TOKEN_SESSION_KEY, None),
         "skew_threshold_s": conf.CLOCK_SKEW_THRESHOLD_S,
     })

@@ -194,6 +194,7 @@ class Backend(ABC):
 #: this module imports none of its implementations). `none` has no backend.
 BACKENDS: dict[str, str] = {
     "slurm": "gpuquota.schedulers.slurm.backend.SlurmBackend",
+    "kubernetes": "gpuquota.schedulers.kubernetes.backend.KubernetesBackend",
 }
 
 

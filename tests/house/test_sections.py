@@ -77,6 +77,8 @@ def test_the_installed_apps_contribute_in_installed_apps_order():
     found = [(s.page, s.slot, s.template) for s in contributed("PAGE_SECTIONS")]
     assert found == [
         ("team", "main", "schedulers/_team_holds.html"),
+        ("team", "top", "kubernetes/_team_foreign.html"),
+        ("team", "main", "kubernetes/_team_bindings.html"),
         ("team", "main", "reports/_team_statements.html"),
         ("team", "top", "reclaim/_team_banner.html"),
         ("team", "main", "reclaim/_team_audit.html"),

@@ -1,0 +1,1 @@
+"""The Kubernetes backend: reservations as Kueue quotas, admission rules, exact GPUs (DRA)."""

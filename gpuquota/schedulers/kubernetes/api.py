@@ -1,0 +1,150 @@
+"""The Kubernetes API through the official client, for the kinds the backend manages:
+list, create, merge-patch (with a resourceVersion precondition) and delete; every refusal
+becomes a BackendError that says what to do."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from gpuquota.schedulers.backend import BackendError
+
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpuquota"
+RBAC_FILE = "deploy/kubernetes/base/rbac.yaml"
+
+
+@dataclass(frozen=True)
+class Kind:
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+KINDS = {k.kind: k for k in (
+    Kind("ResourceFlavor", "kueue.x-k8s.io", "v1beta1", "resourceflavors", False),
+    Kind("ClusterQueue", "kueue.x-k8s.io", "v1beta1", "clusterqueues", False),
+    Kind("LocalQueue", "kueue.x-k8s.io", "v1beta1", "localqueues", True),
+    Kind("ValidatingAdmissionPolicy", "admissionregistration.k8s.io", "v1",
+         "validatingadmissionpolicies", False),
+    Kind("ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io", "v1",
+         "validatingadmissionpolicybindings", False),
+    Kind("ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", True),
+    Kind("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules", False),
+    Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
+    Kind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads", True),
+)}
+
+
+def api_client(*, api_url: str, token: str, timeout_s: int,
+               ca_file: str = "") -> k8s.ApiClient:
+    """A client for `api_url` with a bearer token (and the API server's CA, if private);
+    with no URL, the pod's ServiceAccount."""
+    configuration = k8s.Configuration()
+    if api_url:
+        configuration.host = api_url.rstrip("/")
+        configuration.api_key = {"authorization": f"Bearer {token}"} if token else {}
+        if ca_file:
+            configuration.ssl_ca_cert = ca_file
+    else:
+        try:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        except k8s_config.ConfigException as exc:
+            raise BackendError("No API URL is configured and this process does not run in a "
+                               "pod with a ServiceAccount.", detail=str(exc)) from None
+    configuration.retries = False
+    api = k8s.ApiClient(configuration)
+    api.timeout_s = timeout_s
+    return api
+
+
+def _refusal(exc: ApiException, what: str) -> BackendError:
+    try:
+        body = json.loads(exc.body or "{}")
+    except ValueError:
+        body = {}
+    message = body.get("message") or exc.reason or ""
+    causes = "; ".join(c.get("message", "") for c in body.get("details", {}).get("causes", []))
+    if exc.status == 403:
+        return BackendError(f"The Kubernetes API refused to {what} (RBAC): the reconciler's "
+                            f"ServiceAccount needs the rules of {RBAC_FILE}.", detail=message)
+    if exc.status == 401:
+        return BackendError("The Kubernetes API did not accept the token.", detail=message)
+    if exc.status == 409:
+        return BackendError(f"Could not {what}: it changed on the cluster meanwhile "
+                            "(resourceVersion); the next reconcile retries.", detail=message)
+    if exc.status == 422:
+        return BackendError(f"The Kubernetes API refused to {what} as invalid: {causes}",
+                            detail=message)
+    return BackendError(f"The Kubernetes API answered {exc.status} to {what}.", detail=message)
+
+
+class Api:
+    """The calls the backend makes; `rbac_verbs` lists them (checked against the shipped
+    ClusterRole by the tests)."""
+
+    rbac_verbs = ("list", "create", "patch", "delete")
+
+    def __init__(self, api: k8s.ApiClient):
+        self.api = api
+        self.custom = k8s.CustomObjectsApi(api)
+        self.timeout = api.timeout_s
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, _request_timeout=self.timeout, **kwargs)
+        except ApiException as exc:
+            raise _refusal(exc, what) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise BackendError(f"Cannot reach the Kubernetes API at {self.api.configuration.host}.",
+                               detail=str(exc)) from None
+
+    def version(self) -> str:
+        return self._call("read the version", k8s.VersionApi(self.api).get_code).git_version
+
+    def groups(self) -> dict[str, list[str]]:
+        found = self._call("discover the API groups", k8s.ApisApi(self.api).get_api_versions)
+        return {g.name: [v.version for v in g.versions] for g in found.groups}
+
+    def list(self, kind: Kind, selector: str = MANAGED_SELECTOR) -> list[dict]:
+        """Every object of `kind` (in every namespace) matching `selector`."""
+        found = self._call(f"list {kind.plural}", self.custom.list_cluster_custom_object,
+                           kind.group, kind.version, kind.plural, label_selector=selector)
+        return found.get("items", [])
+
+    def create(self, kind: Kind, obj: dict) -> None:
+        what = f"create {kind.kind} {obj['metadata']['name']}"
+        if kind.namespaced:
+            self._call(what, self.custom.create_namespaced_custom_object, kind.group,
+                       kind.version, obj["metadata"]["namespace"], kind.plural, obj)
+        else:
+            self._call(what, self.custom.create_cluster_custom_object, kind.group,
+                       kind.version, kind.plural, obj)
+
+    def patch(self, kind: Kind, name: str, namespace: str, patch: dict) -> None:
+        what = f"patch {kind.kind} {name}"
+        if kind.namespaced:
+            self._call(what, self.custom.patch_namespaced_custom_object, kind.group,
+                       kind.version, namespace, kind.plural, name, patch)
+        else:
+            self._call(what, self.custom.patch_cluster_custom_object, kind.group,
+                       kind.version, kind.plural, name, patch)
+
+    def delete(self, kind: Kind, name: str, namespace: str) -> None:
+        what = f"delete {kind.kind} {name}"
+        if kind.namespaced:
+            self._call(what, self.custom.delete_namespaced_custom_object, kind.group,
+                       kind.version, namespace, kind.plural, name)
+        else:
+            self._call(what, self.custom.delete_cluster_custom_object, kind.group,
+                       kind.version, kind.plural, name)

@@ -1,0 +1,205 @@
+"""The Kubernetes backend (kubernetes.md): reservations as Kueue quotas per team (binding
+level `quota`), admission policies keeping GPU workloads in their team's queue, and in the
+opt-in exact-GPU mode DRA claims pinned to the reserved GPUs' UUIDs (`exact_gpus`). Without
+Kueue a reservation is `advisory` and nothing is written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+
+import yaml
+
+from gpuquota.core.errors import DomainError
+from gpuquota.schedulers.backend import (
+    Action,
+    Backend,
+    BackendError,
+    Binding,
+    CapabilityReport,
+    Observed,
+    Plan,
+    SchedulerObject,
+)
+from gpuquota.schedulers.kubernetes.admission import admission_objects
+from gpuquota.schedulers.kubernetes.api import KINDS, Api, api_client
+from gpuquota.schedulers.kubernetes.capabilities import detect
+from gpuquota.schedulers.kubernetes.objects import (
+    dra_objects,
+    kueue_objects,
+    queue_name,
+)
+from gpuquota.schedulers.kubernetes.options import KubernetesOptions, options_parse
+from gpuquota.schedulers.models import BindingLevel
+from gpuquota.schedulers.secrets import secret_decrypt
+from gpuquota.schedulers.selectors import plan_inputs
+
+MANAGED_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "ValidatingAdmissionPolicy",
+                 "ValidatingAdmissionPolicyBinding", "ResourceClaimTemplate", "DeviceTaintRule")
+
+
+def _canonical(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _project(observed, planned):
+    """`observed` reduced to what `planned` names (the API server's defaults are not drift)."""
+    if isinstance(planned, dict) and isinstance(observed, dict):
+        return {k: _project(observed[k], v) for k, v in planned.items() if k in observed}
+    if isinstance(planned, list) and isinstance(observed, list) and len(planned) == len(observed):
+        return [_project(o, p) for o, p in zip(observed, planned, strict=True)]
+    return observed
+
+
+def object_key(obj: dict) -> str:
+    """The scheduler-object name: `gq-...` and, for a namespaced object, `/namespace`."""
+    meta = obj["metadata"]
+    return f"{meta['name']}/{meta['namespace']}" if meta.get("namespace") else meta["name"]
+
+
+def _from_key(name: str) -> tuple[str, str]:
+    object_name, _, namespace = name.partition("/")
+    return object_name, namespace
+
+
+class KubernetesBackend(Backend):
+    scheduler = "kubernetes"
+    kinds = MANAGED_KINDS
+
+    def __init__(self, *, cluster, config):
+        super().__init__(cluster=cluster, config=config)
+        self._options: KubernetesOptions | None = None
+        self._api: Api | None = None
+        self._planned: dict[tuple[str, str], dict] = {}
+        self._served: set[str] = set(MANAGED_KINDS)
+
+    @property
+    def options(self) -> KubernetesOptions:
+        """The backend's options; unusable ones stop the run as a cluster problem."""
+        if self._options is None:
+            try:
+                self._options = options_parse(self.config.options,
+                                              cluster_slug=self.cluster.slug)
+            except DomainError as exc:
+                raise BackendError(f"The Kubernetes options are unusable: {exc.message}") from None
+        return self._options
+
+    @property
+    def api(self) -> Api:
+        if self._api is None:
+            try:
+                token = secret_decrypt(self.config.token_encrypted)
+            except ValueError as exc:
+                raise BackendError(str(exc)) from None
+            self._api = Api(api_client(api_url=self.config.api_url, token=token,
+                                       timeout_s=self.config.command_timeout_s,
+                                       ca_file=self.options.ca_file))
+        return self._api
+
+    def capabilities(self) -> CapabilityReport:
+        report = detect(self.api, options=self.options)
+        self._served = set(report.facts["served_kinds"])
+        return report
+
+    def plan(self, at: datetime, *, capabilities: CapabilityReport) -> Plan:
+        inputs = plan_inputs(cluster=self.cluster, at=at)
+        facts, slug = capabilities.facts, self.cluster.slug
+        manifests: list[dict] = []
+        if facts.get("kueue_api"):
+            manifests += kueue_objects(inputs, cluster_slug=slug, options=self.options)
+            queues = {ns: queue_name(t.slug) for t in inputs.teams.values() for ns in t.accounts}
+            manifests += admission_objects(queues, cluster_slug=slug, options=self.options)
+        exact = capabilities.best_binding == BindingLevel.EXACT_GPUS
+        if exact:
+            manifests += dra_objects(inputs, cluster_slug=slug, options=self.options,
+                                     taint_rules=bool(facts.get("device_taint_rules")))
+        plan = Plan(at=at)
+        self._planned = {}
+        for manifest in manifests:
+            obj = SchedulerObject(manifest["kind"], object_key(manifest), {
+                "labels": _canonical(manifest["metadata"]["labels"]),
+                "spec": _canonical(manifest["spec"])})
+            self._planned[obj.key] = manifest
+            plan.objects.append(obj)
+        for r in inputs.reservations:
+            plan.bindings[r.id] = self._binding(r, capabilities, exact=exact)
+        return plan
+
+    def _binding(self, reservation, capabilities: CapabilityReport, *, exact: bool) -> Binding:
+        if exact:
+            return Binding(BindingLevel.EXACT_GPUS,
+                           "DRA claims pinned to the reserved GPUs' UUIDs; Kueue cannot count "
+                           "such claims against quotas yet", f"gq-res-{reservation.id}")
+        if capabilities.facts.get("kueue_api"):
+            return Binding(BindingLevel.QUOTA,
+                           f"Kueue nominalQuota of ClusterQueue {queue_name(reservation.team_slug)}"
+                           f" from {self.options.lead_time_s} s before the start",
+                           queue_name(reservation.team_slug))
+        return Binding(BindingLevel.ADVISORY, "the cluster has no Kueue: nothing holds the GPUs")
+
+    def observe(self) -> Observed:
+        selector = f"app.kubernetes.io/managed-by=gpuquota,gpuquota.io/cluster={self.cluster.slug}"
+        observed = Observed()
+        for kind in MANAGED_KINDS:
+            if kind not in self._served:
+                continue
+            for item in self.api.list(KINDS[kind], selector):
+                name = object_key(item)
+                planned = self._planned.get((kind, name))
+                spec = item.get("spec", {})
+                observed.objects.append(SchedulerObject(kind, name, {
+                    "labels": _canonical({k: v for k, v in item["metadata"].get(
+                        "labels", {}).items() if k.startswith(("gpuquota.io/", "app.kube"))}),
+                    "spec": _canonical(_project(spec, planned["spec"]) if planned else spec),
+                    "resourceVersion": item["metadata"].get("resourceVersion", "")}))
+        return observed
+
+    def _manifest(self, obj: SchedulerObject) -> dict:
+        name, namespace = _from_key(obj.name)
+        metadata = {"name": name, "labels": json.loads(obj.fields["labels"])}
+        if namespace:
+            metadata["namespace"] = namespace
+        return {"apiVersion": KINDS[obj.kind].api_version, "kind": obj.kind,
+                "metadata": metadata, "spec": json.loads(obj.fields["spec"])}
+
+    def apply_action(self, action: Action) -> None:
+        kind = KINDS[action.obj.kind]
+        name, namespace = _from_key(action.obj.name)
+        if action.verb == "create":
+            self.api.create(kind, self._manifest(action.obj))
+        elif action.verb == "update":
+            manifest = self._manifest(action.obj)
+            patch = {"metadata": {"labels": manifest["metadata"]["labels"]},
+                     "spec": manifest["spec"]}
+            if action.before.get("resourceVersion"):
+                patch["metadata"]["resourceVersion"] = action.before["resourceVersion"]
+            self.api.patch(kind, name, namespace, patch)
+        elif action.verb == "delete":
+            self.api.delete(kind, name, namespace)
+        else:
+            raise BackendError(f"Unknown action {action.verb}.")
+
+    def render(self, actions: Iterable[Action]) -> list[str]:
+        commands = []
+        for action in actions:
+            kind = KINDS[action.obj.kind]
+            name, namespace = _from_key(action.obj.name)
+            ns = f" -n {namespace}" if namespace else ""
+            resource = f"{kind.plural}.{kind.group}"
+            if action.verb == "create":
+                commands.append("kubectl create -f - <<'EOF'\n"
+                                + json.dumps(self._manifest(action.obj), sort_keys=True)
+                                + "\nEOF")
+            elif action.verb == "update":
+                spec = json.loads(action.obj.fields["spec"])
+                commands.append(f"kubectl patch {resource} {name}{ns} --type merge -p '"
+                                + json.dumps({"spec": spec}, sort_keys=True) + "'")
+            else:
+                commands.append(f"kubectl delete {resource} {name}{ns}")
+        return commands
+
+    def export(self, plan: Plan) -> dict[str, str]:
+        """The plan as one manifest file for `kubectl apply -f` (sites that forbid writes)."""
+        manifests = [self._manifest(obj) for obj in plan.objects]
+        return {"gpuquota-kubernetes.yaml": yaml.safe_dump_all(manifests, sort_keys=False)}

@@ -1,0 +1,64 @@
+"""What a Kubernetes cluster can hold (kubernetes.md#capabilities): its version, whether
+Kueue's v1beta1 API is served, whether DRA is (resource.k8s.io/v1, Kubernetes >= 1.34) with
+the NVIDIA driver publishing devices, and DeviceTaintRules."""
+
+from __future__ import annotations
+
+import re
+
+from gpuquota.schedulers.backend import BackendError, CapabilityReport
+from gpuquota.schedulers.kubernetes.api import KINDS, Api
+from gpuquota.schedulers.kubernetes.options import KubernetesOptions
+from gpuquota.schedulers.models import BindingLevel
+
+KUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue")
+ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+DRA_KINDS = ("ResourceClaimTemplate", "DeviceTaintRule")
+DRA_MIN_MINOR = 34
+
+
+def _minor(version: str) -> int:
+    found = re.match(r"v?1\.(\d+)", version)
+    return int(found.group(1)) if found else 0
+
+
+def detect(api: Api, *, options: KubernetesOptions) -> CapabilityReport:
+    version = api.version()
+    groups = api.groups()
+    kueue = "v1beta1" in groups.get("kueue.x-k8s.io", [])
+    dra_api = "v1" in groups.get("resource.k8s.io", []) and _minor(version) >= DRA_MIN_MINOR
+    served = list(ADMISSION_KINDS) + (list(KUEUE_KINDS) if kueue else [])
+    facts: dict[str, object] = {"kubernetes": version,
+                                "kueue_api": "kueue.x-k8s.io/v1beta1" if kueue else "",
+                                "kueue_versions": groups.get("kueue.x-k8s.io", []),
+                                "dra_api": dra_api, "exact_gpus_requested": options.exact_gpus}
+    notes: list[str] = []
+    best = BindingLevel.QUOTA if kueue else BindingLevel.ADVISORY
+    if not kueue:
+        notes.append("Kueue is not installed (no kueue.x-k8s.io/v1beta1): reservations are "
+                     "advisory; nothing is written to the cluster.")
+    if options.exact_gpus:
+        driver = dra_api and any(
+            s.get("spec", {}).get("driver") == options.dra_driver
+            for s in api.list(KINDS["ResourceSlice"], selector=""))
+        facts["dra_driver"] = driver
+        taints = False
+        if driver:
+            try:
+                api.list(KINDS["DeviceTaintRule"], selector="app.kubernetes.io/managed-by")
+                taints = True
+            except BackendError:  # not served (the DRADeviceTaints feature is off)
+                notes.append("DeviceTaintRules are not served: other teams are kept off the "
+                             "reserved GPUs only by admission, not by the scheduler.")
+            served += list(DRA_KINDS) if taints else ["ResourceClaimTemplate"]
+            best = BindingLevel.EXACT_GPUS
+            notes.append("Exact GPUs (DRA) is on: Kueue cannot count ResourceClaims against "
+                         "quotas yet, so a reservation is held by its claim template and "
+                         "device taints, not by Kueue's quota.")
+        else:
+            notes.append(f"Exact GPUs was asked for, but the cluster has no DRA "
+                         f"(Kubernetes >= 1.{DRA_MIN_MINOR}, resource.k8s.io/v1) with the "
+                         f"{options.dra_driver} driver publishing devices.")
+        facts["device_taint_rules"] = taints
+    facts["served_kinds"] = served
+    return CapabilityReport(version=version, best_binding=best, facts=facts, notes=tuple(notes))

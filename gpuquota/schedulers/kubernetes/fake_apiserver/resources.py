@@ -1,0 +1,55 @@
+"""The kinds the fake API server serves, and how it validates what is written to them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import kubernetes_validate
+
+from gpuquota.schedulers.kubernetes.schemas import kueue_errors
+
+KUBERNETES_SCHEMA_VERSION = "1.37.0"
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+RESOURCES = [
+    Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", False),
+    Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False),
+    Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", True),
+    Resource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload", True),
+    Resource("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+             "ValidatingAdmissionPolicy", False),
+    Resource("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+             "ValidatingAdmissionPolicyBinding", False),
+    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    Resource("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", False),
+    Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+    Resource("", "v1", "pods", "Pod", True),
+    Resource("", "v1", "nodes", "Node", False),
+    Resource("", "v1", "namespaces", "Namespace", False),
+]
+
+
+def validation_errors(resource: Resource, obj: dict) -> list[str]:
+    """Why the API server would refuse `obj` with a 422 (empty: it is accepted)."""
+    if obj.get("kind") != resource.kind or obj.get("apiVersion") != resource.api_version:
+        return [f"kind: expected {resource.api_version} {resource.kind}"]
+    if resource.group == "kueue.x-k8s.io":
+        return kueue_errors(obj)
+    try:
+        kubernetes_validate.validate(obj, KUBERNETES_SCHEMA_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [f"{'.'.join(str(p) for p in exc.path) or '(root)'}: {exc.message}"]
+    return []

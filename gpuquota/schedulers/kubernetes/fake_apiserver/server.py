@@ -1,0 +1,271 @@
+"""The fake API server: stores objects, enforces resourceVersion (409 on a stale write),
+validates writes (422), answers 404 and 403 (from RBAC rules, e.g. the shipped ClusterRole)
+as the real one does, and records every request. Plain HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import threading
+import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from gpuquota.schedulers.kubernetes.fake_apiserver.resources import (
+    RESOURCES,
+    Resource,
+    validation_errors,
+)
+
+SERVICE_ACCOUNT = "system:serviceaccount:gpuquota:gpuquota-reconciler"
+VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One request as received: method, path, query, content type and JSON body."""
+
+    method: str
+    path: str
+    query: str
+    content_type: str
+    body: object
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str, causes: list[str] = ()):
+        super().__init__(message)
+        self.code, self.reason, self.message, self.causes = code, reason, message, list(causes)
+
+    def status(self) -> dict:
+        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": self.message, "reason": self.reason, "code": self.code}
+        if self.causes:
+            body["details"] = {"causes": [{"message": c} for c in self.causes]}
+        return body
+
+
+def merge_patch(target: object, patch: object) -> object:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def _selected(obj: dict, selector: str) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        key, eq, value = term.partition("=")
+        if (eq and labels.get(key) != value) or (not eq and key not in labels):
+            return False
+    return True
+
+
+class FakeApiServer:
+    """Start with `start()`; `url`, `token`, `requests`. `rbac_rules` (a ClusterRole's
+    rules) limit what the token may do; None allows everything. `groups` limits which API
+    groups are served (a cluster without Kueue, without DRA)."""
+
+    def __init__(self, *, token: str = "fake-token", version: str = "v1.34.2",
+                 rbac_rules: list[dict] | None = None, groups: set[str] | None = None):
+        self.token, self.version, self.rbac_rules = token, version, rbac_rules
+        self.resources = [r for r in RESOURCES if groups is None or r.group in groups
+                          or r.group == ""]
+        self.objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}
+        self.requests: list[Recorded] = []
+        self.lock = threading.Lock()
+        self._rv = itertools.count(1000)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
+                                        daemon=True)
+
+    def start(self) -> FakeApiServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # What tests (and the demo) do behind the reconciler's back.
+    def put(self, obj: dict) -> dict:
+        """Store `obj` as a person or a controller would (no RBAC, no validation)."""
+        resource = self._resource_for(obj["apiVersion"], obj["kind"])
+        with self.lock:
+            return self._store(resource, copy.deepcopy(obj))
+
+    def get(self, kind: str, name: str, namespace: str = "") -> dict | None:
+        resource = next(r for r in self.resources if r.kind == kind)
+        stored = self.objects.get((resource.group, resource.plural), {}).get((namespace, name))
+        return copy.deepcopy(stored) if stored else None
+
+    def remove(self, kind: str, name: str, namespace: str = "") -> None:
+        resource = next(r for r in self.resources if r.kind == kind)
+        self.objects.get((resource.group, resource.plural), {}).pop((namespace, name), None)
+
+    def writes(self) -> list[Recorded]:
+        return [r for r in self.requests if r.method != "GET"]
+
+    def _resource_for(self, api_version: str, kind: str) -> Resource:
+        return next(r for r in self.resources if r.api_version == api_version and r.kind == kind)
+
+    def _store(self, resource: Resource, obj: dict) -> dict:
+        meta = obj.setdefault("metadata", {})
+        meta["resourceVersion"] = str(next(self._rv))
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+        meta["generation"] = meta.get("generation", 0) + 1
+        key = (meta.get("namespace", "") if resource.namespaced else "", meta["name"])
+        self.objects.setdefault((resource.group, resource.plural), {})[key] = obj
+        return copy.deepcopy(obj)
+
+    def _allowed(self, resource: Resource, verb: str) -> bool:
+        if self.rbac_rules is None:
+            return True
+        return any(resource.group in rule.get("apiGroups", []) and resource.plural in
+                   rule.get("resources", []) and verb in rule.get("verbs", [])
+                   for rule in self.rbac_rules)
+
+    def _route(self, path: str) -> tuple[Resource, str, str]:
+        parts = path.strip("/").split("/")
+        if parts[0] == "api" and len(parts) >= 3:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[0] == "apis" and len(parts) >= 4:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        namespace = ""
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        plural, name = rest[0], (rest[1] if len(rest) > 1 else "")
+        for resource in self.resources:
+            if (resource.group, resource.version, resource.plural) == (group, version, plural):
+                return resource, namespace, name
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+    def handle(self, method: str, path: str, query: str, body: object) -> tuple[int, dict]:
+        path = path.rstrip("/")
+        if path == "/version":
+            major, minor = self.version.lstrip("v").split(".")[:2]
+            return 200, {"major": major, "minor": minor, "gitVersion": self.version,
+                         "gitCommit": "0" * 40, "gitTreeState": "clean",
+                         "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25",
+                         "compiler": "gc", "platform": "linux/amd64"}
+        if path == "/apis":
+            return 200, self._discovery()
+        resource, namespace, name = self._route(path)
+        verb = VERBS.get(method) or ("get" if name else "list")
+        if not self._allowed(resource, verb):
+            scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+            raise ApiError(403, "Forbidden", (
+                f'{resource.plural}.{resource.group or "core"} is forbidden: User '
+                f'"{SERVICE_ACCOUNT}" cannot {verb} resource "{resource.plural}" in API group '
+                f'"{resource.group}" {scope}'))
+        with self.lock:
+            return self._serve(resource, namespace, name, method, query, body)
+
+    def _serve(self, resource, namespace, name, method, query, body) -> tuple[int, dict]:
+        bucket = self.objects.setdefault((resource.group, resource.plural), {})
+        if method == "GET" and not name:
+            selector = parse_qs(query).get("labelSelector", [""])[0]
+            items = [copy.deepcopy(o) for (ns, _), o in sorted(bucket.items())
+                     if (not namespace or ns == namespace) and _selected(o, selector)]
+            return 200, {"apiVersion": resource.api_version, "kind": f"{resource.kind}List",
+                         "metadata": {"resourceVersion": str(next(self._rv))}, "items": items}
+        if method == "POST":
+            return self._create(resource, namespace, body, bucket)
+        key = (namespace, name)
+        current = bucket.get(key)
+        if current is None:
+            raise ApiError(404, "NotFound", f'{resource.plural}.{resource.group} "{name}" '
+                                            "not found")
+        if method == "GET":
+            return 200, copy.deepcopy(current)
+        if method == "DELETE":
+            del bucket[key]
+            return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+        wanted_rv = (body or {}).get("metadata", {}).get("resourceVersion")
+        if wanted_rv is not None and wanted_rv != current["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", (
+                f'Operation cannot be fulfilled on {resource.plural}.{resource.group} "{name}": '
+                "the object has been modified; please apply your changes to the latest version "
+                "and try again"))
+        updated = merge_patch(current, body) if method == "PATCH" else copy.deepcopy(body)
+        updated["metadata"] = {**current["metadata"], **updated.get("metadata", {})}
+        errors = validation_errors(resource, updated)
+        if errors:
+            raise ApiError(422, "Invalid", f'{resource.kind} "{name}" is invalid', errors)
+        return 200, self._store(resource, updated)
+
+    def _create(self, resource, namespace, body, bucket) -> tuple[int, dict]:
+        obj = copy.deepcopy(body) if isinstance(body, dict) else {}
+        meta = obj.setdefault("metadata", {})
+        if resource.namespaced:
+            meta["namespace"] = namespace
+        errors = validation_errors(resource, obj)
+        if errors:
+            raise ApiError(422, "Invalid",
+                           f'{resource.kind} "{meta.get("name", "")}" is invalid', errors)
+        if (namespace, meta["name"]) in bucket:
+            raise ApiError(409, "AlreadyExists",
+                           f'{resource.plural}.{resource.group} "{meta["name"]}" already exists')
+        return 201, self._store(resource, obj)
+
+    def _discovery(self) -> dict:
+        groups: dict[str, list[str]] = {}
+        for r in self.resources:
+            if r.group:
+                groups.setdefault(r.group, [])
+                if r.version not in groups[r.group]:
+                    groups[r.group].append(r.version)
+        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
+             "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
+            for g, vs in sorted(groups.items())]}
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # the tests read `requests`, not stderr
+                pass
+
+            def _answer(self, code: int, body: dict) -> None:
+                raw = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def _any(self) -> None:
+                split = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw.decode(errors="replace")
+                server.requests.append(Recorded(self.command, split.path, split.query,
+                                                self.headers.get("Content-Type", ""), body))
+                if self.headers.get("Authorization") != f"Bearer {server.token}":
+                    self._answer(401, ApiError(401, "Unauthorized", "Unauthorized").status())
+                    return
+                try:
+                    self._answer(*server.handle(self.command, split.path, split.query, body))
+                except ApiError as exc:
+                    self._answer(exc.code, exc.status())
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _any
+
+        return Handler

@@ -1,0 +1,59 @@
+"""A Kubernetes cluster's backend options (`BackendConfig.options`, kubernetes.md#options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuquota.core.errors import DomainError
+
+DEFAULT_TOLERATIONS = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    cohort: str
+    resource_name: str = "nvidia.com/gpu"
+    lead_time_s: int = 900
+    flavors: dict = field(default_factory=dict)  # GPU class -> node_labels, tolerations
+    borrowing_limit: int | None = None
+    exact_gpus: bool = False
+    dra_device_class: str = "gpu.nvidia.com"
+    dra_driver: str = "gpu.nvidia.com"
+    ca_file: str = ""  # the API server's CA certificate, when it is private
+
+    def node_labels(self, gpu_class: str, slug: str) -> dict:
+        return dict(self.flavors.get(gpu_class, {}).get("node_labels")
+                    or {"gpuquota.io/gpu-class": slug})
+
+    def tolerations(self, gpu_class: str) -> list[dict]:
+        found = self.flavors.get(gpu_class, {}).get("tolerations")
+        return [dict(t) for t in (found if found is not None else DEFAULT_TOLERATIONS)]
+
+
+def options_parse(raw: dict | None, *, cluster_slug: str) -> KubernetesOptions:
+    """The options from their stored JSON, refused with the field named when unusable."""
+    raw = dict(raw or {})
+    known = {"cohort", "resource_name", "lead_time_s", "flavors", "borrowing_limit",
+             "exact_gpus", "dra_device_class", "dra_driver", "ca_file"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise DomainError(f"Unknown Kubernetes option(s): {', '.join(unknown)}.",
+                          field="options")
+    lead = raw.get("lead_time_s", 900)
+    if not isinstance(lead, int) or isinstance(lead, bool) or not 0 <= lead <= 86400:
+        raise DomainError("lead_time_s is a whole number of seconds, 0 to 86400.",
+                          field="options")
+    limit = raw.get("borrowing_limit")
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise DomainError("borrowing_limit is a number of GPUs, 0 or more.", field="options")
+    if not isinstance(raw.get("flavors", {}), dict):
+        raise DomainError("flavors maps a GPU class to node_labels and tolerations.",
+                          field="options")
+    return KubernetesOptions(
+        cohort=str(raw.get("cohort") or f"gq-{cluster_slug}"),
+        resource_name=str(raw.get("resource_name") or "nvidia.com/gpu"),
+        lead_time_s=lead, flavors=raw.get("flavors", {}), borrowing_limit=limit,
+        exact_gpus=bool(raw.get("exact_gpus", False)),
+        dra_device_class=str(raw.get("dra_device_class") or "gpu.nvidia.com"),
+        dra_driver=str(raw.get("dra_driver") or "gpu.nvidia.com"),
+        ca_file=str(raw.get("ca_file") or ""))

@@ -1,0 +1,63 @@
+"""Reads for the Kubernetes cluster page: capabilities, each reservation's binding and the
+objects written for it, foreign use per month."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuquota.core.timeutil import Period
+from gpuquota.inventory.models import Cluster
+from gpuquota.schedulers.kubernetes.foreign import ForeignUse, foreign_uses
+from gpuquota.schedulers.models import Capabilities, ManagedObject, ReservationBinding
+
+
+@dataclass
+class ReservationHold:
+    binding: ReservationBinding
+    objects: list[ManagedObject] = field(default_factory=list)
+
+
+def reservation_holds(*, cluster: Cluster) -> list[ReservationHold]:
+    """Each reservation on `cluster` with a binding: its level, why, and the objects
+    gpuquota wrote that hold it (its team's queues, or its claims and taints)."""
+    objects = list(ManagedObject.objects.filter(cluster=cluster).order_by("kind", "name"))
+    holds = []
+    bindings = (ReservationBinding.objects
+                .filter(reservation__assignments__gpu__node__cluster=cluster)
+                .select_related("reservation__team", "reservation__gpu_class").distinct()
+                .order_by("-reservation__start"))
+    for binding in bindings:
+        prefixes = (f"gq-res-{binding.reservation_id}",)
+        if binding.scheduler_object:
+            prefixes += (binding.scheduler_object,)
+        holds.append(ReservationHold(binding, [
+            o for o in objects if any(o.name == p or o.name.startswith((p + "/", p + "-"))
+                                      for p in prefixes) and o.kind != "ResourceFlavor"]))
+    return holds
+
+
+def team_bindings(*, team, now) -> list[ReservationBinding]:
+    """The binding of each of `team`'s reservations not yet over on a Kubernetes cluster."""
+    return list(ReservationBinding.objects.filter(
+        reservation__team=team, reservation__end__gt=now,
+        reservation__status__in=("scheduled", "active"),
+        reservation__assignments__gpu__node__cluster__scheduler=Cluster.Scheduler.KUBERNETES,
+    ).select_related("reservation__gpu_class").distinct().order_by("reservation__start"))
+
+
+def kubernetes_clusters() -> list[Cluster]:
+    return list(Cluster.objects.filter(scheduler=Cluster.Scheduler.KUBERNETES))
+
+
+def cluster_capabilities(*, cluster: Cluster) -> Capabilities | None:
+    return Capabilities.objects.filter(cluster=cluster).first()
+
+
+def foreign_uses_month(*, cluster: Cluster, period: Period, team=None) -> list[ForeignUse]:
+    return foreign_uses(cluster=cluster, start=period.start, end=period.end, team=team)
+
+
+def foreign_use_counts(*, period: Period) -> dict[Cluster, int]:
+    """Foreign uses in `period` per Kubernetes cluster (the statements' review can show
+    them per month: reports may import this selector)."""
+    return {c: len(foreign_uses_month(cluster=c, period=period)) for c in kubernetes_clusters()}

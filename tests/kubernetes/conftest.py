@@ -1,0 +1,88 @@
+"""A Kubernetes cluster in gpuquota (two teams, their namespaces, two nodes of GPUs) and the
+fake API server it reconciles against, limited by the shipped ClusterRole."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from django.conf import settings
+
+from accounts.models import ClusterIdentity
+from gpuquota.inventory.models import Cluster
+from gpuquota.reservations.models import Assignment, Loan, Reservation
+from gpuquota.schedulers.kubernetes.fake_apiserver import FakeApiServer
+from gpuquota.schedulers.services import backend_config_update
+from tests.factories import (
+    AdminFactory,
+    ClusterFactory,
+    ClusterIdentityFactory,
+    GpuClassFactory,
+    NodeFactory,
+    TeamFactory,
+    make_gpu,
+)
+
+NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
+TOKEN = "sa-token-for-tests"
+RBAC = Path(settings.BASE_DIR) / "deploy" / "kubernetes" / "base" / "rbac.yaml"
+
+
+def shipped_rules() -> list[dict]:
+    role = next(d for d in yaml.safe_load_all(RBAC.read_text())
+                if d and d["kind"] == "ClusterRole")
+    return role["rules"]
+
+
+class KubeSite:
+    """Cluster `kube` (Kubernetes): teams vision (namespaces vision, vision-dev) and speech
+    (speech); nodes gpu-a and gpu-b with 4 H100s each."""
+
+    def __init__(self):
+        self.cluster = ClusterFactory(slug="kube", name="kube",
+                                      scheduler=Cluster.Scheduler.KUBERNETES)
+        self.gpu_class = GpuClassFactory(name="H100-80GB")
+        self.gpus = {}
+        for hostname in ("gpu-a", "gpu-b"):
+            node = NodeFactory(cluster=self.cluster, hostname=hostname)
+            self.gpus[hostname] = [make_gpu(node=node, gpu_class=self.gpu_class, index=i)
+                                   for i in range(4)]
+        self.admin = AdminFactory(username="root")
+        self.teams = {}
+        for slug, namespaces in (("vision", ("vision", "vision-dev")), ("speech", ("speech",))):
+            team = TeamFactory(name=slug.title(), slug=slug)
+            for namespace in namespaces:
+                ClusterIdentityFactory(cluster=self.cluster, key=namespace, user=None, team=team,
+                                       kind=ClusterIdentity.Kind.K8S_NAMESPACE)
+            self.teams[slug] = team
+
+    def configure(self, server: FakeApiServer, **options) -> None:
+        backend_config_update(cluster=self.cluster, actor=self.admin, token=server.token,
+                              api_url=server.url, options=options)
+
+    def reserve(self, team: str, gpus, *, start=NOW - timedelta(hours=1),
+                end=NOW + timedelta(hours=2)) -> Reservation:
+        reservation = Reservation.objects.create(
+            team=self.teams[team], gpu_class=self.gpu_class, count=len(gpus), start=start,
+            end=end, status=Reservation.Status.ACTIVE, requested_by=self.admin,
+            requested_at=start)
+        for gpu in gpus:
+            Assignment.objects.create(reservation=reservation, gpu=gpu, assigned_from=start,
+                                      assigned_until=end)
+        return reservation
+
+    def lend(self, reservation: Reservation, gpu, *, at=NOW) -> Loan:
+        assignment = Assignment.objects.get(reservation=reservation, gpu=gpu)
+        return Loan.objects.create(assignment=assignment, gpu=gpu, lent_from=at)
+
+
+@pytest.fixture
+def kube(db):
+    return KubeSite()
+
+
+@pytest.fixture
+def apiserver():
+    server = FakeApiServer(token=TOKEN, rbac_rules=shipped_rules()).start()
+    yield server
+    server.stop()
