@@ -128,3 +128,30 @@ def loans_return_for_reservation(*, reservation: Reservation, reason: str, actor
         loans = loans.filter(gpu_id__in=gpu_ids)
     return [loan_return(loan=loan, reason=reason, actor=actor, at=at, note=note)
             for loan in loans.order_by("pk")]
+
+
+def reservation_lend_now(*, reservation: Reservation, actor, gpu_uuid: str | None = None,
+                         reason: str = "", at: datetime | None = None) -> Loan:
+    """A lead's or admin's "lend now": lend the reservation's GPU `gpu_uuid`, or the first
+    of its GPUs in force and not lent."""
+    at = _now(at)
+    assignments = reservation.assignments.filter(
+        assigned_from__lte=at, assigned_until__gt=at).select_related("gpu").order_by("gpu_id")
+    if gpu_uuid:
+        assignment = assignments.filter(gpu__uuid=gpu_uuid).first()
+        if assignment is None:
+            raise DomainError("Not a GPU of this reservation now.", field="gpu")
+    else:
+        lent = Loan.objects.filter(returned_at__isnull=True).values("gpu_id")
+        assignment = assignments.exclude(gpu_id__in=lent).first()
+        if assignment is None:
+            raise Conflict("No GPU of this reservation is free to lend now.", field="gpu")
+    return loan_lend(assignment=assignment, actor=actor, at=at,
+                     reason=reason or "lent now by hand")
+
+
+def loan_return_by(*, loan: Loan, actor, is_owner_lead: bool, note: str = "") -> Loan:
+    """"Return now" from a page or the API: the reserving team's ask (`owner_ask`) from one of
+    its leads, an admin's return (`admin`) otherwise."""
+    reason = E.OWNER_ASK if is_owner_lead else E.ADMIN
+    return loan_return(loan=loan, reason=reason, actor=actor, note=note)
