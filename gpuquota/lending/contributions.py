@@ -1,8 +1,9 @@
 """What lending adds to the pages and metrics of the apps below it
 (`gpuquota.core.contributions`): the team page's lending section, lending's Prometheus
-gauges."""
+gauges, and the demo's reservation with an idle GPU to lend."""
 
 from gpuquota.core.sections import Section
+from gpuquota.lending.demo import seed_demo_loan
 from gpuquota.lending.metrics import LendingCollector
 from gpuquota.lending.pages import team_lending_context
 
@@ -13,3 +14,5 @@ PAGE_SECTIONS = [
 ]
 
 METRICS_COLLECTORS = [LendingCollector()]
+
+DEMO_SEEDS = [seed_demo_loan]

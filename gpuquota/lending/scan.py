@@ -1,6 +1,6 @@
 """The lending policy's periodic pass (`lending.scan`): end the loans that are due (the
 assignment ended, the GPU failed, the reserving team's process appeared, lending turned
-off), record when returned GPUs on clusters without a scheduler backend were seen free,
+off), record when the samples saw returned GPUs free of borrowers,
 and lend the GPUs idle for LEND_AFTER_IDLE_S. Safe to run twice: each step re-reads
 what it changes under a lock."""
 
@@ -19,7 +19,7 @@ from gpuquota.lending.selectors import (
     lending_off_q,
     loan_candidate,
     loans_list,
-    loans_returning_advisory,
+    loans_returning,
 )
 from gpuquota.lending.services import E, loan_lend, loan_return, loan_return_observed
 from gpuquota.reservations.models import Reservation
@@ -79,7 +79,7 @@ def _return_failed(open_loans, now: datetime) -> int:
 
 def _observe_freed(now: datetime) -> int:
     freed = 0
-    for loan in loans_returning_advisory():
+    for loan in loans_returning():
         at = seen_free_at(candidate=loan_candidate(loan, since=loan.returned_at), now=now)
         if at is not None:
             loan_return_observed(loan=loan, freed_at=min(at, now))
