@@ -16,6 +16,7 @@ from django.utils import timezone
 from gpuquota.core.errors import Conflict, DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
+from gpuquota.lending.conf import lending_enabled
 from gpuquota.lending.selectors import failed_gpu_ids, lending_off_for
 from gpuquota.reservations.models import Assignment, Loan, Reservation
 from gpuquota.schedulers.services import schedulers_reconcile_request
@@ -56,6 +57,9 @@ def loan_lend(*, assignment: Assignment, actor=None, reason: str = "",
 
 def _check_lendable(assignment: Assignment, at: datetime) -> None:
     reservation = assignment.reservation
+    if not lending_enabled():
+        raise Conflict("Lending is switched off on this site (LENDING_ENABLED).",
+                       field="reservation")
     if reservation.status != Reservation.Status.ACTIVE:
         raise DomainError("Only an active reservation's GPUs can be lent.", field="reservation")
     if not assignment.assigned_from <= at < assignment.assigned_until:

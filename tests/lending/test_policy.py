@@ -170,6 +170,9 @@ def test_opt_outs_return_the_loans_and_keep_gpus_from_being_lent(world, settings
     assert lending_scan(now=NOW + 2 * IDLE)["lent"] == 1
     settings.LENDING_ENABLED = False
     assert lending_scan(now=NOW + 2 * IDLE + MIN) == {"returned": 1, "freed": 0, "lent": 0}
+    with pytest.raises(Conflict, match="switched off"):
+        loan_lend(assignment=reservation.assignments.get(), actor=world.admin,
+                  at=NOW + 2 * IDLE + 2 * MIN)
     assert set(AuditEntry.objects.filter(action__startswith="lending.").values_list(
         "action", flat=True)) == {"lending.optout", "lending.optout_end"}
 
