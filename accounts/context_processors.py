@@ -15,6 +15,7 @@ NAV_SECTIONS = [
     ("/ingest/", "operations"),
     ("/reclaim/", "operations"),
     ("/schedulers/", "operations"),
+    ("/lending/", "operations"),
     ("/manage/", "manage"),
 ]
 

@@ -109,6 +109,7 @@ INSTALLED_APPS = [
     "gpuquota.usage",
     "gpuquota.schedulers",
     "gpuquota.schedulers.kubernetes",  # kubernetes: its page and contributions
+    "gpuquota.lending",
     "reports",
     "gpuquota.mail",
     "gpuquota.demo",

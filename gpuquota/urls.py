@@ -40,6 +40,8 @@ urlpatterns = [
     path("", include("gpuquota.usage.urls")),
     path("", include("gpuquota.schedulers.urls")),
     path("", include("gpuquota.schedulers.kubernetes.urls")),
+    path("", include("gpuquota.lending.urls")),
+    path("", include("gpuquota.lending.urls_pages")),
     path("", include("reports.urls")),
     path("", include("reports.page_urls")),
     path("", include("reclaim.urls")),

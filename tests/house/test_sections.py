@@ -79,13 +79,16 @@ def test_the_installed_apps_contribute_in_installed_apps_order():
         ("team", "main", "schedulers/_team_holds.html"),
         ("team", "top", "kubernetes/_team_foreign.html"),
         ("team", "main", "kubernetes/_team_bindings.html"),
+        ("team", "main", "lending/_team_loans.html"),
         ("team", "main", "reports/_team_statements.html"),
         ("team", "top", "reclaim/_team_banner.html"),
         ("team", "main", "reclaim/_team_audit.html"),
         ("fleet", "figures", "reclaim/_fleet_figures.html"),
     ]
-    assert [type(c).__name__ for c in contributed("METRICS_COLLECTORS")] == ["ReclaimCollector"]
-    assert [seed.__module__ for seed in contributed("DEMO_SEEDS")] == ["reports.demo"]
+    assert [type(c).__name__ for c in contributed("METRICS_COLLECTORS")] == ["LendingCollector",
+                                                                       "ReclaimCollector"]
+    assert [seed.__module__ for seed in contributed("DEMO_SEEDS")] == ["gpuquota.lending.demo",
+                                                                       "reports.demo"]
     assert contributions_check() == []
     with pytest.raises(ValueError, match="Unknown kind"):
         contributed("PAGE_SECTION")
