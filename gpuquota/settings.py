@@ -107,6 +107,7 @@ INSTALLED_APPS = [
     "gpuquota.ingest",
     "gpuquota.usage",
     "gpuquota.schedulers",
+    "gpuquota.lending",
     "reports",
     "gpuquota.mail",
     "gpuquota.demo",

@@ -38,6 +38,8 @@ urlpatterns = [
     path("", include("gpuquota.reservations.urls")),
     path("", include("gpuquota.ingest.urls")),
     path("", include("gpuquota.usage.urls")),
+    path("", include("gpuquota.lending.urls")),
+    path("", include("gpuquota.lending.urls_pages")),
     path("", include("reports.urls")),
     path("", include("reports.page_urls")),
     path("", include("reclaim.urls")),

@@ -187,6 +187,9 @@ class Loan(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
         related_name="+",
     )
+    preempt_notified_at = WholeSecondDateTimeField(
+        null=True, blank=True, help_text="When the borrowers' leads were told of the return.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -76,12 +76,14 @@ def test_sections_come_in_order_a_shared_context_runs_once_and_none_shows_nothin
 def test_the_installed_apps_contribute_in_installed_apps_order():
     found = [(s.page, s.slot, s.template) for s in contributed("PAGE_SECTIONS")]
     assert found == [
+        ("team", "main", "lending/_team_loans.html"),
         ("team", "main", "reports/_team_statements.html"),
         ("team", "top", "reclaim/_team_banner.html"),
         ("team", "main", "reclaim/_team_audit.html"),
         ("fleet", "figures", "reclaim/_fleet_figures.html"),
     ]
-    assert [type(c).__name__ for c in contributed("METRICS_COLLECTORS")] == ["ReclaimCollector"]
+    assert [type(c).__name__ for c in contributed("METRICS_COLLECTORS")] == ["LendingCollector",
+                                                                       "ReclaimCollector"]
     assert [seed.__module__ for seed in contributed("DEMO_SEEDS")] == ["reports.demo"]
     assert contributions_check() == []
     with pytest.raises(ValueError, match="Unknown kind"):

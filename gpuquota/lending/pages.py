@@ -1,0 +1,55 @@
+"""What the lending pages show: the team page's section (lent and borrowed GPUs, opt-outs
+and their controls for leads) and the admin's page (pool, loans, returns)."""
+
+from datetime import datetime, timedelta
+
+from accounts.models import Team
+from gpuquota.lending.conf import lend_after_idle_s, lend_return_notice_s, lending_enabled
+from gpuquota.lending.forms import OptOutForm
+from gpuquota.lending.selectors import (
+    loans_list,
+    optouts_list,
+    returns_list,
+    team_loans,
+    time_to_return,
+)
+from gpuquota.reservations.models import Reservation
+
+OPEN = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE)
+
+
+def optout_form(*, team: Team, data=None) -> OptOutForm:
+    """The opt-out form over the team's open reservations and their classes."""
+    reservations = list(Reservation.objects.filter(team=team, status__in=OPEN)
+                        .select_related("gpu_class").order_by("start", "pk"))
+    classes = sorted({r.gpu_class for r in reservations}, key=lambda c: c.name)
+    return OptOutForm(data, reservations=reservations, gpu_classes=classes)
+
+
+def team_lending_context(*, team: Team, can_act: bool, now: datetime) -> dict | None:
+    """The team page's lending section; None when there is nothing to show or do."""
+    loans = team_loans(team=team, now=now)
+    optouts = list(optouts_list(teams=Team.objects.filter(pk=team.pk), live_only=True))
+    form = optout_form(team=team) if can_act else None
+    has_choices = form is not None and bool(form.fields["target"].choices)
+    if not (loans.lent or loans.borrowed or optouts or has_choices):
+        return None
+    return {"lending": {"lent": loans.lent, "borrowed": loans.borrowed, "optouts": optouts,
+                        "form": form if has_choices else None, "enabled": lending_enabled(),
+                        "idle_s": lend_after_idle_s(), "notice_s": lend_return_notice_s()}}
+
+
+def admin_lending_context(*, now: datetime, days: int) -> dict:
+    """The admin's lending page: the pool (lent now), returns waiting for their GPU to be
+    free, recent returns with the time-to-return over `days`, live opt-outs."""
+    start = now - timedelta(days=days)
+    return {"pool": list(loans_list(state="open").order_by("gpu__node__cluster__name",
+                                                           "gpu__node__hostname",
+                                                           "gpu__index")),
+            "returning": list(loans_list(state="returning")),
+            "returns": [{"loan": loan, "ttr_s": int((loan.freed_at - loan.returned_at)
+                                                    .total_seconds())}
+                        for loan in returns_list(start=start, end=now)[:200]],
+            "figures": time_to_return(start=start, end=now), "days": days,
+            "optouts": list(optouts_list(live_only=True)), "enabled": lending_enabled(),
+            "idle_s": lend_after_idle_s(), "notice_s": lend_return_notice_s()}

@@ -1,0 +1,157 @@
+"""Lending's writes: lend an assigned GPU, return it (on the owner's ask, at the assignment's
+end, when the GPU fails, when lending is turned off), and record when the scheduler saw it
+free. Every step is audited and asks the scheduler backends to reconcile after commit.
+
+Concurrency: a step locks the assignment (lend) or the loan (return) with SELECT ... FOR
+UPDATE and re-reads it, so two workers returning one loan return it once; PostgreSQL's
+constraints (`loan_gpu_no_overlap`, the loan-inside-assignment triggers) are the last word
+and turn a lost race into a `Conflict`.
+"""
+
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from gpuquota.core.errors import Conflict, DomainError
+from gpuquota.core.fields import whole_second
+from gpuquota.core.services import audit_record
+from gpuquota.lending.selectors import failed_gpu_ids, lending_off_for
+from gpuquota.reservations.models import Assignment, Loan, Reservation
+from gpuquota.schedulers.services import schedulers_reconcile_request
+
+E = Loan.EndReason
+SECOND = timedelta(seconds=1)
+
+
+def _now(at: datetime | None) -> datetime:
+    return whole_second(at or timezone.now())
+
+
+def loan_lend(*, assignment: Assignment, actor=None, reason: str = "",
+              at: datetime | None = None) -> Loan:
+    """Lend the assignment's GPU from `at` (default now): refused unless the reservation is
+    active, allows lending, the assignment is in force, the GPU is healthy and not lent."""
+    at = _now(at)
+    with transaction.atomic():
+        assignment = (Assignment.objects.select_for_update()
+                      .select_related("reservation__team", "gpu").get(pk=assignment.pk))
+        reservation = assignment.reservation
+        _check_lendable(assignment, at)
+        loan = Loan(assignment=assignment, gpu_id=assignment.gpu_id, lent_from=at,
+                    lent_by=actor if actor is not None and actor.is_authenticated else None,
+                    lend_reason=reason[:256])
+        try:
+            with transaction.atomic():
+                loan.save()
+        except IntegrityError as exc:
+            raise Conflict("This GPU is already lent.", field="gpu") from exc
+        audit_record(actor=actor, action="loan.lend", obj=loan, team=reservation.team,
+                     changes={"gpu": assignment.gpu.uuid, "reservation": reservation.pk,
+                              "lent_from": at.isoformat()},
+                     reason=reason or "idle for the lending window")
+        schedulers_reconcile_request(reason=f"loan {loan.pk} lent")
+    return loan
+
+
+def _check_lendable(assignment: Assignment, at: datetime) -> None:
+    reservation = assignment.reservation
+    if reservation.status != Reservation.Status.ACTIVE:
+        raise DomainError("Only an active reservation's GPUs can be lent.", field="reservation")
+    if not assignment.assigned_from <= at < assignment.assigned_until:
+        raise DomainError("This GPU is not assigned to the reservation now.", field="gpu")
+    if assignment.gpu.parent_id is not None:
+        raise DomainError("A MIG device is lent with its GPU, never alone.", field="gpu")
+    optout = lending_off_for(reservation=reservation)
+    if optout is not None:
+        raise Conflict(f"Lending is off for this reservation: {optout.reason}",
+                       field="reservation")
+    if failed_gpu_ids(gpu_ids=[assignment.gpu_id], at=at):
+        raise Conflict("This GPU has failed: failed GPUs are never lent.", field="gpu")
+    if Loan.objects.filter(gpu_id=assignment.gpu_id, returned_at__isnull=True).exists():
+        raise Conflict("This GPU is already lent.", field="gpu")
+
+
+def loan_return(*, loan: Loan, reason: str, actor=None, at: datetime | None = None,
+                note: str = "") -> Loan:
+    """End the loan at `at` (default now; never before a second after it began, never after
+    its assignment's end). Returning a returned loan changes nothing: a worker killed
+    mid-return and retried returns it once."""
+    if reason not in E.values:
+        raise DomainError(f"One of {', '.join(E.values)}.", field="reason")
+    at = _now(at)
+    with transaction.atomic():
+        loan = (Loan.objects.select_for_update()
+                .select_related("assignment__reservation__team", "gpu").get(pk=loan.pk))
+        if loan.returned_at is not None:
+            return loan
+        loan.returned_at = min(max(at, loan.lent_from + SECOND), loan.assignment.assigned_until)
+        loan.end_reason = reason
+        loan.returned_by = actor if actor is not None and actor.is_authenticated else None
+        loan.save(update_fields=["returned_at", "end_reason", "returned_by"])
+        audit_record(actor=actor, action="loan.return", obj=loan,
+                     team=loan.assignment.reservation.team,
+                     changes={"gpu": loan.gpu.uuid, "returned_at": loan.returned_at.isoformat(),
+                              "end_reason": reason}, reason=note or E(reason).label)
+        schedulers_reconcile_request(reason=f"loan {loan.pk} returned")
+    return loan
+
+
+def loan_return_observed(*, loan: Loan, freed_at: datetime) -> Loan:
+    """Record when the scheduler backend (or, with none, the samples) saw the returned GPU
+    free of borrowers; the first observation stands. Never earlier than the return."""
+    with transaction.atomic():
+        loan = (Loan.objects.select_for_update()
+                .select_related("assignment__reservation__team", "gpu").get(pk=loan.pk))
+        if loan.returned_at is None:
+            raise Conflict("This loan has not been returned.", field="loan")
+        if loan.freed_at is not None:
+            return loan
+        loan.freed_at = max(whole_second(freed_at), loan.returned_at)
+        loan.save(update_fields=["freed_at"])
+        ttr_s = int((loan.freed_at - loan.returned_at).total_seconds())
+        audit_record(actor=None, action="loan.freed", obj=loan,
+                     team=loan.assignment.reservation.team,
+                     changes={"gpu": loan.gpu.uuid, "freed_at": loan.freed_at.isoformat(),
+                              "time_to_return_s": ttr_s})
+    return loan
+
+
+def loans_return_for_reservation(*, reservation: Reservation, reason: str, actor=None,
+                                 gpu_ids: list[int] | None = None, at: datetime | None = None,
+                                 note: str = "") -> list[Loan]:
+    """Return the reservation's open loans (of `gpu_ids` only, when given): a lead's
+    "return now", the API, or a job of the reserving team seen by a scheduler backend
+    (`owner_job`, `note` naming the job). Returns the loans this call ended."""
+    loans = Loan.objects.filter(assignment__reservation=reservation, returned_at__isnull=True)
+    if gpu_ids is not None:
+        loans = loans.filter(gpu_id__in=gpu_ids)
+    return [loan_return(loan=loan, reason=reason, actor=actor, at=at, note=note)
+            for loan in loans.order_by("pk")]
+
+
+def reservation_lend_now(*, reservation: Reservation, actor, gpu_uuid: str | None = None,
+                         reason: str = "", at: datetime | None = None) -> Loan:
+    """A lead's or admin's "lend now": lend the reservation's GPU `gpu_uuid`, or the first
+    of its GPUs in force and not lent."""
+    at = _now(at)
+    assignments = reservation.assignments.filter(
+        assigned_from__lte=at, assigned_until__gt=at).select_related("gpu").order_by("gpu_id")
+    if gpu_uuid:
+        assignment = assignments.filter(gpu__uuid=gpu_uuid).first()
+        if assignment is None:
+            raise DomainError("Not a GPU of this reservation now.", field="gpu")
+    else:
+        lent = Loan.objects.filter(returned_at__isnull=True).values("gpu_id")
+        assignment = assignments.exclude(gpu_id__in=lent).first()
+        if assignment is None:
+            raise Conflict("No GPU of this reservation is free to lend now.", field="gpu")
+    return loan_lend(assignment=assignment, actor=actor, at=at,
+                     reason=reason or "lent now by hand")
+
+
+def loan_return_by(*, loan: Loan, actor, is_owner_lead: bool, note: str = "") -> Loan:
+    """"Return now" from a page or the API: the reserving team's ask (`owner_ask`) from one of
+    its leads, an admin's return (`admin`) otherwise."""
+    reason = E.OWNER_ASK if is_owner_lead else E.ADMIN
+    return loan_return(loan=loan, reason=reason, actor=actor, note=note)

@@ -1,0 +1,154 @@
+"""The lending pages against every role: the team page's section ("return now" with its
+confirmation, borrowed GPUs, opt-out controls), the admin's page, the forms' bad input,
+and /metrics."""
+
+import pytest
+from django.test import Client
+
+from gpuquota.lending.models import LendingOptOut
+from gpuquota.lending.services import loan_lend, loan_return, loan_return_observed
+from gpuquota.reservations.models import Loan
+from tests.lending.factories import BORROWER_USER, MIN, World, samples
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+ROLES = ["admin", "lead", "other_lead", "member", "outsider", "anonymous"]
+
+
+def _now():
+    from django.utils import timezone
+
+    return timezone.now().replace(microsecond=0)
+
+
+@pytest.fixture
+def world():
+    return World.create()
+
+
+@pytest.fixture
+def loan(world):
+    reservation = world.reserve(count=1, start=_now() - 60 * MIN, end=_now() + 600 * MIN)
+    return loan_lend(assignment=reservation.assignments.get(), at=_now() - 10 * MIN)
+
+
+def client_for(world, role) -> Client:
+    client = Client()
+    if role != "anonymous":
+        client.force_login(getattr(world, role))
+    return client
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_team_page_section(world, loan, role):
+    response = client_for(world, role).get("/teams/vision/")
+    if role in ("other_lead", "outsider"):
+        assert response.status_code == 404
+        return
+    if role == "anonymous":
+        assert response.status_code == 302
+        return
+    html = response.content.decode()
+    assert 'id="lent-gpus"' in html and "h100-node-00/" in html
+    has_button = f'action="/lending/loans/{loan.pk}/return/"' in html
+    assert has_button == (role in ("admin", "lead"))
+    if has_button:
+        assert 'data-confirm="Return h100-node-00/' in html
+        assert 'id="lending-optout-form"' in html
+
+
+def test_the_borrowers_team_page_shows_the_borrowed_gpu(world, loan):
+    samples(loan.gpu, start=_now() - 5 * MIN, end=_now(), util=90, users=(BORROWER_USER,))
+    html = client_for(world, "other_lead").get("/teams/speech/").content.decode()
+    assert 'id="borrowed-gpus"' in html and "Vision" in html
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_return_now_button(world, loan, role):
+    response = client_for(world, role).post(f"/lending/loans/{loan.pk}/return/")
+    loan.refresh_from_db()
+    expected = {"admin": 302, "lead": 302, "member": 403, "other_lead": 404, "outsider": 404,
+                "anonymous": 302}[role]
+    assert response.status_code == expected
+    if role in ("admin", "lead"):
+        assert response["Location"] == "/teams/vision/"
+        assert loan.end_reason == ("owner_ask" if role == "lead" else "admin")
+    else:
+        assert loan.returned_at is None
+
+
+def test_returning_twice_from_the_page_is_harmless(world, loan):
+    client = client_for(world, "lead")
+    client.post(f"/lending/loans/{loan.pk}/return/")
+    first = Loan.objects.get().returned_at
+    response = client.post(f"/lending/loans/{loan.pk}/return/", follow=True)
+    assert response.status_code == 200 and Loan.objects.get().returned_at == first
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_admin_page(world, loan, role):
+    done = loan_lend(assignment=world.reserve(count=1, start=_now() - 60 * MIN,
+                                              end=_now() + 60 * MIN).assignments.get(),
+                     at=_now() - 30 * MIN)
+    done = loan_return(loan=done, reason="owner_ask", at=_now() - 20 * MIN)
+    loan_return_observed(loan=done, freed_at=_now() - 20 * MIN + 95 * MIN / 60)
+    response = client_for(world, role).get("/lending/")
+    if role != "admin":
+        assert response.status_code == (302 if role == "anonymous" else 404)
+        return
+    html = response.content.decode()
+    assert f'id="pool-loan-{loan.pk}"' in html and "advisory" in html
+    assert 'data-stat="ttr-p99"' in html and "95 s" in html
+    assert client_for(world, role).get("/lending/?days=0").status_code == 400
+    assert client_for(world, role).get("/lending/?days=x").status_code == 400
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_opt_out_form(world, loan, role):
+    reservation = loan.assignment.reservation
+    client = client_for(world, role)
+    response = client.post("/lending/teams/vision/opt-outs/",
+                           {"target": f"r{reservation.pk}", "reason": "benchmark <script>"})
+    expected = {"admin": 302, "lead": 302, "member": 403, "other_lead": 404, "outsider": 404,
+                "anonymous": 302}[role]
+    assert response.status_code == expected
+    if role not in ("admin", "lead"):
+        assert not LendingOptOut.objects.exists()
+        return
+    optout = LendingOptOut.objects.get()
+    assert optout.reservation == reservation and Loan.objects.get().end_reason == "lending_off"
+    html = client.get("/teams/vision/").content.decode()
+    assert "benchmark &lt;script&gt;" in html and "benchmark <script>" not in html
+    assert client_for(world, "member").post(
+        f"/lending/opt-outs/{optout.pk}/end/").status_code == 403
+    assert client.post(f"/lending/opt-outs/{optout.pk}/end/").status_code == 302
+    assert LendingOptOut.objects.get().ended_by == getattr(world, role)
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"target": "r999999", "reason": "x"}, "Select a valid choice"),
+    ({"target": "", "reason": "x"}, "This field is required"),
+    ({"reason": "x"}, "This field is required"),
+    ({"target": "CLASS", "reason": ""}, "Say why lending is turned off"),
+    ({"target": "CLASS", "reason": "x" * 300}, "at most 256"),
+])
+def test_opt_out_form_bad_input(world, loan, data, message):
+    if data.get("target") == "CLASS":
+        data["target"] = f"c{world.gpu_class.pk}"
+    response = client_for(world, "lead").post("/lending/teams/vision/opt-outs/", data,
+                                              follow=True)
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    assert not LendingOptOut.objects.exists()
+    assert Loan.objects.get().returned_at is None
+
+
+def test_metrics(client, world, loan, settings):
+    settings.METRICS_ALLOWED_NETWORKS = "127.0.0.0/8"
+    body = client.get("/metrics").content.decode()
+    assert "gpuquota_lent_gpus 1.0" in body and "gpuquota_returning_gpus 0.0" in body
+    loan = loan_return(loan=loan, reason="owner_ask", at=_now() - 5 * MIN)
+    loan_return_observed(loan=loan, freed_at=_now() - 3 * MIN)
+    body = client.get("/metrics").content.decode()
+    assert 'gpuquota_lending_time_to_return_seconds{quantile="0.99"} 120.0' in body
+
+
