@@ -1,8 +1,9 @@
 """Lending simulation: a workload's fleet on a fake clock at one-minute resolution,
 through the product's services on PostgreSQL (reservations, ingestion, the rollup sweep,
-reclaim, loans), under each policy: `none`, `reclaim` (hard reclaim, hourly, every
-recommendation accepted), `lending` (idle reserved GPUs lent to a standing backlog of
-preemptible borrower work, returned when their owner's job comes), `both`.
+reclaim, the lending scan and loan services), under each policy: `none`, `reclaim` (hard
+reclaim, hourly, every recommendation accepted), `lending` (idle reserved GPUs lent to a
+standing backlog of preemptible borrower work, returned when their owner's job comes),
+`both`.
 
     .venv/bin/python -m bench.lending [--workload bench.workloads.failures:workload ...]
         [--policy none --policy lending ...] [--days 14] [--seed 7]
@@ -94,12 +95,28 @@ def failure_minutes(fleet, workload, t0: datetime, minutes: int) -> dict:
 def simulate(*, spec: str, policy: str, days: int, seed: int, lend_after_idle_s: int,
              batch_s: int, reconcile_s: int) -> dict:
     """One run on the current database; returns its figures."""
+    began = time.monotonic()
+    previous = os.environ.get("LEND_AFTER_IDLE_S")
+    os.environ["LEND_AFTER_IDLE_S"] = str(lend_after_idle_s)  # read by gpuquota.lending.conf
+    try:
+        result = _simulate(spec=spec, policy=policy, days=days, seed=seed,
+                           reconcile_s=reconcile_s, batch_s=batch_s,
+                           lend_after_idle_s=lend_after_idle_s, began=began)
+    finally:
+        if previous is None:
+            os.environ.pop("LEND_AFTER_IDLE_S")
+        else:
+            os.environ["LEND_AFTER_IDLE_S"] = previous
+    return result
+
+
+def _simulate(*, spec: str, policy: str, days: int, seed: int, lend_after_idle_s: int,
+              batch_s: int, reconcile_s: int, began: float) -> dict:
     from bench.lending_figures import figures
     from bench.lending_fleet import fleet_build, reservations_book
     from bench.lending_sim import Clock
     from gpuquota.ingest.partitions import partitions_ensure
 
-    began = time.monotonic()
     workload = workload_load(spec, days=days, seed=seed)
     t0, minutes = sim_start(days), days * 1440
     partitions_ensure(days={(t0 + timedelta(days=d)).date() for d in range(-1, days + 2)})

@@ -2,12 +2,14 @@
 on the product's services. Every minute each GPU's owner works (or not) as the workload
 says, a borrower job runs on each lent GPU, and the agents collect one-minute samples;
 every `batch_s` they send them through ingestion, and the policy in force reads the stored
-data: lending lends GPUs idle for `lend_after_idle_s`. An owner's job on a lent GPU asks
+data: lending runs the product's lending scan (`gpuquota.lending`), which lends the GPUs idle
+for LEND_AFTER_IDLE_S (`lend_after_idle_s`). An owner's job on a lent GPU asks
 for it back at once; the scheduler acts at its next reconcile tick (`reconcile_s`) and the
 borrower stops `stop_s` after SIGTERM (or is killed after `kill_after_s`); the time from the
-ask to the free GPU is the time-to-return. Every hour: `reservations_advance`, the rollup
-sweep, and with reclaim the hourly evaluation, an accept of every recommendation and the
-releases due (as bench/reclaim.py)."""
+ask to the free GPU is the time-to-return. Every hour: `reservations_advance`, and with
+reclaim the rollup sweep, the evaluation, an accept of every recommendation and the releases
+due (as bench/reclaim.py); without reclaim nothing reads the rollups before the figures, so
+the sweep runs once a simulated day."""
 
 import random
 from collections import deque
@@ -15,7 +17,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from bench.lending_fleet import BORROWER_ACCOUNTS, GIB, Agents, Fleet
-from bench.lending_loans import gpus_idle, loan_lend, loan_return
 from bench.workloads import Workload
 
 POLICIES = ("none", "reclaim", "lending", "both")
@@ -80,7 +81,6 @@ class Clock:
         self.backlog = Backlog(workload.backlog, seed)
         self.agents = Agents(fleet)
         self.lent: dict[int, Lent] = {}
-        self.last_free: dict[int, datetime] = {}
         self.returns_s: list[int] = []
         self.borrower = {"lent_s": 0, "lost_s": 0, "done_s": 0, "run_s": 0, "preemptions": 0}
         self.owner_waited_s = 0
@@ -106,8 +106,10 @@ class Clock:
     def assignments_refresh(self) -> None:
         from gpuquota.reservations.models import Assignment
 
-        self.assignments = {a[0]: (a[1], a[2], a[3]) for a in Assignment.objects.values_list(
-            "id", "gpu_id", "assigned_from", "assigned_until")}
+        rows = list(Assignment.objects.values_list("id", "gpu_id", "assigned_from",
+                                                   "assigned_until", "reservation_id"))
+        self.assignments = {a[0]: (a[1], a[2], a[3]) for a in rows}
+        self.reservation_of = {a[0]: a[4] for a in rows}
 
     # --- borrowers ----------------------------------------------------------------------
     def _preempt(self, gpu_id: int, lent: Lent, at: datetime) -> None:
@@ -129,14 +131,30 @@ class Clock:
 
     def _end_loan(self, gpu_id: int, at: datetime, freed: datetime, reason: str,
                   minute_start: datetime) -> None:
+        """The backend's side of a return: the product's `loan_return` (an owner's job goes
+        through `loans_return_for_reservation`, as a scheduler backend reports it), the
+        borrower preempted at `freed`, and `loan_return_observed`."""
+        from gpuquota.lending.services import (
+            loan_return,
+            loan_return_observed,
+            loans_return_for_reservation,
+        )
+        from gpuquota.reservations.models import Loan, Reservation
+
         lent = self.lent.pop(gpu_id)
         if freed > minute_start and lent.job is not None:
             self.partial[gpu_id] = (int((freed - minute_start).total_seconds()),
                                     lent.job.account)
         self._preempt(gpu_id, lent, freed)
-        loan_return(loan_id=lent.loan_id, returned_at=at, freed_at=freed, reason=reason)
-        self.borrower["lent_s"] += int((at - lent.lent_from).total_seconds())
-        self.last_free[gpu_id] = freed
+        if reason == Loan.EndReason.OWNER_JOB:
+            reservation = Reservation(pk=self.reservation_of[lent.assignment_id])
+            loans_return_for_reservation(reservation=reservation, reason=reason,
+                                         gpu_ids=[gpu_id], at=at, note="the owner's job")
+        else:
+            loan_return(loan=Loan(pk=lent.loan_id), reason=reason, at=at)
+        loan = Loan.objects.get(pk=lent.loan_id)
+        loan_return_observed(loan=loan, freed_at=freed)
+        self.borrower["lent_s"] += int((loan.returned_at - lent.lent_from).total_seconds())
 
     def borrowers_step(self, minute: int) -> None:
         """Borrower jobs that finish within the minute hand the GPU to the next job."""
@@ -211,41 +229,43 @@ class Clock:
             self.agents.minute(gpu.id, start, util, max((m for *_x, m in parts), default=0),
                                accounts)
 
-    # --- the policy's reads -------------------------------------------------------------
+    # --- the policy ----------------------------------------------------------------------
     def lend_idle(self, minute: int) -> None:
-        """Lend every idle GPU of a lendable, running assignment (read from the stored
-        telemetry) whose owner has no job starting now, and place a borrower on it."""
+        """The product's lending scan at the minute's start (it lends the GPUs idle for
+        LEND_AFTER_IDLE_S, read from the stored samples); a borrower is placed on each new
+        loan, and a loan the scan itself ended is preempted as a backend would."""
+        from gpuquota.lending.scan import lending_scan
+        from gpuquota.reservations.models import Loan
+
         at = self.at(minute)
-        candidates = {}
-        for b in self.fleet.booked:
-            if not b.lendable:
-                continue
-            for gpu_id in b.gpu_ids:
-                assignment = self.assigned(gpu_id, minute)
-                if (assignment is None or gpu_id in self.lent or self.failed(gpu_id, minute)
-                        or self.owner_wants(gpu_id, minute)):
-                    continue
-                since = max(self.assignments[assignment][1],
-                            self.last_free.get(gpu_id, self.t0))
-                candidates[gpu_id] = (since, assignment)
-        idle = gpus_idle(candidates={g: c[0] for g, c in candidates.items()}, now=at,
-                         lend_after_idle_s=self.lend_after_idle_s, fresh_s=2 * self.batch_s)
-        for gpu_id in idle:
-            assignment = candidates[gpu_id][1]
-            lent = Lent(loan_id=loan_lend(assignment_id=assignment, gpu_id=gpu_id, at=at),
-                        assignment_id=assignment, lent_from=at)
-            self._place(lent, at)
-            self.lent[gpu_id] = lent
+        lending_scan(now=at)
+        open_loans = {row[1]: row for row in Loan.objects.filter(
+            returned_at__isnull=True).values_list("id", "gpu_id", "assignment_id", "lent_from")}
+        for gpu_id in [g for g, lent in self.lent.items()
+                       if open_loans.get(g, (None,))[0] != lent.loan_id]:
+            lent = self.lent.pop(gpu_id)
+            self._preempt(gpu_id, lent, at)
+            returned = Loan.objects.values_list("returned_at", flat=True).get(pk=lent.loan_id)
+            self.borrower["lent_s"] += int((returned - lent.lent_from).total_seconds())
+        for gpu_id, (loan_id, _gpu, assignment_id, lent_from) in open_loans.items():
+            if gpu_id not in self.lent:
+                lent = Lent(loan_id=loan_id, assignment_id=assignment_id, lent_from=lent_from)
+                if not self.failed(gpu_id, minute):
+                    self._place(lent, at)
+                self.lent[gpu_id] = lent
 
     def hourly(self, minute: int) -> None:
         from gpuquota.reservations.services import reservations_advance
         from gpuquota.usage.sweep import dirty_hours_process
 
-        now = self.at(minute)
+        now, reclaim = self.at(minute), self.policy in ("reclaim", "both")
         reservations_advance(now=now)
-        while dirty_hours_process(limit=2000):
-            pass
-        if self.policy in ("reclaim", "both"):
+        # reclaim reads the rollups every hour; otherwise nothing reads them before the
+        # figures, and the sweep does a day of dirty hours at once far cheaper
+        if reclaim or minute % 1440 == 0 or minute == self.minutes:
+            while dirty_hours_process(limit=2000):
+                pass
+        if reclaim:
             self.reclaim(now)
         self.assignments_refresh()
 
@@ -290,7 +310,12 @@ class Clock:
         self.close()
 
     def close(self) -> None:
-        """Open loans end with the simulation (not a return: no time-to-return)."""
+        """Open loans end with the simulation (not a return: no time-to-return); the last
+        dirty hours are swept."""
+        from gpuquota.usage.sweep import dirty_hours_process
+
+        while dirty_hours_process(limit=2000):
+            pass
         end = self.at(self.minutes)
         for gpu_id in list(self.lent):
             lent = self.lent.pop(gpu_id)
