@@ -231,28 +231,32 @@ class Clock:
 
     # --- the policy ----------------------------------------------------------------------
     def lend_idle(self, minute: int) -> None:
-        """The product's lending scan at the minute's start (it lends the GPUs idle for
-        LEND_AFTER_IDLE_S, read from the stored samples); a borrower is placed on each new
-        loan, and a loan the scan itself ended is preempted as a backend would."""
-        from gpuquota.lending.scan import lending_scan
-        from gpuquota.reservations.models import Loan
+        """The lending policy's lend step, as `gpuquota.lending.scan` takes it: the
+        product's candidates, its idle reading of the stored samples (LEND_AFTER_IDLE_S)
+        and `loan_lend`; a borrower is placed on each new loan. The scan's other steps are
+        the simulated backend's (`events`): it sees the owner's job, the failed node and the
+        assignment's end first. (The scan's own owner-process check reads every process
+        window since each loan began, on every pass: on loans of days that is most of a
+        run's time, so it is left out here.)"""
+        from gpuquota.core.errors import DomainError
+        from gpuquota.lending.idle import gpus_idle
+        from gpuquota.lending.selectors import lend_candidates
+        from gpuquota.lending.services import loan_lend
 
         at = self.at(minute)
-        lending_scan(now=at)
-        open_loans = {row[1]: row for row in Loan.objects.filter(
-            returned_at__isnull=True).values_list("id", "gpu_id", "assignment_id", "lent_from")}
-        for gpu_id in [g for g, lent in self.lent.items()
-                       if open_loans.get(g, (None,))[0] != lent.loan_id]:
-            lent = self.lent.pop(gpu_id)
-            self._preempt(gpu_id, lent, at)
-            returned = Loan.objects.values_list("returned_at", flat=True).get(pk=lent.loan_id)
-            self.borrower["lent_s"] += int((returned - lent.lent_from).total_seconds())
-        for gpu_id, (loan_id, _gpu, assignment_id, lent_from) in open_loans.items():
-            if gpu_id not in self.lent:
-                lent = Lent(loan_id=loan_id, assignment_id=assignment_id, lent_from=lent_from)
-                if not self.failed(gpu_id, minute):
-                    self._place(lent, at)
-                self.lent[gpu_id] = lent
+        candidates = lend_candidates(now=at)
+        idle = gpus_idle(candidates=[c for _, c in candidates], now=at)
+        for assignment, candidate in candidates:
+            if candidate.gpu_id not in idle or self.owner_wants(candidate.gpu_id, minute):
+                continue
+            try:
+                loan = loan_lend(assignment=assignment, at=at,
+                                 reason="idle for the lending window")
+            except DomainError:
+                continue
+            lent = Lent(loan_id=loan.id, assignment_id=assignment.id, lent_from=at)
+            self._place(lent, at)
+            self.lent[candidate.gpu_id] = lent
 
     def hourly(self, minute: int) -> None:
         from gpuquota.reservations.services import reservations_advance
