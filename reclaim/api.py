@@ -18,7 +18,7 @@ from gpuquota.reservations.api import ERRORS, reservation_for_view
 from gpuquota.reservations.serializers import ErrorSerializer
 from reclaim import lifecycle, services
 from reclaim import serializers as s
-from reclaim.backtest import policy_backtest
+from reclaim.backtest import rules_backtest
 from reclaim.conf import policy
 from reclaim.models import Exemption, Recommendation
 from reclaim.selectors import reclaim_figures, recommendations_list
@@ -211,7 +211,8 @@ class ExemptionDetailView(APIView):
 class BacktestView(APIView):
     @extend_schema(parameters=[s.BacktestQuerySerializer],
                    responses={200: s.BacktestSerializer, **ERRORS},
-                   summary="If this policy had run over the last N days (admins)")
+                   summary="If this policy had run over the last N days; each rule's "
+                           "false share (admins)")
     def get(self, request):
         require_admin(request.user)
         query = s.BacktestQuerySerializer(data=request.query_params)
@@ -226,7 +227,9 @@ class BacktestView(APIView):
             lookback=hours("lookback_hours"), grace=hours("grace_hours"), rule=v.get("rule"),
             empty_lookback=hours("empty_lookback_hours"),
             held_lookback=hours("held_lookback_hours"))
-        return Response(s.BacktestSerializer(policy_backtest(policy=tuned, days=v["days"])).data)
+        results = rules_backtest(policy=tuned, days=v["days"])
+        return Response(s.BacktestSerializer(
+            results[tuned.rule], context={"rules": s.rule_shares(results)}).data)
 
 
 class FiguresView(APIView):

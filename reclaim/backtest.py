@@ -3,10 +3,13 @@ history (the hourly rollups and the assignments as they happened). Evaluated at 
 whole hour: a GPU found idle over the look-back is recommended, released at the end
 of the grace unless busy during it; what it would have returned runs to the end of
 its assignment as it really was, and a **false reclaim** is a released GPU that was
-busy again (at least `grace_busy_s`) before then. Either rule of `Policy.rule`: under
-"evidence" an hour holds no process and no memory when its rollup says so. Hour
-granularity: idle reclaim only (right-size needs per-minute concurrency, which the
-rollups do not keep; see the evaluation). Four queries."""
+busy again (at least `grace_busy_s`) before then. Any rule of `Policy.rule`: under
+"evidence" an hour holds no process and no memory when its rollup says so; under
+"guarded" the guards of `reclaim/guards.py` read the teams' busy history from the
+rollups as the evaluation does. `rules_backtest` runs every rule on the same history:
+each rule's false share. Hour granularity: idle reclaim only (right-size needs
+per-minute concurrency, which the rollups do not keep; see the evaluation). Four
+queries (five under "guarded")."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -20,11 +23,13 @@ from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.reservations.models import Assignment
 from gpuquota.usage.models import GpuHourUsage
-from reclaim.conf import SPEC, Policy, grace_busy_s
+from reclaim.conf import GUARDED, RULES, SPEC, Policy, grace_busy_s
+from reclaim.guards import Candidate, history_span, team_guards, team_histories
 from reclaim.savings import spans_amount
 
 HOUR = 3600
 MAX_DAYS = 90
+NOTHING = (0, 0, 0, 0, 0, 0)
 
 
 @dataclass
@@ -89,8 +94,6 @@ def policy_backtest(*, policy: Policy, days: int, now: datetime | None = None
         raise DomainError("The backtest's look-backs are whole hours.", field="lookback_hours")
     end = hour_floor(now or timezone.now())
     start = end - timedelta(days=days)
-    lookback_h = int(policy.shortest.total_seconds()) // HOUR
-    grace_s = int(policy.grace.total_seconds())
     history_from = start - policy.lookbacks[-1]
     assignments = list(Assignment.objects.filter(
         assigned_from__lt=end, assigned_until__gt=history_from,
@@ -98,42 +101,67 @@ def policy_backtest(*, policy: Policy, days: int, now: datetime | None = None
     ).exclude(assigned_until=F("assigned_from")).values(
         "id", "gpu_id", "reservation_id", "reservation__team__slug", "assigned_from",
         "assigned_until", "reservation__start", "reservation__approved_at",
-        "reservation__gpu_class_id"))
-    hours: dict[int, dict[int, tuple[int, int, int]]] = defaultdict(dict)
-    for row in GpuHourUsage.objects.filter(
-        kind=GpuHourUsage.Kind.RESERVED, hour__gte=history_from, hour__lt=end,
-        assignment_id__in=[a["id"] for a in assignments],
-    ).values_list("assignment_id", "hour", "covered_s", "busy_s", "failed",
-                  "memory_used_bytes_max", "process_count"):
-        assignment_id, hour, covered, busy, failed, memory, processes = row
-        c, b, f, m, n = hours[assignment_id].get(_h(hour), (0, 0, 0, 0, 0))
-        if failed:
-            hours[assignment_id][_h(hour)] = (c, b, f + covered, m, n)
-        else:
-            hours[assignment_id][_h(hour)] = (c + covered, b + busy, f, max(m, memory or 0),
-                                              n + processes)
-    recs = []
-    by_reservation: dict[int, list[dict]] = defaultdict(list)
+        "reservation__gpu_class_id", "reservation__team_id"))
     for a in assignments:
-        by_reservation[a["reservation_id"]].append(a)
         a["charged_h"] = -(-int(max(a["assigned_from"], a["reservation__start"],
                                     a["reservation__approved_at"] or a["reservation__start"]
                                     ).timestamp()) // HOUR)
         a["until_s"] = int(a["assigned_until"].timestamp())
-    for rows in by_reservation.values():
-        recs += _replay(rows, hours, start=_h(start), end=_h(end), lookback_h=lookback_h,
-                        grace_s=grace_s, policy=policy)
-    return BacktestResult(policy, start, end, sorted(recs, key=lambda r: r.recommended_at))
+    histories = {}
+    if policy.rule == GUARDED:
+        histories = team_histories(team_ids={a["reservation__team_id"] for a in assignments},
+                                   since=start - history_span(policy) - timedelta(hours=1),
+                                   until=end)
+    replay = _Replay(policy=policy, hours=_hours(assignments, since=history_from, until=end),
+                     assignments=assignments, histories=histories)
+    for t in range(_h(start), _h(end)):
+        replay.step(t)
+    return BacktestResult(policy, start, end,
+                          sorted(replay.recs, key=lambda r: r.recommended_at))
 
 
-def _idle_over(per_hour: dict, t: int, hours: int, policy: Policy, *, empty: bool) -> bool:
-    covered = busy = failed = memory = processes = 0
+def rules_backtest(*, policy: Policy, days: int, now: datetime | None = None
+                   ) -> dict[str, BacktestResult]:
+    """`policy_backtest` of every rule with the thresholds of `policy`, on the same
+    history (what a simulation or an admin compares: each rule's false share)."""
+    now = now or timezone.now()
+    return {rule: policy_backtest(policy=policy.override(rule=rule), days=days, now=now)
+            for rule in RULES}
+
+
+def _hours(assignments: list[dict], *, since: datetime, until: datetime
+           ) -> dict[int, dict[int, tuple]]:
+    """Per assignment, per epoch hour: (covered, busy, failed, memory, processes,
+    utilization-weighted seconds) from its rollups."""
+    hours: dict[int, dict[int, tuple]] = defaultdict(dict)
+    for row in GpuHourUsage.objects.filter(
+        kind=GpuHourUsage.Kind.RESERVED, hour__gte=since, hour__lt=until,
+        assignment_id__in=[a["id"] for a in assignments],
+    ).values_list("assignment_id", "hour", "covered_s", "busy_s", "failed",
+                  "memory_used_bytes_max", "process_count", "util_weighted"):
+        assignment_id, hour, covered, busy, failed, memory, processes, util = row
+        c, b, f, m, n, u = hours[assignment_id].get(_h(hour), NOTHING)
+        if failed:
+            hours[assignment_id][_h(hour)] = (c, b, f + covered, m, n, u)
+        else:
+            hours[assignment_id][_h(hour)] = (c + covered, b + busy, f, max(m, memory or 0),
+                                              n + processes, u + util)
+    return hours
+
+
+def _idle_over(per_hour: dict, t: int, hours: int, policy: Policy, *, empty: bool,
+               quiet: bool = False) -> bool:
+    """Idle over the `hours` before t; `empty`: no process and no memory held either;
+    `quiet`: and not one busy second nor any utilization (the guarded rule's signals)."""
+    covered = busy = failed = memory = processes = util = 0
     for h in range(t - hours, t):
-        c, b, f, m, n = per_hour.get(h, (0, 0, 0, 0, 0))
-        covered, busy, failed = covered + c, busy + b, failed + f
+        c, b, f, m, n, u = per_hour.get(h, NOTHING)
+        covered, busy, failed, util = covered + c, busy + b, failed + f, util + u
         memory, processes = max(memory, m), processes + n
     judged = hours * HOUR - failed
     if empty and (processes or memory > policy.empty_memory_bytes):
+        return False
+    if quiet and (busy or util):
         return False
     return bool(judged > 0 and covered >= policy.min_coverage * judged and covered
                 and busy < policy.idle_busy_fraction * covered)
@@ -146,43 +174,82 @@ def _idle(per_hour: dict, t: int, charged_h: int, policy: Policy) -> bool:
 
     if policy.rule == SPEC:
         return _idle_over(per_hour, t, h(policy.lookback), policy, empty=False)
+    if policy.rule == GUARDED:
+        return _idle_over(per_hour, t, h(policy.lookback), policy, empty=True, quiet=True)
     return any(charged_h <= t - h(lb) and _idle_over(per_hour, t, h(lb), policy, empty=empty)
                for lb, empty in ((policy.empty_lookback, True), (policy.held_lookback, False)))
 
 
-def _replay(rows: list[dict], hours: dict, *, start: int, end: int, lookback_h: int,
-            grace_s: int, policy: Policy) -> list[BacktestReclaim]:
-    """One reservation, hour by hour: GPUs found idle are recommended; a GPU released
-    is gone for the rest of the replay."""
-    recs: list[BacktestReclaim] = []
-    gone: set[int] = set()
-    threshold = grace_busy_s()
-    first = min(a["charged_h"] for a in rows)
-    for t in range(max(start, first + lookback_h), end):
-        idle = [a for a in rows if a["id"] not in gone and a["charged_h"] <= t - lookback_h
-                and a["until_s"] > t * HOUR and _idle(hours.get(a["id"], {}), t, a["charged_h"],
-                                                      policy)]
-        if not idle:
-            continue
-        release_s = t * HOUR + grace_s
+class _Replay:
+    """Every reservation hour by hour, all of them at each hour (the team guards count
+    what a team holds across its reservations): GPUs found idle are recommended; a GPU
+    released is gone for the rest of the replay."""
+
+    def __init__(self, *, policy: Policy, hours: dict, assignments: list[dict],
+                 histories: dict) -> None:
+        self.policy, self.hours, self.histories = policy, hours, histories
+        self.by_reservation: dict[int, list[dict]] = defaultdict(list)
+        for a in assignments:
+            self.by_reservation[a["reservation_id"]].append(a)
+        self.first = {rid: min(a["charged_h"] for a in rows)
+                      for rid, rows in self.by_reservation.items()}
+        self.lookback_h = int(policy.shortest.total_seconds()) // HOUR
+        self.grace_s = int(policy.grace.total_seconds())
+        self.threshold = grace_busy_s()
+        self.gone: set[int] = set()
+        self.recs: list[BacktestReclaim] = []
+
+    def _held(self, a: dict, t: int) -> bool:
+        return a["id"] not in self.gone and a["charged_h"] <= t and a["until_s"] > t * HOUR
+
+    def step(self, t: int) -> None:
+        idle = {rid: [a for a in rows if self._held(a, t)
+                      and a["charged_h"] <= t - self.lookback_h
+                      and _idle(self.hours.get(a["id"], {}), t, a["charged_h"], self.policy)]
+                for rid, rows in self.by_reservation.items()
+                if t >= self.first[rid] + self.lookback_h}
+        if self.policy.rule == GUARDED:
+            idle = self._guarded(idle, t)
+        for rid, found in idle.items():
+            if found:
+                self.recs.append(self._recommend(self.by_reservation[rid], found, t))
+
+    def _guarded(self, idle: dict[int, list[dict]], t: int) -> dict[int, list[dict]]:
+        candidates = [Candidate(rid, a["gpu_id"], a["reservation__team_id"],
+                                a["reservation__gpu_class_id"])
+                      for rid in sorted(idle) for a in sorted(idle[rid], key=lambda a: a["gpu_id"])]
+        if not candidates:
+            return idle
+        held: dict[tuple[int, int], int] = defaultdict(int)
+        for rows in self.by_reservation.values():
+            for a in rows:
+                if self._held(a, t):
+                    held[(a["reservation__team_id"], a["reservation__gpu_class_id"])] += 1
+        refused = {(c.reservation_id, c.gpu_id) for c in team_guards(
+            candidates=candidates, held=held, t=t, histories=self.histories,
+            policy=self.policy)}
+        return {rid: [a for a in found if (rid, a["gpu_id"]) not in refused]
+                for rid, found in idle.items()}
+
+    def _recommend(self, rows: list[dict], idle: list[dict], t: int) -> BacktestReclaim:
+        release_s = t * HOUR + self.grace_s
         rec = BacktestReclaim(
             reservation_id=rows[0]["reservation_id"], team=rows[0]["reservation__team__slug"],
             gpu_class_id=rows[0]["reservation__gpu_class_id"],
             recommended_at=datetime.fromtimestamp(t * HOUR, tz=UTC),
             released_at=datetime.fromtimestamp(release_s, tz=UTC), gpu_ids=[])
         for a in idle:
-            gone.add(a["id"])
+            self.gone.add(a["id"])
             rec.gpu_ids.append(a["gpu_id"])
-            per_hour = hours.get(a["id"], {})
-            grace_busy = sum(per_hour.get(h, (0, 0, 0, 0, 0))[1]
+            per_hour = self.hours.get(a["id"], {})
+            grace_busy = sum(per_hour.get(h, NOTHING)[1]
                              for h in range(t, -(-release_s // HOUR)))
-            if grace_busy >= threshold or a["until_s"] <= release_s:
+            if grace_busy >= self.threshold or a["until_s"] <= release_s:
                 rec.skipped_gpu_ids.append(a["gpu_id"])
                 continue
             rec.returned_by_gpu[a["gpu_id"]] = a["until_s"] - release_s
             rec.returned_s += a["until_s"] - release_s
             later_busy = sum(v[1] for h, v in per_hour.items() if h * HOUR >= release_s)
-            if later_busy >= threshold:
+            if later_busy >= self.threshold:
                 rec.false_gpu_ids.append(a["gpu_id"])
-        recs.append(rec)
-    return recs
+        return rec

@@ -14,8 +14,8 @@ def _value(name: str, default: str) -> str:
     return str(getattr(settings, name, None) or os.environ.get(name) or default)
 
 
-SPEC, EVIDENCE = "spec", "evidence"
-RULES = (SPEC, EVIDENCE)
+SPEC, EVIDENCE, GUARDED = "spec", "evidence", "guarded"
+RULES = (SPEC, EVIDENCE, GUARDED)
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,11 @@ class Policy:
     is idle over `lookback` (accounting.md). "evidence": also idle after the shorter
     `empty_lookback` when it held no process and at most `empty_memory_bytes` all that
     time (a job that finished), while one holding memory or a process (a notebook
-    kernel) is idle only over the longer `held_lookback` (docs/reclaim.md)."""
+    kernel) is idle only over the longer `held_lookback` (docs/reclaim.md). "guarded"
+    (hard reclaim that survives a realistic mix): idle over `lookback` only when two
+    signals agree, no process and at most `empty_memory_bytes` held AND no busy second,
+    and never against the team's recurring use (`pattern_*`) nor in a failed job's
+    debugging gap (`retry_*`): `reclaim/guards.py`."""
 
     lookback: timedelta
     idle_busy_fraction: Decimal
@@ -38,11 +42,17 @@ class Policy:
     empty_lookback: timedelta = timedelta(hours=8)
     held_lookback: timedelta = timedelta(hours=24)
     empty_memory_bytes: int = 2**30
+    pattern_weeks: int = 4
+    pattern_min_weeks: int = 2
+    pattern_days: int = 7
+    pattern_min_days: int = 3
+    retry_window: timedelta = timedelta(days=7)
+    retry_short_run: timedelta = timedelta(hours=24)
 
     @property
     def lookbacks(self) -> list[timedelta]:
         """The windows this policy judges over, shortest first."""
-        if self.rule == SPEC:
+        if self.rule in (SPEC, GUARDED):
             return [self.lookback]
         return sorted({self.empty_lookback, self.lookback, self.held_lookback})
 
@@ -59,7 +69,10 @@ def policy() -> Policy:
     """The policy in force: RECLAIM_LOOKBACK_S (24 h), RECLAIM_IDLE_BUSY_FRACTION (0.10),
     RECLAIM_MIN_COVERAGE (0.8), RECLAIM_GRACE_S (4 h), RECLAIM_SNOOZE_S (7 days);
     RECLAIM_RULE (spec or evidence), RECLAIM_EMPTY_LOOKBACK_S (8 h),
-    RECLAIM_HELD_LOOKBACK_S (24 h), RECLAIM_EMPTY_MEMORY_BYTES (1 GiB)."""
+    RECLAIM_HELD_LOOKBACK_S (24 h), RECLAIM_EMPTY_MEMORY_BYTES (1 GiB); the guarded
+    rule's RECLAIM_PATTERN_WEEKS (4), RECLAIM_PATTERN_MIN_WEEKS (2),
+    RECLAIM_PATTERN_DAYS (7), RECLAIM_PATTERN_MIN_DAYS (3), RECLAIM_RETRY_WINDOW_S
+    (7 days), RECLAIM_RETRY_SHORT_RUN_S (24 h)."""
     rule = _value("RECLAIM_RULE", SPEC)
     if rule not in RULES:
         raise ImproperlyConfigured(f"RECLAIM_RULE is {rule!r}: one of {', '.join(RULES)}.")
@@ -73,7 +86,26 @@ def policy() -> Policy:
         min_coverage=Decimal(_value("RECLAIM_MIN_COVERAGE", "0.8")),
         grace=timedelta(seconds=int(_value("RECLAIM_GRACE_S", "14400"))),
         snooze=timedelta(seconds=int(_value("RECLAIM_SNOOZE_S", str(7 * 86400)))),
+        **_guards(),
     )
+
+
+def _guards() -> dict:
+    found = {
+        "pattern_weeks": int(_value("RECLAIM_PATTERN_WEEKS", "4")),
+        "pattern_min_weeks": int(_value("RECLAIM_PATTERN_MIN_WEEKS", "2")),
+        "pattern_days": int(_value("RECLAIM_PATTERN_DAYS", "7")),
+        "pattern_min_days": int(_value("RECLAIM_PATTERN_MIN_DAYS", "3")),
+        "retry_window": timedelta(seconds=int(_value("RECLAIM_RETRY_WINDOW_S", "604800"))),
+        "retry_short_run": timedelta(seconds=int(_value("RECLAIM_RETRY_SHORT_RUN_S", "86400"))),
+    }
+    if not 1 <= found["pattern_min_weeks"] <= found["pattern_weeks"]:
+        raise ImproperlyConfigured("RECLAIM_PATTERN_MIN_WEEKS must be between 1 and "
+                                   "RECLAIM_PATTERN_WEEKS.")
+    if not 1 <= found["pattern_min_days"] <= found["pattern_days"]:
+        raise ImproperlyConfigured("RECLAIM_PATTERN_MIN_DAYS must be between 1 and "
+                                   "RECLAIM_PATTERN_DAYS.")
+    return found
 
 
 def evaluate_interval_s() -> float:

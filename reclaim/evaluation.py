@@ -1,7 +1,8 @@
 """What the policy finds on the reservations under evaluation at one instant (a read:
 no writes). accounting.md, "Reclaim recommendations": idle GPUs (reclaim), the 95th
 percentile of concurrency below the count (right-size), too little coverage to judge
-(coverage warning); `Policy.rule` picks the look-back per GPU (conf.py). The inputs of
+(coverage warning); `Policy.rule` picks the look-back per GPU (conf.py), and under the
+`guarded` rule the guards of `reclaim/guards.py` may refuse an idle GPU. The inputs of
 all reservations are read together (`reclaim/inputs.py`), in a fixed number of
 queries whatever their number."""
 
@@ -12,7 +13,8 @@ from fractions import Fraction
 from gpuquota.core.timeutil import Period
 from gpuquota.reservations.models import Reservation
 from gpuquota.usage.slots import concurrency_per_slot, nearest_rank_percentile
-from reclaim.conf import SPEC, Policy
+from reclaim.conf import GUARDED, SPEC, Policy
+from reclaim.guards import Candidate, guards_at, signals_refusal
 from reclaim.inputs import EvaluationInputs, evaluation_inputs
 from reclaim.models import Recommendation
 from reclaim.savings import Savings
@@ -35,6 +37,7 @@ class ReservationFindings:
     window: Period
     held_gpu_ids: list[int]
     findings: list[Finding] = field(default_factory=list)
+    gpus: dict[str, dict] = field(default_factory=dict)  # GPU id → its evidence and state
 
     def of_kind(self, kind: str) -> Finding | None:
         return next((f for f in self.findings if f.kind == kind), None)
@@ -68,6 +71,8 @@ def _judge(inputs: EvaluationInputs, rid: int, gpu_id: int, policy: Policy
     base_state = _classify(base, policy) if base else None
     if policy.rule == SPEC:
         return base_state, base
+    if policy.rule == GUARDED:
+        return _two_signals(base_state, base, policy)
     short = evidence.get(policy.empty_lookback)
     if short and _classify(short, policy) == "idle" and _empty(short, policy):
         return "idle", {**short, "rule": "empty"}
@@ -79,25 +84,58 @@ def _judge(inputs: EvaluationInputs, rid: int, gpu_id: int, policy: Policy
     return base_state, base
 
 
+def _two_signals(state: str | None, evidence: dict | None, policy: Policy
+                 ) -> tuple[str | None, dict | None]:
+    """The guarded rule on one GPU's window: idle only when no process, no memory, no
+    busy second and no utilization agree; otherwise `guarded`, naming the signal."""
+    if state != "idle":
+        return state, evidence
+    refusal = signals_refusal(
+        busy_s=evidence["busy_s"], process_count=evidence["process_count"],
+        util_positive=bool(evidence["mean_util_gpu"]) and float(evidence["mean_util_gpu"]) > 0,
+        memory_bytes=evidence["memory_used_bytes_max"], policy=policy)
+    if refusal is not None:
+        return "guarded", {**evidence, "guard": refusal}
+    return "idle", {**evidence, "rule": GUARDED}
+
+
 def findings_evaluate(*, reservations: list[Reservation], now: datetime, policy: Policy
                       ) -> dict[int, ReservationFindings]:
     """The policy's findings per reservation at `now`, per GPU it holds at `now`,
     failed time left out. A reservation is judged on the windows it has run for."""
     inputs = evaluation_inputs(reservations=reservations, now=now, policy=policy,
                                right_size_candidates=_right_size_candidates)
-    return {r.id: _reservation(r, inputs, policy) for r in reservations}
+    judged = {r.id: _judged(r, inputs, policy) for r in reservations}
+    if policy.rule == GUARDED:
+        _team_guards_apply(reservations, judged, now=now, policy=policy)
+    return {r.id: _reservation(r, judged[r.id], inputs, policy) for r in reservations}
 
 
-def _reservation(reservation: Reservation, inputs: EvaluationInputs, policy: Policy
-                 ) -> ReservationFindings:
+def _judged(reservation: Reservation, inputs: EvaluationInputs, policy: Policy) -> dict:
+    judged = {g: _judge(inputs, reservation.id, g, policy)
+              for g in inputs.held.get(reservation.id, [])}
+    return {g: j for g, j in judged.items() if j[0] is not None}
+
+
+def _team_guards_apply(reservations: list[Reservation], judged: dict[int, dict], *,
+                       now: datetime, policy: Policy) -> None:
+    """Turn the idle GPUs the team guards refuse into `guarded` ones, naming the guard."""
+    candidates = [Candidate(r.id, g, r.team_id, r.gpu_class_id) for r in reservations
+                  for g, (state, _ev) in sorted(judged[r.id].items()) if state == "idle"]
+    for c, guard in guards_at(candidates=candidates, now=now, policy=policy).items():
+        judged[c.reservation_id][c.gpu_id] = (
+            "guarded", {**judged[c.reservation_id][c.gpu_id][1], "guard": guard})
+
+
+def _reservation(reservation: Reservation, judged: dict, inputs: EvaluationInputs,
+                 policy: Policy) -> ReservationFindings:
     window = Period(inputs.now - policy.lookback, inputs.now)
     held = inputs.held.get(reservation.id, [])
     result = ReservationFindings(reservation, window, held)
-    judged = {g: _judge(inputs, reservation.id, g, policy) for g in held}
-    judged = {g: j for g, j in judged.items() if j[0] is not None}
     if not judged:
         return result
     per_gpu = {str(g): {**ev, "state": state} for g, (state, ev) in judged.items()}
+    result.gpus = per_gpu
     low = [g for g, (state, _ev) in judged.items() if state == "low_coverage"]
     idle = [g for g, (state, _ev) in judged.items() if state == "idle"]
     if low:
@@ -105,7 +143,7 @@ def _reservation(reservation: Reservation, inputs: EvaluationInputs, policy: Pol
     if idle:
         result.findings.append(Finding(K.RECLAIM, idle, {"gpus": per_gpu},
                                        savings=inputs.savings(reservation, idle)))
-    watched = any(state == "watched" for state, _ev in judged.values())
+    watched = any(state in ("watched", "guarded") for state, _ev in judged.values())
     if not low and not watched and inputs.ran_at_least(reservation.id, policy.lookback):
         right = _right_size(rid=reservation.id, held=held, idle=idle, inputs=inputs,
                             window=window, policy=policy,
@@ -134,7 +172,7 @@ def _right_size_candidates(inputs: EvaluationInputs, policy: Policy) -> set[int]
             continue
         states = {g: _judge(inputs, rid, g, policy)[0] for g in gpu_ids}
         kept = [g for g, state in states.items() if state != "idle"]
-        if len(kept) < 2 or {"low_coverage", "watched"} & set(states.values()):
+        if len(kept) < 2 or {"low_coverage", "watched", "guarded"} & set(states.values()):
             continue
         whole = 0 if hours is None else int((hours[1] - hours[0]).total_seconds()) // 3600
         room = slots - whole * (3600 // policy.slot_s)  # the edges: any slot may be short

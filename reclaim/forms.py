@@ -10,6 +10,7 @@ from accounts.models import Team
 from gpuquota.inventory.models import GpuClass
 from gpuquota.reservations.forms import LocalDateTimeField
 from gpuquota.reservations.models import Reservation
+from reclaim.conf import RULES
 
 REASON_MAX = 2000
 
@@ -81,3 +82,5 @@ class BacktestForm(forms.Form):
                                       decimal_places=4, required=False, label="Minimum coverage")
     lookback_hours = forms.IntegerField(min_value=1, max_value=24 * 14, required=False,
                                         label="Look-back (hours)")
+    rule = forms.ChoiceField(choices=[("", "The rule in force"), *[(r, r) for r in RULES]],
+                             required=False, label="Rule")

@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.models import Team
@@ -156,7 +157,29 @@ class BacktestReclaimSerializer(serializers.Serializer):
         return f"{rec.returned_s / 3600:.2f}"
 
 
+class RuleShareSerializer(serializers.Serializer):
+    """One rule of `rules_backtest` on the same history: its false share."""
+
+    rule = serializers.CharField()
+    recommendations = serializers.IntegerField()
+    gpus_released = serializers.IntegerField()
+    gpu_hours_returned = serializers.DecimalField(max_digits=14, decimal_places=2)
+    false_reclaims = serializers.IntegerField()
+    false_reclaim_rate = serializers.DecimalField(max_digits=6, decimal_places=4)
+
+
+def rule_shares(results: dict) -> list[dict]:
+    """The rows of `RuleShareSerializer` for `rules_backtest`'s results."""
+    return [{"rule": rule, "recommendations": len(r.recommendations),
+             "gpus_released": r.gpus_released, "gpu_hours_returned": r.gpu_hours_returned,
+             "false_reclaims": r.false_reclaims, "false_reclaim_rate": r.false_reclaim_rate}
+            for rule, r in results.items()]
+
+
 class BacktestSerializer(serializers.Serializer):
+    """The backtest of the asked rule; `rules`: every rule's false share on the same
+    history (from the view's context)."""
+
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
     policy = serializers.SerializerMethodField()
@@ -167,6 +190,11 @@ class BacktestSerializer(serializers.Serializer):
     false_reclaim_rate = serializers.DecimalField(max_digits=6, decimal_places=4)
     savings = serializers.DecimalField(max_digits=14, decimal_places=2, source="savings_amount")
     items = BacktestReclaimSerializer(source="recommendations", many=True)
+    rules = serializers.SerializerMethodField()
+
+    @extend_schema_field(RuleShareSerializer(many=True))
+    def get_rules(self, result) -> list:
+        return RuleShareSerializer(self.context.get("rules", []), many=True).data
 
     def get_recommendations(self, result) -> int:
         return len(result.recommendations)

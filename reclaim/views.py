@@ -21,7 +21,7 @@ from accounts.permissions import (
 from gpuquota.core.errors import DomainError
 from gpuquota.reservations.models import Reservation
 from reclaim import lifecycle, services
-from reclaim.backtest import policy_backtest
+from reclaim.backtest import rules_backtest
 from reclaim.conf import policy
 from reclaim.forms import (
     BacktestForm,
@@ -57,9 +57,11 @@ def _backtest(form: BacktestForm) -> dict | None:
     v = form.cleaned_data
     lookback = None if v["lookback_hours"] is None else timedelta(hours=v["lookback_hours"])
     what_if = policy().override(idle_busy_fraction=v["idle_busy_fraction"],
-                                min_coverage=v["min_coverage"], lookback=lookback)
+                                min_coverage=v["min_coverage"], lookback=lookback,
+                                rule=v["rule"] or None)
     try:
-        return {"policy": what_if, "result": policy_backtest(policy=what_if, days=v["days"])}
+        results = rules_backtest(policy=what_if, days=v["days"])
+        return {"policy": what_if, "result": results[what_if.rule], "rules": results}
     except DomainError as exc:
         form.add_error(None, exc.message)
         return None

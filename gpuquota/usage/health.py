@@ -5,10 +5,13 @@ intervals; a failed interval ends at the earlier of an admin's recovery time and
 window_start of the first sample with readings >= 1 after it began, sent under a boot
 other than the one it failed under (each sample and event keeps its batch's boot).
 Only sample times and boot ids decide: the same data imported in any order, or late
-from a spool, converges on the same intervals (an end only moves earlier, to a good
-sample found later; an opener inside a failed interval that arrived first is absorbed;
-when an end moves, the openers after it are evaluated again). Every change marks the
-GPU-hours it re-attributes dirty. Evaluation is idempotent.
+from a spool, converges on the same intervals, an admin's back-dated recovery included
+(an end only moves earlier, to a good sample found later or to a recovery; an opener
+inside an interval that arrived first is absorbed, and a late opener absorbs the
+intervals its own would have covered, with the recovery that ended one; whenever an end
+moves, by any path, the openers after it are evaluated again). Every change marks the
+GPU-hours it re-attributes dirty, and the hours of the openers it uncovers. Evaluation
+is idempotent.
 """
 
 from dataclasses import dataclass
@@ -112,6 +115,10 @@ def _later(interval_until: datetime | None, *others: datetime | None) -> datetim
     return None if any(e is None for e in ends) else max(ends)
 
 
+def _device_ids(gpu: Gpu) -> list[int]:
+    return [gpu.id, *gpu.mig_devices.values_list("id", flat=True)]
+
+
 def _reevaluate_marks(gpu: Gpu, device_ids: list[int], start: datetime,
                       end: datetime | None) -> None:
     """Mark what a change of [start, end) re-attributes, and the hours of the openers there
@@ -120,6 +127,13 @@ def _reevaluate_marks(gpu: Gpu, device_ids: list[int], start: datetime,
     gpu_usage_mark_dirty(gpu_id=gpu.id, start=start, end=until)
     event_hours = GpuEvent.objects.filter(gpu_id__in=device_ids, ts__gte=start, ts__lt=until)
     gpu_hours_mark_dirty(marks=[(gpu.id, ts) for ts in event_hours.values_list("ts", flat=True)])
+
+
+@dataclass(frozen=True)
+class End:
+    at: datetime | None  # None: open
+    reason: str = ""
+    by: object = None  # the admin whose recovery (or record) ends it
 
 
 def _health_open(gpu: Gpu, device_ids: list[int], opener: Opener) -> bool:
@@ -132,47 +146,56 @@ def _health_open(gpu: Gpu, device_ids: list[int], opener: Opener) -> bool:
     if covering is not None and _RANK[covering.state] >= _RANK[opener.state]:
         return False
     boot_id = _boot_in_force(device_ids, opener)
-    if covering is not None:  # degraded → failed from this instant
-        until = covering.valid_until
+    if covering is not None:  # degraded → failed from this instant, until what ended it
+        end = (End(covering.valid_until, covering.closed_reason, covering.closed_by)
+               if covering.closed_by_id is not None else End(covering.valid_until))
         if covering.valid_from == opener.at:
             covering.delete()
         else:
             covering.valid_until = opener.at
             covering.closed_reason = f"became failed: {opener.reason}"
-            covering.save(update_fields=["valid_until", "closed_reason"])
+            covering.closed_by = None
+            covering.save(update_fields=["valid_until", "closed_reason", "closed_by"])
     else:
         later = [i.valid_from for i in intervals if i.valid_from > opener.at]
-        until = min(later) if later else None
-    closed_reason, marked_until = "", until
-    if opener.state == FAILED and boot_id:
-        closed_reason, until, marked_until = _failed_end(gpu, device_ids, opener, boot_id, until)
+        end = End(min(later) if later else None)
+    end, marked_until = _new_end(gpu, device_ids, opener, boot_id, end)
     GpuHealthInterval.objects.create(
-        gpu=gpu, state=opener.state, valid_from=opener.at, valid_until=until,
-        reason=opener.reason[:256], boot_id=boot_id, closed_reason=closed_reason,
+        gpu=gpu, state=opener.state, valid_from=opener.at, valid_until=end.at,
+        reason=opener.reason[:256], boot_id=boot_id, closed_reason=end.reason[:256],
+        closed_by=end.by,
     )
     _reevaluate_marks(gpu, device_ids, opener.at, marked_until)
     return True
 
 
-def _failed_end(gpu: Gpu, device_ids: list[int], opener: Opener, boot_id: str,
-                until: datetime | None) -> tuple[str, datetime | None, datetime | None]:
-    """Where a new failed interval ends: at the first good sample of another boot, which
-    may lie beyond automatic intervals that follow it (their openers lie inside it then, as
-    if the data had come in order: they are absorbed). Returns (closed_reason, end, the
-    latest end of what changed)."""
-    marked_until = until
+def _new_end(gpu: Gpu, device_ids: list[int], opener: Opener, boot_id: str,
+             end: End) -> tuple[End, datetime | None]:
+    """Where a new interval ends, as if the data had come in order. A failed one ends at
+    the first good sample of another boot. The intervals that follow it up to there (for
+    a degraded one, the degraded ones) are absorbed: their openers lie inside it; an
+    admin's recovery that ended one ends it. Otherwise it ends where a failed interval
+    begins: it became failed. Returns (the end, the latest end of what changed)."""
+    marked_until = end.at
     while True:
-        good = _first_good_sample(device_ids, after=opener.at, boot_id=boot_id, before=until)
-        if good is not None:
-            return _closed_reason(good[1]), good[0], marked_until
-        following = (GpuHealthInterval.objects.filter(gpu=gpu, valid_from=until,
-                                                       closed_by__isnull=True).first()
-                     if until is not None else None)
+        if opener.state == FAILED and boot_id:
+            good = _first_good_sample(device_ids, after=opener.at, boot_id=boot_id,
+                                      before=end.at)
+            if good is not None:
+                return End(good[0], _closed_reason(good[1])), marked_until
+        if end.by is not None or end.at is None:
+            return end, marked_until
+        following = GpuHealthInterval.objects.filter(gpu=gpu, valid_from=end.at).first()
         if following is None:
-            return "", until, marked_until
-        until = (GpuHealthInterval.objects.filter(gpu=gpu, valid_from__gt=until)
-                 .order_by("valid_from").values_list("valid_from", flat=True).first())
+            return end, marked_until
+        if _RANK[following.state] > _RANK[opener.state]:
+            return End(end.at, f"became failed: {following.reason}"), marked_until
         marked_until = _later(marked_until, following.valid_until)
+        if following.closed_by_id is not None:
+            end = End(following.valid_until, following.closed_reason, following.closed_by)
+        else:
+            end = End(GpuHealthInterval.objects.filter(gpu=gpu, valid_from__gt=end.at)
+                      .order_by("valid_from").values_list("valid_from", flat=True).first())
         following.delete()
 
 
@@ -235,7 +258,7 @@ def gpu_health_evaluate(*, gpu_id: int, hour: datetime) -> int:
     gpu = Gpu.objects.get(id=gpu_id)
     if gpu.parent_id is not None:
         gpu = Gpu.objects.get(id=gpu.parent_id)
-    device_ids = [gpu.id, *gpu.mig_devices.values_list("id", flat=True)]
+    device_ids = _device_ids(gpu)
     changes = sum(
         _health_open(gpu, device_ids, opener)
         for opener in _openers(device_ids, hour, hour + timedelta(hours=1))
@@ -273,7 +296,7 @@ def gpu_health_recover(*, gpu: Gpu, at: datetime, by, note: str) -> GpuHealthInt
         changes={"gpu": gpu.uuid, "state": interval.state,
                  "valid_until": [old_until.isoformat() if old_until else None, at.isoformat()]},
     )
-    gpu_usage_mark_dirty(gpu_id=gpu.id, start=at, end=old_until or now)
+    _reevaluate_marks(gpu, _device_ids(gpu), at, old_until)
     return interval
 
 
@@ -316,7 +339,7 @@ def gpu_health_interval_record(*, gpu: Gpu, state: str, valid_from: datetime,
     if (other := overlapping.order_by("valid_from").first()) is not None:
         raise Conflict(f"Overlaps the {other.state} interval from {_fmt(other.valid_from)} to "
                        f"{_fmt(other.valid_until)} ({other.reason}).", field="valid_from")
-    device_ids = [gpu.id, *gpu.mig_devices.values_list("id", flat=True)]
+    device_ids = _device_ids(gpu)
     boot_id, closed_reason, until = "", "", valid_until
     if state == FAILED:
         boot_id = _boot_in_force(device_ids, Opener(valid_from, state, reason, ""))
@@ -333,5 +356,5 @@ def gpu_health_interval_record(*, gpu: Gpu, state: str, valid_from: datetime,
     audit_record(actor=by, action="gpu_health_record", obj=interval, reason=reason, changes={
         "gpu": gpu.uuid, "state": state, "valid_from": valid_from.isoformat(),
         "valid_until": until.isoformat() if until else None})
-    gpu_usage_mark_dirty(gpu_id=gpu.id, start=valid_from, end=until or now)
+    _reevaluate_marks(gpu, device_ids, valid_from, until)
     return interval

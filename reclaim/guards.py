@@ -1,0 +1,163 @@
+"""The guards of the `guarded` rule (docs/reclaim.md, "Hard reclaim"): what says a GPU
+found idle must not be taken back all the same. Read from the hourly rollups and shared
+by the evaluation and the backtest, so the backtest measures what the evaluation does.
+
+- **Two signals** (`signals_refusal`): over the look-back, no process and at most
+  `empty_memory_bytes` held, AND no busy second and no utilization at all. An
+  inference service below the busy threshold that still serves holds a process and
+  memory at a low, non-zero utilization: `serving`.
+- **Recurring use** (`pattern`): the GPUs of the class the team kept busy at once in a
+  slot that recurs (the same hour of the week in `pattern_min_weeks` of the last
+  `pattern_weeks` weeks, or the same hour of the day on `pattern_min_days` of the last
+  `pattern_days` days) stay with it: only the GPUs it holds beyond that demand go.
+- **Debugging gap** (`retry_gap`): the team's last run on the GPU ended less than
+  `retry_window` ago after less than `retry_short_run` (a job that failed early), and
+  the team has been busy on another GPU since: it is debugging and will resubmit.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Q, Sum
+
+from gpuquota.reservations.models import Assignment, Reservation
+from gpuquota.usage.models import GpuHourUsage
+from reclaim.conf import Policy, grace_busy_s
+
+HOUR = 3600
+WEEK_H, DAY_H = 168, 24
+SERVING, HELD, BUSY, PATTERN, RETRY_GAP = "serving", "held", "busy", "pattern", "retry_gap"
+
+
+def hour_index(value: datetime) -> int:
+    return int(value.timestamp()) // HOUR
+
+
+@dataclass
+class TeamHistory:
+    """The GPU-hours a team kept busy (at least `grace_busy_s`, reserved or not): epoch
+    hour → {GPU id: its class id}."""
+
+    busy: dict[int, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+
+    def busy_count(self, hour: int, gpu_class_id: int) -> int:
+        return sum(1 for c in self.busy.get(hour, {}).values() if c == gpu_class_id)
+
+
+def history_span(policy: Policy) -> timedelta:
+    """How far back the guards read, before the hour they judge."""
+    return max(timedelta(weeks=policy.pattern_weeks), timedelta(days=policy.pattern_days),
+               policy.retry_window)
+
+
+def team_histories(*, team_ids: set[int], since: datetime, until: datetime
+                   ) -> dict[int, TeamHistory]:
+    """The busy history of these teams over [since, until), in one query."""
+    found: dict[int, TeamHistory] = defaultdict(TeamHistory)
+    if not team_ids:
+        return found
+    rows = (GpuHourUsage.objects.filter(team_id__in=team_ids, hour__gte=since, hour__lt=until,
+                                        failed=False, busy_s__gt=0)
+            .values("team_id", "gpu_id", "gpu_class_id", "hour")
+            .annotate(busy=Sum("busy_s")).filter(busy__gte=grace_busy_s()))
+    for row in rows:
+        found[row["team_id"]].busy[hour_index(row["hour"])][row["gpu_id"]] = row["gpu_class_id"]
+    return found
+
+
+def signals_refusal(*, busy_s: int, util_positive: bool, process_count: int,
+                    memory_bytes: int | None, policy: Policy) -> str | None:
+    """Why the two signals do not agree on an idle GPU over the window, or None."""
+    if process_count or (memory_bytes or 0) > policy.empty_memory_bytes:
+        return SERVING if util_positive else HELD
+    if busy_s or util_positive:
+        return BUSY
+    return None
+
+
+def _kth_largest(values: list[int], k: int) -> int:
+    return sorted(values, reverse=True)[k - 1] if len(values) >= k else 0
+
+
+def recurring_demand(history: TeamHistory, *, gpu_class_id: int, t: int,
+                     policy: Policy) -> int:
+    """GPUs of the class the team kept busy at once in a slot recurring before hour t:
+    reached in `pattern_min_weeks` of the last `pattern_weeks` weeks at the same hour
+    of the week, or on `pattern_min_days` of the last `pattern_days` days at the same
+    hour of the day."""
+    def demand(period_h: int, periods: int, at_least: int) -> int:
+        return max(_kth_largest([history.busy_count(t - o - period_h * k, gpu_class_id)
+                                 for k in range(periods)], at_least)
+                   for o in range(1, period_h + 1))
+
+    return max(demand(WEEK_H, policy.pattern_weeks, policy.pattern_min_weeks),
+               demand(DAY_H, policy.pattern_days, policy.pattern_min_days))
+
+
+def in_retry_gap(history: TeamHistory, *, gpu_id: int, t: int, policy: Policy) -> bool:
+    """The team's last run on the GPU before hour t ended within `retry_window` after
+    less than `retry_short_run`, and the team kept another GPU busy since."""
+    window_h = int(policy.retry_window.total_seconds()) // HOUR
+    last = next((u for u in range(t - 1, t - window_h - 1, -1)
+                 if gpu_id in history.busy.get(u, {})), None)
+    if last is None:
+        return False
+    first = last
+    while gpu_id in history.busy.get(first - 1, {}):
+        first -= 1
+    if (last - first + 1) * HOUR >= policy.retry_short_run.total_seconds():
+        return False
+    return any(set(history.busy.get(u, {})) - {gpu_id} for u in range(last + 1, t))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A GPU idle by both signals, of a reservation of a team's class."""
+
+    reservation_id: int
+    gpu_id: int
+    team_id: int
+    gpu_class_id: int
+
+
+def team_guards(*, candidates: list[Candidate], held: dict[tuple[int, int], int], t: int,
+                histories: dict[int, TeamHistory], policy: Policy) -> dict[Candidate, str]:
+    """The candidates the team guards refuse at hour t, with the guard: a debugging
+    gap, else beyond what the team holds (`held`, per (team, class)) over its recurring
+    demand. The others may go, in the order given."""
+    refused: dict[Candidate, str] = {}
+    room: dict[tuple[int, int], int] = {}
+    for c in candidates:
+        history = histories.get(c.team_id, TeamHistory())
+        key = (c.team_id, c.gpu_class_id)
+        if key not in room:
+            room[key] = held.get(key, 0) - recurring_demand(
+                history, gpu_class_id=c.gpu_class_id, t=t, policy=policy)
+        if in_retry_gap(history, gpu_id=c.gpu_id, t=t, policy=policy):
+            refused[c] = RETRY_GAP
+        elif room[key] <= 0:
+            refused[c] = PATTERN
+        else:
+            room[key] -= 1
+    return refused
+
+
+def guards_at(*, candidates: list[Candidate], now: datetime, policy: Policy
+              ) -> dict[Candidate, str]:
+    """`team_guards` at `now` on the stored history and the assignments in force: two
+    queries."""
+    teams = {c.team_id for c in candidates}
+    if not teams:
+        return {}
+    t = hour_index(now)
+    since = now - history_span(policy) - timedelta(hours=1)
+    histories = team_histories(team_ids=teams, since=since, until=now)
+    held: dict[tuple[int, int], int] = defaultdict(int)
+    for team_id, class_id in Assignment.objects.filter(
+            Q(reservation__team_id__in=teams), assigned_from__lte=now, assigned_until__gt=now,
+            reservation__status=Reservation.Status.ACTIVE,
+    ).values_list("reservation__team_id", "reservation__gpu_class_id"):
+        held[(team_id, class_id)] += 1
+    return team_guards(candidates=candidates, held=held, t=t, histories=histories,
+                       policy=policy)

@@ -1,0 +1,77 @@
+"""Each rule's false share where an admin or a script reads it: the backtest API's
+`rules`, the review page's table, and `manage.py reclaim_backtest`."""
+
+import re
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from gpuquota.core.timeutil import hour_floor
+from reclaim.backtest import rules_backtest
+from reclaim.conf import policy
+from tests.reclaim.factories import World
+from tests.reclaim.test_guarded import weekday_and_abandoned
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def history():
+    world = World.create()
+    weekday_and_abandoned(world, hour_floor(timezone.now()))
+    return world
+
+
+def _client(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_the_api_gives_each_rules_false_share(history):
+    body = _client(history.admin).get("/api/v1/reclaim/backtest?days=14&rule=guarded").json()
+    expected = rules_backtest(policy=policy(), days=14)
+    assert body["policy"]["rule"] == "guarded"
+    assert body["false_reclaims"] == 0 and body["recommendations"] == 1
+    shares = {r["rule"]: r for r in body["rules"]}
+    assert set(shares) == {"spec", "evidence", "guarded"}
+    for rule, result in expected.items():
+        assert shares[rule]["false_reclaims"] == result.false_reclaims
+        assert shares[rule]["false_reclaim_rate"] == f"{result.false_reclaim_rate:.4f}"
+        assert shares[rule]["gpus_released"] == result.gpus_released
+    assert shares["spec"]["false_reclaims"] > 0
+
+
+def test_the_api_refuses_an_unknown_rule(history):
+    response = _client(history.admin).get("/api/v1/reclaim/backtest?days=14&rule=lucky")
+    assert response.status_code == 400
+    assert response.json()["errors"][0]["field"] == "rule"
+
+
+def test_the_review_page_shows_each_rules_false_share(history):
+    page = _client(history.admin).get(reverse("reclaim_review") + "?days=14&rule=guarded")
+    body = page.content.decode()
+    expected = rules_backtest(policy=policy(), days=14)
+    rows = dict(re.findall(r'<tr data-rule="(\w+)">.*?<td class="num[^"]*">([^<]*)</td></tr>',
+                           body))
+    assert set(rows) == {"spec", "evidence", "guarded"}
+    assert rows["guarded"] == "0.0%" and rows["spec"] != "0.0%"
+    assert "rule guarded" in body
+    assert expected["guarded"].false_reclaims == 0
+    bad = _client(history.admin).get(reverse("reclaim_review") + "?days=14&rule=lucky")
+    assert bad.status_code == 200 and "Select a valid choice" in bad.content.decode()
+
+
+def test_the_command_prints_one_line_per_rule(history):
+    out = StringIO()
+    call_command("reclaim_backtest", "--days", "14", stdout=out)
+    lines = dict(re.findall(r"^RULE rule=(\w+) (.*)$", out.getvalue(), re.MULTILINE))
+    assert set(lines) == {"spec", "evidence", "guarded"}
+    assert "false_reclaims=0 false_share=0.0 " in lines["guarded"]
+    assert "(in force)" in lines["spec"]
+    with pytest.raises(CommandError, match="--days"):
+        call_command("reclaim_backtest", "--days", "0", stdout=StringIO())
