@@ -9,6 +9,9 @@ standing backlog of preemptible borrower work, returned when their owner's job c
         [--policy none --policy lending ...] [--days 14] [--seed 7]
         [--lend-after-idle-s 1800] [--batch-s 600] [--reconcile-s 60] [--db-tag _x]
 
+The reclaim policy is the one in force (`RECLAIM_*` in the environment, e.g.
+`RECLAIM_RULE=guarded`); the DETAIL line names its rule.
+
 Each run gets its own database (gq_lendsim_<workload>_<policy><tag>, dropped first) and
 prints one line a script can read:
 
@@ -133,7 +136,8 @@ def _simulate(*, spec: str, policy: str, days: int, seed: int, lend_after_idle_s
     result["timings_s"] = {"setup": round(setup_s, 1),
                            "run": round(time.monotonic() - began - setup_s, 1)}
     result["settings"] = {"days": days, "seed": seed, "lend_after_idle_s": lend_after_idle_s,
-                          "batch_s": batch_s, "reconcile_s": reconcile_s}
+                          "batch_s": batch_s, "reconcile_s": reconcile_s,
+                          "reclaim_rule": os.environ.get("RECLAIM_RULE") or "spec"}
     return result
 
 
