@@ -14,6 +14,7 @@ NAV_SECTIONS = [
     ("/manage/rate-cards/", "billing"),
     ("/ingest/", "operations"),
     ("/reclaim/", "operations"),
+    ("/telemetry/", "operations"),
     ("/manage/", "manage"),
 ]
 
