@@ -9,6 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from gpuquota.core.fields import whole_second
@@ -16,6 +17,7 @@ from gpuquota.ingest import conf as ingest_conf
 from gpuquota.ingest.batches import batch_ingest
 from gpuquota.ingest.protocol import batch_check
 from gpuquota.inventory.models import Gpu, Node
+from gpuquota.inventory.services import gpu_register
 from gpuquota.telemetry import conf, exposition, prometheus
 from gpuquota.telemetry.models import ScrapedReading, SourceGpu, SourceKind, TelemetrySource
 from gpuquota.telemetry.normalise import GpuReport, iso, reports_build
@@ -53,8 +55,9 @@ def aligned(instant: datetime, window_s: int) -> datetime:
 
 
 def _node_for(report: GpuReport, *, source: TelemetrySource, known: dict) -> Node:
-    """The GPU's current node when it is known (UUID decides); else the node the source's
-    node label names, in the source's cluster, created when new."""
+    """The GPU's current node when it is known (UUID decides); else it is registered, as
+    the agent's are, on the node the source's node label names (in the source's cluster,
+    created when new), from its first window: a back-fill's history is the GPU's own."""
     gpu = known.get(report.uuid)
     if gpu is not None:
         return gpu.node
@@ -62,7 +65,18 @@ def _node_for(report: GpuReport, *, source: TelemetrySource, known: dict) -> Nod
     hostname = (labels.get(source.node_label) or labels.get("Hostname")
                 or labels.get("hostname") or "unnamed")[:253]
     node, _ = Node.objects.get_or_create(cluster=source.cluster, hostname=hostname)
-    return node
+    first = min([r["window_start"] for r in report.samples]
+                + [r["ts"] for r in report.events])
+    entry = report.entry()
+    try:
+        with transaction.atomic():
+            known[report.uuid] = gpu_register(
+                node=node, uuid=report.uuid, model_name=entry["name"] or "",
+                at=datetime.fromisoformat(first), index=entry["index"],
+                pci_bus_id=entry["pci_bus_id"] or "")
+    except IntegrityError:  # registered meanwhile (an agent, another pull): its node wins
+        known[report.uuid] = Gpu.objects.select_related("node").get(uuid=report.uuid)
+    return known[report.uuid].node
 
 
 def _parts(reports: list[GpuReport]) -> list[dict]:
