@@ -15,8 +15,9 @@ WANTED = frozenset(METRICS)
 
 
 def exposition_parse(text: str, *, where: str) -> list[list]:
-    """[[metric, labels, value], ...] of the fields gpuquota reads; SourceError for text
-    that is not the exposition format or breaks the limits (nothing is kept then)."""
+    """[[metric, labels, value], ...] of the usable readings of the fields gpuquota reads;
+    SourceError for text that is not the exposition format or breaks the limits (nothing
+    is kept then)."""
     series: list[list] = []
     try:
         for family in text_string_to_metric_families(text):
@@ -28,7 +29,9 @@ def exposition_parse(text: str, *, where: str) -> list[list]:
                             len(name) > conf.MAX_LABEL_VALUE_CHARS:
                         raise SourceError(f"{where}: a label value is over "
                                           f"{conf.MAX_LABEL_VALUE_CHARS} characters")
-                series.append([sample.name, dict(sample.labels), float(sample.value)])
+                value = float(sample.value)
+                if reading_usable(sample.name, value):  # NaN, negatives, DCGM's blanks: none
+                    series.append([sample.name, dict(sample.labels), value])
                 if len(series) > conf.MAX_SERIES:
                     raise SourceError(f"{where}: over {conf.MAX_SERIES} series")
     except SourceError:
