@@ -5,6 +5,7 @@ rules apply. Batch ids come from the source, node and range: importing a range a
 stores nothing twice."""
 
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +41,9 @@ class ImportResult:
     rejected: int = 0
     skipped_series: int = 0
     replayed_batches: int = 0
+    # wall seconds by phase: reading the figures, normalising them, storing the records
+    phases_s: dict = field(default_factory=lambda: {"read": 0.0, "normalise": 0.0,
+                                                    "store": 0.0})
 
     def add(self, body: dict) -> None:
         for kind, counts in self.counts.items():
@@ -164,9 +168,12 @@ def range_import(*, source: TelemetrySource, start: datetime, end: datetime,
     result = ImportResult()
     for chunk_start in range(first, last, chunk_s):
         chunk_stop = min(last, chunk_start + chunk_s)
+        began = time.perf_counter()
         table = _figures(source, start=chunk_start, stop=chunk_stop)
+        read = time.perf_counter()
         reports, skipped = reports_build(table, start=chunk_start, stop=chunk_stop,
                                          window_s=window_s)
+        normalised = time.perf_counter()
         stamp = whole_second(now or timezone.now())
         # Each batch is stored whole (its own transaction); the figures were all read and
         # checked before the first one, and a chunk stored again replays its batch ids.
@@ -175,6 +182,9 @@ def range_import(*, source: TelemetrySource, start: datetime, end: datetime,
         if advance_cursor:
             TelemetrySource.objects.filter(pk=source.pk).update(
                 cursor=datetime.fromtimestamp(chunk_stop, UTC))
+        result.phases_s["read"] += read - began
+        result.phases_s["normalise"] += normalised - read
+        result.phases_s["store"] += time.perf_counter() - normalised
         result.windows += (chunk_stop - chunk_start) // window_s
         result.skipped_series += skipped
     return result
