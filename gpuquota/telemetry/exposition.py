@@ -22,16 +22,21 @@ def exposition_parse(text: str, *, where: str) -> list[list]:
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name not in WANTED:
+                metric = sample.name
+                if metric not in WANTED and metric.endswith("_total"):
+                    # prometheus_client names a counter's samples <family>_total; dcgm-exporter
+                    # declares its energy and ECC fields as counters without the suffix.
+                    metric = metric.removesuffix("_total")
+                if metric not in WANTED:
                     continue
-                for name, value in sample.labels.items():
-                    if len(value) > conf.MAX_LABEL_VALUE_CHARS or \
-                            len(name) > conf.MAX_LABEL_VALUE_CHARS:
+                for label, text_value in sample.labels.items():
+                    if len(text_value) > conf.MAX_LABEL_VALUE_CHARS or \
+                            len(label) > conf.MAX_LABEL_VALUE_CHARS:
                         raise SourceError(f"{where}: a label value is over "
                                           f"{conf.MAX_LABEL_VALUE_CHARS} characters")
                 value = float(sample.value)
-                if reading_usable(sample.name, value):  # NaN, negatives, DCGM's blanks: none
-                    series.append([sample.name, dict(sample.labels), value])
+                if reading_usable(metric, value):  # NaN, negatives, DCGM's blanks: none
+                    series.append([metric, dict(sample.labels), value])
                 if len(series) > conf.MAX_SERIES:
                     raise SourceError(f"{where}: over {conf.MAX_SERIES} series")
     except SourceError:
