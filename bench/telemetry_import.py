@@ -224,12 +224,13 @@ def main() -> None:
         print(f"import: {wall:.1f} s wall, {cpu:.1f} s CPU (this process); {stored:,} samples, "
               f"{result.counts['processes']['stored']:,} process records stored, "
               f"{result.rejected} rejected")
-        phases = result.phases_s
-        print(f"import phases (wall): read {phases['read']:.1f} s, normalise "
-              f"{phases['normalise']:.1f} s, store through the agent's ingestion "
-              f"{phases['store']:.1f} s")
+        phases, cpus = result.phases_s, result.phases_cpu_s
+        print("import phases, wall (CPU of this process): " + ", ".join(
+            f"{name} {phases[name]:.1f} s ({cpus[name]:.1f} s)"
+            for name in ("read", "normalise", "store")))
         print(f"overhead: import wall / prometheus wall = {wall / prom_wall:.2f}x; reading and "
-              f"normalising alone: {(phases['read'] + phases['normalise']) / prom_wall:.2f}x")
+              f"normalising alone: {(phases['read'] + phases['normalise']) / prom_wall:.2f}x "
+              f"wall, {(cpus['read'] + cpus['normalise']) / prom_wall:.2f}x in CPU seconds")
         print(f"samples per CPU-second: import {stored / cpu:,.0f}; agent endpoint "
               f"{agent_stored / agent_cpu:,.0f} ({agent_stored:,} samples); ratio "
               f"{(stored / cpu) / (agent_stored / agent_cpu):.2f}")

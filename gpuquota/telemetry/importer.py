@@ -41,9 +41,12 @@ class ImportResult:
     rejected: int = 0
     skipped_series: int = 0
     replayed_batches: int = 0
-    # wall seconds by phase: reading the figures, normalising them, storing the records
+    # wall and CPU (this process) seconds by phase: reading the figures, normalising them,
+    # storing the records
     phases_s: dict = field(default_factory=lambda: {"read": 0.0, "normalise": 0.0,
                                                     "store": 0.0})
+    phases_cpu_s: dict = field(default_factory=lambda: {"read": 0.0, "normalise": 0.0,
+                                                        "store": 0.0})
 
     def add(self, body: dict) -> None:
         for kind, counts in self.counts.items():
@@ -168,12 +171,12 @@ def range_import(*, source: TelemetrySource, start: datetime, end: datetime,
     result = ImportResult()
     for chunk_start in range(first, last, chunk_s):
         chunk_stop = min(last, chunk_start + chunk_s)
-        began = time.perf_counter()
+        marks = [(time.perf_counter(), time.process_time())]
         table = _figures(source, start=chunk_start, stop=chunk_stop)
-        read = time.perf_counter()
+        marks.append((time.perf_counter(), time.process_time()))
         reports, skipped = reports_build(table, start=chunk_start, stop=chunk_stop,
                                          window_s=window_s)
-        normalised = time.perf_counter()
+        marks.append((time.perf_counter(), time.process_time()))
         stamp = whole_second(now or timezone.now())
         # Each batch is stored whole (its own transaction); the figures were all read and
         # checked before the first one, and a chunk stored again replays its batch ids.
@@ -182,9 +185,11 @@ def range_import(*, source: TelemetrySource, start: datetime, end: datetime,
         if advance_cursor:
             TelemetrySource.objects.filter(pk=source.pk).update(
                 cursor=datetime.fromtimestamp(chunk_stop, UTC))
-        result.phases_s["read"] += read - began
-        result.phases_s["normalise"] += normalised - read
-        result.phases_s["store"] += time.perf_counter() - normalised
+        marks.append((time.perf_counter(), time.process_time()))
+        for phase, (before, after) in zip(("read", "normalise", "store"),
+                                          zip(marks, marks[1:], strict=False), strict=True):
+            result.phases_s[phase] += after[0] - before[0]
+            result.phases_cpu_s[phase] += after[1] - before[1]
         result.windows += (chunk_stop - chunk_start) // window_s
         result.skipped_series += skipped
     return result
