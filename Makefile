@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test lint check bench-ingest bench-agent clean
+.PHONY: demo demo-telemetry test lint check bench-ingest bench-agent clean
 
 $(INSTALLED): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,10 +31,16 @@ demo: export RECLAIM_LOOKBACK_S ?= 3600
 demo: export RECLAIM_GRACE_S ?= 300
 ## Lending on a shortened idle window (2 min), so an idle reserved GPU is lent soon after start.
 demo: export LEND_AFTER_IDLE_S ?= 120
+DEMO_RUN ?= demo
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	$(PY) manage.py demo --addr 127.0.0.1:$(PORT)
+	$(PY) manage.py $(DEMO_RUN) --addr 127.0.0.1:$(PORT)
+
+## The demo with the Turing cluster reporting through fake dcgm-exporters scraped by Debian's
+## Prometheus and the telemetry importer, instead of gpuquota's agent (docs/telemetry.md).
+demo-telemetry:
+	$(MAKE) demo DEMO_RUN="telemetry_demo --cluster turing"
 
 ## Run the whole test suite (PostgreSQL/Redis/browser tests need DATABASE_URL/REDIS_URL/chromium),
 ## in TEST_WORKERS pytest-xdist processes, a test file per worker at a time (each worker has

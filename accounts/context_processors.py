@@ -16,6 +16,7 @@ NAV_SECTIONS = [
     ("/reclaim/", "operations"),
     ("/schedulers/", "operations"),
     ("/lending/", "operations"),
+    ("/telemetry/", "operations"),
     ("/manage/", "manage"),
 ]
 

@@ -114,6 +114,8 @@ INSTALLED_APPS = [
     "gpuquota.mail",
     "gpuquota.demo",
     "reclaim",
+    # telemetry: dcgm-exporter and Prometheus importers
+    "gpuquota.telemetry",
 ]
 
 MIDDLEWARE = [

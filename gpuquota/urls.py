@@ -46,4 +46,5 @@ urlpatterns = [
     path("", include("reports.page_urls")),
     path("", include("reclaim.urls")),
     path("", include("reclaim.urls_pages")),
+    path("", include("gpuquota.telemetry.urls")),  # telemetry
 ]

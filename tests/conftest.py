@@ -46,6 +46,9 @@ def pytest_collection_modifyitems(config, items):
         "postgres": (on_postgres, "needs PostgreSQL: set DATABASE_URL=postgres://..."),
         "redis": (_redis_reachable(), "needs a reachable Redis: set REDIS_URL=redis://..."),
         "browser": (_browser_available(), f"needs {CHROMIUM} and the playwright package"),
+        # telemetry: Debian's prometheus and promtool (apt-get install prometheus)
+        "prometheus": (bool(shutil.which("prometheus") and shutil.which("promtool")),
+                       "needs Debian's prometheus and promtool: apt-get install prometheus"),
     }
     for item in items:
         for marker, (available, reason) in needs.items():

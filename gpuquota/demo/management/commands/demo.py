@@ -41,6 +41,9 @@ class Command(BaseCommand):
         parser.add_argument("--addr", default="127.0.0.1:8000", help="host:port to serve on")
         parser.add_argument("--window", type=int, default=10, help="agents' window, seconds")
         parser.add_argument("--no-agents", action="store_true", help="serve without agents")
+        parser.add_argument("--no-agents-in", action="append", default=[], metavar="CLUSTER",
+                            help="no agents for this cluster's nodes (another source reports "
+                                 "them: `manage.py telemetry_demo`)")
         parser.add_argument(
             "--beat-cap",
             type=float,
@@ -48,7 +51,7 @@ class Command(BaseCommand):
             help="run interval beat entries at least this often (seconds), so the demo moves",
         )
 
-    def handle(self, *args, addr, window, no_agents, beat_cap, **options):
+    def handle(self, *args, addr, window, no_agents, beat_cap, no_agents_in=(), **options):
         if not settings.CELERY_TASK_ALWAYS_EAGER:
             raise CommandError("`demo` is the embedded default; with REDIS_URL run celery workers")
         url = f"http://{addr}"
@@ -62,7 +65,7 @@ class Command(BaseCommand):
         try:
             self._wait_until_up(url)
             if not no_agents:
-                children += self._start_agents(url, window)
+                children += self._start_agents(url, window, skip=set(no_agents_in))
             self._banner(url)
             self._run_beat(beat_cap)
         except KeyboardInterrupt:
@@ -114,12 +117,14 @@ class Command(BaseCommand):
                 time.sleep(0.5)
         raise CommandError(f"the web server did not answer at {url}")
 
-    def _start_agents(self, url: str, window: int) -> list[subprocess.Popen]:
+    def _start_agents(self, url: str, window: int, skip: set) -> list[subprocess.Popen]:
         var = Path(settings.VAR_DIR) / "demo"
         users = ",".join(demo_unix_users())
         accounts = ",".join(TEAMS)
         agents = []
         for demo, token_file in demo_agent_tokens_issue(directory=str(var / "tokens")):
+            if demo.cluster in skip:
+                continue
             command = [
                 sys.executable, "-m", "agent",
                 "--server", url,

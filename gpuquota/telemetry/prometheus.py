@@ -1,0 +1,92 @@
+"""Reading window figures from a Prometheus-compatible API (`GET /api/v1/query_range`:
+Prometheus, Thanos, VictoriaMetrics, Mimir).
+
+Prometheus computes each window's figure itself: `avg_over_time(M[60s])` evaluated a
+millisecond before the window's end covers exactly the readings of the window
+[start, end), the agent's windows. A window with no reading has no point: no data."""
+
+import re
+from datetime import datetime
+
+import orjson
+
+from gpuquota.telemetry import conf
+from gpuquota.telemetry.errors import SourceError
+from gpuquota.telemetry.fields import FIGURES, Figure
+from gpuquota.telemetry.http import body_get, session_for
+from gpuquota.telemetry.models import TelemetrySource
+
+EPSILON_S = 0.001
+# Label matchers only: `name="value"`, `name=~"re"`, comma-separated; no braces, no newlines.
+SELECTOR_RE = re.compile(
+    r'^\s*([A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"([^"\\\n]|\\.)*"\s*,?\s*)*$')
+
+WindowTable = dict[str, list[tuple[dict, dict[int, float]]]]
+
+
+def selector_valid(selector: str) -> bool:
+    return bool(SELECTOR_RE.match(selector or ""))
+
+
+def figure_query(figure: Figure, *, selector: str, window_s: int) -> str:
+    return f"{figure.fn}({figure.metric}{{{selector.strip()}}}[{window_s}s])"
+
+
+def _labels_check(labels: dict, where: str) -> None:
+    for name, value in labels.items():
+        if len(value) > conf.MAX_LABEL_VALUE_CHARS or len(name) > conf.MAX_LABEL_VALUE_CHARS:
+            raise SourceError(f"{where}: a label value is over {conf.MAX_LABEL_VALUE_CHARS} "
+                              "characters; nothing imported")
+
+
+def answer_parse(raw: bytes, *, window_s: int, where: str) -> list[tuple[dict, dict[int, float]]]:
+    """The series of a query_range answer as (labels, {window_start: value})."""
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise SourceError(f"{where}: the answer is not JSON ({exc})") from exc
+    if type(answer) is not dict or answer.get("status") != "success":
+        error = answer.get("error") if type(answer) is dict else None
+        raise SourceError(f"{where}: the query failed ({str(error)[:200]})")
+    data = answer.get("data")
+    if type(data) is not dict or data.get("resultType") != "matrix" or \
+            type(data.get("result")) is not list:
+        raise SourceError(f"{where}: not a query_range matrix")
+    if len(data["result"]) > conf.MAX_SERIES:
+        raise SourceError(f"{where}: {len(data['result'])} series, over the limit of "
+                          f"{conf.MAX_SERIES}; narrow the source's selector")
+    series = []
+    for entry in data["result"]:
+        try:
+            labels, values = entry["metric"], entry["values"]
+            _labels_check(labels, where)
+            points = {round(float(t) + EPSILON_S) - window_s: float(v) for t, v in values}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SourceError(f"{where}: a malformed series ({exc})") from exc
+        series.append((labels, points))
+    return series
+
+
+def window_figures(source: TelemetrySource, *, start: datetime, end: datetime) -> WindowTable:
+    """Every figure of the windows starting in [start, end) (both on window boundaries),
+    in chunks of at most 11,000 points per series."""
+    window_s = source.window_s
+    first, stop = int(start.timestamp()), int(end.timestamp())
+    step_windows = conf.MAX_POINTS_PER_SERIES
+    session = session_for(source)
+    url = source.base_url.rstrip("/") + "/api/v1/query_range"
+    table: WindowTable = {figure.name: [] for figure in FIGURES}
+    try:
+        for chunk_start in range(first, stop, step_windows * window_s):
+            last = min(stop, chunk_start + step_windows * window_s) - window_s
+            params = {"start": f"{chunk_start + window_s - EPSILON_S:.3f}",
+                      "end": f"{last + window_s - EPSILON_S:.3f}", "step": f"{window_s}s"}
+            for figure in FIGURES:
+                params["query"] = figure_query(figure, selector=source.selector,
+                                               window_s=window_s)
+                raw = body_get(session, url, params=params)
+                table[figure.name].extend(
+                    answer_parse(raw, window_s=window_s, where=f"{source.name} {figure.name}"))
+    finally:
+        session.close()
+    return table

@@ -1,0 +1,45 @@
+import time
+
+import pytest
+
+from gpuquota.ingest import partitions
+from tests.factories import ClusterFactory
+from tests.telemetry.promserver import Prometheus, backfill
+
+
+@pytest.fixture(autouse=True)
+def _forget_partitions():
+    """Test transactions roll partitions back: never trust another test's cache."""
+    partitions._known.clear()
+    yield
+    partitions._known.clear()
+
+
+def hours_ago(hours: int) -> int:
+    """A whole hour `hours` before now, in Unix seconds."""
+    now = int(time.time())
+    return now - now % 3600 - hours * 3600
+
+
+@pytest.fixture
+def cluster(db):
+    return ClusterFactory(name="Kube A", slug="kube-a")
+
+
+@pytest.fixture
+def prometheus_with(tmp_path):
+    """Start a Prometheus over back-filled history (OpenMetrics text) and/or scraping
+    targets; stopped at the end of the test."""
+    started = []
+
+    def start(*, history: str | None = None, targets=(), scrape_interval_s: int = 1):
+        server = Prometheus(tmp_path / f"prom{len(started)}", targets=list(targets),
+                            scrape_interval_s=scrape_interval_s)
+        if history is not None:
+            backfill(server.data_dir, history)
+        started.append(server.start())
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

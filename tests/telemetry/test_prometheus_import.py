@@ -1,0 +1,173 @@
+"""The Prometheus importer against Debian's Prometheus, over an hour of back-filled
+dcgm-exporter history (`promtool tsdb create-blocks-from openmetrics`)."""
+
+from datetime import UTC, datetime
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from gpuquota.ingest.models import GpuEvent, ProcessRecord, Sample
+from gpuquota.inventory.models import Gpu, GpuClass, GpuModelMapping
+from gpuquota.telemetry.models import SourceGpu, TelemetrySource
+from tests.telemetry import scenario as sc
+from tests.telemetry.conftest import hours_ago
+from tests.telemetry.exporter import openmetrics
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.django_db(transaction=False)]
+
+
+def at(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, UTC)
+
+
+@pytest.fixture
+def history_source(prometheus_with, cluster):
+    start = hours_ago(4)
+    server = prometheus_with(history=openmetrics(sc.history(start, 3600)))
+    h100 = GpuClass.objects.create(name="H100-80GB")
+    GpuModelMapping.objects.create(model_name="NVIDIA H100 80GB HBM3", gpu_class=h100)
+    source = TelemetrySource.objects.create(
+        name="prom-a", cluster=cluster, kind="prometheus", base_url=server.url,
+        selector='job!="nothing"', window_s=60, scrape_interval_s=sc.STEP_S)
+    return source, start
+
+
+def _import(source, start, minutes=60) -> str:
+    out = StringIO()
+    call_command("telemetry_import", "--source", source.name, "--from",
+                 at(start).isoformat(), "--to", at(start + minutes * 60).isoformat(), stdout=out)
+    return out.getvalue()
+
+
+def _samples(gpu_uuid: str) -> dict[int, Sample]:
+    gpu = Gpu.objects.get(uuid=gpu_uuid.upper()[:4] + gpu_uuid[4:].lower())
+    return {int(s.window_start.timestamp()): s for s in Sample.objects.filter(gpu=gpu)}
+
+
+def test_an_hour_is_imported_as_the_agent_would_send_it(history_source):
+    source, start = history_source
+    report = _import(source, start)
+    assert "3 stored" not in report and "rejected" in report
+
+    pod = _samples(sc.POD_GPU.uuid)
+    gap_windows = {start + w * 60 for w in range(20, 25)}
+    assert set(pod) == {start + w * 60 for w in range(60)} - gap_windows  # gap: no data
+    first = pod[start]
+    assert first.readings == 6 and first.window_end == at(start + 60)
+    assert first.util_gpu_avg == pytest.approx(sc.util_of(sc.POD_GPU, 0))
+    assert pod[start + 600].util_gpu_avg == pytest.approx(sc.util_of(sc.POD_GPU, 10))
+    assert pod[start + 600].memory_used_bytes_avg == (2048 + 10) * 1024 * 1024
+    assert pod[start + 600].energy_j == pytest.approx(60 * sc.POWER_W)
+    assert pod[start + 600].power_w_avg == pytest.approx(sc.POWER_W)
+
+    # Keyed by UUID: the exporter pod's Hostname never names a node of the GPU... except
+    # when a GPU is new, where the source's node label places it.
+    gpus = {g.uuid: g for g in Gpu.objects.select_related("node", "gpu_class")}
+    assert gpus[sc.POD_GPU.uuid.upper()[:4] + sc.POD_GPU.uuid[4:].lower()].gpu_class == \
+        GpuClass.objects.get(name="H100-80GB")
+    assert {g.node.hostname for g in gpus.values()} == {"dcgm-exporter-x7k2p", "gpu-node-02"}
+
+
+def test_the_utilization_metric_is_chosen_per_gpu_and_recorded(history_source):
+    source, start = history_source
+    _import(source, start)
+    used = dict(SourceGpu.objects.values_list("gpu__uuid", "util_metric"))
+    assert used[sc.SLURM_GPU.uuid] == "DCGM_FI_DEV_GPU_UTIL"
+    assert used[sc.MIG_GPU.uuid] == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+    slurm = _samples(sc.SLURM_GPU.uuid)
+    assert slurm[start + 120].util_gpu_avg == pytest.approx(sc.util_of(sc.SLURM_GPU, 2))
+
+
+def test_mig_instances_count_once_and_blank_sentinels_are_dropped(history_source):
+    source, start = history_source
+    _import(source, start)
+    mig = _samples(sc.MIG_GPU.uuid)
+    assert len(mig) == 60
+    window = mig[start + 300]
+    assert window.readings == 6  # not 12: two instances, one GPU
+    assert window.energy_j == pytest.approx(60 * sc.POWER_W)  # not doubled
+    assert window.memory_used_bytes_avg == (2048 + 5) * 1024 * 1024  # instances summed
+    assert window.util_gpu_avg == pytest.approx(sc.util_of(sc.MIG_GPU, 5))
+    blank = mig[start + 600]  # the power field was DCGM's blank all that window
+    assert blank.power_w_avg is None and blank.util_gpu_avg is not None
+
+
+def test_counter_reset_and_xid_change_become_events(history_source):
+    source, start = history_source
+    _import(source, start)
+    slurm = _samples(sc.SLURM_GPU.uuid)
+    assert slurm[start + sc.RESET_AT].energy_j is None
+    assert slurm[start + sc.RESET_AT + 60].energy_j == pytest.approx(60 * sc.POWER_W)
+    events = list(GpuEvent.objects.filter(gpu__uuid=sc.SLURM_GPU.uuid).order_by("ts")
+                  .values_list("type", "xid", "ts"))
+    assert events == [("counter_reset", None, at(start + sc.RESET_AT)),
+                      ("xid", 79, at(start + sc.XID_AT))]
+
+
+def test_pod_and_hpc_job_labels_become_process_records(history_source):
+    source, start = history_source
+    _import(source, start)
+    pod = ProcessRecord.objects.filter(gpu__uuid=sc.POD_GPU.uuid.upper()[:4]
+                                       + sc.POD_GPU.uuid[4:].lower())
+    assert pod.count() == 55
+    record = pod.first()
+    assert (record.job_source, record.job_account, record.job_id, record.command) == (
+        "kubernetes", "vision", "train-resnet-0", "pytorch")
+    slurm = ProcessRecord.objects.filter(gpu__uuid=sc.SLURM_GPU.uuid)
+    assert set(slurm.values_list("job_source", "job_id")) == {("slurm", "424242")}
+    assert not ProcessRecord.objects.filter(gpu__uuid=sc.IDLE_GPU.uuid).exists()  # no label
+
+
+def test_importing_again_stores_nothing_twice(history_source):
+    source, start = history_source
+    _import(source, start, minutes=30)
+    assert Sample.objects.count() == 4 * 30 - 5  # the gap's 5 windows are in the first half
+    report = _import(source, start, minutes=60)  # overlaps the first half
+    assert Sample.objects.count() == 4 * 60 - 5
+    assert "samples 120 stored, 115 already there, 0 conflicting" in report, report
+    again = _import(source, start, minutes=60)
+    assert Sample.objects.count() == 4 * 60 - 5
+    assert "samples 0 stored" in again, again
+    assert GpuEvent.objects.count() == 2
+
+
+def test_the_pull_follows_its_cursor(history_source):
+    source, start = history_source
+    from gpuquota.telemetry.services import source_pull
+
+    source.cursor = at(start)
+    source.delay_s = 0
+    source.save()
+    result = source_pull(source=source, now=at(start + 1800 + 30))
+    source.refresh_from_db()
+    assert source.cursor == at(start + 1800) and source.last_error == ""
+    assert result.windows == 30
+    source_pull(source=source, now=at(start + 3600))
+    source.refresh_from_db()
+    assert source.cursor == at(start + 3600)
+    assert len(_samples(sc.IDLE_GPU.uuid)) == 60
+    assert all(s.util_gpu_avg == 0 for s in _samples(sc.IDLE_GPU.uuid).values())
+
+
+def test_a_failing_source_is_recorded_and_imports_nothing(history_source):
+    source, start = history_source
+    from gpuquota.telemetry.services import source_pull
+
+    source.base_url = "http://127.0.0.1:9"  # nothing listens
+    source.cursor = at(start)
+    source.save()
+    assert source_pull(source=source, now=at(start + 600)) is None
+    source.refresh_from_db()
+    assert "cannot connect" in source.last_error and source.failures == 1
+    assert source.cursor == at(start) and not Sample.objects.exists()
+
+
+def test_chunks_stay_under_eleven_thousand_points(history_source, monkeypatch):
+    source, start = history_source
+    from gpuquota.telemetry import conf
+
+    monkeypatch.setattr(conf, "MAX_POINTS_PER_SERIES", 7)  # 7 windows a query
+    _import(source, start, minutes=30)
+    assert len(_samples(sc.MIG_GPU.uuid)) == 30
+
