@@ -1,0 +1,35 @@
+import pytest
+
+from tests.sso.slapd import (
+    GROUP_BASE,
+    SERVICE_DN,
+    SERVICE_PASSWORD,
+    USER_BASE,
+    group_of_names_ldif,
+    person_ldif,
+    posix_group_ldif,
+    running_slapd,
+)
+
+
+@pytest.fixture
+def slapd(tmp_path, settings):
+    """A real slapd on loopback with alice and bob (password `pw-<name>`), the
+    groupOfNames `vision-leads` (alice) and `vision-staff` (bob), the posixGroup
+    `nlp` (bob); gpuquota's directory settings point at it."""
+    with running_slapd(tmp_path) as server:
+        server.add(person_ldif("alice", uid_number=10001, password="pw-alice", given="Alice",
+                               surname="Archer"))
+        server.add(person_ldif("bob", uid_number=10002, password="pw-bob", given="Bob",
+                               surname="Baker"))
+        server.add(group_of_names_ldif("vision-leads", ["alice"]))
+        server.add(group_of_names_ldif("vision-staff", ["bob"]))
+        server.add(posix_group_ldif("nlp", 6001, ["bob"]))
+        settings.GPUQUOTA_LDAP_SERVER_URI = server.uri
+        settings.GPUQUOTA_LDAP_BIND_DN = SERVICE_DN
+        settings.GPUQUOTA_LDAP_BIND_PASSWORD = SERVICE_PASSWORD
+        settings.GPUQUOTA_LDAP_USER_BASE = USER_BASE
+        settings.GPUQUOTA_LDAP_GROUP_BASE = GROUP_BASE
+        settings.GPUQUOTA_LDAP_GROUP_TYPES = "groupOfNames,posixGroup"
+        settings.GPUQUOTA_LDAP_TIMEOUT_S = "3"
+        yield server
