@@ -88,7 +88,7 @@ class OidcBackend(OIDCAuthenticationBackend):
         and the nonce of this login (a replayed token carries another one)."""
         provider = self.provider
         try:
-            key = self.retrieve_matching_jwk(token)
+            key = self._signing_key(token)
             claims = jwt.decode(
                 token, key, algorithms=list(provider.algorithms), audience=provider.client_id,
                 issuer=provider.issuer, leeway=conf.oidc_leeway_s(),
@@ -99,7 +99,7 @@ class OidcBackend(OIDCAuthenticationBackend):
             reason = next(text for kind, text in TOKEN_REFUSALS if isinstance(exc, kind))
             raise LoginRefused(f"{provider.label}'s ID token {reason}: the login is "
                                "refused.") from exc
-        except (SuspiciousOperation, KeyError) as exc:  # no published key fits kid and alg
+        except SuspiciousOperation as exc:
             raise LoginRefused(f"{provider.label}'s ID token is signed with a key it does "
                                "not publish: the login is refused.") from exc
         if not claims.get("sub") or not isinstance(claims["sub"], str):
@@ -108,6 +108,24 @@ class OidcBackend(OIDCAuthenticationBackend):
             raise LoginRefused(f"{provider.label}'s ID token was not issued for this login "
                                "(nonce): it may be replayed; start again.")
         return claims
+
+    def _signing_key(self, token: str) -> jwt.PyJWK:
+        """The provider's published key for this token: the one of its `kid`, or without
+        a kid the only key of its algorithm's family (some providers publish one key with
+        no kid)."""
+        header = jwt.get_unverified_header(token)
+        response = requests.get(self.OIDC_OP_JWKS_ENDPOINT, timeout=conf.oidc_timeout_s())
+        response.raise_for_status()
+        keys = [k for k in response.json().get("keys", []) if isinstance(k, dict)
+                and k.get("use", "sig") == "sig"
+                and k.get("alg", header.get("alg")) == header.get("alg")]
+        if header.get("kid"):
+            keys = [k for k in keys if k.get("kid") == header["kid"]]
+        elif len(keys) != 1:
+            keys = []
+        if not keys:
+            raise SuspiciousOperation("no published key fits the token")
+        return jwt.PyJWK(keys[0])
 
     def get_or_create_user(self, access_token, id_token, payload):
         claims = dict(payload)

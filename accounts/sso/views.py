@@ -8,7 +8,7 @@ import jwt
 from django.contrib import auth, messages
 from django.contrib.auth import views as auth_views
 from django.http import Http404, HttpResponseRedirect
-from django.shortcuts import redirect, resolve_url
+from django.shortcuts import redirect, render, resolve_url
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView
@@ -141,5 +141,8 @@ class LogoutView(auth_views.LogoutView):
                  "post_logout_redirect_uri": request.build_absolute_uri(reverse("login"))}
         if id_token:
             query["id_token_hint"] = id_token
-        return HttpResponseRedirect(f"{end_session}?{urlencode(query)}")
+        # A page that moves on, not a redirect: the policy's form-action 'self' would stop
+        # the logout form's redirect to another origin.
+        return render(request, "accounts/logged_out_provider.html", {
+            "provider": provider, "end_session_url": f"{end_session}?{urlencode(query)}"})
 

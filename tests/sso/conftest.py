@@ -33,3 +33,31 @@ def slapd(tmp_path, settings):
         settings.GPUQUOTA_LDAP_GROUP_TYPES = "groupOfNames,posixGroup"
         settings.GPUQUOTA_LDAP_TIMEOUT_S = "3"
         yield server
+
+
+@pytest.fixture
+def oidc_provider(settings):
+    """oidc-provider-mock, in this process, on a loopback port, configured as the provider
+    `mock` ("Mock SSO"). `.set_user(sub, **claims)` chooses a subject's claims."""
+    import requests
+    from oidc_provider_mock import run_server_in_thread
+
+    from accounts.sso.conf import OidcProvider
+    from tests.helpers import free_port
+
+    port = free_port()
+    with run_server_in_thread(port=port, require_nonce=True) as server:
+        issuer = f"http://localhost:{server.server_port}"
+
+        class Handle:
+            url = issuer
+            provider = OidcProvider(name="mock", label="Mock SSO", issuer=issuer,
+                                    client_id="gpuquota", client_secret="mock-secret")
+
+            @staticmethod
+            def set_user(sub: str, **claims) -> None:
+                response = requests.put(f"{issuer}/users/{sub}", json=claims, timeout=10)
+                response.raise_for_status()
+
+        settings.GPUQUOTA_OIDC_PROVIDERS = [Handle.provider]
+        yield Handle
