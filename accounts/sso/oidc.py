@@ -88,6 +88,8 @@ class OidcBackend(OIDCAuthenticationBackend):
         and the nonce of this login (a replayed token carries another one)."""
         provider = self.provider
         try:
+            if jwt.get_unverified_header(token).get("alg") not in provider.algorithms:
+                raise jwt.InvalidAlgorithmError("not allowed")
             key = self._signing_key(token)
             claims = jwt.decode(
                 token, key, algorithms=list(provider.algorithms), audience=provider.client_id,
@@ -97,6 +99,8 @@ class OidcBackend(OIDCAuthenticationBackend):
             raise provider_unreachable(provider) from exc
         except jwt.PyJWTError as exc:
             reason = next(text for kind, text in TOKEN_REFUSALS if isinstance(exc, kind))
+            if isinstance(exc, jwt.MissingRequiredClaimError):
+                reason = f"lacks the “{exc.claim}” claim"
             raise LoginRefused(f"{provider.label}'s ID token {reason}: the login is "
                                "refused.") from exc
         except SuspiciousOperation as exc:
