@@ -29,10 +29,14 @@ demo: export USAGE_ROLLUP_FRESHNESS_S ?= 60
 ## Reclaim on a shortened look-back (1 h) and grace (5 min), so the demo shows it.
 demo: export RECLAIM_LOOKBACK_S ?= 3600
 demo: export RECLAIM_GRACE_S ?= 300
+## `make demo SSO=1`: with a loopback OpenID Connect provider on 127.0.0.1:$(SSO_PORT) whose
+## users log in through it (docs/sso.md, "The demo with a provider").
+SSO ?= 0
+SSO_PORT ?= 8900
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	$(PY) manage.py demo --addr 127.0.0.1:$(PORT)
+	$(if $(filter 1,$(SSO)),$(PY) manage.py demo_sso --provider-port $(SSO_PORT),$(PY) manage.py demo) --addr 127.0.0.1:$(PORT)
 
 ## Run the whole test suite (PostgreSQL/Redis/browser tests need DATABASE_URL/REDIS_URL/chromium),
 ## in TEST_WORKERS pytest-xdist processes, a test file per worker at a time (each worker has
