@@ -105,7 +105,7 @@ class RulePreviewView(APIView):
 
     @extend_schema(request=PreviewInSerializer, responses=PreviewRowSerializer(many=True))
     def post(self, request):
-        body = PreviewInSerializer(data=request.data)
+        body = PreviewInSerializer(data=request.data, partial=True)  # a rule's changes only
         body.is_valid(raise_exception=True)
         candidate = None
         if "rule" in body.validated_data:

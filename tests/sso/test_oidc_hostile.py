@@ -51,6 +51,7 @@ def test_a_good_token_logs_in_which_proves_the_refusals_below_are_the_tokens(hos
     user = User.objects.get(external_identities__issuer=hostile.url,
                             external_identities__subject="s-1")
     assert Membership.objects.get(user=user).team == vision
+    assert 0 < client.session.get_expiry_age() <= 300  # no longer than the ID token
 
 
 NOW = int(time.time())
