@@ -1,7 +1,7 @@
 """The mapping rules over the API (admins): list, create, change, delete, preview."""
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -15,6 +15,10 @@ from accounts.sso.rules import (
     rules_preview,
     rules_with_candidate,
 )
+
+#: Non-admins are told no (the rules are no secret: the login page's outcome shows them).
+FORBIDDEN = {403: OpenApiResponse({"$ref": "#/components/schemas/Error"},
+                                  description="Platform admins only.")}
 
 
 class RuleSerializer(serializers.ModelSerializer):
@@ -61,12 +65,12 @@ class RuleListView(APIView):
 
     permission_classes = [IsPlatformAdmin]
 
-    @extend_schema(responses=RuleSerializer(many=True))
+    @extend_schema(responses={200: RuleSerializer(many=True), **FORBIDDEN})
     def get(self, request):
         rules = MappingRule.objects.select_related("team")
         return Response(RuleSerializer(rules, many=True).data)
 
-    @extend_schema(request=RuleSerializer, responses={201: RuleSerializer})
+    @extend_schema(request=RuleSerializer, responses={201: RuleSerializer, **FORBIDDEN})
     def post(self, request):
         serializer = RuleSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -79,11 +83,11 @@ class RuleDetailView(APIView):
 
     permission_classes = [IsPlatformAdmin]
 
-    @extend_schema(responses=RuleSerializer)
+    @extend_schema(responses={200: RuleSerializer, **FORBIDDEN})
     def get(self, request, pk: int):
         return Response(RuleSerializer(get_object_or_404(MappingRule, pk=pk)).data)
 
-    @extend_schema(request=RuleSerializer, responses=RuleSerializer)
+    @extend_schema(request=RuleSerializer, responses={200: RuleSerializer, **FORBIDDEN})
     def patch(self, request, pk: int):
         rule = get_object_or_404(MappingRule, pk=pk)
         serializer = RuleSerializer(rule, data=request.data, partial=True)
@@ -91,7 +95,7 @@ class RuleDetailView(APIView):
         rule = mapping_rule_save(rule=_rule_from(serializer, rule), actor=request.user)
         return Response(RuleSerializer(rule).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, **FORBIDDEN})
     def delete(self, request, pk: int):
         mapping_rule_delete(rule=get_object_or_404(MappingRule, pk=pk), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -103,7 +107,8 @@ class RulePreviewView(APIView):
 
     permission_classes = [IsPlatformAdmin]
 
-    @extend_schema(request=PreviewInSerializer, responses=PreviewRowSerializer(many=True))
+    @extend_schema(request=PreviewInSerializer,
+                   responses={200: PreviewRowSerializer(many=True), **FORBIDDEN})
     def post(self, request):
         body = PreviewInSerializer(data=request.data, partial=True)  # a rule's changes only
         body.is_valid(raise_exception=True)
