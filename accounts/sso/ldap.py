@@ -99,6 +99,20 @@ class DirectoryBackend(ldap_backend.LDAPBackend):
         user = self.get_user_model().objects.filter(pk=user_id).first()
         return user if user is not None and user.is_active else None
 
+    # Django permissions come from is_staff and the local backend, never from the directory
+    # (its groups act through the mapping rules, at login).
+    def has_perm(self, user, perm, obj=None) -> bool:
+        return False
+
+    def has_module_perms(self, user, app_label) -> bool:
+        return False
+
+    def get_all_permissions(self, user, obj=None) -> set:
+        return set()
+
+    def get_group_permissions(self, user, obj=None) -> set:
+        return set()
+
     def get_or_build_user(self, username, ldap_user):
         """Called once the directory accepted the password: the login service does the
         rest, all or nothing, keyed by the directory's subject attribute."""
