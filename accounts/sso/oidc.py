@@ -34,6 +34,11 @@ class OidcBackend(OIDCAuthenticationBackend):
         self.UserModel = get_user_model()  # the endpoints are per provider: see _configure
         self.provider: OidcProvider | None = None
 
+    def get_user(self, user_id):
+        """The session's user while active (an admin's deactivation ends the session)."""
+        user = self.UserModel.objects.filter(pk=user_id).first()
+        return user if user is not None and user.is_active else None
+
     def get_settings(self, attr, *args):
         per_provider = {
             "OIDC_RP_SCOPES": self.provider.scopes if self.provider else "openid",

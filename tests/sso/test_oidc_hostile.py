@@ -52,6 +52,9 @@ def test_a_good_token_logs_in_which_proves_the_refusals_below_are_the_tokens(hos
                             external_identities__subject="s-1")
     assert Membership.objects.get(user=user).team == vision
     assert 0 < client.session.get_expiry_age() <= 300  # no longer than the ID token
+    assert client.get("/api/v1/me").status_code == 200
+    User.objects.filter(pk=user.pk).update(is_active=False)  # an admin deactivates them
+    assert client.get("/api/v1/me").status_code in (401, 403)
 
 
 NOW = int(time.time())
