@@ -4,6 +4,9 @@ type (groupOfNames, posixGroup, AD's member), then the same login service as OID
 StartTLS or ldaps:// with a CA file; a server that is down or refuses the service bind is
 a clear message, never a "wrong password"."""
 
+import socket
+from urllib.parse import urlparse
+
 import ldap
 from django.dispatch import receiver
 from django_auth_ldap import backend as ldap_backend
@@ -142,12 +145,31 @@ def _subject(attrs: dict, name: str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
+def _tls_failed() -> bool:
+    """With TLS in use, the server's port accepts connections: the handshake failed
+    (python-ldap says no more than "connect error")."""
+    directory = conf.ldap_directory()
+    if directory is None or not (directory.start_tls or directory.server_uri.startswith(
+            "ldaps://")):
+        return False
+    parsed = urlparse(directory.server_uri)
+    port = parsed.port or (636 if parsed.scheme == "ldaps" else 389)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=directory.timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 @receiver(ldap_backend.ldap_error)
 def _ldap_error_explained(sender, context, user, request, exception, **kwargs):
     """django-auth-ldap's documented hook: an exception raised here leaves authenticate.
     The directory being down is not a wrong password, and must not read as one."""
     if not issubclass(sender, DirectoryBackend):
         return
+    if isinstance(exception, ldap.SERVER_DOWN | ldap.CONNECT_ERROR) and _tls_failed():
+        raise LoginRefused("The directory answers, but its TLS certificate could not be "
+                           "verified: ask an admin to check GPUQUOTA_LDAP_CA_FILE.")
     if isinstance(exception, ldap.SERVER_DOWN | ldap.TIMEOUT | ldap.CONNECT_ERROR):
         raise LoginRefused("The directory (LDAP) does not answer right now; try again later "
                            "(break-glass accounts can still log in).")

@@ -9,6 +9,7 @@ from tests.sso.slapd import (
     person_ldif,
     posix_group_ldif,
     running_slapd,
+    tls_files,
 )
 
 
@@ -17,7 +18,19 @@ def slapd(tmp_path, settings):
     """A real slapd on loopback with alice and bob (password `pw-<name>`), the
     groupOfNames `vision-leads` (alice) and `vision-staff` (bob), the posixGroup
     `nlp` (bob); gpuquota's directory settings point at it."""
-    with running_slapd(tmp_path) as server:
+    yield from _slapd(tmp_path, settings, tls=None)
+
+
+@pytest.fixture
+def slapd_tls(tmp_path, settings):
+    """The same, also speaking TLS (StartTLS, and ldaps:// at `.ldaps_uri`) with a
+    certificate for 127.0.0.1 of a CA of the test's (`.tls["ca"]`; `.tls["other_ca"]`
+    signed nothing)."""
+    yield from _slapd(tmp_path, settings, tls=tls_files(tmp_path))
+
+
+def _slapd(tmp_path, settings, *, tls):
+    with running_slapd(tmp_path, tls=tls) as server:
         server.add(person_ldif("alice", uid_number=10001, password="pw-alice", given="Alice",
                                surname="Archer"))
         server.add(person_ldif("bob", uid_number=10002, password="pw-bob", given="Bob",

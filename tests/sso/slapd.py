@@ -106,19 +106,27 @@ def posix_group_ldif(cn: str, gid: int, member_uids: list[str]) -> str:
 
 
 class Slapd:
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, *, tls: dict[str, Path] | None = None):
         self.folder = folder
         self.port = free_port()
         self.uri = f"ldap://127.0.0.1:{self.port}"
+        self.tls = tls
+        self.ldaps_uri = f"ldaps://127.0.0.1:{free_port()}" if tls else ""
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         (self.folder / "data").mkdir(exist_ok=True)
         config = self.folder / "slapd.conf"
-        config.write_text(CONFIG.format(folder=self.folder, suffix=SUFFIX, root_dn=ROOT_DN,
-                                        root_password=ROOT_PASSWORD))
+        text = CONFIG.format(folder=self.folder, suffix=SUFFIX, root_dn=ROOT_DN,
+                             root_password=ROOT_PASSWORD)
+        if self.tls:
+            text = (f"TLSCACertificateFile {self.tls['ca']}\n"
+                    f"TLSCertificateFile {self.tls['cert']}\n"
+                    f"TLSCertificateKeyFile {self.tls['key']}\n") + text
+        config.write_text(text)
+        urls = f"{self.uri}/ {self.ldaps_uri}/" if self.tls else f"{self.uri}/"
         self.process = subprocess.Popen(
-            [SLAPD, "-f", str(config), "-h", f"{self.uri}/", "-d", "0"],
+            [SLAPD, "-f", str(config), "-h", urls, "-d", "0"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -148,11 +156,57 @@ class Slapd:
 
 
 @contextmanager
-def running_slapd(folder: Path):
-    server = Slapd(folder)
+def running_slapd(folder: Path, *, tls: dict[str, Path] | None = None):
+    server = Slapd(folder, tls=tls)
     server.start()
     try:
         server.add(BASE_LDIF)
         yield server
     finally:
         server.stop()
+
+
+def tls_files(folder: Path) -> dict[str, Path]:
+    """A CA and a certificate for 127.0.0.1 signed by it, and another CA (that signed
+    nothing here), as PEM files in `folder`."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def key():
+        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    def certificate(subject_key, subject, issuer_key, issuer, *, ca: bool):
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+                   .public_key(subject_key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if not ca:
+            builder = builder.add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+                critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    def name(text):
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+    ca_key, other_key, server_key = key(), key(), key()
+    ca = certificate(ca_key, name("test CA"), ca_key, name("test CA"), ca=True)
+    other = certificate(other_key, name("other CA"), other_key, name("other CA"), ca=True)
+    server = certificate(server_key, name("127.0.0.1"), ca_key, name("test CA"), ca=False)
+    files = {"ca": folder / "ca.pem", "other_ca": folder / "other-ca.pem",
+             "cert": folder / "server.pem", "key": folder / "server-key.pem"}
+    pem = serialization.Encoding.PEM
+    files["ca"].write_bytes(ca.public_bytes(pem))
+    files["other_ca"].write_bytes(other.public_bytes(pem))
+    files["cert"].write_bytes(server.public_bytes(pem))
+    files["key"].write_bytes(server_key.private_bytes(
+        pem, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()))
+    return files
