@@ -2,6 +2,9 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 COPY requirements.txt .
+# sso: python-ldap builds against OpenLDAP's and Cyrus SASL's headers
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev libldap-dev \
+    libsasl2-dev && rm -rf /var/lib/apt/lists/*
 RUN pip install --no-cache-dir -r requirements.txt
 COPY . .
 RUN DEBUG=0 SECRET_KEY=build-only-collectstatic GPUQUOTA_MAIL_ENABLED=0 python manage.py collectstatic --noinput

@@ -31,11 +31,15 @@ demo: export RECLAIM_LOOKBACK_S ?= 3600
 demo: export RECLAIM_GRACE_S ?= 300
 ## Lending on a shortened idle window (2 min), so an idle reserved GPU is lent soon after start.
 demo: export LEND_AFTER_IDLE_S ?= 120
+## `make demo SSO=1`: with a loopback OpenID Connect provider on 127.0.0.1:$(SSO_PORT) whose
+## users log in through it (docs/sso.md, "The demo with a provider").
+SSO ?= 0
+SSO_PORT ?= 8900
 DEMO_RUN ?= demo
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	$(PY) manage.py $(DEMO_RUN) --addr 127.0.0.1:$(PORT)
+	$(PY) manage.py $(if $(filter 1,$(SSO)),demo_sso --provider-port $(SSO_PORT),$(DEMO_RUN)) --addr 127.0.0.1:$(PORT)
 
 ## The demo with the Turing cluster reporting through fake dcgm-exporters scraped by Debian's
 ## Prometheus and the telemetry importer, instead of gpuquota's agent (docs/telemetry.md).

@@ -1,7 +1,16 @@
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
 
-from accounts.models import ApiToken, ClusterIdentity, Membership, Team, User
+from accounts.models import (
+    ApiToken,
+    ClusterIdentity,
+    ExternalIdentity,
+    MappingRule,
+    Membership,
+    Team,
+    User,
+)
 from accounts.services import (
     api_token_revoke,
     identity_delete,
@@ -9,12 +18,16 @@ from accounts.services import (
     membership_delete,
     membership_save,
 )
+from accounts.sso.rules import mapping_rule_check, mapping_rule_delete, mapping_rule_save
+from gpuquota.core.errors import DomainError
 
 SAVE = {
+    MappingRule: lambda obj, actor: mapping_rule_save(rule=obj, actor=actor),
     Membership: lambda obj, actor: membership_save(membership=obj, actor=actor),
     ClusterIdentity: lambda obj, actor: identity_save(identity=obj, actor=actor),
 }
 DELETE = {
+    MappingRule: lambda obj, actor: mapping_rule_delete(rule=obj, actor=actor),
     Membership: lambda obj, actor: membership_delete(membership=obj, actor=actor),
     ClusterIdentity: lambda obj, actor: identity_delete(identity=obj, actor=actor),
 }
@@ -54,7 +67,8 @@ class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
     autocomplete_fields = ["user", "team"]
-    fields = ["user", "team", "role", "is_billing", "valid_from", "valid_until"]
+    fields = ["user", "team", "role", "is_billing", "valid_from", "valid_until", "source"]
+    readonly_fields = ["source"]
 
 
 @admin.register(User)
@@ -74,8 +88,9 @@ class TeamAdmin(ServicesSaveMixin, admin.ModelAdmin):
 
 @admin.register(Membership)
 class MembershipAdmin(ServicesSaveMixin, admin.ModelAdmin):
-    list_display = ["user", "team", "role", "is_billing", "valid_from", "valid_until"]
-    list_filter = ["role", "is_billing", "team"]
+    list_display = ["user", "team", "role", "is_billing", "valid_from", "valid_until", "source"]
+    list_filter = ["role", "is_billing", "source", "team"]
+    readonly_fields = ["source"]
     search_fields = ["user__username", "user__email", "team__name"]
     autocomplete_fields = ["user", "team"]
     date_hierarchy = "valid_from"
@@ -119,3 +134,56 @@ class ApiTokenAdmin(admin.ModelAdmin):
         for token in live:
             api_token_revoke(token=token, actor=request.user)
         self.message_user(request, f"Revoked {len(live)} token(s).", messages.SUCCESS)
+
+
+class MappingRuleForm(forms.ModelForm):
+    """The service's checks as form errors, on the field at fault."""
+
+    class Meta:
+        model = MappingRule
+        fields = ["position", "provider", "claim", "match", "value", "grant", "team",
+                  "is_billing", "is_active"]
+
+    def clean(self):
+        data = super().clean()
+        candidate = MappingRule(**{name: data.get(name) for name in (
+            "position", "provider", "claim", "match", "value", "grant", "team", "is_billing",
+            "is_active") if name in data})
+        try:
+            mapping_rule_check(candidate)
+        except DomainError as exc:
+            self.add_error(exc.field if exc.field in self.fields else None, exc.message)
+        return data
+
+
+@admin.register(MappingRule)
+class MappingRuleAdmin(ServicesSaveMixin, admin.ModelAdmin):
+    """Saved and deleted through accounts.sso.rules (audited); preview a change on
+    /manage/sso/preview/ first."""
+
+    list_display = ["position", "provider", "claim", "match", "value", "grant", "team",
+                    "is_billing", "is_active"]
+    list_display_links = ["position", "value"]
+    list_filter = ["grant", "is_active", "provider"]
+    search_fields = ["value", "claim", "team__name"]
+    autocomplete_fields = ["team"]
+    form = MappingRuleForm
+
+
+@admin.register(ExternalIdentity)
+class ExternalIdentityAdmin(admin.ModelAdmin):
+    """Read-only: created and refreshed by logins through a provider."""
+
+    list_display = ["user", "provider", "subject", "last_login_at", "admin_by_rules",
+                    "disabled_at"]
+    list_filter = ["source", "provider", "disabled_at"]
+    search_fields = ["user__username", "subject", "issuer"]
+    readonly_fields = ["user", "source", "provider", "issuer", "subject", "first_login_at",
+                       "last_login_at", "last_claims", "admin_by_rules", "disabled_at",
+                       "disabled_reason"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

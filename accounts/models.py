@@ -45,6 +45,10 @@ class Membership(models.Model):
         LEAD = "lead", "Team lead"
         MEMBER = "member", "Member"
 
+    class Source(models.TextChoices):
+        HAND = "hand", "By hand"
+        RULES = "rules", "By the mapping rules"
+
     user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="memberships")
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
@@ -55,12 +59,19 @@ class Membership(models.Model):
     )
     valid_from = WholeSecondDateTimeField()
     valid_until = WholeSecondDateTimeField(null=True, blank=True, help_text="Empty: open-ended.")
+    source = models.CharField(
+        max_length=16, choices=Source.choices, default=Source.HAND,
+        help_text="Made by hand (left alone by the mapping rules) or by the identity "
+        "provider's groups (started and ended by the rules at each login).")
 
     class Meta:
         ordering = ["team__name", "user__username", "valid_from"]
         constraints = [
             models.CheckConstraint(
                 condition=Q(role__in=["lead", "member"]), name="membership_role_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(source__in=["hand", "rules"]), name="membership_source_valid"
             ),
             models.CheckConstraint(
                 condition=Q(valid_until__isnull=True) | Q(valid_until__gt=F("valid_from")),
@@ -158,3 +169,93 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class ExternalIdentity(models.Model):
+    """Who a user is at an identity provider: (issuer, subject), never an email. Name and
+    email are refreshed from it at each login; `last_claims` keeps what the mapping rules
+    read, for their preview."""
+
+    class Source(models.TextChoices):
+        OIDC = "oidc", "OpenID Connect"
+        LDAP = "ldap", "LDAP directory"
+
+    user = models.ForeignKey(User, on_delete=models.PROTECT, related_name="external_identities")
+    source = models.CharField(max_length=8, choices=Source.choices)
+    provider = models.CharField(max_length=64, help_text="The configured provider's name.")
+    issuer = models.CharField(max_length=512)
+    subject = models.CharField(max_length=255)
+    first_login_at = models.DateTimeField()
+    last_login_at = models.DateTimeField()
+    last_claims = models.JSONField(default=dict, blank=True)
+    admin_by_rules = models.BooleanField(
+        default=False, help_text="The user is a platform admin because a rule said so.")
+    disabled_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Set when the provider no longer knows the account: its API tokens stop.")
+    disabled_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        verbose_name_plural = "external identities"
+        ordering = ["provider", "subject"]
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"],
+                                    name="external_identity_issuer_subject_unique"),
+            models.CheckConstraint(condition=Q(source__in=["oidc", "ldap"]),
+                                   name="external_identity_source_valid"),
+            models.CheckConstraint(condition=~Q(issuer="") & ~Q(subject=""),
+                                   name="external_identity_issuer_subject_set"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}: {self.subject} → {self.user}"
+
+
+class MappingRule(models.Model):
+    """One ordered rule: when a claim (or LDAP group) of a login matches, grant platform
+    admin, or lead/member of a team (optionally its billing team). Applied at every login."""
+
+    class Match(models.TextChoices):
+        EQUALS = "equals", "Equals"
+        GLOB = "glob", "Matches the pattern (* and ?)"
+        REGEX = "regex", "Matches the regular expression"
+
+    class Grant(models.TextChoices):
+        ADMIN = "admin", "Platform admin"
+        LEAD = "lead", "Team lead"
+        MEMBER = "member", "Member"
+
+    position = models.PositiveIntegerField(
+        help_text="Rules are read in this order; for one team, the first match decides.")
+    provider = models.CharField(max_length=64, blank=True,
+                                help_text="Only logins through this provider; empty: any.")
+    claim = models.CharField(max_length=64, default="groups",
+                             help_text="The claim read: groups, roles, any named claim; LDAP "
+                             "logins offer groups (names), group_dns and the user's attributes.")
+    match = models.CharField(max_length=8, choices=Match.choices, default=Match.EQUALS)
+    value = models.CharField(max_length=255)
+    grant = models.CharField(max_length=8, choices=Grant.choices)
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.PROTECT,
+                             related_name="mapping_rules")
+    is_billing = models.BooleanField("billing team", default=False)
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["position", "id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(match__in=["equals", "glob", "regex"]),
+                                   name="mapping_rule_match_valid"),
+            models.CheckConstraint(
+                condition=(Q(grant="admin", team__isnull=True, is_billing=False)
+                           | Q(grant__in=["lead", "member"], team__isnull=False)),
+                name="mapping_rule_grant_valid",
+                violation_error_message="Admin rules name no team; lead and member rules "
+                "name one."),
+            models.CheckConstraint(condition=~Q(value="") & ~Q(claim=""),
+                                   name="mapping_rule_claim_value_set"),
+        ]
+
+    def __str__(self) -> str:
+        target = self.team or "platform"
+        return f"#{self.position} {self.claim} {self.match} {self.value!r} → " \
+               f"{self.get_grant_display()} of {target}"

@@ -62,11 +62,13 @@ def api_token_revoke(*, token: ApiToken, actor: User, now: datetime | None = Non
 
 
 def api_token_use(*, key: str, now: datetime | None = None) -> ApiToken | None:
-    """The live token (not revoked, not expired, of an active user) with this key, its
-    last use recorded now; None for any other key."""
+    """The live token (not revoked, not expired, of an active user none of whose provider
+    accounts is disabled: accounts.sso) with this key, its last use recorded now; None for
+    any other key."""
     now = now or timezone.now()
     token = (api_tokens_live(now=now).select_related("user")
-             .filter(key_hash=token_hash(key), user__is_active=True).first())
+             .filter(key_hash=token_hash(key), user__is_active=True)
+             .exclude(user__external_identities__disabled_at__isnull=False).first())
     if token is not None:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now

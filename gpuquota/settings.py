@@ -314,7 +314,10 @@ CONTENT_SECURITY_POLICY = {
 # --- Login throttling (django-axes) -------------------------------------------
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # --- sso: local passwords (break-glass where limited), OIDC, LDAP/AD (docs/sso.md)
+    "accounts.sso.forms.LocalBackend",
+    "accounts.sso.oidc.OidcBackend",
+    "accounts.sso.ldap.DirectoryBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15))

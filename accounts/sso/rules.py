@@ -1,0 +1,133 @@
+"""The mapping rules' writes (audited) and their preview: what a set of rules would do to
+one user, or to everyone who logged in through a provider lately, before it is saved."""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.models import ExternalIdentity, MappingRule, Membership, User
+from accounts.selectors import memberships_current
+from accounts.sso.mapping import grants_for, pattern_check
+from gpuquota.core.errors import DomainError
+from gpuquota.core.services import audit_record
+
+PREVIEW_DAYS = 30
+
+
+def _rule_changes(rule: MappingRule) -> dict:
+    return {"position": rule.position, "provider": rule.provider, "claim": rule.claim,
+            "match": rule.match, "value": rule.value, "grant": rule.grant,
+            "team": rule.team.slug if rule.team else None, "is_billing": rule.is_billing,
+            "is_active": rule.is_active}
+
+
+def mapping_rule_check(rule: MappingRule) -> None:
+    """Refuse a rule that cannot work, with the field at fault."""
+    pattern_check(match=rule.match, value=rule.value)
+    if rule.grant == MappingRule.Grant.ADMIN and (rule.team_id or rule.is_billing):
+        raise DomainError("An admin rule names no team and no billing flag.", field="team")
+    if rule.grant != MappingRule.Grant.ADMIN and not rule.team_id:
+        raise DomainError("A lead or member rule names its team.", field="team")
+    try:
+        rule.full_clean()
+    except ValidationError as exc:
+        field_name, errors = next(iter(exc.message_dict.items()))
+        raise DomainError(errors[0], field=None if field_name == "__all__" else field_name) \
+            from exc
+
+
+@transaction.atomic
+def mapping_rule_save(*, rule: MappingRule, actor: User) -> MappingRule:
+    """Create or change a rule; audited with its new content. Applied at the next logins."""
+    mapping_rule_check(rule)
+    created = rule.pk is None
+    rule.save()
+    audit_record(actor=actor, action="sso_rule.create" if created else "sso_rule.change",
+                 obj=rule, team=rule.team, changes=_rule_changes(rule))
+    return rule
+
+
+@transaction.atomic
+def mapping_rule_delete(*, rule: MappingRule, actor: User) -> None:
+    """Remove a rule; the memberships it granted end at each user's next login."""
+    audit_record(actor=actor, action="sso_rule.delete", obj=rule, team=rule.team,
+                 changes=_rule_changes(rule))
+    rule.delete()
+
+
+@dataclass
+class PreviewRow:
+    user: User
+    provider: str
+    last_login_at: datetime
+    started: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
+    admin: str = ""
+    refused: str = ""
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.started or self.ended or self.admin or self.refused)
+
+
+def _describe(team_name: str, role: str, billing: bool) -> str:
+    return f"{role} of {team_name}" + (" (billing)" if billing else "")
+
+
+def _preview_one(identity: ExternalIdentity, rules: list[MappingRule], now: datetime
+                 ) -> PreviewRow:
+    row = PreviewRow(user=identity.user, provider=identity.provider,
+                     last_login_at=identity.last_login_at)
+    try:
+        grants = grants_for(rules=rules, claims=identity.last_claims, provider=identity.provider)
+    except DomainError as exc:
+        row.refused = exc.message
+        return row
+    current = {m.team_id: m for m in memberships_current(user=identity.user, at=now)
+               .select_related("team")}
+    billing = {g.team_name for g in grants.billing_teams()}
+    for team_id, m in current.items():
+        grant = grants.teams.get(team_id)
+        if m.source == Membership.Source.HAND:
+            billing |= {m.team.name} if m.is_billing else set()
+        elif grant is None or (grant.role, grant.is_billing) != (m.role, m.is_billing):
+            row.ended.append(_describe(m.team.name, m.role, m.is_billing))
+    for team_id, grant in grants.teams.items():
+        m = current.get(team_id)
+        if m is None or (m.source == Membership.Source.RULES and (grant.role, grant.is_billing)
+                         != (m.role, m.is_billing)):
+            row.started.append(_describe(grant.team_name, grant.role, grant.is_billing))
+    if grants.admin and not identity.user.is_staff:
+        row.admin = "becomes a platform admin"
+    elif not grants.admin and identity.admin_by_rules:
+        row.admin = "is no longer a platform admin"
+    if len(billing) > 1:
+        row.refused = f"login refused: two billing teams ({' and '.join(sorted(billing))})"
+    return row
+
+
+def rules_preview(*, rules: list[MappingRule], user: User | None = None,
+                  now: datetime | None = None) -> list[PreviewRow]:
+    """What `rules` would do at the next login of `user` (each of their provider accounts),
+    or of everyone who logged in through a provider in the last 30 days, read from the
+    claims of their last login. Writes nothing."""
+    now = now or timezone.now()
+    identities = ExternalIdentity.objects.select_related("user").order_by("user__username")
+    if user is not None:
+        identities = identities.filter(user=user)
+    else:
+        identities = identities.filter(last_login_at__gte=now - timedelta(days=PREVIEW_DAYS))
+    return [_preview_one(identity, rules, now) for identity in identities]
+
+
+def rules_with_candidate(*, candidate: MappingRule | None) -> list[MappingRule]:
+    """The saved rules, with `candidate` (new, or replacing the saved one of its id) in its
+    place by position: what the rules would be once it is saved."""
+    rules = [r for r in MappingRule.objects.select_related("team")
+             if candidate is None or r.pk != candidate.pk]
+    if candidate is not None:
+        rules.append(candidate)
+    return sorted(rules, key=lambda r: (r.position, r.pk or 0))

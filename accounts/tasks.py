@@ -1,0 +1,19 @@
+"""Beat tasks of the accounts app: the periodic check of provider accounts."""
+
+from celery import shared_task
+
+from accounts.sso.ldap import ldap_subjects_active
+from accounts.sso.services import sso_identities_check
+
+BEAT_SCHEDULE = {
+    "accounts-sso-identities-check": {"task": "accounts.sso_identities_check",
+                                      "schedule": 3600.0},
+}
+
+
+@shared_task(name="accounts.sso_identities_check", autoretry_for=(Exception,),
+             retry_backoff=60, max_retries=3)
+def sso_identities_check_task() -> int:
+    """Disable the provider accounts no longer vouched for: their API tokens stop
+    (idempotent)."""
+    return sso_identities_check(directory_active=ldap_subjects_active())
