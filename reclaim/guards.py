@@ -18,6 +18,7 @@ by the evaluation and the backtest, so the backtest measures what the evaluation
   the team has been busy on another GPU since: it is debugging and will resubmit.
 """
 
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -41,12 +42,46 @@ def hour_index(value: datetime) -> int:
 @dataclass
 class TeamHistory:
     """The GPU-hours a team kept busy (at least `grace_busy_s`, reserved or not): epoch
-    hour → {GPU id: its class id}."""
+    hour → {GPU id: its class id}. The sorted indexes the guards search are built once,
+    on first use (a backtest asks at every hour)."""
 
     busy: dict[int, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+    _counts: dict[tuple[int, int], int] | None = None
+    _hours: list[int] | None = None
+    _by_gpu: dict[int, list[int]] | None = None
 
     def busy_count(self, hour: int, gpu_class_id: int) -> int:
-        return sum(1 for c in self.busy.get(hour, {}).values() if c == gpu_class_id)
+        if self._counts is None:
+            self._counts = defaultdict(int)
+            for h, gpus in self.busy.items():
+                for class_id in gpus.values():
+                    self._counts[(h, class_id)] += 1
+        return self._counts.get((hour, gpu_class_id), 0)
+
+    def hours(self) -> list[int]:
+        """Every hour the team kept some GPU busy, sorted."""
+        if self._hours is None:
+            self._hours = sorted(h for h, gpus in self.busy.items() if gpus)
+        return self._hours
+
+    def gpu_hours(self, gpu_id: int) -> list[int]:
+        """The hours the team kept this GPU busy, sorted."""
+        if self._by_gpu is None:
+            self._by_gpu = defaultdict(list)
+            for h in self.hours():
+                for g in self.busy[h]:
+                    self._by_gpu[g].append(h)
+        return self._by_gpu.get(gpu_id, [])
+
+    def gpu_hours_between(self, gpu_id: int, start: int, end: int) -> list[int]:
+        hours = self.gpu_hours(gpu_id)
+        return hours[bisect_left(hours, start):bisect_left(hours, end)]
+
+    def busy_between(self, start: int, end: int) -> bool:
+        """Some GPU busy in [start, end)."""
+        hours = self.hours()
+        i = bisect_left(hours, start)
+        return i < len(hours) and hours[i] < end
 
 
 def history_span(policy: Policy) -> timedelta:
@@ -103,23 +138,25 @@ def in_retry_gap(history: TeamHistory, *, gpu_id: int, t: int, policy: Policy) -
     """The team's last run on the GPU before hour t ended within `retry_window` after
     less than `retry_short_run`, and the team kept another GPU busy since."""
     window_h = int(policy.retry_window.total_seconds()) // HOUR
-    last = next((u for u in range(t - 1, t - window_h - 1, -1)
-                 if gpu_id in history.busy.get(u, {})), None)
-    if last is None:
+    hours = history.gpu_hours_between(gpu_id, t - window_h - 1 - int(
+        policy.retry_short_run.total_seconds()) // HOUR, t)
+    if not hours or hours[-1] < t - window_h:
         return False
-    first = last
-    while gpu_id in history.busy.get(first - 1, {}):
-        first -= 1
+    last = first = hours[-1]
+    for h in reversed(hours[:-1]):
+        if h != first - 1:
+            break
+        first = h
     if (last - first + 1) * HOUR >= policy.retry_short_run.total_seconds():
         return False
-    return any(set(history.busy.get(u, {})) - {gpu_id} for u in range(last + 1, t))
+    # the GPU is not busy after `last`: any busy hour of the team since is another GPU's
+    return history.busy_between(last + 1, t)
 
 
 def in_usual_gap(history: TeamHistory, *, gpu_id: int, t: int, policy: Policy) -> bool:
     """The GPU's silence before hour t is at most `gap_factor` times the longest silence
     between two of the team's busy hours on it within the last `pattern_weeks` weeks."""
-    busy = [u for u in range(t - WEEK_H * policy.pattern_weeks, t)
-            if gpu_id in history.busy.get(u, {})]
+    busy = history.gpu_hours_between(gpu_id, t - WEEK_H * policy.pattern_weeks, t)
     if len(busy) < 2:
         return False
     longest = max(b - a - 1 for a, b in zip(busy, busy[1:], strict=False))
