@@ -72,6 +72,16 @@ def test_two_billing_teams_with_a_hand_made_one_refuse_the_login_and_change_noth
     assert AuditEntry.objects.filter(action="sso.login_refused", object_id=str(user.pk)).exists()
 
 
+def test_a_billing_grant_for_a_team_joined_by_hand_changes_nothing_and_refuses_nothing():
+    vision, nlp = TeamFactory(slug="vision", name="Vision"), TeamFactory(slug="nlp", name="NLP")
+    _rule(1, "vision", "lead", vision, is_billing=True)
+    user = _login().user
+    by_hand = MembershipFactory(user=user, team=vision, role="member")
+    MembershipFactory(user=user, team=nlp, is_billing=True)
+    _login(groups=["vision"])
+    assert list(Membership.objects.filter(user=user, team=vision)) == [by_hand]
+
+
 def test_a_user_disabled_in_gpuquota_cannot_log_in_through_the_provider():
     user = _login().user
     user.is_active = False
