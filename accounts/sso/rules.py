@@ -88,7 +88,8 @@ def _preview_one(identity: ExternalIdentity, rules: list[MappingRule], now: date
         return row
     current = {m.team_id: m for m in memberships_current(user=identity.user, at=now)
                .select_related("team")}
-    billing = {g.team_name for g in grants.billing_teams()}
+    by_hand = {t for t, m in current.items() if m.source == Membership.Source.HAND}
+    billing = {g.team_name for g in grants.billing_teams() if g.team_id not in by_hand}
     for team_id, m in current.items():
         grant = grants.teams.get(team_id)
         if m.source == Membership.Source.HAND:
