@@ -179,3 +179,16 @@ def test_local_passwords_can_be_limited_to_break_glass_accounts(settings):
     assert "only for break-glass accounts" in refused.content.decode()
     assert Client().post("/accounts/login/", {"username": "root", "password": "password"}
                          ).status_code == 302
+
+
+def test_refused_logins_wait_on_the_admins_home_page():
+    vision, nlp = TeamFactory(slug="vision", name="Vision"), TeamFactory(slug="nlp", name="NLP")
+    admin = Client()
+    admin.force_login(AdminFactory())
+    assert "People refused at login" not in admin.get("/").content.decode()
+    _rule(1, "vision", "member", vision, is_billing=True)
+    _rule(2, "nlp", "member", nlp, is_billing=True)
+    _login(groups=[])  # the user exists: the refusal is audited on them
+    with pytest.raises(LoginRefused):
+        _login(groups=["vision", "nlp"])
+    assert "People refused at login by the sign-in rules" in admin.get("/").content.decode()
