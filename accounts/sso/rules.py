@@ -6,12 +6,15 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import ExternalIdentity, MappingRule, Membership, User
 from accounts.selectors import memberships_current
 from accounts.sso.mapping import grants_for, pattern_check
+from gpuquota.core.attention import Attention
 from gpuquota.core.errors import DomainError
+from gpuquota.core.models import AuditEntry
 from gpuquota.core.services import audit_record
 
 PREVIEW_DAYS = 30
@@ -88,7 +91,8 @@ def _preview_one(identity: ExternalIdentity, rules: list[MappingRule], now: date
         return row
     current = {m.team_id: m for m in memberships_current(user=identity.user, at=now)
                .select_related("team")}
-    billing = {g.team_name for g in grants.billing_teams()}
+    by_hand = {t for t, m in current.items() if m.source == Membership.Source.HAND}
+    billing = {g.team_name for g in grants.billing_teams() if g.team_id not in by_hand}
     for team_id, m in current.items():
         grant = grants.teams.get(team_id)
         if m.source == Membership.Source.HAND:
@@ -131,3 +135,16 @@ def rules_with_candidate(*, candidate: MappingRule | None) -> list[MappingRule]:
     if candidate is not None:
         rules.append(candidate)
     return sorted(rules, key=lambda r: (r.position, r.pk or 0))
+
+
+def sso_attention(now: datetime) -> list[Attention]:
+    """Provider logins refused in the last 7 days (two billing teams): the rules or the
+    groups want fixing. Nothing while no provider login was ever refused."""
+    refused = AuditEntry.objects.filter(action="sso.login_refused",
+                                        at__gte=now - timedelta(days=7))
+    if not AuditEntry.objects.filter(action="sso.login_refused").exists():
+        return []
+    users = refused.values("object_id").distinct().count()
+    return [Attention(key="sso-refused", label="People refused at login by the sign-in rules",
+                      count=users, url=reverse("sso_rules_preview"),
+                      detail="two billing teams at once, in the last 7 days", order=60)]

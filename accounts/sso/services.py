@@ -74,14 +74,12 @@ def _label(team_name: str, role: str, billing: bool) -> str:
 
 def _billing_conflict(*, user: User | None, grants: Grants, now: datetime) -> list[str]:
     """Names of the billing teams the user would have at once after this login."""
-    teams = {g.team_id: g.team_name for g in grants.billing_teams()}
-    if user is not None:
-        for m in memberships_current(user=user, at=now).filter(is_billing=True) \
-                .select_related("team"):
-            kept = m.source == Membership.Source.HAND or (
-                m.team_id in grants.teams and grants.teams[m.team_id].is_billing)
-            if kept:
-                teams[m.team_id] = m.team.name
+    current = list(memberships_current(user=user, at=now).select_related("team")) \
+        if user is not None else []
+    by_hand = {m.team_id: m for m in current if m.source == Membership.Source.HAND}
+    # a grant for a team the user is in by hand changes nothing: the hand-made one stays
+    teams = {g.team_id: g.team_name for g in grants.billing_teams() if g.team_id not in by_hand}
+    teams.update({m.team_id: m.team.name for m in by_hand.values() if m.is_billing})
     return sorted(teams.values()) if len(teams) > 1 else []
 
 

@@ -62,3 +62,36 @@ def test_the_demo_provider_makes_vlead_visions_lead_and_ends_it_with_the_claim(d
     assert AuditEntry.objects.filter(action="sso.login", changes__ended=["lead of Vision"]
                                      ).exists()
     assert "Member" in _login("vlead").get("/teams/vision/").content.decode()
+
+
+def test_make_demo_sso_runs_the_demo_beside_the_loopback_provider(tmp_path):
+    from tests.demo.test_make import _make_demo
+
+    commands = _make_demo(tmp_path, SSO="1")
+    assert commands[-1]["argv"] == ["manage.py", "demo_sso", "--provider-port", "8900",
+                                    "--addr", "127.0.0.1:8123"]
+
+
+def test_demo_sso_serves_the_provider_while_the_demo_runs(monkeypatch):
+    """The command's own work, the demo it hands over to recorded instead of served."""
+    from django.core.management import call_command
+
+    from accounts.management.commands import demo_sso
+
+    for name in ENV:
+        monkeypatch.delenv(name, raising=False)
+    demo_organisation_seed()
+    seen = {}
+
+    def demo(name, **options):
+        import os
+        issuer = os.environ["GPUQUOTA_OIDC_DEMO_ISSUER"]
+        seen.update(name=name, options=options, discovery=requests.get(
+            f"{issuer}/.well-known/openid-configuration", timeout=10).json()["issuer"],
+            issuer=issuer)
+
+    monkeypatch.setattr(demo_sso, "call_command", demo)
+    call_command("demo_sso", addr="127.0.0.1:8124", provider_port=free_port())
+    assert seen["name"] == "demo" and seen["options"] == {"addr": "127.0.0.1:8124"}
+    assert seen["discovery"] == seen["issuer"]
+    assert {r.value for r in demo_rules_seed()} == {"vision-leads", "vision"}

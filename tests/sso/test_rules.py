@@ -72,6 +72,16 @@ def test_two_billing_teams_with_a_hand_made_one_refuse_the_login_and_change_noth
     assert AuditEntry.objects.filter(action="sso.login_refused", object_id=str(user.pk)).exists()
 
 
+def test_a_billing_grant_for_a_team_joined_by_hand_changes_nothing_and_refuses_nothing():
+    vision, nlp = TeamFactory(slug="vision", name="Vision"), TeamFactory(slug="nlp", name="NLP")
+    _rule(1, "vision", "lead", vision, is_billing=True)
+    user = _login().user
+    by_hand = MembershipFactory(user=user, team=vision, role="member")
+    MembershipFactory(user=user, team=nlp, is_billing=True)
+    _login(groups=["vision"])
+    assert list(Membership.objects.filter(user=user, team=vision)) == [by_hand]
+
+
 def test_a_user_disabled_in_gpuquota_cannot_log_in_through_the_provider():
     user = _login().user
     user.is_active = False
@@ -169,3 +179,16 @@ def test_local_passwords_can_be_limited_to_break_glass_accounts(settings):
     assert "only for break-glass accounts" in refused.content.decode()
     assert Client().post("/accounts/login/", {"username": "root", "password": "password"}
                          ).status_code == 302
+
+
+def test_refused_logins_wait_on_the_admins_home_page():
+    vision, nlp = TeamFactory(slug="vision", name="Vision"), TeamFactory(slug="nlp", name="NLP")
+    admin = Client()
+    admin.force_login(AdminFactory())
+    assert "People refused at login" not in admin.get("/").content.decode()
+    _rule(1, "vision", "member", vision, is_billing=True)
+    _rule(2, "nlp", "member", nlp, is_billing=True)
+    _login(groups=[])  # the user exists: the refusal is audited on them
+    with pytest.raises(LoginRefused):
+        _login(groups=["vision", "nlp"])
+    assert "People refused at login by the sign-in rules" in admin.get("/").content.decode()
