@@ -31,6 +31,7 @@ from gpuquota.reservations.conf import booking_horizon_days, booking_horizon_end
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.notices import reservation_decision_notify, reservation_pending_notify
 from gpuquota.reservations.room import ClassLedger, gpus_text
+from gpuquota.schedulers.services import schedulers_reconcile_request
 
 __all__ = [
     "NoCapacity", "OverQuota", "reservation_create", "reservation_approve", "reservation_deny",
@@ -166,6 +167,7 @@ def reservation_create(
         changes={**_window_changes(reservation), "gpus": _gpu_list(assignments)},
         reason=purpose,
     )
+    schedulers_reconcile_request(reason=f"reservation {reservation.pk} created")
     if reservation.status == S.PENDING:
         reservation_pending_notify(reservation)  # mailed after commit
     return reservation
@@ -258,6 +260,7 @@ def reservation_approve(
                  "charged_from": start.isoformat()},
         reason=reason,
     )
+    schedulers_reconcile_request(reason=f"reservation {reservation.pk} approved")
     reservation_decision_notify(reservation, decision="approved")  # mailed after commit
     return reservation
 
@@ -309,6 +312,7 @@ def reservation_cancel(
     reservation.save(update_fields=["status"])
     audit_record(actor=actor, action="reservation.cancel", obj=reservation, team=reservation.team,
                  changes={"status": [before, S.CANCELLED]}, reason=reason)
+    schedulers_reconcile_request(reason=f"reservation {reservation.pk} cancelled")
     return reservation
 
 
@@ -352,6 +356,7 @@ def reservation_release(
     reservation.save(update_fields=["status"])
     audit_record(actor=actor, action="reservation.release", obj=reservation, team=reservation.team,
                  changes={"status": [before, S.ENDED], "assignments": changed}, reason=reason)
+    schedulers_reconcile_request(reason=f"reservation {reservation.pk} released")
     return reservation
 
 
