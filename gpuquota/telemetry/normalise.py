@@ -133,9 +133,11 @@ class _Gpu:
                 per_instance.append(sum(v * w for v, w in found) / weight)
         if not per_instance:
             return None
-        if name.endswith("_count") or name.endswith("_max") and not total:
+        if total:  # memory: the instances' slices add up
+            return sum(per_instance)
+        if name.endswith(("_count", "_max")):  # readings: each instance was read as often
             return max(per_instance)
-        return sum(per_instance) if total else sum(per_instance) / len(per_instance)
+        return sum(per_instance) / len(per_instance)
 
 
 def _delta(series: dict[int, float], ws: int, window_s: int) -> float | None:
