@@ -222,12 +222,12 @@ def reports_build(table: WindowTable, *, start: int, stop: int, window_s: int
     (which also holds the window before `start`, for deltas), and how many series were
     skipped for a missing or malformed UUID."""
     gpus: dict[str, _Gpu] = defaultdict(_Gpu)
-    skipped = 0
+    skipped: set[tuple] = set()
     for name, series in table.items():
         for labels, points in series:
             gpu_uuid = _uuid(labels)
             if gpu_uuid is None:
-                skipped += 1
+                skipped.add(tuple(sorted(labels.items())))
                 continue
             gpus[gpu_uuid].add(name, labels, points)
     reports = []
@@ -245,4 +245,4 @@ def reports_build(table: WindowTable, *, start: int, stop: int, window_s: int
             _processes(gpu, report, ws, window_s)
         if report.samples or report.events:
             reports.append(report)
-    return reports, skipped
+    return reports, len(skipped)
