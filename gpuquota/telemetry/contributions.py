@@ -10,6 +10,7 @@ from accounts.permissions import is_admin
 from gpuquota.core.attention import Attention
 from gpuquota.core.sections import Section
 from gpuquota.telemetry.metrics import TelemetryCollector
+from gpuquota.telemetry.models import TelemetrySource
 from gpuquota.telemetry.selectors import failing_sources, sources_status
 
 
@@ -21,6 +22,9 @@ def fleet_sources_context(*, user, now: datetime):
 
 
 def telemetry_attention(now: datetime) -> list[Attention]:
+    """Failing sources; nothing at all where no source is configured."""
+    if not TelemetrySource.objects.filter(enabled=True).exists():
+        return []
     failing = failing_sources()
     return [Attention(key="telemetry_failing", label="Failing telemetry sources",
                       count=len(failing), url=reverse("telemetry_sources"), order=65,

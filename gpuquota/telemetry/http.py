@@ -1,5 +1,7 @@
 """HTTP to a source: its auth and TLS settings, a timeout, a size cap, errors named."""
 
+from urllib.parse import urlsplit, urlunsplit
+
 import requests
 
 from gpuquota.telemetry import conf
@@ -23,8 +25,24 @@ def session_for(source: TelemetrySource) -> requests.Session:
     return session
 
 
+def url_shown(url: str) -> str:
+    """The URL without any user:password@ it may carry: errors are shown on pages."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
 def body_get(session: requests.Session, url: str, *, params=None) -> bytes:
-    """The body of a 200 answer, at most TELEMETRY_MAX_RESPONSE_BYTES; SourceError otherwise."""
+    """The body of a 200 answer, at most TELEMETRY_MAX_RESPONSE_BYTES; SourceError otherwise
+    (naming the URL without credentials)."""
+    try:
+        return _body_get(session, url, params=params)
+    except SourceError as exc:
+        raise SourceError(exc.reason.replace(url, url_shown(url))) from exc
+
+
+def _body_get(session: requests.Session, url: str, *, params=None) -> bytes:
     try:
         with session.get(url, params=params, timeout=conf.HTTP_TIMEOUT_S, stream=True) as answer:
             if answer.status_code in (401, 403):

@@ -133,9 +133,11 @@ class _Gpu:
                 per_instance.append(sum(v * w for v, w in found) / weight)
         if not per_instance:
             return None
-        if name.endswith("_count") or name.endswith("_max") and not total:
+        if total:  # memory: the instances' slices add up
+            return sum(per_instance)
+        if name.endswith(("_count", "_max")):  # readings: each instance was read as often
             return max(per_instance)
-        return sum(per_instance) if total else sum(per_instance) / len(per_instance)
+        return sum(per_instance) / len(per_instance)
 
 
 def _delta(series: dict[int, float], ws: int, window_s: int) -> float | None:
@@ -220,12 +222,12 @@ def reports_build(table: WindowTable, *, start: int, stop: int, window_s: int
     (which also holds the window before `start`, for deltas), and how many series were
     skipped for a missing or malformed UUID."""
     gpus: dict[str, _Gpu] = defaultdict(_Gpu)
-    skipped = 0
+    skipped: set[tuple] = set()
     for name, series in table.items():
         for labels, points in series:
             gpu_uuid = _uuid(labels)
             if gpu_uuid is None:
-                skipped += 1
+                skipped.add(tuple(sorted(labels.items())))
                 continue
             gpus[gpu_uuid].add(name, labels, points)
     reports = []
@@ -243,4 +245,4 @@ def reports_build(table: WindowTable, *, start: int, stop: int, window_s: int
             _processes(gpu, report, ws, window_s)
         if report.samples or report.events:
             reports.append(report)
-    return reports, skipped
+    return reports, len(skipped)

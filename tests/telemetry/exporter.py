@@ -110,6 +110,7 @@ class FakeExporter:
 
     state: object
     status: int = 200
+    authorization: str | None = None  # the Authorization header it requires, if any
     server: ThreadingHTTPServer | None = field(default=None, repr=False)
 
     @property
@@ -125,9 +126,13 @@ class FakeExporter:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
-                body = exposition(exporter.state()).encode() if exporter.status == 200 \
+                status = exporter.status
+                if exporter.authorization and \
+                        self.headers.get("Authorization") != exporter.authorization:
+                    status = 401
+                body = exposition(exporter.state()).encode() if status == 200 \
                     else b"exporter broken"
-                self.send_response(exporter.status)
+                self.send_response(status)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

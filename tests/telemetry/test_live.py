@@ -106,3 +106,26 @@ def test_hostile_exporter_text_is_refused_whole(exporter, cluster):
     assert "DCGM_FI_DEV_FB_USED" in kept  # the rest of the scrape is kept...
     assert not kept & {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_GPU_UTIL",
                        "DCGM_FI_DEV_POWER_USAGE"}  # ...but NaN and negative readings
+
+
+@pytest.mark.parametrize(("auth", "username", "header"), [
+    ("bearer", "", "Bearer s3cr3t"),
+    ("basic", "gq", "Basic Z3E6czNjcjN0"),  # gq:s3cr3t
+])
+def test_credentials_are_sent_and_a_refusal_is_named(exporter, cluster, auth, username, header):
+    from gpuquota.telemetry.secrets import secret_seal
+
+    exporter.authorization = header
+    sealed, prefix = secret_seal("s3cr3t")
+    source = TelemetrySource.objects.create(
+        name="auth", cluster=cluster, kind="exporter", urls=exporter.url, window_s=WINDOW_S,
+        auth=auth, username=username, secret_encrypted=sealed, secret_prefix=prefix)
+    source_pull(source=source, now=_now())
+    source.refresh_from_db()
+    assert source.last_error == "" and ScrapedReading.objects.count() == 1
+    source.secret_encrypted, _ = secret_seal("wrong")
+    source.save()
+    source_pull(source=source, now=_now())
+    source.refresh_from_db()
+    assert "refused with 401" in source.last_error and ScrapedReading.objects.count() == 1
+    assert "s3cr3t" not in source.last_error and "wrong" not in source.last_error

@@ -171,3 +171,28 @@ def test_chunks_stay_under_eleven_thousand_points(history_source, monkeypatch):
     _import(source, start, minutes=30)
     assert len(_samples(sc.MIG_GPU.uuid)) == 30
 
+
+
+def test_a_gpu_reported_by_its_agent_too_is_counted_once_on_its_node(history_source):
+    """Mixed fleets: the agent reported the first ten windows of a GPU (other values);
+    the importer's records for them are not stored (the first stored wins; different
+    values count as conflicts), and the GPU stays on the agent's node whatever the
+    exporter's Hostname says."""
+    from gpuquota.ingest.batches import batch_ingest
+    from gpuquota.ingest.protocol import batch_check
+    from tests.ingest.factories import batch, enrolled, gpu_entry, sample
+
+    source, start = history_source
+    node = enrolled("gpu-node-07", cluster=source.cluster).node
+    body = batch(gpus=[gpu_entry(sc.SLURM_GPU.uuid, name=sc.SLURM_GPU.model)],
+                 samples=[sample(sc.SLURM_GPU.uuid, at(start + w * 60), util_gpu_avg=99.0,
+                                 util_gpu_max=99.0) for w in range(10)])
+    assert batch_ingest(node=node, body=batch_check(body), now=at(start + 660),
+                        check_age=False).status == 202
+    report = _import(source, start)
+    assert "225 stored, 0 already there, 10 conflicting" in report, report  # other values
+    slurm = _samples(sc.SLURM_GPU.uuid)
+    assert len(slurm) == 60
+    assert [float(slurm[start + w * 60].util_gpu_avg) for w in range(9, 11)] == [
+        99.0, sc.util_of(sc.SLURM_GPU, 10)]
+    assert Gpu.objects.get(uuid=sc.SLURM_GPU.uuid).node == node
