@@ -50,7 +50,8 @@ class LoanInput:
 class TeamInput:
     id: int
     slug: str
-    accounts: tuple[str, ...]  # the team's scheduler accounts (or namespaces) on the cluster
+    accounts: tuple[str, ...]  # the team's Slurm accounts on the cluster
+    namespaces: tuple[str, ...]  # its Kubernetes namespaces on the cluster
     users: tuple[str, ...]  # its members' unix user names on the cluster
 
 
@@ -73,8 +74,8 @@ def _gpu_ref(gpu) -> GpuRef:
 
 def plan_inputs(*, cluster, at: datetime) -> PlanInputs:
     """Everything a backend needs to plan `cluster` at `at`: held reservations not yet over
-    with the GPUs assigned to them from `at` on, open loans, and every team with an
-    account or a member on the cluster."""
+    with the GPUs assigned to them from `at` on, open loans, and every team with a Slurm
+    account or a Kubernetes namespace on the cluster (and its members' unix names)."""
     inputs = PlanInputs(at=at)
     in_service = Gpu.objects.filter(
         node__cluster=cluster, parent__isnull=True, commissioned_at__lte=at
@@ -131,12 +132,14 @@ def _valid_at(at: datetime) -> Q:
 
 def _teams(*, cluster, at: datetime) -> dict[int, TeamInput]:
     accounts: dict[int, list[str]] = defaultdict(list)
+    namespaces: dict[int, list[str]] = defaultdict(list)
     team_slugs: dict[int, str] = {}
     for ident in ClusterIdentity.objects.filter(
         _valid_at(at), cluster=cluster,
         kind__in=[ClusterIdentity.Kind.SLURM_ACCOUNT, ClusterIdentity.Kind.K8S_NAMESPACE],
     ).select_related("team").order_by("key"):
-        accounts[ident.team_id].append(ident.key)
+        by_kind = accounts if ident.kind == ClusterIdentity.Kind.SLURM_ACCOUNT else namespaces
+        by_kind[ident.team_id].append(ident.key)
         team_slugs[ident.team_id] = ident.team.slug
     unix_names: dict[int, str] = dict(
         ClusterIdentity.objects.filter(
@@ -144,15 +147,15 @@ def _teams(*, cluster, at: datetime) -> dict[int, TeamInput]:
         ).values_list("user_id", "key")
     )
     users: dict[int, set[str]] = defaultdict(set)
-    for m in Membership.objects.filter(_valid_at(at), team_id__in=accounts).values(
+    for m in Membership.objects.filter(_valid_at(at), team_id__in=team_slugs).values(
         "team_id", "user_id"
     ):
         if m["user_id"] in unix_names:
             users[m["team_id"]].add(unix_names[m["user_id"]])
     return {
         tid: TeamInput(id=tid, slug=team_slugs[tid], accounts=tuple(accounts[tid]),
-                       users=tuple(sorted(users[tid])))
-        for tid in sorted(accounts)
+                       namespaces=tuple(namespaces[tid]), users=tuple(sorted(users[tid])))
+        for tid in sorted(team_slugs)
     }
 
 
