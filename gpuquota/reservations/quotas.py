@@ -19,6 +19,7 @@ from gpuquota.inventory.models import GpuClass
 from gpuquota.reservations.assigning import lock_team_class
 from gpuquota.reservations.models import Quota
 from gpuquota.reservations.services import require_admin_actor
+from gpuquota.schedulers.services import schedulers_reconcile_request
 
 MAX_QUOTA_GPUS = 100_000
 PAST_TOLERANCE = timedelta(minutes=5)
@@ -106,6 +107,7 @@ def quota_create(*, team: Team, gpu_class: GpuClass, gpus: int, valid_from: date
     _save(quota)
     audit_record(actor=by, action="quota.create", obj=quota, team=team,
                  changes=_changes(quota), reason=reason)
+    schedulers_reconcile_request(reason="quota created")  # after the commit
     return quota
 
 
@@ -132,4 +134,5 @@ def quota_end(*, quota: Quota, at: datetime | None, by: User, reason: str = "",
     audit_record(actor=by, action="quota.end", obj=row, team=row.team, reason=reason, changes={
         **_changes(row), "valid_until": [old.isoformat() if old else None,
                                          at.isoformat() if at else None]})
+    schedulers_reconcile_request(reason="quota ended")  # after the commit
     return row

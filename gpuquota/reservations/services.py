@@ -30,6 +30,7 @@ from gpuquota.reservations.conf import booking_horizon_days, booking_horizon_end
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.notices import reservation_decision_notify, reservation_pending_notify
 from gpuquota.reservations.room import ClassLedger, gpus_text
+from gpuquota.schedulers.services import schedulers_reconcile_request
 
 __all__ = [
     "NoCapacity", "OverQuota", "reservation_create", "reservation_approve", "reservation_deny",
@@ -167,6 +168,7 @@ def reservation_create(
     )
     if reservation.status == S.PENDING:
         reservation_pending_notify(reservation)  # mailed after commit
+    schedulers_reconcile_request(reason="reservation created")  # after the commit
     return reservation
 
 
@@ -258,6 +260,7 @@ def reservation_approve(
         reason=reason,
     )
     reservation_decision_notify(reservation, decision="approved")  # mailed after commit
+    schedulers_reconcile_request(reason="reservation approved")  # after the commit
     return reservation
 
 
@@ -308,6 +311,7 @@ def reservation_cancel(
     reservation.save(update_fields=["status"])
     audit_record(actor=actor, action="reservation.cancel", obj=reservation, team=reservation.team,
                  changes={"status": [before, S.CANCELLED]}, reason=reason)
+    schedulers_reconcile_request(reason="reservation cancelled")  # after the commit
     return reservation
 
 
@@ -349,6 +353,7 @@ def reservation_release(
     reservation.save(update_fields=["status"])
     audit_record(actor=actor, action="reservation.release", obj=reservation, team=reservation.team,
                  changes={"status": [before, S.ENDED], "assignments": changed}, reason=reason)
+    schedulers_reconcile_request(reason="reservation released")  # after the commit
     return reservation
 
 
@@ -396,4 +401,6 @@ def reservations_advance(*, now: datetime | None = None) -> dict[str, int]:
                      reason=reservation.decision_reason)
         reservation_decision_notify(reservation, decision="expired")  # mailed after commit
         moved["expired"] += 1
+    if moved["activated"] or moved["ended"]:  # reservation edges: limits change
+        schedulers_reconcile_request(reason="reservations moved on")
     return moved

@@ -30,6 +30,7 @@ from gpuquota.reservations.services import (
     require_admin_actor,
     require_team_actor,
 )
+from gpuquota.schedulers.services import schedulers_reconcile_request
 
 
 def _running(reservation: Reservation, now: datetime) -> list[Assignment]:
@@ -96,6 +97,7 @@ def reservation_extend(
     reservation.save(update_fields=["end"])
     audit_record(actor=actor, action="reservation.extend", obj=reservation, team=reservation.team,
                  changes={"end": [old_end.isoformat(), end.isoformat()]}, reason=reason)
+    schedulers_reconcile_request(reason="reservation extended")  # after the commit
     return reservation
 
 
@@ -124,6 +126,7 @@ def reservation_shrink(
     reservation.save(update_fields=["count"])
     audit_record(actor=actor, action="reservation.shrink", obj=reservation, team=reservation.team,
                  changes={"count": [before, count], "assignments": changed}, reason=reason)
+    schedulers_reconcile_request(reason="reservation shrunk")  # after the commit
     return reservation
 
 
@@ -175,6 +178,7 @@ def reservation_swap_gpu(
     audit_record(actor=actor, action="reservation.swap", obj=reservation, team=reservation.team,
                  changes={"from_gpu": gpu.uuid, "to_gpu": new_gpu.uuid, "at": at.isoformat()},
                  reason=reason)
+    schedulers_reconcile_request(reason="reservation GPU swapped")  # after the commit
     return new
 
 
