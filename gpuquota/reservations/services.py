@@ -404,4 +404,6 @@ def reservations_advance(*, now: datetime | None = None) -> dict[str, int]:
                      reason=reservation.decision_reason)
         reservation_decision_notify(reservation, decision="expired")  # mailed after commit
         moved["expired"] += 1
+    if moved["activated"] or moved["ended"]:  # reservation edges: limits change
+        schedulers_reconcile_request(reason="reservations moved on")
     return moved

@@ -5,13 +5,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Count, F, Q
 
 from accounts.models import ClusterIdentity, Membership
-from gpuquota.inventory.models import Gpu
+from gpuquota.inventory.models import Cluster, Gpu
 from gpuquota.reservations.models import Assignment, Loan, Quota, Reservation
+from gpuquota.schedulers.backend import owned_name
+from gpuquota.schedulers.models import (
+    BindingLevel,
+    Drift,
+    Problem,
+    ReconcileRun,
+    ReservationBinding,
+    SlurmJob,
+)
+from gpuquota.schedulers.slurm.objects import hostlist_expand
+from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT, SCAVENGER_QOS
 
 #: Reservations a scheduler must hold: approved and not over.
 HELD_STATUSES = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE)
@@ -50,7 +61,8 @@ class LoanInput:
 class TeamInput:
     id: int
     slug: str
-    accounts: tuple[str, ...]  # the team's scheduler accounts (or namespaces) on the cluster
+    accounts: tuple[str, ...]  # the team's Slurm accounts on the cluster
+    namespaces: tuple[str, ...]  # its Kubernetes namespaces on the cluster
     users: tuple[str, ...]  # its members' unix user names on the cluster
 
 
@@ -73,8 +85,8 @@ def _gpu_ref(gpu) -> GpuRef:
 
 def plan_inputs(*, cluster, at: datetime) -> PlanInputs:
     """Everything a backend needs to plan `cluster` at `at`: held reservations not yet over
-    with the GPUs assigned to them from `at` on, open loans, and every team with an
-    account or a member on the cluster."""
+    with the GPUs assigned to them from `at` on, open loans, and every team with a Slurm
+    account or a Kubernetes namespace on the cluster (and its members' unix names)."""
     inputs = PlanInputs(at=at)
     in_service = Gpu.objects.filter(
         node__cluster=cluster, parent__isnull=True, commissioned_at__lte=at
@@ -131,12 +143,14 @@ def _valid_at(at: datetime) -> Q:
 
 def _teams(*, cluster, at: datetime) -> dict[int, TeamInput]:
     accounts: dict[int, list[str]] = defaultdict(list)
+    namespaces: dict[int, list[str]] = defaultdict(list)
     team_slugs: dict[int, str] = {}
     for ident in ClusterIdentity.objects.filter(
         _valid_at(at), cluster=cluster,
         kind__in=[ClusterIdentity.Kind.SLURM_ACCOUNT, ClusterIdentity.Kind.K8S_NAMESPACE],
     ).select_related("team").order_by("key"):
-        accounts[ident.team_id].append(ident.key)
+        by_kind = accounts if ident.kind == ClusterIdentity.Kind.SLURM_ACCOUNT else namespaces
+        by_kind[ident.team_id].append(ident.key)
         team_slugs[ident.team_id] = ident.team.slug
     unix_names: dict[int, str] = dict(
         ClusterIdentity.objects.filter(
@@ -144,15 +158,15 @@ def _teams(*, cluster, at: datetime) -> dict[int, TeamInput]:
         ).values_list("user_id", "key")
     )
     users: dict[int, set[str]] = defaultdict(set)
-    for m in Membership.objects.filter(_valid_at(at), team_id__in=accounts).values(
+    for m in Membership.objects.filter(_valid_at(at), team_id__in=team_slugs).values(
         "team_id", "user_id"
     ):
         if m["user_id"] in unix_names:
             users[m["team_id"]].add(unix_names[m["user_id"]])
     return {
         tid: TeamInput(id=tid, slug=team_slugs[tid], accounts=tuple(accounts[tid]),
-                       users=tuple(sorted(users[tid])))
-        for tid in sorted(accounts)
+                       namespaces=tuple(namespaces[tid]), users=tuple(sorted(users[tid])))
+        for tid in sorted(team_slugs)
     }
 
 
@@ -164,9 +178,6 @@ PAGE_ROWS = 20
 def clusters_backends() -> list:
     """Every cluster with a scheduler, its backend configuration, capabilities and open
     problems (the admin's list)."""
-    from gpuquota.inventory.models import Cluster
-    from gpuquota.schedulers.models import Problem
-
     clusters = list(Cluster.objects.exclude(scheduler=Cluster.Scheduler.NONE).select_related(
         "backend_config", "scheduler_capabilities").order_by("name"))
     open_problems = dict(Problem.objects.filter(status=Problem.Status.OPEN).values_list(
@@ -176,12 +187,14 @@ def clusters_backends() -> list:
     return clusters
 
 
-def cluster_backend_detail(*, cluster) -> dict:
-    """What the cluster's admin page shows: problems, drift, runs, bindings of the
-    reservations it holds now."""
-    from gpuquota.schedulers.models import Drift, Problem, ReconcileRun, ReservationBinding
+FOREIGN_USE_DAYS = 30
 
+
+def cluster_backend_detail(*, cluster, now: datetime) -> dict:
+    """What the cluster's admin page shows: problems, drift, runs, bindings of the
+    reservations it holds now, foreign use of the last 30 days."""
     return {
+        "foreign": foreign_use(cluster=cluster, since=now - timedelta(days=FOREIGN_USE_DAYS)),
         "problems": Problem.objects.filter(cluster=cluster).order_by("status", "-last_seen_at")[
             :PAGE_ROWS],
         "drifts": Drift.objects.filter(cluster=cluster)[:PAGE_ROWS],
@@ -197,9 +210,6 @@ def cluster_backend_detail(*, cluster) -> dict:
 def team_scheduler_holds(*, team, now: datetime) -> list[dict]:
     """The team's held reservations with how the scheduler holds each, and the Slurm jobs
     that ran in each (newest first)."""
-    from gpuquota.schedulers.backend import owned_name
-    from gpuquota.schedulers.models import ReservationBinding, SlurmJob
-
     held = list(ReservationBinding.objects.filter(
         reservation__team=team, reservation__status__in=HELD_STATUSES,
         reservation__end__gt=now,
@@ -209,3 +219,44 @@ def team_scheduler_holds(*, team, now: datetime) -> list[dict]:
         "jobs": list(SlurmJob.objects.filter(reservation=owned_name("res", b.reservation_id))
                      .order_by("-submitted_at")[:10]),
     } for b in held]
+
+
+@dataclass(frozen=True)
+class ForeignUse:
+    """A job of another account on GPUs a reservation held, outside a loan: the evidence."""
+
+    reservation: object
+    job: object
+    nodes: tuple[str, ...]
+
+
+def foreign_use(*, cluster=None, team=None, since: datetime) -> list[ForeignUse]:
+    """Jobs that ran, since `since`, on nodes a reservation held whole (or its exact GPUs),
+    while it held them, under an account that is not the team's and not a borrower's."""
+    bindings = ReservationBinding.objects.filter(
+        level__in=[BindingLevel.WHOLE_NODES, BindingLevel.EXACT_GPUS], reservation__end__gt=since,
+    ).select_related("reservation__team")
+    if team is not None:
+        bindings = bindings.filter(reservation__team=team)
+    if cluster is not None:
+        bindings = bindings.filter(reservation__assignments__gpu__node__cluster=cluster)
+    found = []
+    for binding in bindings.distinct():
+        r = binding.reservation
+        assignments = list(Assignment.objects.filter(reservation=r).select_related("gpu__node"))
+        if not assignments:
+            continue
+        node_cluster = assignments[0].gpu.node.cluster_id
+        nodes = {a.gpu.node.hostname.split(".")[0] for a in assignments}
+        own = set(ClusterIdentity.objects.filter(
+            cluster_id=node_cluster, team=r.team, kind=ClusterIdentity.Kind.SLURM_ACCOUNT,
+        ).values_list("key", flat=True))
+        jobs = SlurmJob.objects.filter(
+            cluster_id=node_cluster, started_at__lt=r.end, started_at__isnull=False,
+        ).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=max(r.start, since))).exclude(
+            account__in=[*own, LENDING_ACCOUNT]).exclude(qos=SCAVENGER_QOS).exclude(gpus=0)
+        for job in jobs:
+            shared = nodes & set(hostlist_expand(job.nodes))
+            if shared:
+                found.append(ForeignUse(reservation=r, job=job, nodes=tuple(sorted(shared))))
+    return sorted(found, key=lambda f: f.job.started_at, reverse=True)

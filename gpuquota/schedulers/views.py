@@ -5,6 +5,7 @@ export for sites that forbid writes."""
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -51,7 +52,7 @@ def cluster_detail(request, slug: str):
     return render(request, "schedulers/cluster.html", {
         "cluster": cluster, "config": config, "form": form,
         "caps": getattr(cluster, "scheduler_capabilities", None),
-        **cluster_backend_detail(cluster=cluster),
+        **cluster_backend_detail(cluster=cluster, now=timezone.now()),
     })
 
 

@@ -62,7 +62,8 @@ def test_every_app_says_what_waits_for_an_admin(busy_world):
     items = {item.key: item for item in attention_items(now=timezone.now())}
     counts = {key: item.count for key, item in items.items()}
     assert counts == {"approvals": 1, "drafts": 2, "unsent": 0, "objections": 1,
-                      "recommendations": 1, "failed_gpus": 1, "silent_nodes": 1}
+                      "recommendations": 1, "failed_gpus": 1, "silent_nodes": 1,
+                      "scheduler_problems": 0, "foreign_use": 0}
     assert items["drafts"].url.startswith("/statements/review/?month=")
     assert "1,300.00 USD" in items["drafts"].detail
     assert items["recommendations"].detail == "saves 120.00 USD"
@@ -105,6 +106,7 @@ def test_manage_is_a_page_listing_every_admin_page(roles):
     assert page.status_code == 200 and "Administration" in body
     for url in ("/statements/review/", "/manage/rate-cards/", "/ingest/nodes/", "/reclaim/",
                 "/reservations/maintenance/", "/reservations/pending/", "/manage/quotas/",
+                "/schedulers/",
                 "/manage/reservations/", "/reservations/backfill/", "/admin/"):
         assert f'href="{url}"' in body, url
     for who in ("lead", "member", "outsider"):

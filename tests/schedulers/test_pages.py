@@ -12,7 +12,8 @@ from django.utils import timezone
 from accounts.models import User
 from gpuquota.core.models import AuditEntry
 from gpuquota.schedulers import backend as backend_module
-from gpuquota.schedulers.models import BackendConfig, Problem, ReservationBinding
+from gpuquota.schedulers.models import BackendConfig, Problem, ReservationBinding, SlurmJob
+from gpuquota.schedulers.selectors import foreign_use
 from gpuquota.schedulers.services import backend_config_update
 from tests.factories import MembershipFactory, UserFactory
 from tests.schedulers import backend_memory as mem
@@ -115,3 +116,32 @@ def test_leads_see_how_their_reservation_is_held_members_do_not(memory):
     member = UserFactory()
     MembershipFactory(user=member, team=memory.teams["vision"])
     assert "How the scheduler holds" not in client_for(member).get(team_page).content.decode()
+
+
+def test_foreign_use_of_a_reserved_node_is_flagged_with_the_job(memory):
+    now = timezone.now()
+    r = memory.reserve("vision", memory.gpus["node-a"], start=now - timedelta(hours=3),
+                       end=now + timedelta(hours=2))
+    ReservationBinding.objects.create(reservation=r, level="whole_nodes", why="node-a whole",
+                                      updated_at=r.start)
+
+    def job(job_id, account, qos, nodes="node-a,node-b", started=now - timedelta(hours=1)):
+        return SlurmJob.objects.create(
+            cluster=memory.cluster, job_id=job_id, submitted_at=started, started_at=started,
+            ended_at=None, state="RUNNING", account=account, user="u", qos=qos, nodes=nodes,
+            gpu_tres="gres/gpu:h100=1", gpus=1)
+
+    job("101", "speech", "normal")  # another account on the reserved node: flagged
+    job("102", "vision", "gq-owner")  # the team's own
+    job("103", "gq-lending", "gq-scavenger")  # a borrower on a lent GPU
+    job("104", "speech", "normal", nodes="node-b")  # not on the reserved node
+    job("105", "speech", "normal", started=now - timedelta(hours=5))  # before it held it
+    SlurmJob.objects.filter(job_id="105").update(ended_at=now - timedelta(hours=4))
+    assert [f.job.job_id for f in foreign_use(since=now - timedelta(days=30))] == ["101"]
+
+    lead_page = client_for(User.objects.get(username="alice")).get(
+        reverse("team_detail", args=["vision"])).content.decode()
+    assert 'id="foreign-use"' in lead_page and ">101<" in lead_page
+    admin = client_for(memory.admin)
+    assert ">101<" in admin.get(f"/schedulers/{memory.cluster.slug}/").content.decode()
+    assert "Jobs of other accounts on reserved GPUs" in admin.get("/").content.decode()

@@ -148,3 +148,21 @@ def test_config_changes_are_audited_and_the_token_encrypted_never_shown(memory):
     assert entry.changes["token"] == ["(hidden)", "(changed)"]
     assert "s3cret" not in str(entry.changes)
     assert entry.actor == memory.admin
+
+
+def test_a_reservation_change_reconciles_once_it_commits(
+        memory, django_capture_on_commit_callbacks):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from gpuquota.reservations.services import reservation_create
+    from tests.factories import QuotaFactory
+
+    QuotaFactory(team=memory.teams["vision"], gpu_class=memory.gpu_class, gpus=4)
+    now = timezone.now()
+    with django_capture_on_commit_callbacks(execute=True):
+        r = reservation_create(team=memory.teams["vision"], gpu_class=memory.gpu_class, count=2,
+                               start=now + timedelta(hours=1), end=now + timedelta(hours=3),
+                               requested_by=memory.admin, now=now)
+    assert mem.STORE[("hold", f"gq-res-{r.pk}")] == {"gpus": "2"}

@@ -76,6 +76,9 @@ def hostlist_expand(value: str) -> list[str]:
             continue
         for part in ranges.split(","):
             start, _, end = part.partition("-")
+            if not (start.isdigit() and (end or start).isdigit()):
+                names.append(f"{prefix}[{part}]")  # not a Slurm range: kept as written
+                continue
             for n in range(int(start), int(end or start) + 1):
                 names.append(f"{prefix}{n:0{len(start)}d}")
     return names

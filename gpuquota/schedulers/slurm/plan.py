@@ -74,6 +74,8 @@ def plan_build(*, inputs: PlanInputs, caps: CapabilityReport, options: SlurmOpti
         "gq_qos": SCAVENGER_QOS, "defaultqos": SCAVENGER_QOS,
     }))
     for team in inputs.teams.values():
+        if not team.accounts:  # a team known here only by a Kubernetes namespace
+            continue
         allowed = {t: 0 for t in types}
         for gpu_class in inputs.classes:
             key = (team.id, gpu_class)
