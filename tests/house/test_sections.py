@@ -78,7 +78,6 @@ def test_the_installed_apps_contribute_in_installed_apps_order():
     assert found == [
         ("team", "main", "schedulers/_team_holds.html"),
         ("team", "top", "kubernetes/_team_foreign.html"),
-        ("team", "main", "kubernetes/_team_bindings.html"),
         ("team", "main", "lending/_team_loans.html"),
         ("team", "main", "reports/_team_statements.html"),
         ("team", "top", "reclaim/_team_banner.html"),

@@ -116,6 +116,6 @@ def test_the_team_page_shows_how_its_reservations_are_held(kube, apiserver):
     client.force_login(member)
     with time_machine.travel(NOW, tick=False):
         page = client.get(reverse("team_detail", args=["vision"])).content.decode()
-    section = page.split('id="kubernetes-bindings"')[1]
+    section = page.split('id="scheduler-holds"')[1]
     assert f"#{reservation.pk}" in section and "Quota" in section
     assert "kueue.x-k8s.io/queue-name: gq-vision" in section

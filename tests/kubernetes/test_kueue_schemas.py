@@ -28,8 +28,8 @@ GPUS = (GpuRef(1, "GPU-8f0e6c1a-5b1f-4c43-9a36-0d6b8b1e2f01", "gpu-a", 0),
 
 def inputs() -> PlanInputs:
     plan = PlanInputs(at=AT, classes=("H100-80GB", "L4"))
-    plan.teams = {1: TeamInput(1, "vision", ("vision", "vision-dev"), ()),
-                  2: TeamInput(2, "speech", ("speech",), ())}
+    plan.teams = {1: TeamInput(1, "vision", (), ("vision", "vision-dev"), ()),
+                  2: TeamInput(2, "speech", (), ("speech",), ())}
     plan.reservations = [ReservationInput(7, 1, "vision", "H100-80GB", 2, AT - timedelta(hours=1),
                                           AT + timedelta(hours=1), GPUS)]
     plan.loans = [LoanInput(3, 7, 1, GPUS[1], AT)]

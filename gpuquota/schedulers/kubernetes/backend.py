@@ -108,7 +108,7 @@ class KubernetesBackend(Backend):
         manifests: list[dict] = []
         if facts.get("kueue_api"):
             manifests += kueue_objects(inputs, cluster_slug=slug, options=self.options)
-            queues = {ns: queue_name(t.slug) for t in inputs.teams.values() for ns in t.accounts}
+            queues = {ns: queue_name(t.slug) for t in inputs.teams.values() for ns in t.namespaces}
             manifests += admission_objects(queues, cluster_slug=slug, options=self.options)
         exact = capabilities.best_binding == BindingLevel.EXACT_GPUS
         if exact:
@@ -129,12 +129,15 @@ class KubernetesBackend(Backend):
     def _binding(self, reservation, capabilities: CapabilityReport, *, exact: bool) -> Binding:
         if exact:
             return Binding(BindingLevel.EXACT_GPUS,
-                           "DRA claims pinned to the reserved GPUs' UUIDs; Kueue cannot count "
-                           "such claims against quotas yet", f"gq-res-{reservation.id}")
+                           "DRA claims pinned to the reserved GPUs' UUIDs (use the claim template "
+                           f"gq-res-{reservation.id}); Kueue cannot count such claims against "
+                           "quotas yet", f"gq-res-{reservation.id}")
         if capabilities.facts.get("kueue_api"):
             return Binding(BindingLevel.QUOTA,
                            f"Kueue nominalQuota of ClusterQueue {queue_name(reservation.team_slug)}"
-                           f" from {self.options.lead_time_s} s before the start",
+                           f" from {self.options.lead_time_s} s before the start (label your "
+                           "workloads kueue.x-k8s.io/queue-name: "
+                           f"{queue_name(reservation.team_slug)})",
                            queue_name(reservation.team_slug))
         return Binding(BindingLevel.ADVISORY, "the cluster has no Kueue: nothing holds the GPUs")
 

@@ -12,7 +12,6 @@ from gpuquota.schedulers.kubernetes.selectors import (
     foreign_use_counts,
     foreign_uses_month,
     kubernetes_clusters,
-    team_bindings,
 )
 
 
@@ -21,11 +20,6 @@ def team_foreign_context(*, team, now: datetime) -> dict | None:
     uses = [u for c in kubernetes_clusters()
             for u in foreign_uses_month(cluster=c, period=period, team=team)]
     return {"foreign_uses": uses, "foreign_month": period.start} if uses else None
-
-
-def team_bindings_context(*, team, now: datetime) -> dict | None:
-    bindings = team_bindings(team=team, now=now)
-    return {"kubernetes_bindings": bindings} if bindings else None
 
 
 def foreign_attention(now: datetime) -> list[Attention]:
@@ -42,8 +36,6 @@ def foreign_attention(now: datetime) -> list[Attention]:
 PAGE_SECTIONS = [
     Section(page="team", slot="top", template="kubernetes/_team_foreign.html",
             context=team_foreign_context, order=30),
-    Section(page="team", slot="main", template="kubernetes/_team_bindings.html",
-            context=team_bindings_context, order=30),
 ]
 
 ATTENTION = [foreign_attention]

@@ -63,7 +63,7 @@ def cluster_queue(team, *, classes, reserved: dict, lendable: dict, cluster_slug
         "cohort": options.cohort,
         "namespaceSelector": {"matchExpressions": [{
             "key": "kubernetes.io/metadata.name", "operator": "In",
-            "values": sorted(team.accounts)}]},
+            "values": sorted(team.namespaces)}]},
         "queueingStrategy": "BestEffortFIFO",
         "flavorFungibility": {"whenCanBorrow": "Borrow", "whenCanPreempt": "TryNextFlavor"},
         "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority",
@@ -98,13 +98,13 @@ def kueue_objects(inputs: PlanInputs, *, cluster_slug: str,
         lendable[loan.team_id][classes_of.get(loan.reservation_id, "")] += 1
     classes = sorted(set(inputs.classes) | {r.gpu_class for r in inputs.reservations})
     objects = [resource_flavor(c, cluster_slug=cluster_slug, options=options) for c in classes]
-    teams = [t for t in inputs.teams.values() if t.accounts]
+    teams = [t for t in inputs.teams.values() if t.namespaces]
     for team in sorted(teams, key=lambda t: t.slug):
         objects.append(cluster_queue(team, classes=classes, reserved=reserved[team.id],
                                      lendable=lendable[team.id], cluster_slug=cluster_slug,
                                      options=options))
     for team in sorted(teams, key=lambda t: t.slug):
-        objects += [local_queue(team, ns, cluster_slug=cluster_slug) for ns in team.accounts]
+        objects += [local_queue(team, ns, cluster_slug=cluster_slug) for ns in team.namespaces]
     return objects
 
 
@@ -151,7 +151,7 @@ def dra_objects(inputs: PlanInputs, *, cluster_slug: str, options: KubernetesOpt
     objects = []
     for r in sorted(held_now(inputs, options), key=lambda r: r.id):
         team = inputs.teams.get(r.team_id)
-        for namespace in (team.accounts if team else ()):
+        for namespace in (team.namespaces if team else ()):
             objects.append(claim_template(r, namespace, cluster_slug=cluster_slug,
                                           options=options))
         if taint_rules:

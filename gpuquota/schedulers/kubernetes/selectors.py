@@ -36,15 +36,6 @@ def reservation_holds(*, cluster: Cluster) -> list[ReservationHold]:
     return holds
 
 
-def team_bindings(*, team, now) -> list[ReservationBinding]:
-    """The binding of each of `team`'s reservations not yet over on a Kubernetes cluster."""
-    return list(ReservationBinding.objects.filter(
-        reservation__team=team, reservation__end__gt=now,
-        reservation__status__in=("scheduled", "active"),
-        reservation__assignments__gpu__node__cluster__scheduler=Cluster.Scheduler.KUBERNETES,
-    ).select_related("reservation__gpu_class").distinct().order_by("reservation__start"))
-
-
 def kubernetes_clusters() -> list[Cluster]:
     return list(Cluster.objects.filter(scheduler=Cluster.Scheduler.KUBERNETES))
 
