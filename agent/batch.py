@@ -83,14 +83,47 @@ def node_record(*, hostname: str, driver_version: str | None, boot_id: str | Non
     return record
 
 
+def _units(batch: Record) -> list[list[tuple[str, Record]]]:
+    """The batch's records in groups that travel together: a sample with the process
+    records of its window (the server takes a window's owners only from the records stored
+    with its sample), every other record alone."""
+    units, by_window = [], {}
+    for sample in batch["samples"]:
+        unit = by_window[(sample["gpu_uuid"], sample["window_start"])] = [("samples", sample)]
+        units.append(unit)
+    for record in batch["processes"]:
+        unit = by_window.get((record["gpu_uuid"], record["window_start"]))
+        if unit is None:
+            units.append([("processes", record)])
+        else:
+            unit.append(("processes", record))
+    return units + [[("events", event)] for event in batch["events"]]
+
+
+def _halves(batch: Record, count: int) -> tuple[list, list]:
+    """Two halves of the records, cut between units as near the middle as they allow (a
+    single unit, a sample with every record, is cut in the middle)."""
+    units = _units(batch)
+    if len(units) < 2:
+        records = units[0]
+        return records[:count // 2], records[count // 2:]
+    taken, cut = 0, len(units) - 1
+    for i, unit in enumerate(units[:-1], 1):
+        taken += len(unit)
+        if 2 * taken >= count:
+            cut = i
+            break
+    return ([r for unit in units[:cut] for r in unit], [r for unit in units[cut:] for r in unit])
+
+
 def split_batch(batch: Record) -> list[Record] | None:
-    """Two halves of `batch`, each with a new batch_id, or None when it holds one record."""
-    records = [(kind, r) for kind in LIMITS for r in batch[kind]]
-    if len(records) < 2:
+    """Two halves of `batch`, each with a new batch_id, or None when it holds one record.
+    A sample and its window's process records stay in one half."""
+    count = sum(len(batch[kind]) for kind in LIMITS)
+    if count < 2:
         return None
-    middle = len(records) // 2
     parts = []
-    for chunk in (records[:middle], records[middle:]):
+    for chunk in _halves(batch, count):
         part = {**batch, "batch_id": str(uuid.uuid4())}
         for kind in LIMITS:
             part[kind] = [r for k, r in chunk if k == kind]

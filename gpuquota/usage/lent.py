@@ -38,6 +38,8 @@ def lent_seconds(*, period: Period, **filters) -> dict[int, int]:
     `assignment__reservation__team=team`)."""
     group = "assignment__reservation_id"
     total = seconds_total(seconds_annotate(_loans(period, filters), *_bounds(period)), group)
+    if not total:
+        return {}  # nothing lent: no failed time to look for
     failed_loans = _loans(period, {**filters, f"{_HEALTH}state": GpuHealthInterval.State.FAILED})
     failed = seconds_total(seconds_annotate(failed_loans, *_bounds(
         period, F(f"{_HEALTH}valid_from"),

@@ -12,12 +12,12 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
-from django.db.models import BigIntegerField, Func, IntegerField, Q
+from django.db.models import BigIntegerField, FilteredRelation, Func, IntegerField, Q
 
 from gpuquota.ingest.models import ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu, GpuClassInterval, GpuHealthInterval, GpuNodeInterval
 from gpuquota.rates.models import RateCard
-from gpuquota.reservations.models import Assignment, Loan
+from gpuquota.reservations.models import Assignment
 from gpuquota.usage.conf import MAX_WINDOW_S, busy_util_percent
 from gpuquota.usage.owners import OwnerResolver
 
@@ -203,11 +203,24 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
         procs[row[0]].append(Proc._make(row))
 
     assignments: dict[int, list[Span]] = defaultdict(list)
+    loans: dict[int, list[Span]] = defaultdict(list)  # read with their assignments: no query
     rows = Assignment.objects.filter(
         _overlapping("assigned_from", "assigned_until", start, end), gpu_id__in=gpu_ids
+    ).annotate(loan=FilteredRelation("loans", condition=Q(loans__lent_from__lt=end) & (
+        Q(loans__returned_at__isnull=True) | Q(loans__returned_at__gt=start)))
     ).values("id", "gpu_id", "assigned_from", "assigned_until", "reservation_id",
-             "reservation__team_id", "reservation__start", "reservation__approved_at")
+             "reservation__team_id", "reservation__start", "reservation__approved_at",
+             "loan__lent_from", "loan__returned_at")
+    seen = set()
     for row in rows:
+        if row["loan__lent_from"] is not None:
+            until = row["loan__returned_at"]
+            loans[row["gpu_id"]].append(Span(epoch_s(row["loan__lent_from"]),
+                                              None if until is None else epoch_s(until),
+                                              row["id"]))
+        if row["id"] in seen:
+            continue  # another of its loans
+        seen.add(row["id"])
         # Reserved time starts at the reservation's charged start: max(start, approved_at).
         charged_from = max(row["assigned_from"], row["reservation__start"],
                            row["reservation__approved_at"] or row["reservation__start"])
@@ -216,15 +229,6 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
                 epoch_s(charged_from), epoch_s(row["assigned_until"]),
                 (row["id"], row["reservation_id"], row["reservation__team_id"]),
             ))
-
-    loans: dict[int, list[Span]] = defaultdict(list)
-    for row in Loan.objects.filter(_overlapping("lent_from", "returned_at", start, end),
-                                   gpu_id__in=gpu_ids).values(
-            "gpu_id", "lent_from", "returned_at", "assignment_id"):
-        until = row["returned_at"]
-        loans[row["gpu_id"]].append(Span(epoch_s(row["lent_from"]),
-                                          None if until is None else epoch_s(until),
-                                          row["assignment_id"]))
 
     def spans(queryset, value_field: str) -> dict[int, list[Span]]:
         result: dict[int, list[Span]] = defaultdict(list)

@@ -119,6 +119,29 @@ def test_a_413_is_split_into_batches_with_new_ids(node, clock, protocol_server):
     assert len(protocol_server.events) == len(original["events"])
 
 
+def test_a_split_keeps_each_sample_with_its_process_records():
+    from agent.batch import split_batch
+
+    def window(gpu, start, pids):
+        sample = {"gpu_uuid": gpu, "window_start": start, "seq": start}
+        return sample, [{"gpu_uuid": gpu, "window_start": start, "pid": pid} for pid in pids]
+
+    windows = [window(gpu, start, range(n)) for gpu, start, n in
+               (("GPU-a", 0, 3), ("GPU-b", 0, 0), ("GPU-a", 60, 1), ("GPU-b", 60, 4))]
+    batch = {"batch_id": "b", "seq_first": 0, "samples": [w[0] for w in windows],
+             "processes": [p for w in windows for p in w[1]], "events": [{"event_id": "e"}]}
+    halves = split_batch(batch)
+    for part in halves:
+        windows_sent = {(s["gpu_uuid"], s["window_start"]) for s in part["samples"]}
+        assert {(p["gpu_uuid"], p["window_start"]) for p in part["processes"]} <= windows_sent
+    assert [len(part["samples"]) + len(part["processes"]) + len(part["events"])
+            for part in halves] == [7, 6]  # cut between windows, nearest the middle
+    assert sum(len(part["processes"]) for part in halves) == 8
+    lone = {"batch_id": "c", "seq_first": 0, "samples": batch["samples"][:1],
+            "processes": batch["processes"][:3], "events": []}
+    assert [len(p["samples"]) + len(p["processes"]) for p in split_batch(lone)] == [2, 2]
+
+
 @pytest.mark.parametrize(("status", "headers", "least"), [
     (503, {"Retry-After": "120"}, 120),
     (429, {"Retry-After": "7"}, 7),
