@@ -19,6 +19,7 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.lending.conf import lending_enabled
 from gpuquota.lending.selectors import failed_gpu_ids, lending_off_for
+from gpuquota.outbox.services import gpu_interval_mark_dirty
 from gpuquota.reservations.models import Assignment, Loan, Reservation
 from gpuquota.schedulers.services import schedulers_reconcile_request
 
@@ -28,6 +29,14 @@ SECOND = timedelta(seconds=1)
 
 def _now(at: datetime | None) -> datetime:
     return whole_second(at or timezone.now())
+
+
+def _rollups_follow(*, gpu_id: int, since: datetime) -> None:
+    """A loan changes who owns the GPU's busy seconds from `since` (borrowed, not the
+    reserving team's): the hours from there to now are recomputed. Later hours are
+    computed with the loan when they come."""
+    gpu_interval_mark_dirty(gpu_ids=[gpu_id], start=since,
+                            end=max(timezone.now(), since + SECOND))
 
 
 def loan_lend(*, assignment: Assignment, actor=None, reason: str = "",
@@ -52,6 +61,7 @@ def loan_lend(*, assignment: Assignment, actor=None, reason: str = "",
                      changes={"gpu": assignment.gpu.uuid, "reservation": reservation.pk,
                               "lent_from": at.isoformat()},
                      reason=reason or "idle for the lending window")
+        _rollups_follow(gpu_id=loan.gpu_id, since=at)
         schedulers_reconcile_request(reason=f"loan {loan.pk} lent")
     return loan
 
@@ -98,6 +108,7 @@ def loan_return(*, loan: Loan, reason: str, actor=None, at: datetime | None = No
                      team=loan.assignment.reservation.team,
                      changes={"gpu": loan.gpu.uuid, "returned_at": loan.returned_at.isoformat(),
                               "end_reason": reason}, reason=note or E(reason).label)
+        _rollups_follow(gpu_id=loan.gpu_id, since=loan.returned_at)
         schedulers_reconcile_request(reason=f"loan {loan.pk} returned")
     return loan
 
@@ -178,6 +189,7 @@ def loans_end_with_assignment(*, assignment: Assignment, at: datetime) -> None:
                                   "assignment_until": at.isoformat()},
                          reason="the assignment ended before the loan began")
             loan.delete()
+            _rollups_follow(gpu_id=loan.gpu_id, since=loan.lent_from)
         elif loan.returned_at is None:
             loan_return(loan=loan, reason=E.ASSIGNMENT_END, at=at,
                         note="the assignment ended")
@@ -188,4 +200,5 @@ def loans_end_with_assignment(*, assignment: Assignment, at: datetime) -> None:
                          reason="the assignment ended before the return")
             loan.returned_at, loan.end_reason = at, E.ASSIGNMENT_END
             loan.save(update_fields=["returned_at", "end_reason"])
+            _rollups_follow(gpu_id=loan.gpu_id, since=at)
     schedulers_reconcile_request(reason=f"assignment {assignment.pk} ended")
