@@ -13,6 +13,7 @@ from django.db.models import QuerySet, Sum
 
 from accounts.models import Team
 from gpuquota.core.timeutil import Period
+from reports.foreign import ForeignUseCount, foreign_use_by_cluster
 from reports.late_scan import late_usage_checks_pending
 from reports.models import LateUsageCheck, Statement, StatementLine
 from reports.selectors import LateUsage, late_usage_month, month_before, statement_late_usage
@@ -89,6 +90,7 @@ class Review:
     open_for_approval: bool
     rows: list[ReviewRow]
     earlier_late: list[LateUsageCheck]
+    foreign_use: list[ForeignUseCount] = field(default_factory=list)
 
     @property
     def approvable(self) -> list[ReviewRow]:
@@ -151,6 +153,7 @@ def statements_review(*, period: Period, now: datetime) -> Review:
         open_for_approval=is_open,
         rows=sorted(rows.values(), key=lambda r: r.team_name),
         earlier_late=earlier_late,
+        foreign_use=foreign_use_by_cluster(period=period),
     )
 
 
