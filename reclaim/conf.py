@@ -25,7 +25,7 @@ class Policy:
     `empty_lookback` when it held no process and at most `empty_memory_bytes` all that
     time (a job that finished), while one holding memory or a process (a notebook
     kernel) is idle only over the longer `held_lookback` (docs/reclaim.md). "guarded"
-    (hard reclaim that survives a realistic mix): idle over `lookback` only when two
+    (the default; hard reclaim that survives a realistic mix): idle over `lookback` only when two
     signals agree, no process and at most `empty_memory_bytes` held AND no busy second,
     and never against the team's recurring use (`pattern_*`) nor in a failed job's
     debugging gap (`retry_*`): `reclaim/guards.py`."""
@@ -38,7 +38,7 @@ class Policy:
     percentile: int = 95
     slot_s: int = 60
     slot_busy_s: int = 30
-    rule: str = SPEC
+    rule: str = GUARDED
     empty_lookback: timedelta = timedelta(hours=8)
     held_lookback: timedelta = timedelta(hours=24)
     empty_memory_bytes: int = 2**30
@@ -69,12 +69,12 @@ class Policy:
 def policy() -> Policy:
     """The policy in force: RECLAIM_LOOKBACK_S (24 h), RECLAIM_IDLE_BUSY_FRACTION (0.10),
     RECLAIM_MIN_COVERAGE (0.8), RECLAIM_GRACE_S (4 h), RECLAIM_SNOOZE_S (7 days);
-    RECLAIM_RULE (spec or evidence), RECLAIM_EMPTY_LOOKBACK_S (8 h),
+    RECLAIM_RULE (guarded, spec or evidence), RECLAIM_EMPTY_LOOKBACK_S (8 h),
     RECLAIM_HELD_LOOKBACK_S (24 h), RECLAIM_EMPTY_MEMORY_BYTES (1 GiB); the guarded
     rule's RECLAIM_PATTERN_WEEKS (4), RECLAIM_PATTERN_MIN_WEEKS (2),
     RECLAIM_PATTERN_DAYS (7), RECLAIM_PATTERN_MIN_DAYS (3), RECLAIM_RETRY_WINDOW_S
     (7 days), RECLAIM_RETRY_SHORT_RUN_S (24 h), RECLAIM_GAP_FACTOR (2)."""
-    rule = _value("RECLAIM_RULE", SPEC)
+    rule = _value("RECLAIM_RULE", GUARDED)
     if rule not in RULES:
         raise ImproperlyConfigured(f"RECLAIM_RULE is {rule!r}: one of {', '.join(RULES)}.")
     return Policy(

@@ -45,7 +45,9 @@ def test_backtest_counts_recommendations_returned_hours_and_false_reclaims():
     b_res = world.reserve(count=1, start=NOW - DAY, end=NOW + DAY)
     [c] = b_res.assignments.select_related("gpu", "reservation")
     stored_hours(c, NOW - DAY, NOW, lambda h: 0)
-    tuned = policy().override(lookback=6 * H, grace=2 * H)
+    # the spec's rule: its arithmetic is what this counts (the guarded default's backtest
+    # is in test_guarded.py); the GPUs here hold nothing, so only its guards would differ
+    tuned = policy().override(lookback=6 * H, grace=2 * H, rule="spec")
 
     result = policy_backtest(policy=tuned, days=2, now=NOW)
 

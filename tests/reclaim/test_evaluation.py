@@ -22,6 +22,9 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _lookback(settings):
     settings.RECLAIM_LOOKBACK_S = int(LOOKBACK.total_seconds())
+    # These scenarios test the spec's rule (accounting.md: the idle test, right-size,
+    # coverage); the default guarded rule's are in test_guarded.py.
+    settings.RECLAIM_RULE = "spec"
 
 
 @pytest.fixture

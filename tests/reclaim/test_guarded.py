@@ -1,4 +1,5 @@
-"""Hard reclaim that survives a realistic mix (RECLAIM_RULE=guarded): each guard refuses
+"""Hard reclaim that survives a realistic mix (RECLAIM_RULE=guarded, the default, which
+these tests run under): each guard refuses
 its case, where the spec's rule recommends, and a truly abandoned reservation is still
 recommended; the evaluation and the backtest apply the same guards, and the backtest
 reports each rule's false share on the same history."""
@@ -25,9 +26,15 @@ H = timedelta(hours=1)
 SUNDAY = NOW - DAY  # NOW is Monday 30 Nov 2026 12:00 UTC
 
 
-@pytest.fixture(autouse=True)
-def _guarded(settings):
-    settings.RECLAIM_RULE = "guarded"
+def test_guarded_is_the_default_and_the_spec_rule_stays_selectable(settings, monkeypatch):
+    monkeypatch.delenv("RECLAIM_RULE", raising=False)
+    settings.RECLAIM_RULE = None
+    assert policy().rule == "guarded"
+    settings.RECLAIM_RULE = "spec"
+    assert policy().rule == "spec"
+    settings.RECLAIM_RULE = "idle"
+    with pytest.raises(ImproperlyConfigured, match="RECLAIM_RULE is 'idle'"):
+        policy()
 
 
 def assignments(reservation) -> list[Assignment]:

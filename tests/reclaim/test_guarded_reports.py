@@ -74,7 +74,7 @@ def test_the_command_prints_one_line_per_rule(history):
     lines = dict(re.findall(r"^RULE rule=(\w+) (.*)$", out.getvalue(), re.MULTILINE))
     assert set(lines) == {"spec", "evidence", "guarded"}
     assert "false_reclaims=0 false_share=0.0 " in lines["guarded"]
-    assert "(in force)" in lines["spec"]
+    assert "(in force)" in lines["guarded"]  # the default
     with pytest.raises(CommandError, match="--days"):
         call_command("reclaim_backtest", "--days", "0", stdout=StringIO())
 

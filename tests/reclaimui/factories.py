@@ -34,9 +34,11 @@ class ReclaimFleet:
 
 def policy_settings(settings, hours: int = LOOKBACK_H) -> None:
     """A short look-back (the telemetry spans it and half an hour more), default
-    thresholds."""
+    thresholds, and the spec's rule, which finds the notebook idle (the default guarded
+    rule keeps a GPU holding memory: its card is tested in tests/reclaim)."""
     settings.RECLAIM_LOOKBACK_S = hours * 3600
     settings.RECLAIM_GRACE_S = 4 * 3600
+    settings.RECLAIM_RULE = "spec"
 
 
 def reservation_with_telemetry(team, *, utils: list[int | None], now: datetime,
