@@ -145,3 +145,6 @@ def test_foreign_use_of_a_reserved_node_is_flagged_with_the_job(memory):
     admin = client_for(memory.admin)
     assert ">101<" in admin.get(f"/schedulers/{memory.cluster.slug}/").content.decode()
     assert "Jobs of other accounts on reserved GPUs" in admin.get("/").content.decode()
+    review = admin.get(reverse("statement_review") + f"?month={now:%Y-%m}").content.decode()
+    assert 'id="foreign-use"' in review
+    assert f'href="/schedulers/{memory.cluster.slug}/">{memory.cluster.name}: 1</a>' in review
