@@ -126,8 +126,7 @@ def _simulate(*, spec: str, policy: str, days: int, seed: int, lend_after_idle_s
     fleet = fleet_build(workload, t0=t0)
     reservations_book(fleet, workload, t0=t0)
     clock = Clock(workload=workload, fleet=fleet, policy=policy, t0=t0, days=days,
-                  lend_after_idle_s=lend_after_idle_s, batch_s=batch_s,
-                  reconcile_s=reconcile_s, seed=seed,
+                  batch_s=batch_s, reconcile_s=reconcile_s, seed=seed,
                   owner=owner_minutes(fleet, workload, minutes, t0),
                   failures=failure_minutes(fleet, workload, t0, minutes))
     setup_s = time.monotonic() - began
