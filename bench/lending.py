@@ -20,8 +20,9 @@ prints one line a script can read:
 
 then a DETAIL line (JSON) with the rest: p50/p95, GPU-hours lent, owner waiting, timings.
 Fleet busy = busy GPU-seconds in the product's own rollups (every busy second once, whoever
-ran it, failed seconds excluded) / installed GPU-seconds. Owner lost = GPU-hours of owner
-work (a workload run) that found its GPU taken by reclaim. Time-to-return = a loan's
+ran it, failed seconds excluded) / installed GPU-seconds. Owner lost = GPU-hours in which
+the owner would have computed (a workload run above 0 %: a job, a service under the busy
+threshold; not a kernel holding memory at 0 %) on a GPU reclaim had taken. Time-to-return = a loan's
 `freed_at - returned_at` for the returns asked by an owner's job. Borrower lost = work since
 the last checkpoint at each preemption / GPU-hours lent. False reclaim share as in
 bench/reclaim.py: GPU-hours released from GPUs whose owner came back before the reservation's
