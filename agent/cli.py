@@ -37,7 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "send_jitter": 5.0, "once": False, "simulate": 0, "seed": 0,
     "simulate_model": "NVIDIA H100 80GB HBM3", "simulate_profiles": "",
     "simulate_users": ",".join(DEFAULT_USERS), "simulate_accounts": ",".join(DEFAULT_ACCOUNTS),
-    "simulate_fail_after": 600.0, "proc_root": "/proc",
+    "simulate_fail_after": 600.0, "simulate_borrowers_file": "", "proc_root": "/proc",
     "kubelet_pods_dir": "/var/lib/kubelet/pods", "log_level": "INFO", "nvml_retry": 60.0,
 }
 
@@ -68,6 +68,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--simulate-users", help="comma-separated unix users of simulated processes")
     p.add_argument("--simulate-accounts", help="comma-separated Slurm accounts / namespaces")
     p.add_argument("--simulate-fail-after", type=float, help="seconds until the xid79 GPU is lost")
+    p.add_argument("--simulate-borrowers-file", help="JSON {GPU UUID: unix user}: those GPUs "
+                   "run that user's preemptible work (the demo's lent GPUs)")
     p.add_argument("--proc-root", help="the host's /proc (default /proc; a container needs "
                    "the host's PID namespace)")
     p.add_argument("--kubelet-pods-dir", help="kubelet's pods folder, for pod namespaces")
@@ -126,7 +128,8 @@ def make_backend(options: dict[str, Any], clock: Clock) -> Backend:
             options["simulate"], seed=options["seed"], hostname=options["hostname"],
             models=names("simulate_model"), profiles=names("simulate_profiles"),
             users=names("simulate_users"), accounts=names("simulate_accounts"),
-            fail_after_s=options["simulate_fail_after"], clock=clock.now)
+            fail_after_s=options["simulate_fail_after"], clock=clock.now,
+            borrowers_file=str(options["simulate_borrowers_file"] or ""))
     from agent.nvml_backend import NvmlBackend  # only a real node needs pynvml loaded
 
     return NvmlBackend()

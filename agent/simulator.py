@@ -7,7 +7,9 @@ reports the same GPUs, and two runs over the same instants report the same readi
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -59,7 +61,7 @@ class Simulator:
                  models: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",),
                  profiles: tuple[str, ...] = (), users: tuple[str, ...] = DEFAULT_USERS,
                  accounts: tuple[str, ...] = DEFAULT_ACCOUNTS, fail_after_s: float = 600.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, borrowers_file: str = "") -> None:
         unknown = [m for m in models if m not in MODELS]
         unknown += [p for p in profiles if p not in PROFILES]
         if unknown or not models or not users or not accounts:
@@ -68,6 +70,7 @@ class Simulator:
         self.seed, self.hostname, self.clock = seed, hostname, clock
         self.users, self.accounts = users, accounts
         self.fail_at = clock() + fail_after_s
+        self.borrowers = BorrowersFile(borrowers_file)
         self._events: list[BackendEvent] = []
         self._failed: set[str] = set()
         self._gpus: list[SimGpu] = []
@@ -122,6 +125,9 @@ class Simulator:
         rng = random.Random(_digest(self.seed, gpu.uuid, round(now, 3)))
         polls = 1 if sim.last_t is None else max(1, min(10, int(now - sim.last_t)))
         util = [self._util(sim.profile, now - k, rng) for k in range(polls)]
+        borrower = None if gpu.mig_parent_uuid else self.borrowers.user(gpu.uuid)
+        if borrower:
+            util = [min(100, max(0, round(rng.gauss(85, 5)))) for _ in util]
         mean_util = sum(util) / len(util)
         if gpu.mig_parent_uuid:
             # Power and energy exist per physical GPU only. NVML has no utilization per slice
@@ -136,6 +142,11 @@ class Simulator:
             sim.energy_mj += int(power * (now - sim.last_t) * 1000)
         sim.last_t = now
         processes = self._processes(sim, now, util, rng)
+        if borrower:
+            processes = [ProcessReading(
+                pid=5000 + gpu.index, memory_used_bytes=int((gpu.memory_total_bytes or 0) * 0.6),
+                util_sm=util, pid_start=34567, command="python preemptible.py",
+                owner=Owner(None, borrower, "unix"))]
         return GpuReading(
             util_gpu=util_gpu,
             util_mem=None if util_gpu is None else round(mean_util * 0.45),
@@ -184,3 +195,28 @@ class Simulator:
                 pid=4000 + pick % 1000, memory_used_bytes=20 * 2**30, util_sm=[],
                 pid_start=23456, command="python", owner=Owner(uid, user, "unix"))]
         return []
+
+
+class BorrowersFile:
+    """The preemptible work a site's scheduler places on lent GPUs, for the demo: a JSON
+    object {GPU UUID: unix user} (rewritten by the demo as GPUs are lent and returned). A
+    GPU listed runs one busy process of that user instead of its profile; one no longer
+    listed is free again at the next poll. Read again when the file changes."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self._mtime, self._users = path, None, {}
+
+    def user(self, uuid: str) -> str | None:
+        if not self.path:
+            return None
+        try:
+            mtime = os.stat(self.path).st_mtime_ns
+            if mtime != self._mtime:
+                with open(self.path) as f:
+                    users = json.load(f)
+                self._mtime = mtime
+                self._users = {str(k): str(v) for k, v in users.items()} if isinstance(
+                    users, dict) else {}
+        except (OSError, ValueError):
+            self._mtime, self._users = None, {}
+        return self._users.get(uuid)

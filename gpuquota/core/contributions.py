@@ -8,7 +8,10 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
 - `DEMO_SEEDS`: functions `seed(*, now) -> str | None` that `seed_demo` runs after the
   demo's own seeds (the text, if any, is printed);
 - `ATTENTION`: functions `items(now) -> list[gpuquota.core.attention.Attention]`: what
-  waits for an admin, counted and linked on the admin's home page.
+  waits for an admin, counted and linked on the admin's home page;
+- `ASSIGNMENT_ENDING`: functions `hook(*, assignment, at)` that the reservations' services
+  call, in their transaction, before an assignment's end moves earlier to `at` (lending
+  ends the assignment's loans there).
 
 They are found here, in INSTALLED_APPS order, the way Celery's beat schedules are
 (`gpuquota/celery.py`), and checked when Django starts (`contributions_check`).
@@ -22,7 +25,8 @@ from django.apps import apps
 from django.core import checks
 
 MODULE = "contributions"
-KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION")
+KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION",
+         "ASSIGNMENT_ENDING")
 
 
 @cache

@@ -34,7 +34,11 @@ def team_lending_context(*, team: Team, can_act: bool, now: datetime) -> dict | 
     has_choices = form is not None and bool(form.fields["target"].choices)
     if not (loans.lent or loans.borrowed or optouts or has_choices):
         return None
+    active = [] if not can_act else list(
+        Reservation.objects.filter(team=team, status=Reservation.Status.ACTIVE)
+        .select_related("gpu_class").order_by("start", "pk"))
     return {"lending": {"lent": loans.lent, "borrowed": loans.borrowed, "optouts": optouts,
+                        "active": active,
                         "form": form if has_choices else None, "enabled": lending_enabled(),
                         "idle_s": lend_after_idle_s(), "notice_s": lend_return_notice_s()}}
 

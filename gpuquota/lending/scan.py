@@ -1,10 +1,10 @@
 """The lending policy's periodic pass (`lending.scan`): end the loans that are due (the
 assignment ended, the GPU failed, the reserving team's process appeared, lending turned
-off), record when returned GPUs on clusters without a scheduler backend were seen free,
+off), record when the samples saw returned GPUs free of borrowers,
 and lend the GPUs idle for LEND_AFTER_IDLE_S. Safe to run twice: each step re-reads
 what it changes under a lock."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Q
 from django.utils import timezone
@@ -19,10 +19,14 @@ from gpuquota.lending.selectors import (
     lending_off_q,
     loan_candidate,
     loans_list,
-    loans_returning_advisory,
+    loans_returning,
 )
 from gpuquota.lending.services import E, loan_lend, loan_return, loan_return_observed
 from gpuquota.reservations.models import Reservation
+
+#: How far back each pass looks for the reserving team's processes on a lent GPU: a pass
+#: reads the last hour, not the loan's whole life (passes run every minute or so).
+OWNER_LOOKBACK = timedelta(hours=1)
 
 
 def lending_scan(*, now: datetime | None = None) -> dict:
@@ -54,7 +58,8 @@ def _return_due(now: datetime) -> int:
         returned += 1
     loans = list(open_loans)
     seen = owner_processes_seen(
-        candidates=[loan_candidate(loan, since=loan.lent_from) for loan in loans], now=now)
+        candidates=[loan_candidate(loan, since=max(loan.lent_from, now - OWNER_LOOKBACK))
+                    for loan in loans], now=now)
     for loan in loans:
         if loan.gpu_id in seen:
             loan_return(loan=loan, reason=E.OWNER_JOB, at=now,
@@ -79,7 +84,7 @@ def _return_failed(open_loans, now: datetime) -> int:
 
 def _observe_freed(now: datetime) -> int:
     freed = 0
-    for loan in loans_returning_advisory():
+    for loan in loans_returning():
         at = seen_free_at(candidate=loan_candidate(loan, since=loan.returned_at), now=now)
         if at is not None:
             loan_return_observed(loan=loan, freed_at=min(at, now))

@@ -122,11 +122,10 @@ def loans_returning_for_cluster(*, cluster: Cluster) -> list[Loan]:
     return list(loans_list(state="returning").filter(gpu__node__cluster=cluster))
 
 
-def loans_returning_advisory() -> list[Loan]:
-    """Returned loans not yet seen free on clusters with no scheduler backend, where the
-    samples say when the borrowers left."""
-    return list(loans_list(state="returning").filter(
-        gpu__node__cluster__scheduler=Cluster.Scheduler.NONE))
+def loans_returning() -> list[Loan]:
+    """Returned loans whose GPU nobody has yet seen free: the samples say when the borrowers
+    left (the first observation stands, the backend's or theirs)."""
+    return list(loans_list(state="returning"))
 
 
 def loan_candidate(loan: Loan, *, since: datetime) -> Candidate:

@@ -11,11 +11,13 @@ and turn a lost race into a `Conflict`.
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from gpuquota.core.errors import Conflict, DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
+from gpuquota.lending.conf import lending_enabled
 from gpuquota.lending.selectors import failed_gpu_ids, lending_off_for
 from gpuquota.reservations.models import Assignment, Loan, Reservation
 from gpuquota.schedulers.services import schedulers_reconcile_request
@@ -56,6 +58,9 @@ def loan_lend(*, assignment: Assignment, actor=None, reason: str = "",
 
 def _check_lendable(assignment: Assignment, at: datetime) -> None:
     reservation = assignment.reservation
+    if not lending_enabled():
+        raise Conflict("Lending is switched off on this site (LENDING_ENABLED).",
+                       field="reservation")
     if reservation.status != Reservation.Status.ACTIVE:
         raise DomainError("Only an active reservation's GPUs can be lent.", field="reservation")
     if not assignment.assigned_from <= at < assignment.assigned_until:
@@ -155,3 +160,32 @@ def loan_return_by(*, loan: Loan, actor, is_owner_lead: bool, note: str = "") ->
     its leads, an admin's return (`admin`) otherwise."""
     reason = E.OWNER_ASK if is_owner_lead else E.ADMIN
     return loan_return(loan=loan, reason=reason, actor=actor, note=note)
+
+
+def loans_end_with_assignment(*, assignment: Assignment, at: datetime) -> None:
+    """The reservations' services end the assignment at `at` (a release, a shrink, a swap,
+    reclaim): its loans end there too, before PostgreSQL would refuse the move. An open
+    loan returns at `at` (`assignment_end`); a return asked later is brought back to `at`;
+    a loan that began at or after `at` lies outside the assignment left and is removed.
+    Each change is audited."""
+    loans = Loan.objects.select_for_update().filter(
+        Q(returned_at__isnull=True) | Q(returned_at__gt=at), assignment=assignment)
+    team = assignment.reservation.team
+    for loan in loans.select_related("gpu"):
+        if loan.lent_from >= at:
+            audit_record(actor=None, action="loan.void", obj=loan, team=team,
+                         changes={"gpu": loan.gpu.uuid, "lent_from": loan.lent_from.isoformat(),
+                                  "assignment_until": at.isoformat()},
+                         reason="the assignment ended before the loan began")
+            loan.delete()
+        elif loan.returned_at is None:
+            loan_return(loan=loan, reason=E.ASSIGNMENT_END, at=at,
+                        note="the assignment ended")
+        else:
+            audit_record(actor=None, action="loan.cut", obj=loan, team=team,
+                         changes={"returned_at": [loan.returned_at.isoformat(), at.isoformat()],
+                                  "end_reason": [loan.end_reason, E.ASSIGNMENT_END]},
+                         reason="the assignment ended before the return")
+            loan.returned_at, loan.end_reason = at, E.ASSIGNMENT_END
+            loan.save(update_fields=["returned_at", "end_reason"])
+    schedulers_reconcile_request(reason=f"assignment {assignment.pk} ended")

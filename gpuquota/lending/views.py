@@ -17,6 +17,7 @@ from gpuquota.lending import optouts, services
 from gpuquota.lending.forms import ReturnsPeriodForm
 from gpuquota.lending.pages import admin_lending_context, optout_form
 from gpuquota.lending.selectors import loans_list, optouts_list
+from gpuquota.reservations.models import Reservation
 
 
 @login_required
@@ -52,6 +53,23 @@ def loan_return(request, pk: int):
                          "its borrowers are preempted within the notice.")
     if request.POST.get("next") == "admin":
         return redirect("lending_admin")
+    return _team_page(team)
+
+
+@login_required
+@require_POST
+def lend_now(request, pk: int):
+    reservation = Reservation.objects.select_related("team").filter(pk=pk).first()
+    if reservation is None or not can_view_team(request.user, reservation.team):
+        raise Http404("No such reservation.")
+    team = team_for_action(request.user, reservation.team.slug)
+    try:
+        loan = services.reservation_lend_now(reservation=reservation, actor=request.user)
+    except DomainError as exc:
+        messages.error(request, f"Reservation #{reservation.pk}: {exc.message}")
+    else:
+        messages.success(request, f"{loan.gpu.node.hostname}/{loan.gpu.index} is lent until "
+                         "you return it.")
     return _team_page(team)
 
 

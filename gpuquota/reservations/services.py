@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from accounts.models import Team, User
 from accounts.permissions import can_act_for_team, is_admin
+from gpuquota.core.contributions import contributed
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
@@ -323,6 +324,8 @@ def assignments_end(
         changed.append({"gpu": assignment.gpu.uuid, "until": [
             assignment.assigned_until.isoformat(), until.isoformat()]})
         old_until = assignment.assigned_until
+        for hook in contributed("ASSIGNMENT_ENDING"):  # lending: the loans end with it
+            hook(assignment=assignment, at=until)
         assignment.assigned_until = until
         assignment.end_reason = end_reason
         assignment.save(update_fields=["assigned_until", "end_reason"])

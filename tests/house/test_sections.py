@@ -84,7 +84,8 @@ def test_the_installed_apps_contribute_in_installed_apps_order():
     ]
     assert [type(c).__name__ for c in contributed("METRICS_COLLECTORS")] == ["LendingCollector",
                                                                        "ReclaimCollector"]
-    assert [seed.__module__ for seed in contributed("DEMO_SEEDS")] == ["reports.demo"]
+    assert [seed.__module__ for seed in contributed("DEMO_SEEDS")] == ["gpuquota.lending.demo",
+                                                                       "reports.demo"]
     assert contributions_check() == []
     with pytest.raises(ValueError, match="Unknown kind"):
         contributed("PAGE_SECTION")

@@ -152,3 +152,21 @@ def test_metrics(client, world, loan, settings):
     assert 'gpuquota_lending_time_to_return_seconds{quantile="0.99"} 120.0' in body
 
 
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_lend_now_button(world, role):
+    reservation = world.reserve(count=1, start=_now() - 60 * MIN, end=_now() + 600 * MIN)
+    client = client_for(world, role)
+    if role in ("admin", "lead"):
+        html = client.get("/teams/vision/").content.decode()
+        assert f'action="/lending/reservations/{reservation.pk}/lend-now/"' in html
+    response = client.post(f"/lending/reservations/{reservation.pk}/lend-now/")
+    expected = {"admin": 302, "lead": 302, "member": 403, "other_lead": 404, "outsider": 404,
+                "anonymous": 302}[role]
+    assert response.status_code == expected
+    assert Loan.objects.count() == (1 if role in ("admin", "lead") else 0)
+    if role == "lead":
+        again = client.post(f"/lending/reservations/{reservation.pk}/lend-now/", follow=True)
+        assert "No GPU of this reservation is free to lend now" in again.content.decode()
+        assert client.post("/lending/reservations/999999/lend-now/").status_code == 404

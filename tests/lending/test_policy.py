@@ -170,6 +170,9 @@ def test_opt_outs_return_the_loans_and_keep_gpus_from_being_lent(world, settings
     assert lending_scan(now=NOW + 2 * IDLE)["lent"] == 1
     settings.LENDING_ENABLED = False
     assert lending_scan(now=NOW + 2 * IDLE + MIN) == {"returned": 1, "freed": 0, "lent": 0}
+    with pytest.raises(Conflict, match="switched off"):
+        loan_lend(assignment=reservation.assignments.get(), actor=world.admin,
+                  at=NOW + 2 * IDLE + 2 * MIN)
     assert set(AuditEntry.objects.filter(action__startswith="lending.").values_list(
         "action", flat=True)) == {"lending.optout", "lending.optout_end"}
 
@@ -199,3 +202,23 @@ def test_time_to_return_quantiles_are_nearest_rank():
     assert [nearest_rank(values, q) for q in (50, 95, 99)] == [50, 95, 99]
     assert [nearest_rank([7, 300, 12], q) for q in (50, 95, 99)] == [12, 300, 300]
     assert nearest_rank([], 50) is None
+
+
+def test_ending_an_assignment_early_ends_its_loans(world):
+    """A release (or reclaim, a shrink, a swap) moves the assignment's end earlier: its
+    loans end there, instead of PostgreSQL refusing the release."""
+    from gpuquota.reservations.services import reservation_release
+
+    reservation = world.reserve(count=3)
+    open_, returned_late, lent_later = reservation.assignments.order_by("gpu_id")
+    open_loan = loan_lend(assignment=open_, at=NOW - 60 * MIN)
+    late = loan_return(loan=loan_lend(assignment=returned_late, at=NOW - 60 * MIN),
+                       reason=E.OWNER_ASK, at=NOW + 5 * MIN)
+    loan_lend(assignment=lent_later, at=NOW + MIN)
+    reservation_release(reservation=reservation, actor=world.lead, now=NOW)
+    open_loan.refresh_from_db(), late.refresh_from_db()
+    assert (open_loan.returned_at, open_loan.end_reason) == (NOW, E.ASSIGNMENT_END)
+    assert (late.returned_at, late.end_reason) == (NOW, E.ASSIGNMENT_END)
+    assert not Loan.objects.filter(assignment=lent_later).exists()
+    assert set(AuditEntry.objects.filter(action__in=["loan.cut", "loan.void"]).values_list(
+        "action", flat=True)) == {"loan.cut", "loan.void"}

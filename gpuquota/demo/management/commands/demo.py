@@ -29,6 +29,7 @@ from gpuquota.demo.organisation import (
     demo_agent_tokens_issue,
     demo_unix_users,
 )
+from gpuquota.lending.demo import demo_borrowers_write
 
 STOP_GRACE_S = 10  # how long each group of children has to stop after a Ctrl-C
 
@@ -133,6 +134,7 @@ class Command(BaseCommand):
                 "--poll", "2",
                 "--spool-dir", str(var / "spool" / demo.hostname),
                 "--log-level", "WARNING",
+                "--simulate-borrowers-file", self._borrowers_file(),
             ]  # fmt: skip
             if demo.hostname == FAULTY_NODE:
                 command += ["--simulate-fail-after", "120"]  # a lost GPU soon after start
@@ -142,6 +144,12 @@ class Command(BaseCommand):
                                            start_new_session=True))
         self.stdout.write(f"Started {len(agents)} simulated agents ({window} s windows).")
         return agents
+
+    @staticmethod
+    def _borrowers_file() -> str:
+        """Where the demo, standing in for a site's scheduler, tells the simulated agents
+        which lent GPUs run preemptible work (`gpuquota.lending.demo`)."""
+        return str(Path(settings.VAR_DIR) / "demo" / "borrowers.json")
 
     def _banner(self, url: str) -> None:
         logins = ", ".join(["admin"] + [f"{slug}-lead, {slug}-member" for slug in TEAMS])
@@ -180,4 +188,8 @@ class Command(BaseCommand):
                     ).get()
                 except Exception as exc:  # one failing job must not stop the demo's clock
                     self.stderr.write(f"beat {name}: {exc!r}")
+            try:  # borrowers start on lent GPUs and stop on returned ones within a second
+                demo_borrowers_write(path=self._borrowers_file(), at=datetime.now(UTC))
+            except Exception as exc:  # noqa: BLE001 - as a beat job: never stop the demo
+                self.stderr.write(f"lending borrowers: {exc!r}")
             time.sleep(1)
