@@ -48,6 +48,7 @@ class Policy:
     pattern_min_days: int = 3
     retry_window: timedelta = timedelta(days=7)
     retry_short_run: timedelta = timedelta(hours=24)
+    gap_factor: Decimal = Decimal(2)
 
     @property
     def lookbacks(self) -> list[timedelta]:
@@ -72,7 +73,7 @@ def policy() -> Policy:
     RECLAIM_HELD_LOOKBACK_S (24 h), RECLAIM_EMPTY_MEMORY_BYTES (1 GiB); the guarded
     rule's RECLAIM_PATTERN_WEEKS (4), RECLAIM_PATTERN_MIN_WEEKS (2),
     RECLAIM_PATTERN_DAYS (7), RECLAIM_PATTERN_MIN_DAYS (3), RECLAIM_RETRY_WINDOW_S
-    (7 days), RECLAIM_RETRY_SHORT_RUN_S (24 h)."""
+    (7 days), RECLAIM_RETRY_SHORT_RUN_S (24 h), RECLAIM_GAP_FACTOR (2)."""
     rule = _value("RECLAIM_RULE", SPEC)
     if rule not in RULES:
         raise ImproperlyConfigured(f"RECLAIM_RULE is {rule!r}: one of {', '.join(RULES)}.")
@@ -98,6 +99,7 @@ def _guards() -> dict:
         "pattern_min_days": int(_value("RECLAIM_PATTERN_MIN_DAYS", "3")),
         "retry_window": timedelta(seconds=int(_value("RECLAIM_RETRY_WINDOW_S", "604800"))),
         "retry_short_run": timedelta(seconds=int(_value("RECLAIM_RETRY_SHORT_RUN_S", "86400"))),
+        "gap_factor": Decimal(_value("RECLAIM_GAP_FACTOR", "2")),
     }
     if not 1 <= found["pattern_min_weeks"] <= found["pattern_weeks"]:
         raise ImproperlyConfigured("RECLAIM_PATTERN_MIN_WEEKS must be between 1 and "

@@ -10,11 +10,15 @@ by the evaluation and the backtest, so the backtest measures what the evaluation
   slot that recurs (the same hour of the week in `pattern_min_weeks` of the last
   `pattern_weeks` weeks, or the same hour of the day on `pattern_min_days` of the last
   `pattern_days` days) stay with it: only the GPUs it holds beyond that demand go.
+- **Usual gap** (`gap`): the GPU has been silent no longer than `gap_factor` times the
+  longest silence the team came back from on it within the last `pattern_weeks` weeks
+  (sweeps in waves, a notebook's owner who returns after days, weekends).
 - **Debugging gap** (`retry_gap`): the team's last run on the GPU ended less than
   `retry_window` ago after less than `retry_short_run` (a job that failed early), and
   the team has been busy on another GPU since: it is debugging and will resubmit.
 """
 
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,7 +31,8 @@ from reclaim.conf import Policy, grace_busy_s
 
 HOUR = 3600
 WEEK_H, DAY_H = 168, 24
-SERVING, HELD, BUSY, PATTERN, RETRY_GAP = "serving", "held", "busy", "pattern", "retry_gap"
+SERVING, HELD, BUSY = "serving", "held", "busy"
+PATTERN, GAP, RETRY_GAP = "pattern", "gap", "retry_gap"
 
 
 def hour_index(value: datetime) -> int:
@@ -37,12 +42,46 @@ def hour_index(value: datetime) -> int:
 @dataclass
 class TeamHistory:
     """The GPU-hours a team kept busy (at least `grace_busy_s`, reserved or not): epoch
-    hour → {GPU id: its class id}."""
+    hour → {GPU id: its class id}. The sorted indexes the guards search are built once,
+    on first use (a backtest asks at every hour)."""
 
     busy: dict[int, dict[int, int]] = field(default_factory=lambda: defaultdict(dict))
+    _counts: dict[tuple[int, int], int] | None = None
+    _hours: list[int] | None = None
+    _by_gpu: dict[int, list[int]] | None = None
 
     def busy_count(self, hour: int, gpu_class_id: int) -> int:
-        return sum(1 for c in self.busy.get(hour, {}).values() if c == gpu_class_id)
+        if self._counts is None:
+            self._counts = defaultdict(int)
+            for h, gpus in self.busy.items():
+                for class_id in gpus.values():
+                    self._counts[(h, class_id)] += 1
+        return self._counts.get((hour, gpu_class_id), 0)
+
+    def hours(self) -> list[int]:
+        """Every hour the team kept some GPU busy, sorted."""
+        if self._hours is None:
+            self._hours = sorted(h for h, gpus in self.busy.items() if gpus)
+        return self._hours
+
+    def gpu_hours(self, gpu_id: int) -> list[int]:
+        """The hours the team kept this GPU busy, sorted."""
+        if self._by_gpu is None:
+            self._by_gpu = defaultdict(list)
+            for h in self.hours():
+                for g in self.busy[h]:
+                    self._by_gpu[g].append(h)
+        return self._by_gpu.get(gpu_id, [])
+
+    def gpu_hours_between(self, gpu_id: int, start: int, end: int) -> list[int]:
+        hours = self.gpu_hours(gpu_id)
+        return hours[bisect_left(hours, start):bisect_left(hours, end)]
+
+    def busy_between(self, start: int, end: int) -> bool:
+        """Some GPU busy in [start, end)."""
+        hours = self.hours()
+        i = bisect_left(hours, start)
+        return i < len(hours) and hours[i] < end
 
 
 def history_span(policy: Policy) -> timedelta:
@@ -99,16 +138,29 @@ def in_retry_gap(history: TeamHistory, *, gpu_id: int, t: int, policy: Policy) -
     """The team's last run on the GPU before hour t ended within `retry_window` after
     less than `retry_short_run`, and the team kept another GPU busy since."""
     window_h = int(policy.retry_window.total_seconds()) // HOUR
-    last = next((u for u in range(t - 1, t - window_h - 1, -1)
-                 if gpu_id in history.busy.get(u, {})), None)
-    if last is None:
+    hours = history.gpu_hours_between(gpu_id, t - window_h - 1 - int(
+        policy.retry_short_run.total_seconds()) // HOUR, t)
+    if not hours or hours[-1] < t - window_h:
         return False
-    first = last
-    while gpu_id in history.busy.get(first - 1, {}):
-        first -= 1
+    last = first = hours[-1]
+    for h in reversed(hours[:-1]):
+        if h != first - 1:
+            break
+        first = h
     if (last - first + 1) * HOUR >= policy.retry_short_run.total_seconds():
         return False
-    return any(set(history.busy.get(u, {})) - {gpu_id} for u in range(last + 1, t))
+    # the GPU is not busy after `last`: any busy hour of the team since is another GPU's
+    return history.busy_between(last + 1, t)
+
+
+def in_usual_gap(history: TeamHistory, *, gpu_id: int, t: int, policy: Policy) -> bool:
+    """The GPU's silence before hour t is at most `gap_factor` times the longest silence
+    between two of the team's busy hours on it within the last `pattern_weeks` weeks."""
+    busy = history.gpu_hours_between(gpu_id, t - WEEK_H * policy.pattern_weeks, t)
+    if len(busy) < 2:
+        return False
+    longest = max(b - a - 1 for a, b in zip(busy, busy[1:], strict=False))
+    return longest > 0 and t - busy[-1] - 1 <= policy.gap_factor * longest
 
 
 @dataclass(frozen=True)
@@ -124,7 +176,7 @@ class Candidate:
 def team_guards(*, candidates: list[Candidate], held: dict[tuple[int, int], int], t: int,
                 histories: dict[int, TeamHistory], policy: Policy) -> dict[Candidate, str]:
     """The candidates the team guards refuse at hour t, with the guard: a debugging
-    gap, else beyond what the team holds (`held`, per (team, class)) over its recurring
+    gap, a usual gap, else beyond what the team holds (`held`, per (team, class)) over its recurring
     demand. The others may go, in the order given."""
     refused: dict[Candidate, str] = {}
     room: dict[tuple[int, int], int] = {}
@@ -136,6 +188,8 @@ def team_guards(*, candidates: list[Candidate], held: dict[tuple[int, int], int]
                 history, gpu_class_id=c.gpu_class_id, t=t, policy=policy)
         if in_retry_gap(history, gpu_id=c.gpu_id, t=t, policy=policy):
             refused[c] = RETRY_GAP
+        elif in_usual_gap(history, gpu_id=c.gpu_id, t=t, policy=policy):
+            refused[c] = GAP
         elif room[key] <= 0:
             refused[c] = PATTERN
         else:

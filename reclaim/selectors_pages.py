@@ -45,6 +45,7 @@ class GpuEvidence:
     last_busy_at: datetime | None
     release_state: str = ""
     release_note: str = ""
+    guard: str = ""  # under the guarded rule, what kept a GPU found idle
 
     @property
     def label(self) -> str:
@@ -97,7 +98,7 @@ def _views(recs: list[Recommendation], *, charts: bool) -> list[RecommendationVi
                 else Decimal(ev["mean_util_gpu"]),
                 memory_used_bytes_max=ev.get("memory_used_bytes_max"),
                 process_count=ev.get("process_count", 0), users_seen=ev.get("users_seen", []),
-                last_busy_at=parse_datetime(last) if last else None,
+                last_busy_at=parse_datetime(last) if last else None, guard=ev.get("guard", ""),
                 release_state=row.state if row else "", release_note=row.note if row else "",
             ))
         evidence.sort(key=lambda g: (not g.recommended, g.gpu.node.hostname, g.gpu.index or 0))

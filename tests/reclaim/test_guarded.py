@@ -105,7 +105,11 @@ def test_a_weekday_team_keeps_its_gpus_over_the_weekend():
     gpus = [g.id for g in held_gpus(reservation)]
     assert found(reservation, SUNDAY, rule="spec")[0] == gpus  # idle since Friday 17:00
     assert found(reservation, SUNDAY)[0] == []
-    assert found(reservation, SUNDAY)[1] == {g: ("guarded", "pattern") for g in gpus}
+    # its GPUs were silent as long every weekend: the usual gap keeps them first
+    assert found(reservation, SUNDAY)[1] == {g: ("guarded", "gap") for g in gpus}
+    # without that guard, the recurring weekday hours keep them
+    assert found(reservation, SUNDAY, gap_factor=0)[1] == {
+        g: ("guarded", "pattern") for g in gpus}
 
 
 def test_a_new_weekday_team_is_kept_by_its_daily_pattern():
@@ -127,11 +131,26 @@ def test_gpus_beyond_the_recurring_demand_still_go():
         stored(a, NOW - 22 * DAY, SUNDAY, busy=weekday_hours)
     for a in unused:
         stored(a, NOW - 22 * DAY, SUNDAY)
-    gpus, _ = found(reservation, SUNDAY)
-    assert len(gpus) == 2
-    states = found(reservation, SUNDAY)[1]
+    assert found(reservation, SUNDAY)[0] == sorted(a.gpu_id for a in unused)
+    states = found(reservation, SUNDAY, gap_factor=0)[1]
     assert sorted(states.values()) == [("guarded", "pattern")] * 2 + [
         ("idle", None)] * 2
+
+
+def test_sweeps_in_waves_keep_their_gpus_between_waves():
+    """Waves of 6 h every 4 days: three days after the last one the GPUs have been
+    silent no longer than between waves; after twice that they go."""
+    world = World.create()
+    reservation = world.reserve(count=2, start=NOW - 20 * DAY, end=NOW + 10 * DAY)
+    waves = [NOW - 20 * DAY + k * 96 * H for k in range(5)]  # the last ends 90 h before NOW
+    for a in assignments(reservation):
+        stored(a, NOW - 20 * DAY, NOW + 5 * DAY,
+               busy=lambda h: 3600 if any(w <= h < w + 6 * H for w in waves) else 0)
+    gpus = [g.id for g in held_gpus(reservation)]
+    assert found(reservation, NOW, rule="spec")[0] == gpus
+    assert found(reservation, NOW)[1] == {g: ("guarded", "gap") for g in gpus}
+    assert found(reservation, NOW + 3 * DAY)[0] == []  # 162 h: under twice 90 h
+    assert found(reservation, NOW + 4 * DAY)[0] == gpus  # 186 h: the team is gone
 
 
 def test_a_failed_jobs_debugging_gap_is_not_reclaimed():
@@ -189,7 +208,8 @@ def test_the_guards_settings_are_checked(settings):
         policy()
     settings.RECLAIM_PATTERN_MIN_WEEKS = 2
     settings.RECLAIM_RETRY_WINDOW_S = 3600
-    assert policy().retry_window == H
+    settings.RECLAIM_GAP_FACTOR = "1.5"
+    assert policy().retry_window == H and policy().gap_factor == Decimal("1.5")
 
 
 def weekday_and_abandoned(world, now):
@@ -234,3 +254,24 @@ def test_steady_use_then_abandoned_goes_once_it_leaves_the_pattern_window():
     assert found(reservation, NOW - 6 * DAY)[1] == {a.gpu_id: ("guarded", "pattern")}
     assert found(reservation, NOW)[0] == [a.gpu_id]
     assert policy_backtest(policy=policy(), days=14, now=NOW).false_reclaims == 0
+
+
+def test_the_guards_read_in_a_bounded_number_of_queries():
+    """Whatever the number of candidates and teams, the guards add two queries."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    world = World.create(gpus=8)
+    counts, reservations = [], []
+    for n in (1, 3):
+        while len(reservations) < n:
+            team = world.team if len(reservations) % 2 == 0 else world.other_team
+            r = world.reserve(count=1, team=team, start=NOW - 9 * DAY)
+            [a] = assignments(r)
+            stored(a, NOW - 9 * DAY, NOW, busy=weekday_hours)
+            reservations.append(r)
+        with CaptureQueriesContext(connection) as captured:
+            results = findings_evaluate(reservations=reservations, now=SUNDAY, policy=policy())
+        counts.append(len(captured))
+        assert {ev["state"] for r in results.values() for ev in r.gpus.values()} == {"guarded"}
+    assert counts[0] == counts[1], counts

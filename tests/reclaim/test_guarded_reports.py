@@ -13,6 +13,8 @@ from django.utils import timezone
 from gpuquota.core.timeutil import hour_floor
 from reclaim.backtest import rules_backtest
 from reclaim.conf import policy
+from reclaim.models import Recommendation
+from reclaim.services import recommendations_evaluate
 from tests.reclaim.factories import World
 from tests.reclaim.test_guarded import weekday_and_abandoned
 
@@ -75,3 +77,23 @@ def test_the_command_prints_one_line_per_rule(history):
     assert "(in force)" in lines["spec"]
     with pytest.raises(CommandError, match="--days"):
         call_command("reclaim_backtest", "--days", "0", stdout=StringIO())
+
+
+def test_the_review_card_names_the_guard_that_kept_a_gpu(settings):
+    """One GPU left empty, one serving at 3 %: the first is recommended, the card shows
+    the second as kept and why."""
+    from tests.reclaim.factories import DAY, GIB, NOW
+    from tests.reclaim.test_guarded import assignments, stored
+
+    settings.RECLAIM_RULE = "guarded"
+    world = World.create()
+    reservation = world.reserve(count=2, start=NOW - 3 * DAY, end=NOW + DAY)
+    empty, serving = assignments(reservation)
+    stored(empty, NOW - 3 * DAY, NOW)
+    stored(serving, NOW - 3 * DAY, NOW, util=3, memory=20 * GIB, processes=60)
+    recommendations_evaluate(now=NOW)
+    [rec] = Recommendation.objects.filter(kind="reclaim")
+    assert [g.id for g in rec.gpus.all()] == [empty.gpu_id]
+    assert rec.evidence["gpus"][str(serving.gpu_id)]["guard"] == "serving"
+    body = _client(world.admin).get(reverse("reclaim_review")).content.decode()
+    assert "guarded: serving" in body
