@@ -233,9 +233,9 @@ class Clock:
         product's candidates, its idle reading of the stored samples (LEND_AFTER_IDLE_S)
         and `loan_lend`; a borrower is placed on each new loan. The scan's other steps are
         the simulated backend's (`events`): it sees the owner's job, the failed node and the
-        assignment's end first. (The scan's own owner-process check reads every process
-        window since each loan began, on every pass: on loans of days that is most of a
-        run's time, so it is left out here.)"""
+        assignment's end first. (When the figures in docs/benchmarks.md were taken, the
+        scan's owner-process check read every process window since each loan began, on
+        every pass, most of a run's time on loans of days; it now reads the last hour.)"""
         from gpuquota.core.errors import DomainError
         from gpuquota.lending.idle import gpus_idle
         from gpuquota.lending.selectors import lend_candidates
