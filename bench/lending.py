@@ -20,8 +20,9 @@ prints one line a script can read:
 
 then a DETAIL line (JSON) with the rest: p50/p95, GPU-hours lent, owner waiting, timings.
 Fleet busy = busy GPU-seconds in the product's own rollups (every busy second once, whoever
-ran it, failed seconds excluded) / installed GPU-seconds. Owner lost = GPU-hours of owner
-work (a workload run) that found its GPU taken by reclaim. Time-to-return = a loan's
+ran it, failed seconds excluded) / installed GPU-seconds. Owner lost = GPU-hours in which
+the owner would have computed (a workload run above 0 %: a job, a service under the busy
+threshold; not a kernel holding memory at 0 %) on a GPU reclaim had taken. Time-to-return = a loan's
 `freed_at - returned_at` for the returns asked by an owner's job. Borrower lost = work since
 the last checkpoint at each preemption / GPU-hours lent. False reclaim share as in
 bench/reclaim.py: GPU-hours released from GPUs whose owner came back before the reservation's
@@ -126,8 +127,7 @@ def _simulate(*, spec: str, policy: str, days: int, seed: int, lend_after_idle_s
     fleet = fleet_build(workload, t0=t0)
     reservations_book(fleet, workload, t0=t0)
     clock = Clock(workload=workload, fleet=fleet, policy=policy, t0=t0, days=days,
-                  lend_after_idle_s=lend_after_idle_s, batch_s=batch_s,
-                  reconcile_s=reconcile_s, seed=seed,
+                  batch_s=batch_s, reconcile_s=reconcile_s, seed=seed,
                   owner=owner_minutes(fleet, workload, minutes, t0),
                   failures=failure_minutes(fleet, workload, t0, minutes))
     setup_s = time.monotonic() - began
@@ -137,7 +137,7 @@ def _simulate(*, spec: str, policy: str, days: int, seed: int, lend_after_idle_s
                            "run": round(time.monotonic() - began - setup_s, 1)}
     result["settings"] = {"days": days, "seed": seed, "lend_after_idle_s": lend_after_idle_s,
                           "batch_s": batch_s, "reconcile_s": reconcile_s,
-                          "reclaim_rule": os.environ.get("RECLAIM_RULE") or "spec"}
+                          "reclaim_rule": os.environ.get("RECLAIM_RULE") or "guarded"}
     return result
 
 

@@ -13,6 +13,12 @@ def _percentile(values: list[int], p: float) -> int:
     return ordered[max(0, min(len(ordered) - 1, -(-len(ordered) * p // 100) - 1))]
 
 
+def owner_works(slot) -> bool:
+    """The owner computes in this minute: a run above 0 % (a job, a service under the busy
+    threshold), not a kernel holding memory at 0 %."""
+    return slot is not None and slot[0] is not None and slot[0].util > 0
+
+
 def fleet_busy_s(t0, end) -> tuple[int, int]:
     """(busy seconds, failed seconds) of the fleet in [t0, end) from the hourly rollups:
     every busy second once (a split unreserved window counts once)."""
@@ -26,7 +32,9 @@ def fleet_busy_s(t0, end) -> tuple[int, int]:
 
 
 def _reclaim(clock) -> dict:
-    """Owner work lost to reclaimed GPUs, and reclaim's false share (bench/reclaim.py)."""
+    """Owner work lost to reclaimed GPUs (minutes the owner computes after the release),
+    and reclaim's false share (bench/reclaim.py): a released GPU is falsely released when
+    its owner computes on it again before the reservation's end."""
     from gpuquota.reservations.models import Assignment
 
     end_minute = clock.minutes
@@ -41,8 +49,7 @@ def _reclaim(clock) -> dict:
         m0 = int((a["assigned_until"] - clock.t0).total_seconds()) // 60
         slots = clock.owner[a["gpu_id"]]
         later = sum(1 for m in range(m0, m0 + gone // 60)
-                    if slots[m] is not None and slots[m][0] is not None
-                    and not clock.failed(a["gpu_id"], m))
+                    if owner_works(slots[m]) and not clock.failed(a["gpu_id"], m))
         lost_min += later
         if later >= 1:
             false_gpus += 1
@@ -66,7 +73,7 @@ def figures(clock, *, workload, policy: str) -> dict:
     b = clock.borrower
     reclaim = _reclaim(clock)
     owner_work = sum(1 for slots in clock.owner.values() for s in slots[:clock.minutes]
-                     if s is not None and s[0] is not None)
+                     if owner_works(s))
     return {
         "workload": workload.name, "policy": policy,
         "fleet_busy": round(busy_s / installed_s, 4),

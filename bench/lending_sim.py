@@ -2,8 +2,8 @@
 on the product's services. Every minute each GPU's owner works (or not) as the workload
 says, a borrower job runs on each lent GPU, and the agents collect one-minute samples;
 every `batch_s` they send them through ingestion, and the policy in force reads the stored
-data: lending runs the product's lending scan (`gpuquota.lending`), which lends the GPUs idle
-for LEND_AFTER_IDLE_S (`lend_after_idle_s`). An owner's job on a lent GPU asks
+data: lending takes the lending policy's lend step (`gpuquota.lending`), lending the GPUs idle
+for LEND_AFTER_IDLE_S (`--lend-after-idle-s`). An owner's job on a lent GPU asks
 for it back at once; the scheduler acts at its next reconcile tick (`reconcile_s`) and the
 borrower stops `stop_s` after SIGTERM (or is killed after `kill_after_s`); the time from the
 ask to the free GPU is the time-to-return. Every hour: `reservations_advance`, and with
@@ -69,27 +69,26 @@ class Backlog:
 
 class Clock:
     def __init__(self, *, workload: Workload, fleet: Fleet, policy: str, t0: datetime, days: int,
-                 lend_after_idle_s: int, batch_s: int, reconcile_s: int, seed: int,
+                 batch_s: int, reconcile_s: int, seed: int,
                  owner: dict, failures: dict):
         self.w, self.fleet, self.policy, self.t0 = workload, fleet, policy, t0
         self.minutes = days * 1440
-        self.lend_after_idle_s, self.batch_s, self.reconcile_s = (lend_after_idle_s, batch_s,
-                                                                  reconcile_s)
+        self.batch_s, self.reconcile_s = batch_s, reconcile_s
         self.owner = owner  # gpu id -> [(Run | None, assignment id, team) | None] per minute
         self.failures = failures  # gpu id -> [(start minute, end minute)]
         self.rng = random.Random(seed)
         self.backlog = Backlog(workload.backlog, seed)
         self.agents = Agents(fleet)
         self.lent: dict[int, Lent] = {}
-        self.returns_s: list[int] = []
         self.borrower = {"lent_s": 0, "lost_s": 0, "done_s": 0, "run_s": 0, "preemptions": 0}
         self.owner_waited_s = 0
         self.assignments: dict[int, tuple] = {}  # assignment id -> (gpu, from, until)
+        self.reservation_of: dict[int, int] = {}  # assignment id -> reservation id
         self.partial: dict[int, tuple[int, str]] = {}  # gpu -> borrower's s in the minute
 
     # --- helpers ------------------------------------------------------------------------
-    def at(self, minute: int, s: int = 0) -> datetime:
-        return self.t0 + timedelta(seconds=minute * 60 + s)
+    def at(self, minute: int) -> datetime:
+        return self.t0 + timedelta(minutes=minute)
 
     def failed(self, gpu_id: int, minute: int) -> bool:
         return any(a <= minute < b for a, b in self.failures.get(gpu_id, ()))
@@ -112,7 +111,7 @@ class Clock:
         self.reservation_of = {a[0]: a[4] for a in rows}
 
     # --- borrowers ----------------------------------------------------------------------
-    def _preempt(self, gpu_id: int, lent: Lent, at: datetime) -> None:
+    def _preempt(self, lent: Lent, at: datetime) -> None:
         job = lent.job
         if job is None:
             return
@@ -145,7 +144,7 @@ class Clock:
         if freed > minute_start and lent.job is not None:
             self.partial[gpu_id] = (int((freed - minute_start).total_seconds()),
                                     lent.job.account)
-        self._preempt(gpu_id, lent, freed)
+        self._preempt(lent, freed)
         if reason == Loan.EndReason.OWNER_JOB:
             reservation = Reservation(pk=self.reservation_of[lent.assignment_id])
             loans_return_for_reservation(reservation=reservation, reason=reason,
@@ -191,7 +190,6 @@ class Clock:
             lent = self.lent[gpu_id]
             if lent.ask is not None and lent.freed <= end:
                 waited = int((lent.freed - lent.ask).total_seconds())
-                self.returns_s.append(waited)
                 self.owner_waited_s += waited
                 self._end_loan(gpu_id, lent.ask, lent.freed, "owner_job", at)
 
@@ -235,9 +233,9 @@ class Clock:
         product's candidates, its idle reading of the stored samples (LEND_AFTER_IDLE_S)
         and `loan_lend`; a borrower is placed on each new loan. The scan's other steps are
         the simulated backend's (`events`): it sees the owner's job, the failed node and the
-        assignment's end first. (The scan's own owner-process check reads every process
-        window since each loan began, on every pass: on loans of days that is most of a
-        run's time, so it is left out here.)"""
+        assignment's end first. (When the figures in docs/benchmarks.md were taken, the
+        scan's owner-process check read every process window since each loan began, on
+        every pass, most of a run's time on loans of days; it now reads the last hour.)"""
         from gpuquota.core.errors import DomainError
         from gpuquota.lending.idle import gpus_idle
         from gpuquota.lending.selectors import lend_candidates

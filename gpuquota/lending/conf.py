@@ -6,7 +6,8 @@ import os
 from django.conf import settings
 
 #: A GPU idle this long (no busy second, no process of the reserving team) is lent.
-#: Provisional: the lending simulation (bench/lending.py) measures the default to ship.
+#: Chosen with the lending simulation (bench/lending.py, docs/benchmarks.md): 600 s gains
+#: at most 3.7 points of fleet busy share for 11 % more returns (owner jobs that wait).
 DEFAULT_LEND_AFTER_IDLE_S = 1800
 #: Borrowers are preempted within this many seconds of a return (accounting.md, Lending).
 DEFAULT_LEND_RETURN_NOTICE_S = 300
