@@ -52,7 +52,7 @@ def fleet_build(workload: Workload, *, t0: datetime) -> Fleet:
     from gpuquota.inventory.models import Cluster, GpuClass, GpuModelMapping, Node
     from gpuquota.inventory.services import gpu_register
     from gpuquota.reservations.models import Quota
-    from reports.models import RateCard
+    from gpuquota.rates.models import RateCard
 
     before = t0 - timedelta(days=1)
     gpu_class = GpuClass.objects.create(name=CLASS_NAME)
@@ -76,7 +76,8 @@ def fleet_build(workload: Workload, *, t0: datetime) -> Fleet:
         Quota.objects.create(team=team, gpu_class=gpu_class, gpus=len(gpus), valid_from=before)
         teams.append(team)
     RateCard.objects.create(gpu_class=gpu_class, valid_from=before,
-                            reserved_rate=Decimal("2.50"), on_demand_rate=Decimal("3"))
+                            reserved_rate=Decimal("2.50"), on_demand_rate=Decimal("3"),
+                            borrowed_rate=Decimal("1.50"))
     admin = User.objects.create(username="sim-admin", is_staff=True, is_superuser=True)
     return Fleet(gpu_class=gpu_class, admin=admin, gpus=gpus, node_of=node_of, teams=teams)
 

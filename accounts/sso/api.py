@@ -15,10 +15,13 @@ from accounts.sso.rules import (
     rules_preview,
     rules_with_candidate,
 )
+from gpuquota.core.parsers import SafeJSONParser
 
 #: Non-admins are told no (the rules are no secret: the login page's outcome shows them).
 FORBIDDEN = {403: OpenApiResponse({"$ref": "#/components/schemas/Error"},
                                   description="Platform admins only.")}
+NOT_FOUND = {404: OpenApiResponse({"$ref": "#/components/schemas/Error"},
+                                  description="No such rule.")}
 
 
 class RuleSerializer(serializers.ModelSerializer):
@@ -83,11 +86,12 @@ class RuleDetailView(APIView):
 
     permission_classes = [IsPlatformAdmin]
 
-    @extend_schema(responses={200: RuleSerializer, **FORBIDDEN})
+    @extend_schema(responses={200: RuleSerializer, **NOT_FOUND, **FORBIDDEN})
     def get(self, request, pk: int):
         return Response(RuleSerializer(get_object_or_404(MappingRule, pk=pk)).data)
 
-    @extend_schema(request=RuleSerializer, responses={200: RuleSerializer, **FORBIDDEN})
+    @extend_schema(request=RuleSerializer,
+                   responses={200: RuleSerializer, **NOT_FOUND, **FORBIDDEN})
     def patch(self, request, pk: int):
         rule = get_object_or_404(MappingRule, pk=pk)
         serializer = RuleSerializer(rule, data=request.data, partial=True)
@@ -95,7 +99,7 @@ class RuleDetailView(APIView):
         rule = mapping_rule_save(rule=_rule_from(serializer, rule), actor=request.user)
         return Response(RuleSerializer(rule).data)
 
-    @extend_schema(responses={204: None, **FORBIDDEN})
+    @extend_schema(responses={204: None, **NOT_FOUND, **FORBIDDEN})
     def delete(self, request, pk: int):
         mapping_rule_delete(rule=get_object_or_404(MappingRule, pk=pk), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -106,9 +110,11 @@ class RulePreviewView(APIView):
     user, or to everyone who logged in during the last 30 days. Saves nothing."""
 
     permission_classes = [IsPlatformAdmin]
+    parser_classes = [SafeJSONParser]  # a rule is nested: JSON only, never a form
 
     @extend_schema(request=PreviewInSerializer,
-                   responses={200: PreviewRowSerializer(many=True), **FORBIDDEN})
+                   responses={200: PreviewRowSerializer(many=True), **NOT_FOUND,
+                              **FORBIDDEN})
     def post(self, request):
         body = PreviewInSerializer(data=request.data, partial=True)  # a rule's changes only
         body.is_valid(raise_exception=True)

@@ -72,7 +72,14 @@ class ChoiceField(serializers.ChoiceField):
 
 
 def query_parse(serializer_class, request) -> dict:
-    """Validated query parameters of a request (a 400 naming each bad one)."""
+    """Validated query parameters of a request (a 400 naming each bad one). A parameter
+    given empty (`?team=`) is refused like any other bad value where its field does not
+    allow blanks: DRF would otherwise read it from a query string as left out."""
     serializer = serializer_class(data=request.query_params)
+    blank = {name: [serializers.CharField.default_error_messages["blank"]]
+             for name, field in serializer.fields.items()
+             if request.query_params.get(name) == "" and not getattr(field, "allow_blank", False)}
+    if blank:
+        raise serializers.ValidationError(blank)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from django.http import Http404
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import generics
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -147,10 +147,10 @@ def optout_for_view(user, pk: int) -> LendingOptOut:
 
 
 class OptOutListView(APIView):
-    @extend_schema(parameters=[OpenApiParameter("live", bool, description="live ones only")],
-                   responses={200: s.OptOutSerializer(many=True)})
+    @extend_schema(parameters=[s.OptOutQuerySerializer],
+                   responses={200: s.OptOutSerializer(many=True), 400: ERRORS[400]})
     def get(self, request):
-        live = request.query_params.get("live", "").lower() in ("1", "true", "yes")
+        live = query_parse(s.OptOutQuerySerializer, request)["live"]
         rows = optouts_list(teams=teams_visible(user=request.user), live_only=live)
         return Response(s.OptOutSerializer(rows, many=True).data)
 

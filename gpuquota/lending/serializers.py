@@ -96,6 +96,11 @@ class OptOutCreateSerializer(serializers.Serializer):
         return attrs
 
 
+class OptOutQuerySerializer(serializers.Serializer):
+    live = serializers.BooleanField(required=False, default=False,
+                                    help_text="live ones only")
+
+
 class ReturnsQuerySerializer(serializers.Serializer):
     start = AwareDateTimeField(required=False)
     end = AwareDateTimeField(required=False)

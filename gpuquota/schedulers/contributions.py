@@ -13,7 +13,9 @@ from gpuquota.schedulers.models import Problem
 from gpuquota.schedulers.selectors import FOREIGN_USE_DAYS, foreign_use, team_scheduler_holds
 
 
-def team_holds_context(*, team, now: datetime):
+def team_holds_context(*, team, can_act, now: datetime):
+    if not can_act:  # leads and admins
+        return None
     holds = team_scheduler_holds(team=team, now=now)
     foreign = foreign_use(team=team, since=now - timedelta(days=FOREIGN_USE_DAYS))
     return {"holds": holds, "foreign": foreign} if holds or foreign else None

@@ -18,6 +18,7 @@ from gpuquota.telemetry.services import source_delete, source_save
 ERRORS = {400: OpenApiResponse(ErrorSerializer, description="A field is missing or wrong; "
                                "the body names it."),
           404: OpenApiResponse(ErrorSerializer, description="No such source.")}
+FORBIDDEN = {403: OpenApiResponse(ErrorSerializer, description="Admins only.")}
 
 
 class SourceSerializer(serializers.ModelSerializer):
@@ -54,12 +55,13 @@ class SourceListView(APIView):
 
     permission_classes = [IsPlatformAdmin]
 
-    @extend_schema(responses={200: SourceSerializer(many=True)})
+    @extend_schema(responses={200: SourceSerializer(many=True), **FORBIDDEN})
     def get(self, request):
         return Response(SourceSerializer(TelemetrySource.objects.select_related("cluster"),
                                          many=True).data)
 
-    @extend_schema(request=SourceSerializer, responses={201: SourceSerializer, **ERRORS})
+    @extend_schema(request=SourceSerializer,
+                   responses={201: SourceSerializer, **ERRORS, **FORBIDDEN})
     def post(self, request):
         source = _save(request, SourceSerializer(data=request.data))
         return Response(SourceSerializer(source).data, status=status.HTTP_201_CREATED)
@@ -70,17 +72,18 @@ class SourceDetailView(APIView):
 
     permission_classes = [IsPlatformAdmin]
 
-    @extend_schema(responses={200: SourceSerializer, 404: ERRORS[404]})
+    @extend_schema(responses={200: SourceSerializer, 404: ERRORS[404], **FORBIDDEN})
     def get(self, request, pk: int):
         return Response(SourceSerializer(get_object_or_404(TelemetrySource, pk=pk)).data)
 
-    @extend_schema(request=SourceSerializer, responses={200: SourceSerializer, **ERRORS})
+    @extend_schema(request=SourceSerializer,
+                   responses={200: SourceSerializer, **ERRORS, **FORBIDDEN})
     def patch(self, request, pk: int):
         source = get_object_or_404(TelemetrySource, pk=pk)
         source = _save(request, SourceSerializer(source, data=request.data, partial=True))
         return Response(SourceSerializer(source).data)
 
-    @extend_schema(responses={204: None, 404: ERRORS[404]})
+    @extend_schema(responses={204: None, 404: ERRORS[404], **FORBIDDEN})
     def delete(self, request, pk: int):
         source_delete(source=get_object_or_404(TelemetrySource, pk=pk), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)

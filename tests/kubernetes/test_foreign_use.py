@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
+from accounts.models import Membership
 from gpuquota.ingest.models import ProcessRecord
 from gpuquota.schedulers.kubernetes.foreign import foreign_uses
 from gpuquota.schedulers.models import ReservationBinding
@@ -110,10 +111,10 @@ def test_the_team_page_shows_how_its_reservations_are_held(kube, apiserver):
     kube.configure(apiserver, exact_gpus=False)
     reservation = kube.reserve("vision", kube.gpus["gpu-a"][:2])
     cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
-    member = UserFactory()
-    MembershipFactory(user=member, team=kube.teams["vision"])
+    lead = UserFactory()
+    MembershipFactory(user=lead, team=kube.teams["vision"], role=Membership.Role.LEAD)
     client = Client()
-    client.force_login(member)
+    client.force_login(lead)
     with time_machine.travel(NOW, tick=False):
         page = client.get(reverse("team_detail", args=["vision"])).content.decode()
     section = page.split('id="scheduler-holds"')[1]
