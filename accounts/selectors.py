@@ -17,6 +17,13 @@ def memberships_current(*, user: User, at: datetime | None = None) -> QuerySet[M
     return Membership.objects.filter(_valid_at(at or timezone.now()), user=user)
 
 
+def memberships_not_ended(*, user: User, at: datetime | None = None) -> QuerySet[Membership]:
+    """The user's memberships in force at `at` (default now) or starting after it."""
+    at = at or timezone.now()
+    return Membership.objects.filter(Q(valid_until__isnull=True) | Q(valid_until__gt=at),
+                                     user=user)
+
+
 def teams_visible(*, user: User) -> QuerySet[Team]:
     """Teams whose data the user may read: all for admins, else current memberships."""
     if not user.is_authenticated:

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from accounts.models import ClusterIdentity, ExternalIdentity, MappingRule, Membership, User
-from accounts.selectors import memberships_current, platform_admins
+from accounts.selectors import memberships_current, memberships_not_ended, platform_admins
 from accounts.services import identity_save, membership_save
 from accounts.sso import conf
 from accounts.sso.mapping import Grants, claim_values, grants_for
@@ -103,9 +103,12 @@ def _refuse_billing(*, login: ProviderLogin, user: User | None, teams: list[str]
 def _memberships_reconcile(*, user: User, grants: Grants, now: datetime,
                            outcome: LoginOutcome) -> None:
     """End the rule-made memberships the rules no longer grant (dated, never deleted), then
-    start those they grant; hand-made memberships are left alone."""
-    current = {m.team_id: m for m in memberships_current(user=user, at=now)
-               .select_related("team")}
+    start those they grant; hand-made memberships are left alone. Per team the one to
+    reconcile is the latest not ended at `now`: times are whole seconds, so a membership
+    started and ended in one second ends a second later and its successor starts then;
+    a later login in that second must see that successor, not start another over it."""
+    current = {m.team_id: m for m in memberships_not_ended(user=user, at=now)
+               .select_related("team").order_by("valid_from")}
     for team_id, membership in current.items():
         grant = grants.teams.get(team_id)
         if membership.source != Membership.Source.RULES or (

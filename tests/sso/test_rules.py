@@ -192,3 +192,23 @@ def test_refused_logins_wait_on_the_admins_home_page():
     with pytest.raises(LoginRefused):
         _login(groups=["vision", "nlp"])
     assert "People refused at login by the sign-in rules" in admin.get("/").content.decode()
+
+
+def test_logins_in_the_second_a_role_changes_see_the_successor_dated_a_second_ahead(
+        time_machine):
+    """Membership times are whole seconds: a lead made and ended in one second ends a second
+    later, and its successor starts then; later logins in that second must keep it, not
+    start another one over it (the overlap would refuse them)."""
+    vision = TeamFactory(slug="vision", name="Vision")
+    _rule(1, "vision-leads", "lead", vision)
+    _rule(2, "vision", "member", vision)
+    time_machine.move_to(timezone.now().replace(microsecond=100), tick=False)
+    user = _login(groups=["vision-leads", "vision"]).user
+    assert _login(groups=["vision"]).ended == ["lead of Vision"]
+    again = _login(groups=["vision"])
+    assert (again.started, again.ended) == ([], [])
+    back = _login(groups=["vision-leads", "vision"])  # and back again, still that second
+    assert (back.started, back.ended) == (["lead of Vision"], ["member of Vision"])
+    ordered = Membership.objects.filter(user=user).order_by("valid_from")
+    assert [m.role for m in ordered] == ["lead", "member", "lead"]
+    assert ordered.last().valid_until is None
