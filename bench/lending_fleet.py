@@ -51,8 +51,8 @@ def fleet_build(workload: Workload, *, t0: datetime) -> Fleet:
     from accounts.models import ClusterIdentity, Team, User
     from gpuquota.inventory.models import Cluster, GpuClass, GpuModelMapping, Node
     from gpuquota.inventory.services import gpu_register
-    from gpuquota.reservations.models import Quota
     from gpuquota.rates.models import RateCard
+    from gpuquota.reservations.models import Quota
 
     before = t0 - timedelta(days=1)
     gpu_class = GpuClass.objects.create(name=CLASS_NAME)
