@@ -67,6 +67,29 @@ def site(db):
     return Site()
 
 
+@pytest.fixture
+def memory_backend(site, monkeypatch):
+    """The site's cluster served by the in-memory scheduler (backend_memory), emptied."""
+    from gpuquota.schedulers import backend as backend_module
+    from tests.schedulers import backend_memory as mem
+
+    monkeypatch.setitem(backend_module.BACKENDS, "slurm",
+                        "tests.schedulers.backend_memory.MemoryBackend")
+    mem.STORE.clear()
+    mem.FAIL_ON.clear()
+    mem.DOWN[0] = False
+    return site
+
+
+@pytest.fixture
+def memory(memory_backend):
+    """The same, with the cluster's backend configured (writes on)."""
+    from gpuquota.schedulers.services import backend_config_update
+
+    backend_config_update(cluster=memory_backend.cluster, actor=memory_backend.admin)
+    return memory_backend
+
+
 def pytest_collection_modifyitems(config, items):
     from tests.schedulers.slurm_cluster import unavailable_reason
 

@@ -10,23 +10,10 @@ import time_machine
 from gpuquota.reservations.quotas import quota_create
 from gpuquota.reservations.services import reservation_cancel, reservation_create
 from gpuquota.reservations.services_change import reservation_extend
-from gpuquota.schedulers import backend as backend_module
-from gpuquota.schedulers.services import backend_config_update
 from tests.schedulers import backend_memory as mem
 from tests.schedulers.conftest import NOW
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def memory(site, monkeypatch):
-    monkeypatch.setitem(backend_module.BACKENDS, "slurm",
-                        "tests.schedulers.backend_memory.MemoryBackend")
-    mem.STORE.clear()
-    mem.FAIL_ON.clear()
-    mem.DOWN[0] = False
-    backend_config_update(cluster=site.cluster, actor=site.admin)
-    return site
 
 
 @time_machine.travel(NOW, tick=False)

@@ -11,7 +11,6 @@ from django.utils import timezone
 
 from accounts.models import User
 from gpuquota.core.models import AuditEntry
-from gpuquota.schedulers import backend as backend_module
 from gpuquota.schedulers.models import BackendConfig, Problem, ReservationBinding, SlurmJob
 from gpuquota.schedulers.selectors import foreign_use
 from gpuquota.schedulers.services import backend_config_update
@@ -28,16 +27,6 @@ def client_for(user) -> Client:
     return client
 
 
-@pytest.fixture
-def memory(site, monkeypatch):
-    monkeypatch.setitem(backend_module.BACKENDS, "slurm",
-                        "tests.schedulers.backend_memory.MemoryBackend")
-    mem.STORE.clear()
-    mem.FAIL_ON.clear()
-    mem.DOWN[0] = False
-    return site
-
-
 @pytest.mark.parametrize("who", ["lead", "outsider", "anonymous"])
 def test_scheduler_pages_are_for_admins_only(site, who):
     user = {"lead": User.objects.get(username="alice"), "outsider": UserFactory(),
@@ -52,10 +41,10 @@ def test_scheduler_pages_are_for_admins_only(site, who):
     assert not BackendConfig.objects.exists()
 
 
-def test_admin_configures_a_backend_the_token_is_never_shown_and_audited(memory):
-    client = client_for(memory.admin)
+def test_admin_configures_a_backend_the_token_is_never_shown_and_audited(memory_backend):
+    client = client_for(memory_backend.admin)
     assert "dev" in client.get("/schedulers/").content.decode()
-    url = f"/schedulers/{memory.cluster.slug}/"
+    url = f"/schedulers/{memory_backend.cluster.slug}/"
     response = client.post(url, {"mode": "export", "commands_dir": "/opt/slurm/bin",
                                  "token": "jwt-s3cret", "command_timeout_s": 20,
                                  "options": '{"loan_grace_s": 300}'})
@@ -65,7 +54,7 @@ def test_admin_configures_a_backend_the_token_is_never_shown_and_audited(memory)
     page = client.get(url).content.decode()
     assert "jwt-s3cret" not in page and "A token is stored (encrypted)" in page
     assert AuditEntry.objects.filter(action="scheduler_config_update",
-                                     actor=memory.admin).exists()
+                                     actor=memory_backend.admin).exists()
 
 
 @pytest.mark.parametrize("options, message", [
@@ -73,26 +62,27 @@ def test_admin_configures_a_backend_the_token_is_never_shown_and_audited(memory)
     ('{"gres_type": "h100"}', "Unknown Slurm option"),
     ('{"loan_grace_s": -1}', "loan_grace_s"),
 ])
-def test_bad_options_are_refused_with_the_reason(memory, options, message):
-    response = client_for(memory.admin).post(
-        f"/schedulers/{memory.cluster.slug}/",
+def test_bad_options_are_refused_with_the_reason(memory_backend, options, message):
+    response = client_for(memory_backend.admin).post(
+        f"/schedulers/{memory_backend.cluster.slug}/",
         {"mode": "write", "command_timeout_s": 30, "options": options})
     assert response.status_code == 200 and message in response.content.decode()
     assert not BackendConfig.objects.exists()
 
 
-def test_reconcile_and_dry_run_from_the_page_and_problems_shown(memory):
+def test_reconcile_and_dry_run_from_the_page_and_problems_shown(memory_backend):
     now = timezone.now()
-    memory.reserve("vision", memory.gpus["node-a"], start=now - timedelta(hours=1),
+    memory_backend.reserve("vision", memory_backend.gpus["node-a"], start=now - timedelta(hours=1),
                    end=now + timedelta(hours=2))
-    backend_config_update(cluster=memory.cluster, actor=memory.admin)
-    client = client_for(memory.admin)
-    reconcile = f"/schedulers/{memory.cluster.slug}/reconcile"
+    backend_config_update(cluster=memory_backend.cluster, actor=memory_backend.admin)
+    client = client_for(memory_backend.admin)
+    reconcile = f"/schedulers/{memory_backend.cluster.slug}/reconcile"
     client.post(reconcile, {"dry_run": "1"})
-    assert "mem create hold" in client.get(f"/schedulers/{memory.cluster.slug}/").content.decode()
+    page = client.get(f"/schedulers/{memory_backend.cluster.slug}/").content.decode()
+    assert "mem create hold" in page
     mem.DOWN[0] = True
     client.post(reconcile)
-    page = client.get(f"/schedulers/{memory.cluster.slug}/").content.decode()
+    page = client.get(f"/schedulers/{memory_backend.cluster.slug}/").content.decode()
     assert "the scheduler does not answer" in page and "connection refused" in page
     home = client.get("/").content.decode()
     assert "Scheduler problems" in home
@@ -102,10 +92,10 @@ def test_reconcile_and_dry_run_from_the_page_and_problems_shown(memory):
     assert ReservationBinding.objects.count() == 1
 
 
-def test_leads_see_how_their_reservation_is_held_members_do_not(memory):
+def test_leads_see_how_their_reservation_is_held_members_do_not(memory_backend):
     now = timezone.now()
-    r = memory.reserve("vision", memory.gpus["node-a"], start=now - timedelta(hours=1),
-                       end=now + timedelta(hours=2))
+    r = memory_backend.reserve("vision", memory_backend.gpus["node-a"],
+                               start=now - timedelta(hours=1), end=now + timedelta(hours=2))
     ReservationBinding.objects.create(
         reservation=r, level="whole_nodes", why="Slurm 22.05.8 cannot reserve single GPUs; "
         "<b>node-a</b> whole", scheduler_object=f"gq-res-{r.pk}", updated_at=r.start)
@@ -114,20 +104,20 @@ def test_leads_see_how_their_reservation_is_held_members_do_not(memory):
     assert "How the scheduler holds your reservations" in page and "Whole nodes" in page
     assert "&lt;b&gt;node-a&lt;/b&gt;" in page  # escaped
     member = UserFactory()
-    MembershipFactory(user=member, team=memory.teams["vision"])
+    MembershipFactory(user=member, team=memory_backend.teams["vision"])
     assert "How the scheduler holds" not in client_for(member).get(team_page).content.decode()
 
 
-def test_foreign_use_of_a_reserved_node_is_flagged_with_the_job(memory):
+def test_foreign_use_of_a_reserved_node_is_flagged_with_the_job(memory_backend):
     now = timezone.now()
-    r = memory.reserve("vision", memory.gpus["node-a"], start=now - timedelta(hours=3),
-                       end=now + timedelta(hours=2))
+    r = memory_backend.reserve("vision", memory_backend.gpus["node-a"],
+                               start=now - timedelta(hours=3), end=now + timedelta(hours=2))
     ReservationBinding.objects.create(reservation=r, level="whole_nodes", why="node-a whole",
                                       updated_at=r.start)
 
     def job(job_id, account, qos, nodes="node-a,node-b", started=now - timedelta(hours=1)):
         return SlurmJob.objects.create(
-            cluster=memory.cluster, job_id=job_id, submitted_at=started, started_at=started,
+            cluster=memory_backend.cluster, job_id=job_id, submitted_at=started, started_at=started,
             ended_at=None, state="RUNNING", account=account, user="u", qos=qos, nodes=nodes,
             gpu_tres="gres/gpu:h100=1", gpus=1)
 
@@ -142,9 +132,10 @@ def test_foreign_use_of_a_reserved_node_is_flagged_with_the_job(memory):
     lead_page = client_for(User.objects.get(username="alice")).get(
         reverse("team_detail", args=["vision"])).content.decode()
     assert 'id="foreign-use"' in lead_page and ">101<" in lead_page
-    admin = client_for(memory.admin)
-    assert ">101<" in admin.get(f"/schedulers/{memory.cluster.slug}/").content.decode()
+    admin = client_for(memory_backend.admin)
+    assert ">101<" in admin.get(f"/schedulers/{memory_backend.cluster.slug}/").content.decode()
     assert "Jobs of other accounts on reserved GPUs" in admin.get("/").content.decode()
     review = admin.get(reverse("statement_review") + f"?month={now:%Y-%m}").content.decode()
     assert 'id="foreign-use"' in review
-    assert f'href="/schedulers/{memory.cluster.slug}/">{memory.cluster.name}: 1</a>' in review
+    cluster = memory_backend.cluster
+    assert f'href="/schedulers/{cluster.slug}/">{cluster.name}: 1</a>' in review

@@ -4,7 +4,6 @@ failures as cluster problems with an audit of what was done, dry runs, credentia
 import pytest
 
 from gpuquota.core.models import AuditEntry
-from gpuquota.schedulers import backend as backend_module
 from gpuquota.schedulers.models import (
     BackendConfig,
     Drift,
@@ -20,17 +19,6 @@ from tests.schedulers import backend_memory as mem
 from tests.schedulers.conftest import NOW
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def memory(site, monkeypatch):
-    monkeypatch.setitem(backend_module.BACKENDS, "slurm",
-                        "tests.schedulers.backend_memory.MemoryBackend")
-    mem.STORE.clear()
-    mem.FAIL_ON.clear()
-    mem.DOWN[0] = False
-    backend_config_update(cluster=site.cluster, actor=site.admin)
-    return site
 
 
 def test_first_run_creates_owned_objects_and_a_second_changes_nothing(memory):
