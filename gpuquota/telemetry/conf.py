@@ -2,31 +2,19 @@
 
 import os
 
-from django.core.exceptions import ImproperlyConfigured
-
-
-def _env_int(name: str, default: int, minimum: int) -> int:
-    raw = os.environ.get(name, "")
-    try:
-        value = int(raw) if raw else default
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from exc
-    if value < minimum:
-        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
-    return value
-
+from gpuquota.core.env import env_int
 
 # How often beat looks for sources due a pull (each source has its own interval).
-BEAT_INTERVAL_S = _env_int("TELEMETRY_BEAT_INTERVAL_S", 10, 1)
+BEAT_INTERVAL_S = env_int("TELEMETRY_BEAT_INTERVAL_S", 10, 1)
 # Prometheus refuses more than 11,000 points per series in one query_range answer.
 MAX_POINTS_PER_SERIES = 10_999
 # One import step covers at most this much time (memory stays bounded on long back-fills).
-CHUNK_S = _env_int("TELEMETRY_CHUNK_S", 6 * 3600, 600)
+CHUNK_S = env_int("TELEMETRY_CHUNK_S", 6 * 3600, 600)
 # Hostile or broken answers: refused whole, with a clear error, before anything is stored.
-MAX_RESPONSE_BYTES = _env_int("TELEMETRY_MAX_RESPONSE_BYTES", 256 * 1024 * 1024, 1024)
-MAX_SERIES = _env_int("TELEMETRY_MAX_SERIES", 50_000, 1)
-MAX_LABEL_VALUE_CHARS = _env_int("TELEMETRY_MAX_LABEL_VALUE_CHARS", 1024, 16)
-HTTP_TIMEOUT_S = _env_int("TELEMETRY_HTTP_TIMEOUT_S", 30, 1)
+MAX_RESPONSE_BYTES = env_int("TELEMETRY_MAX_RESPONSE_BYTES", 256 * 1024 * 1024, 1024)
+MAX_SERIES = env_int("TELEMETRY_MAX_SERIES", 50_000, 1)
+MAX_LABEL_VALUE_CHARS = env_int("TELEMETRY_MAX_LABEL_VALUE_CHARS", 1024, 16)
+HTTP_TIMEOUT_S = env_int("TELEMETRY_HTTP_TIMEOUT_S", 30, 1)
 # Secrets of sources (passwords, bearer tokens) are encrypted with this key; by default
 # one derived from SECRET_KEY.
 SECRET_KEY = os.environ.get("TELEMETRY_SECRET_KEY", "")
