@@ -38,7 +38,8 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
-PG = "postgres://postgres@127.0.0.1:5432"
+from bench.simdb import django_on_fresh_database
+
 WORKLOADS = ("bench.workloads.today:workload", "bench.workloads.failures:workload",
              "bench.workloads.traces:workload")
 
@@ -153,19 +154,7 @@ def _database_run(args, spec: str, policy: str) -> dict:
     """One run in a database of its own (this process)."""
     name = spec.split(":")[0].rsplit(".", 1)[-1]
     database = f"gq_lendsim_{name}_{policy}{args.db_tag}"
-    os.environ.update({"DATABASE_URL": f"{PG}/{database}", "REDIS_URL": "",
-                       "GPUQUOTA_MAIL_ENABLED": "0", "DEBUG": "1", "LOG_LEVEL": "WARNING",
-                       "DJANGO_SETTINGS_MODULE": "gpuquota.settings"})
-    import psycopg
-
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {database}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], check=True,
-                   cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    import django
-
-    django.setup()
+    django_on_fresh_database(database, DEBUG="1")
     return simulate(spec=spec, policy=policy, days=args.days, seed=args.seed,
                     lend_after_idle_s=args.lend_after_idle_s, batch_s=args.batch_s,
                     reconcile_s=args.reconcile_s)

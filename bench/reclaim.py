@@ -29,7 +29,6 @@ Reserved-GPU utilization = busy seconds inside reserved time / reserved seconds
 import argparse
 import io
 import json
-import os
 import subprocess
 import sys
 import time
@@ -39,27 +38,16 @@ from decimal import Decimal
 from pathlib import Path
 
 from bench.reclaim_workload import PER_HOUR, WINDOW_S, plan_util, plans_generate
+from bench.simdb import django_on_fresh_database
 
 ROOT = Path(__file__).resolve().parent.parent
-PG = "postgres://postgres@127.0.0.1:5432"
 GIB = 2**30
 
 
 def run(mode: str, days: int, seed: int, every_h: int, tag: str = "") -> dict:
     """One run in its own database; returns its figures."""
     database = f"gq_reclaimsim_{mode}{tag}"
-    os.environ.update({"DATABASE_URL": f"{PG}/{database}", "REDIS_URL": "",
-                       "GPUQUOTA_MAIL_ENABLED": "0", "DEBUG": "1", "LOG_LEVEL": "WARNING",
-                       "DJANGO_SETTINGS_MODULE": "gpuquota.settings"})
-    import psycopg
-
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {database}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True)
-    import django
-
-    django.setup()
+    django_on_fresh_database(database, DEBUG="1")
     return Simulation(mode=mode, days=days, seed=seed, every_h=every_h).run()
 
 

@@ -25,16 +25,12 @@ false_share=<percent> gpu_hours_returned=<n>`, with its false reclaims by team.
 """
 
 import argparse
-import os
 import random
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PG = "postgres://postgres@127.0.0.1:5432"
+from bench.simdb import django_on_fresh_database
+
 GIB = 2**30
 H = timedelta(hours=1)
 NOTHING = None  # no row: the agent reported nothing (the GPU was not in use)
@@ -157,21 +153,6 @@ def abandoned_gpu_hours(mix: Mix, *, lookback_h: int, grace_h: int, first_h: int
     return total
 
 
-def _database(name: str) -> None:
-    os.environ.update({"DATABASE_URL": f"{PG}/{name}", "REDIS_URL": "",
-                       "GPUQUOTA_MAIL_ENABLED": "0", "LOG_LEVEL": "WARNING",
-                       "DJANGO_SETTINGS_MODULE": "gpuquota.settings"})
-    import psycopg
-
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, check=True)
-    import django
-
-    django.setup()
-
-
 def _store(mix: Mix, now: datetime) -> None:
     """Book every lane through the reservation service and write its hourly rollups."""
     import uuid as uuidlib
@@ -225,7 +206,7 @@ def main() -> None:
                         help="history before them, for the look-backs and the guards (28)")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    _database("gq_reclaimrules")
+    django_on_fresh_database("gq_reclaimrules")
     from reclaim.backtest import rules_backtest
     from reclaim.conf import policy
 
