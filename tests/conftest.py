@@ -190,3 +190,46 @@ def live_server(live_server, django_db_blocker):
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
+
+
+@pytest.fixture(scope="module")
+def smtp():
+    """A loopback SMTP server for a module's real Celery worker (`worker`)."""
+    import logging
+
+    from tests.smtp import SmtpServer
+
+    logging.getLogger("mail.log").setLevel(logging.WARNING)
+    server = SmtpServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def worker(request, django_db_setup, django_db_blocker, smtp, tmp_path_factory):
+    """A real Celery worker (no beat: the test gives every instant) on this suite's Redis
+    and test database, mailing through `smtp`; a module's `WORKER_ENV` adds settings."""
+    from gpuquota.celery import app
+    from tests.helpers import celery_worker, suite_database_url
+
+    with django_db_blocker.unblock():
+        url = suite_database_url()
+    assert "/test_" in url
+    app.control.purge()
+    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
+    env = {**os.environ, "DATABASE_URL": url, "EMAIL_URL": f"smtp://127.0.0.1:{smtp.port}",
+           "GPUQUOTA_MAIL_ENABLED": "1", **getattr(request.module, "WORKER_ENV", {})}
+    with celery_worker(env=env, log_path=log_path) as proc:
+        yield proc
+
+
+@pytest.fixture
+def tasks_to_the_worker():
+    """Tasks go through Redis to the worker, not in-process as in the other tests."""
+    from gpuquota.celery import app
+
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = False
+    yield
+    app.conf.task_always_eager = previous

@@ -60,6 +60,13 @@ def browser_login(page, username: str, password: str = "password") -> None:
     page.wait_for_load_state("networkidle")
 
 
+def suite_database_url() -> str:
+    """The URL of the test database this process uses, for the processes a test starts."""
+    db = connections["default"].settings_dict
+    return (f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+            f"/{db['NAME']}")
+
+
 def screenshot(page, name: str) -> None:
     """Keep a screenshot in test-artifacts/ for a human to look at."""
     os.makedirs("test-artifacts", exist_ok=True)

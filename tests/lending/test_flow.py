@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
-from django.db import connection
 
 from gpuquota.core.models import AuditEntry
 from gpuquota.lending.services import loan_return
 from gpuquota.reservations.models import Loan
-from tests.helpers import celery_worker
+from tests.helpers import suite_database_url
 from tests.lending.factories import (
     AUDIO_USER,
     BORROWER_USER,
@@ -28,7 +27,6 @@ from tests.lending.factories import (
     held_gpus,
     samples,
 )
-from tests.smtp import SmtpServer
 
 ROOT = Path(django_settings.BASE_DIR)
 E = Loan.EndReason
@@ -50,49 +48,8 @@ loan_return(loan=Loan.objects.get(pk=int(sys.argv[1])), reason="owner_ask",
             at=parse_datetime(sys.argv[2]))
 """
 
-
-def _database_url() -> str:
-    db = connection.settings_dict
-    return (f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
-            f"/{db['NAME']}")
-
-
-@pytest.fixture(scope="module")
-def smtp():
-    import logging
-
-    logging.getLogger("mail.log").setLevel(logging.WARNING)
-    server = SmtpServer()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def worker(django_db_setup, django_db_blocker, smtp, tmp_path_factory):
-    """A real Celery worker (no beat: the test gives every instant) on this suite's Redis."""
-    from gpuquota.celery import app
-
-    with django_db_blocker.unblock():
-        url = _database_url()
-    assert "/test_" in url
-    app.control.purge()
-    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
-    env = {**os.environ, "DATABASE_URL": url, "EMAIL_URL": f"smtp://127.0.0.1:{smtp.port}",
-           "GPUQUOTA_MAIL_ENABLED": "1", "LEND_AFTER_IDLE_S": str(int(IDLE.total_seconds())),
-           "LEND_RETURN_NOTICE_S": "300"}
-    with celery_worker(env=env, log_path=log_path) as proc:
-        yield proc
-
-
-@pytest.fixture
-def tasks_to_the_worker():
-    from gpuquota.celery import app
-
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = False
-    yield
-    app.conf.task_always_eager = previous
+# The worker's lending settings (the `worker` fixture, tests/conftest.py).
+WORKER_ENV = {"LEND_AFTER_IDLE_S": str(int(IDLE.total_seconds())), "LEND_RETURN_NOTICE_S": "300"}
 
 
 @pytest.fixture
@@ -168,7 +125,7 @@ def test_a_worker_killed_mid_return_returns_the_gpu_once(flow, tmp_path):
     scan(NOW, audited("loan.lend", 2), "two GPUs lent")
     loan = Loan.objects.order_by("gpu_id").first()
     marker = tmp_path / "marker"
-    env = {**os.environ, "DATABASE_URL": _database_url(), "DJANGO_SETTINGS_MODULE":
+    env = {**os.environ, "DATABASE_URL": suite_database_url(), "DJANGO_SETTINGS_MODULE":
            "gpuquota.settings"}
     proc = subprocess.Popen([sys.executable, "-c", KILLED_RETURN, str(loan.pk),
                              (NOW + 5 * MIN).isoformat(), str(marker)], cwd=ROOT, env=env,

@@ -7,24 +7,17 @@ import os
 import time
 
 import pytest
-from django.db import connection
 
 from gpuquota.celery import app
 from gpuquota.mail.models import MailDelivery
 from gpuquota.mail.outbox import mail_send_queued
 from gpuquota.mail.tasks import mail_send_due_task
 from tests.factories import AdminFactory
-from tests.helpers import celery_worker
+from tests.helpers import celery_worker, suite_database_url
 from tests.reservations.factories import Fleet
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(180)]
 UNREACHABLE = "redis://127.0.0.1:1/0"  # nothing listens on port 1: connection refused
-
-
-def _database_url() -> str:
-    db = connection.settings_dict
-    return (f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
-            f"/{db['NAME']}")
 
 
 def _broker(url: str) -> None:
@@ -46,9 +39,9 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
 @pytest.fixture
 def worker(transactional_db, smtp_server, tmp_path):
     """A real Celery worker on this suite's Redis, mailing to the loopback SMTP server."""
-    assert "/test_" in _database_url()
+    assert "/test_" in suite_database_url()
     app.control.purge()
-    env = {**os.environ, "DATABASE_URL": _database_url(), "GPUQUOTA_MAIL_ENABLED": "1",
+    env = {**os.environ, "DATABASE_URL": suite_database_url(), "GPUQUOTA_MAIL_ENABLED": "1",
            "EMAIL_URL": f"smtp://127.0.0.1:{smtp_server.port}"}
     log_path = tmp_path / "worker.log"
     with celery_worker(env=env, log_path=log_path) as proc:

@@ -50,7 +50,7 @@ def test_a_concurrent_double_call_never_mails_twice(smtp_server):
     assert set(MailDelivery.objects.values_list("status", flat=True)) == {"sent"}
 
 
-def _test_database_url() -> str:
+def _suite_database_url() -> str:
     db = connection.settings_dict
     return (f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
             f"/{db['NAME']}")
@@ -70,7 +70,7 @@ def test_a_sender_killed_mid_send_then_a_retry_mails_each_recipient_once(smtp_se
     first, killed_on, last = (UserFactory() for _ in range(3))
     smtp_server.hang.add(killed_on.email)
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env.update(DATABASE_URL=_test_database_url(), DJANGO_SETTINGS_MODULE="gpuquota.settings",
+    env.update(DATABASE_URL=_suite_database_url(), DJANGO_SETTINGS_MODULE="gpuquota.settings",
                EMAIL_URL=f"smtp://127.0.0.1:{smtp_server.port}")
     sender = subprocess.Popen(
         [sys.executable, "-c", SENDER, str(TEMPLATES), f"{first.pk},{killed_on.pk},{last.pk}"],

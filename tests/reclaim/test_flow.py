@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
-from django.db import connection
 
 from gpuquota.core.models import AuditEntry
 from gpuquota.core.timeutil import Period
@@ -22,9 +21,8 @@ from gpuquota.usage.seconds import reserved_seconds
 from reclaim import lifecycle
 from reclaim.models import Recommendation, RecommendationGpu
 from reclaim.services import recommendations_evaluate
-from tests.helpers import celery_worker
+from tests.helpers import suite_database_url
 from tests.reclaim.factories import DAY, NOW, World, held_gpus, rollup, telemetry
-from tests.smtp import SmtpServer
 
 ROOT = Path(django_settings.BASE_DIR)
 LOOKBACK, GRACE = timedelta(hours=1), timedelta(minutes=30)
@@ -45,50 +43,6 @@ def save_then_hang(self, *args, **kwargs):
 RecommendationGpu.save = save_then_hang
 lifecycle.recommendations_release_due(now=parse_datetime(sys.argv[1]))
 """
-
-
-def _database_url() -> str:
-    db = connection.settings_dict
-    return (f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
-            f"/{db['NAME']}")
-
-
-@pytest.fixture(scope="module")
-def smtp():
-    import logging
-
-    logging.getLogger("mail.log").setLevel(logging.WARNING)
-    server = SmtpServer()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def worker(django_db_setup, django_db_blocker, smtp, tmp_path_factory):
-    """A real Celery worker (no beat: the test gives every instant) on this suite's Redis."""
-    from gpuquota.celery import app
-
-    with django_db_blocker.unblock():
-        url = _database_url()
-    assert "/test_" in url
-    app.control.purge()
-    log_path = tmp_path_factory.mktemp("worker") / "worker.log"
-    env = {**os.environ, "DATABASE_URL": url, "EMAIL_URL": f"smtp://127.0.0.1:{smtp.port}",
-           "GPUQUOTA_MAIL_ENABLED": "1"}
-    with celery_worker(env=env, log_path=log_path) as proc:
-        yield proc
-
-
-@pytest.fixture
-def tasks_to_the_worker():
-    """Tasks go through Redis to the worker, not in-process as in the other tests."""
-    from gpuquota.celery import app
-
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = False
-    yield
-    app.conf.task_always_eager = previous
 
 
 @pytest.fixture
@@ -220,7 +174,7 @@ def test_a_worker_killed_mid_release_changes_nothing_and_the_next_run_does_it_on
     run_at = NOW + GRACE + timedelta(minutes=2)
     killed = subprocess.Popen(
         [sys.executable, "-c", KILLED_RELEASE, run_at.isoformat(), str(marker)], cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": _database_url(),
+        env={**os.environ, "DATABASE_URL": suite_database_url(),
              "DJANGO_SETTINGS_MODULE": "gpuquota.settings"})
     wait_for(marker.exists, "the release to be half-way")
     killed.send_signal(signal.SIGKILL)
