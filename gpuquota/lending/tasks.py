@@ -1,21 +1,12 @@
 """Celery tasks of lending: thin, named, idempotent, retried."""
 
 from celery import shared_task
-from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils.dateparse import parse_datetime
 
+from gpuquota.core.retry import DB_RETRY
 from gpuquota.lending.conf import digest_interval_s, scan_interval_s
 from gpuquota.lending.notify import preemption_digest_send
 from gpuquota.lending.scan import lending_scan
-
-RETRY = {
-    "autoretry_for": (OperationalError, InterfaceError, DatabaseError),
-    "retry_backoff": 5,
-    "retry_backoff_max": 300,
-    "retry_jitter": True,
-    "max_retries": 10,
-    "acks_late": True,
-}
 
 BEAT_SCHEDULE = {
     "lending-scan": {
@@ -31,14 +22,14 @@ BEAT_SCHEDULE = {
 }
 
 
-@shared_task(name="lending.scan", **RETRY)
+@shared_task(name="lending.scan", **DB_RETRY)
 def scan_task(now: str | None = None) -> dict:
     """End due loans, record returned GPUs seen free, lend idle GPUs (at `now`, ISO 8601,
     when given: a test's frozen clock or a replay)."""
     return lending_scan(now=parse_datetime(now) if now else None)
 
 
-@shared_task(name="lending.preemption_digest", **RETRY)
+@shared_task(name="lending.preemption_digest", **DB_RETRY)
 def preemption_digest_task(now: str | None = None) -> dict:
     """Tell the borrowers' leads, one digest each, which of their work was preempted."""
     return preemption_digest_send(now=parse_datetime(now) if now else None)

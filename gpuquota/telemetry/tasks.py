@@ -2,21 +2,14 @@
 the source's cursor, and a range stored again stores nothing twice)."""
 
 from celery import shared_task
-from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 
+from gpuquota.core.retry import DB_RETRY
 from gpuquota.telemetry import conf
 from gpuquota.telemetry.models import TelemetrySource
 from gpuquota.telemetry.services import source_pull, sources_claim_due
 
-RETRY = {
-    "autoretry_for": (OperationalError, InterfaceError, DatabaseError),
-    "retry_backoff": 5,
-    "retry_backoff_max": 300,
-    "retry_jitter": True,
-    "max_retries": 5,
-    "acks_late": True,
-}
+RETRY = {**DB_RETRY, "max_retries": 5}
 
 BEAT_SCHEDULE = {
     "telemetry-sources-pull": {

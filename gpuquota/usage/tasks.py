@@ -4,25 +4,16 @@ import logging
 import time
 
 from celery import shared_task
-from django.db import DatabaseError, InterfaceError, OperationalError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from gpuquota.core.retry import DB_RETRY
 from gpuquota.outbox.conf import dirty_sweep_budget_s, dirty_sweep_interval_s
 from gpuquota.usage.conf import dirty_sweep_batch
 from gpuquota.usage.services import gpu_hour_recompute
 from gpuquota.usage.sweep import dirty_hours_process
 
 logger = logging.getLogger(__name__)
-
-RETRY = {
-    "autoretry_for": (OperationalError, InterfaceError, DatabaseError),
-    "retry_backoff": 5,
-    "retry_backoff_max": 300,
-    "retry_jitter": True,
-    "max_retries": 10,
-    "acks_late": True,
-}
 
 BEAT_SCHEDULE = {
     "usage-dirty-sweep": {
@@ -33,7 +24,7 @@ BEAT_SCHEDULE = {
 }
 
 
-@shared_task(name="usage.dirty_sweep", **RETRY)
+@shared_task(name="usage.dirty_sweep", **DB_RETRY)
 def dirty_sweep() -> int:
     """Recompute the outbox's GPU-hours due now (a batch; the next sweep takes the rest).
     Due times leave room for this sweep's budget; one that overruns it is logged."""
@@ -46,7 +37,7 @@ def dirty_sweep() -> int:
     return done
 
 
-@shared_task(name="usage.gpu_hour_recompute", **RETRY)
+@shared_task(name="usage.gpu_hour_recompute", **DB_RETRY)
 def gpu_hour_recompute_task(gpu_id: int, hour: str) -> int:
     """Recompute one GPU-hour now (`hour` ISO 8601)."""
     return gpu_hour_recompute(gpu_id=gpu_id, hour=parse_datetime(hour))
