@@ -60,6 +60,25 @@ def browser_login(page, username: str, password: str = "password") -> None:
     page.wait_for_load_state("networkidle")
 
 
+def role_client(world, role: str):
+    """A test client logged in as `world`'s user of that role (`anonymous`: none)."""
+    from django.test import Client
+
+    client = Client()
+    if role != "anonymous":
+        client.force_login(getattr(world, role))
+    return client
+
+
+def assert_api_error(response, status: int, field: str | None = None) -> None:
+    """The API's one error format, with this status, naming `field` first if given."""
+    assert response.status_code == status, response.content[:400]
+    body = response.json()
+    assert set(body) == {"code", "detail", "errors"}
+    if field is not None:
+        assert body["errors"][0]["field"] == field, body
+
+
 def suite_database_url() -> str:
     """The URL of the test database this process uses, for the processes a test starts."""
     db = connections["default"].settings_dict

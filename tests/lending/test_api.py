@@ -2,12 +2,12 @@
 error format, a 4xx, never a 500, nothing half-written."""
 
 import pytest
-from django.test import Client
 
 from gpuquota.core.models import AuditEntry
 from gpuquota.lending.models import LendingOptOut
 from gpuquota.lending.services import loan_lend, loan_return, loan_return_observed
 from gpuquota.reservations.models import Loan
+from tests.helpers import assert_api_error, role_client
 from tests.lending.factories import MIN, World
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -32,21 +32,6 @@ def _now():
     return timezone.now().replace(microsecond=0)
 
 
-def client_for(world, role) -> Client:
-    client = Client()
-    if role != "anonymous":
-        client.force_login(getattr(world, role))
-    return client
-
-
-def assert_error(response, status, field=None):
-    assert response.status_code == status, response.content[:400]
-    body = response.json()
-    assert set(body) == {"code", "detail", "errors"}
-    if field is not None:
-        assert body["errors"][0]["field"] == field, body
-
-
 def _lend(reservation, at=None):
     return loan_lend(assignment=reservation.assignments.order_by("gpu_id").first(), at=at)
 
@@ -54,7 +39,7 @@ def _lend(reservation, at=None):
 @pytest.mark.parametrize("role", ROLES)
 def test_read_loans_pool_and_policy(world, reservation, role):
     loan = _lend(reservation)
-    client = client_for(world, role)
+    client = role_client(world, role)
     listed, detail = client.get(f"{API}/loans"), client.get(f"{API}/loans/{loan.pk}")
     pool, policy = client.get(f"{API}/pool"), client.get(f"{API}/policy")
     if role == "anonymous":
@@ -73,7 +58,7 @@ def test_read_loans_pool_and_policy(world, reservation, role):
 @pytest.mark.parametrize("role", ROLES)
 def test_return_now(world, reservation, role):
     loan = _lend(reservation)
-    response = client_for(world, role).post(f"{API}/loans/{loan.pk}/return", {"note": "mine"},
+    response = role_client(world, role).post(f"{API}/loans/{loan.pk}/return", {"note": "mine"},
                                             content_type="application/json")
     loan.refresh_from_db()
     if role == "anonymous":
@@ -85,13 +70,13 @@ def test_return_now(world, reservation, role):
         assert AuditEntry.objects.get(action="loan.return").actor == getattr(world, role)
         return
     else:
-        assert_error(response, 403 if role == "member" else 404)
+        assert_api_error(response, 403 if role == "member" else 404)
     assert loan.returned_at is None
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_lend_now(world, reservation, role):
-    response = client_for(world, role).post(f"{API}/lend-now", {"reservation": reservation.pk},
+    response = role_client(world, role).post(f"{API}/lend-now", {"reservation": reservation.pk},
                                             content_type="application/json")
     if role == "anonymous":
         assert response.status_code == 401
@@ -100,14 +85,14 @@ def test_lend_now(world, reservation, role):
         assert Loan.objects.get().lent_by == getattr(world, role)
         return
     else:
-        assert_error(response, 403 if role == "member" else 404)
+        assert_api_error(response, 403 if role == "member" else 404)
     assert not Loan.objects.exists()
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_opt_out_and_back_in(world, reservation, role):
     loan = _lend(reservation)
-    client = client_for(world, role)
+    client = role_client(world, role)
     response = client.post(f"{API}/opt-outs", {"scope": "reservation",
                                                "reservation": reservation.pk,
                                                "reason": "benchmark <b>"},
@@ -116,7 +101,7 @@ def test_opt_out_and_back_in(world, reservation, role):
         assert response.status_code == 401
         return
     if role not in ACTORS:
-        assert_error(response, 403 if role == "member" else 404)
+        assert_api_error(response, 403 if role == "member" else 404)
         assert not LendingOptOut.objects.exists()
         return
     assert response.status_code == 201, response.content
@@ -134,12 +119,12 @@ def test_opt_out_and_back_in(world, reservation, role):
 
 
 def test_others_cannot_end_a_teams_opt_out(world, reservation):
-    client_for(world, "lead").post(f"{API}/opt-outs", {
+    role_client(world, "lead").post(f"{API}/opt-outs", {
         "scope": "reservation", "reservation": reservation.pk, "reason": "benchmark"},
         content_type="application/json")
     optout = LendingOptOut.objects.get()
-    assert_error(client_for(world, "member").post(f"{API}/opt-outs/{optout.pk}/end"), 403)
-    assert_error(client_for(world, "other_lead").post(f"{API}/opt-outs/{optout.pk}/end"), 404)
+    assert_api_error(role_client(world, "member").post(f"{API}/opt-outs/{optout.pk}/end"), 403)
+    assert_api_error(role_client(world, "other_lead").post(f"{API}/opt-outs/{optout.pk}/end"), 404)
     assert [o.ended_at for o in LendingOptOut.objects.all()] == [None]
 
 
@@ -148,7 +133,7 @@ def test_returns_and_their_quantiles_are_for_admins(world, reservation, role):
     loan = _lend(reservation, at=_now() - 20 * MIN)
     loan = loan_return(loan=loan, reason="owner_ask", at=loan.lent_from + 10 * MIN)
     loan_return_observed(loan=loan, freed_at=loan.returned_at + 2 * MIN)
-    response = client_for(world, role).get(f"{API}/returns")
+    response = role_client(world, role).get(f"{API}/returns")
     if role == "anonymous":
         assert response.status_code == 401
     elif role == "admin":
@@ -156,7 +141,7 @@ def test_returns_and_their_quantiles_are_for_admins(world, reservation, role):
         assert (body["returns"], body["p50_s"], body["p99_s"]) == (1, 120, 120)
         assert body["loans"][0]["time_to_return_s"] == 120
     else:
-        assert_error(response, 404)
+        assert_api_error(response, 404)
 
 
 @pytest.mark.parametrize("method,path,payload,status,field", [
@@ -191,28 +176,28 @@ def test_bad_input(world, reservation, method, path, payload, status, field):
     path = path.replace("/L/", f"/{loan.pk}/")
     if payload and payload.get("reservation") == "R":
         payload["reservation"] = reservation.pk
-    client = client_for(world, "admin")
+    client = role_client(world, "admin")
     if method == "post":
         response = client.post(f"{API}{path}", payload, content_type="application/json")
     else:
         response = client.get(f"{API}{path}")
-    assert_error(response, status, field)
+    assert_api_error(response, status, field)
     assert Loan.objects.count() == 1 and Loan.objects.get().returned_at is None
     assert not LendingOptOut.objects.exists()
 
 
 def test_lend_now_refusals_name_the_reason(world, reservation):
-    client = client_for(world, "lead")
+    client = role_client(world, "lead")
     for _ in range(2):
         assert client.post(f"{API}/lend-now", {"reservation": reservation.pk},
                            content_type="application/json").status_code == 201
-    assert_error(client.post(f"{API}/lend-now", {"reservation": reservation.pk},
+    assert_api_error(client.post(f"{API}/lend-now", {"reservation": reservation.pk},
                              content_type="application/json"), 409, "gpu")
     gpu = Loan.objects.first().gpu
-    assert_error(client.post(f"{API}/lend-now", {"reservation": reservation.pk,
+    assert_api_error(client.post(f"{API}/lend-now", {"reservation": reservation.pk,
                                                  "gpu": gpu.uuid},
                              content_type="application/json"), 409, "gpu")
     client.post(f"{API}/opt-outs", {"scope": "reservation", "reservation": reservation.pk,
                                     "reason": "benchmark"}, content_type="application/json")
-    assert_error(client.post(f"{API}/lend-now", {"reservation": reservation.pk},
+    assert_api_error(client.post(f"{API}/lend-now", {"reservation": reservation.pk},
                              content_type="application/json"), 409, "reservation")

@@ -3,11 +3,11 @@ confirmation, borrowed GPUs, opt-out controls), the admin's page, the forms' bad
 and /metrics."""
 
 import pytest
-from django.test import Client
 
 from gpuquota.lending.models import LendingOptOut
 from gpuquota.lending.services import loan_lend, loan_return, loan_return_observed
 from gpuquota.reservations.models import Loan
+from tests.helpers import role_client
 from tests.lending.factories import BORROWER_USER, MIN, World, samples
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -31,16 +31,9 @@ def loan(world):
     return loan_lend(assignment=reservation.assignments.get(), at=_now() - 10 * MIN)
 
 
-def client_for(world, role) -> Client:
-    client = Client()
-    if role != "anonymous":
-        client.force_login(getattr(world, role))
-    return client
-
-
 @pytest.mark.parametrize("role", ROLES)
 def test_team_page_section(world, loan, role):
-    response = client_for(world, role).get("/teams/vision/")
+    response = role_client(world, role).get("/teams/vision/")
     if role in ("other_lead", "outsider"):
         assert response.status_code == 404
         return
@@ -58,13 +51,13 @@ def test_team_page_section(world, loan, role):
 
 def test_the_borrowers_team_page_shows_the_borrowed_gpu(world, loan):
     samples(loan.gpu, start=_now() - 5 * MIN, end=_now(), util=90, users=(BORROWER_USER,))
-    html = client_for(world, "other_lead").get("/teams/speech/").content.decode()
+    html = role_client(world, "other_lead").get("/teams/speech/").content.decode()
     assert 'id="borrowed-gpus"' in html and "Vision" in html
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_return_now_button(world, loan, role):
-    response = client_for(world, role).post(f"/lending/loans/{loan.pk}/return/")
+    response = role_client(world, role).post(f"/lending/loans/{loan.pk}/return/")
     loan.refresh_from_db()
     expected = {"admin": 302, "lead": 302, "member": 403, "other_lead": 404, "outsider": 404,
                 "anonymous": 302}[role]
@@ -77,7 +70,7 @@ def test_return_now_button(world, loan, role):
 
 
 def test_returning_twice_from_the_page_is_harmless(world, loan):
-    client = client_for(world, "lead")
+    client = role_client(world, "lead")
     client.post(f"/lending/loans/{loan.pk}/return/")
     first = Loan.objects.get().returned_at
     response = client.post(f"/lending/loans/{loan.pk}/return/", follow=True)
@@ -91,21 +84,21 @@ def test_admin_page(world, loan, role):
                      at=_now() - 30 * MIN)
     done = loan_return(loan=done, reason="owner_ask", at=_now() - 20 * MIN)
     loan_return_observed(loan=done, freed_at=_now() - 20 * MIN + 95 * MIN / 60)
-    response = client_for(world, role).get("/lending/")
+    response = role_client(world, role).get("/lending/")
     if role != "admin":
         assert response.status_code == (302 if role == "anonymous" else 404)
         return
     html = response.content.decode()
     assert f'id="pool-loan-{loan.pk}"' in html and "advisory" in html
     assert 'data-stat="ttr-p99"' in html and "95 s" in html
-    assert client_for(world, role).get("/lending/?days=0").status_code == 400
-    assert client_for(world, role).get("/lending/?days=x").status_code == 400
+    assert role_client(world, role).get("/lending/?days=0").status_code == 400
+    assert role_client(world, role).get("/lending/?days=x").status_code == 400
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_opt_out_form(world, loan, role):
     reservation = loan.assignment.reservation
-    client = client_for(world, role)
+    client = role_client(world, role)
     response = client.post("/lending/teams/vision/opt-outs/",
                            {"target": f"r{reservation.pk}", "reason": "benchmark <script>"})
     expected = {"admin": 302, "lead": 302, "member": 403, "other_lead": 404, "outsider": 404,
@@ -118,7 +111,7 @@ def test_opt_out_form(world, loan, role):
     assert optout.reservation == reservation and Loan.objects.get().end_reason == "lending_off"
     html = client.get("/teams/vision/").content.decode()
     assert "benchmark &lt;script&gt;" in html and "benchmark <script>" not in html
-    assert client_for(world, "member").post(
+    assert role_client(world, "member").post(
         f"/lending/opt-outs/{optout.pk}/end/").status_code == 403
     assert client.post(f"/lending/opt-outs/{optout.pk}/end/").status_code == 302
     assert LendingOptOut.objects.get().ended_by == getattr(world, role)
@@ -134,7 +127,7 @@ def test_opt_out_form(world, loan, role):
 def test_opt_out_form_bad_input(world, loan, data, message):
     if data.get("target") == "CLASS":
         data["target"] = f"c{world.gpu_class.pk}"
-    response = client_for(world, "lead").post("/lending/teams/vision/opt-outs/", data,
+    response = role_client(world, "lead").post("/lending/teams/vision/opt-outs/", data,
                                               follow=True)
     assert response.status_code == 200
     assert message in response.content.decode()
@@ -157,7 +150,7 @@ def test_metrics(client, world, loan, settings):
 @pytest.mark.parametrize("role", ROLES)
 def test_lend_now_button(world, role):
     reservation = world.reserve(count=1, start=_now() - 60 * MIN, end=_now() + 600 * MIN)
-    client = client_for(world, role)
+    client = role_client(world, role)
     if role in ("admin", "lead"):
         html = client.get("/teams/vision/").content.decode()
         assert f'action="/lending/reservations/{reservation.pk}/lend-now/"' in html

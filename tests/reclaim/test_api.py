@@ -4,12 +4,12 @@ error format, a 4xx, never a 500."""
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from gpuquota.core.models import AuditEntry
 from gpuquota.reservations.models import Assignment
 from reclaim.models import Exemption, Recommendation
+from tests.helpers import assert_api_error, role_client
 from tests.reclaim.factories import World, make_rec
 
 pytestmark = pytest.mark.django_db
@@ -23,25 +23,10 @@ def world():
     return World.create(gpus=4)
 
 
-def client_for(world, role) -> Client:
-    client = Client()
-    if role != "anonymous":
-        client.force_login(getattr(world, role))
-    return client
-
-
-def assert_error(response, status, field=None):
-    assert response.status_code == status, response.content[:400]
-    body = response.json()
-    assert set(body) == {"code", "detail", "errors"}
-    if field is not None:
-        assert body["errors"][0]["field"] == field, body
-
-
 @pytest.mark.parametrize("role", ROLES)
 def test_read_list_and_detail(world, role):
     rec = make_rec(world)
-    client = client_for(world, role)
+    client = role_client(world, role)
     listed = client.get(f"{API}/recommendations")
     detail = client.get(f"{API}/recommendations/{rec.pk}")
     if role == "anonymous":
@@ -87,7 +72,7 @@ ACTIONS = {
 def test_actions_by_role(world, action, role):
     path, body, make, allowed, after = ACTIONS[action]
     rec = make(world)
-    response = client_for(world, role).post(f"{API}/recommendations/{rec.pk}/{path}", body,
+    response = role_client(world, role).post(f"{API}/recommendations/{rec.pk}/{path}", body,
                                             content_type="application/json")
     expected = allowed.get(role) or {"member": 403, "anonymous": 401}.get(role, 404)
     if role == "lead" and expected != 200:
@@ -99,7 +84,7 @@ def test_actions_by_role(world, action, role):
         assert AuditEntry.objects.filter(action=f"reclaim.{action}",
                                          object_id=str(rec.pk)).exists()
     else:
-        assert_error(response, expected) if role != "anonymous" else None
+        assert_api_error(response, expected) if role != "anonymous" else None
         assert rec.status == make(world).status  # unchanged: same as a fresh one
 
 
@@ -121,27 +106,27 @@ def test_bad_input_names_the_field(world, action, case):
     rec = {"dismiss": make_rec, "object": accepted, "uphold": objected,
            "withdraw": objected}[action](world)
     actor = "lead" if action == "object" else "admin"
-    response = client_for(world, actor).post(f"{API}/recommendations/{rec.pk}/{action}", body,
+    response = role_client(world, actor).post(f"{API}/recommendations/{rec.pk}/{action}", body,
                                              content_type="application/json")
-    assert_error(response, 400, field)
+    assert_api_error(response, 400, field)
 
 
 def test_wrong_state_is_a_conflict_and_grace_ended_refuses_objection(world):
-    admin = client_for(world, "admin")
+    admin = role_client(world, "admin")
     rec = accepted(world)
-    assert_error(admin.post(f"{API}/recommendations/{rec.pk}/accept"), 409)
-    assert_error(admin.post(f"{API}/recommendations/{rec.pk}/uphold"), 409)
+    assert_api_error(admin.post(f"{API}/recommendations/{rec.pk}/accept"), 409)
+    assert_api_error(admin.post(f"{API}/recommendations/{rec.pk}/uphold"), 409)
     warning = make_rec(world, kind="coverage_warning")
-    assert_error(admin.post(f"{API}/recommendations/{warning.pk}/accept"), 409)
+    assert_api_error(admin.post(f"{API}/recommendations/{warning.pk}/accept"), 409)
     rec.grace_until = timezone.now().replace(microsecond=0) - timedelta(seconds=1)
     rec.save()
-    response = client_for(world, "lead").post(f"{API}/recommendations/{rec.pk}/object",
+    response = role_client(world, "lead").post(f"{API}/recommendations/{rec.pk}/object",
                                               {"reason": "late"},
                                               content_type="application/json")
-    assert_error(response, 409)
-    assert_error(admin.get(f"{API}/recommendations?status=bogus"), 400, "status")
-    assert_error(admin.get(f"{API}/recommendations?kind=bogus"), 400, "kind")
-    assert_error(admin.get(f"{API}/recommendations/999999"), 404)
+    assert_api_error(response, 409)
+    assert_api_error(admin.get(f"{API}/recommendations?status=bogus"), 400, "status")
+    assert_api_error(admin.get(f"{API}/recommendations?kind=bogus"), 400, "kind")
+    assert_api_error(admin.get(f"{API}/recommendations/999999"), 404)
 
 
 def test_an_exempt_recommendation_is_never_accepted(world):
@@ -150,17 +135,17 @@ def test_an_exempt_recommendation_is_never_accepted(world):
                                              until=timezone.now() + timedelta(days=1),
                                              created_by=world.admin, created_at=timezone.now())
     rec.save()
-    response = client_for(world, "admin").post(f"{API}/recommendations/{rec.pk}/accept")
-    assert_error(response, 409)
+    response = role_client(world, "admin").post(f"{API}/recommendations/{rec.pk}/accept")
+    assert_api_error(response, 409)
     assert "exempt" in response.json()["detail"]
-    listed = client_for(world, "admin").get(f"{API}/recommendations").json()["results"]
+    listed = role_client(world, "admin").get(f"{API}/recommendations").json()["results"]
     assert listed[0]["exempt"] is True and listed[0]["exemption_reason"] == "benchmark"
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_bulk_accept(world, role, django_capture_on_commit_callbacks):
     a, b = make_rec(world), make_rec(world, status=S.DISMISSED)
-    response = client_for(world, role).post(f"{API}/recommendations/bulk-accept",
+    response = role_client(world, role).post(f"{API}/recommendations/bulk-accept",
                                             {"ids": [a.pk, b.pk, 999999]},
                                             content_type="application/json")
     if role != "admin":
@@ -173,9 +158,9 @@ def test_bulk_accept(world, role, django_capture_on_commit_callbacks):
 
 @pytest.mark.parametrize("body", [{}, {"ids": []}, {"ids": ["x"]}, {"ids": 3}])
 def test_bulk_accept_bad_input(world, body):
-    response = client_for(world, "admin").post(f"{API}/recommendations/bulk-accept", body,
+    response = role_client(world, "admin").post(f"{API}/recommendations/bulk-accept", body,
                                                content_type="application/json")
-    assert_error(response, 400, "ids" if body else "ids")
+    assert_api_error(response, 400, "ids" if body else "ids")
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -183,7 +168,7 @@ def test_self_release_by_role(world, role, django_capture_on_commit_callbacks):
     rec = make_rec(world)
     idle = rec.gpu_rows.get().gpu
     url = f"{API}/reservations/{rec.reservation_id}/release-idle"
-    response = client_for(world, role).post(url)
+    response = role_client(world, role).post(url)
     expected = {"admin": 200, "lead": 200, "member": 403, "anonymous": 401}.get(role, 404)
     assert response.status_code == expected, response.content[:300]
     assignment = Assignment.objects.get(reservation=rec.reservation, gpu=idle)
@@ -200,14 +185,15 @@ def test_self_release_by_role(world, role, django_capture_on_commit_callbacks):
 def test_self_release_without_a_recommendation_is_a_conflict(world):
     reservation = world.reserve(count=1, start=timezone.now() - timedelta(days=1),
                                 end=timezone.now() + timedelta(days=1), now=timezone.now())
-    assert_error(client_for(world, "lead").post(
+    assert_api_error(role_client(world, "lead").post(
         f"{API}/reservations/{reservation.pk}/release-idle"), 409)
-    assert_error(client_for(world, "lead").post(f"{API}/reservations/999999/release-idle"), 404)
+    assert_api_error(role_client(world, "lead").post(
+        f"{API}/reservations/999999/release-idle"), 404)
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_exemptions_are_for_admins(world, role):
-    client = client_for(world, role)
+    client = role_client(world, role)
     until = (timezone.now() + timedelta(days=3)).isoformat()
     response = client.post(f"{API}/exemptions", {"team": "vision", "gpu_class": "H100-80GB",
                                                  "reason": "benchmarks", "until": until},
@@ -224,7 +210,7 @@ def test_exemptions_are_for_admins(world, role):
     ended = client.delete(f"{API}/exemptions/{pk}")
     assert ended.status_code == 200
     assert Exemption.objects.get(pk=pk).until <= timezone.now()
-    assert_error(client.delete(f"{API}/exemptions/{pk}"), 409)
+    assert_api_error(client.delete(f"{API}/exemptions/{pk}"), 409)
 
 
 @pytest.mark.parametrize(("body", "field"), [
@@ -239,22 +225,22 @@ def test_exemptions_are_for_admins(world, role):
     ({"reservation": 999999, "reason": "x", "until": "2030-01-01T00:00:00Z"}, "reservation"),
 ])
 def test_exemption_bad_input(world, body, field):
-    response = client_for(world, "admin").post(f"{API}/exemptions", body,
+    response = role_client(world, "admin").post(f"{API}/exemptions", body,
                                                content_type="application/json")
-    assert_error(response, 400, field)
+    assert_api_error(response, 400, field)
 
 
 def test_exemption_for_a_reservation_and_a_team_both_is_refused(world):
     rec = make_rec(world)
-    response = client_for(world, "admin").post(f"{API}/exemptions", {
+    response = role_client(world, "admin").post(f"{API}/exemptions", {
         "reservation": rec.reservation_id, "team": "vision", "gpu_class": "H100-80GB",
         "reason": "x", "until": "2030-01-01T00:00:00Z"}, content_type="application/json")
-    assert_error(response, 400, "reservation")
+    assert_api_error(response, 400, "reservation")
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_backtest_and_figures_are_for_admins(world, role):
-    client = client_for(world, role)
+    client = role_client(world, role)
     backtest = client.get(f"{API}/backtest?days=7&idle_busy_fraction=0.2&lookback_hours=12")
     figures = client.get(f"{API}/figures")
     if role != "admin":
@@ -270,11 +256,11 @@ def test_backtest_and_figures_are_for_admins(world, role):
 @pytest.mark.parametrize("query", ["days=0", "days=91", "days=x", "idle_busy_fraction=2",
                                    "min_coverage=-1", "lookback_hours=0", "grace_hours=-1"])
 def test_backtest_bad_input(world, query):
-    response = client_for(world, "admin").get(f"{API}/backtest?{query}")
-    assert_error(response, 400, query.split("=")[0])
+    response = role_client(world, "admin").get(f"{API}/backtest?{query}")
+    assert_api_error(response, 400, query.split("=")[0])
 
 
 def test_the_schema_lists_every_reclaim_endpoint(world):
-    schema = client_for(world, "admin").get("/api/schema/?format=json").json()
+    schema = role_client(world, "admin").get("/api/schema/?format=json").json()
     paths = [p for p in schema["paths"] if p.startswith("/api/v1/reclaim/")]
     assert len(paths) == 13
