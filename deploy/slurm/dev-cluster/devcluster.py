@@ -29,8 +29,11 @@ CLUSTER = "gqdev"
 NODES = ("gqnode1", "gqnode2")
 GPUS_PER_NODE = 4
 GPU_TYPE = "h100"
-PORTS = {"slurmctld": 17817, "slurmdbd": 17819, "mariadb": 17820,
-         "gqnode1": 17821, "gqnode2": 17822}
+#: The daemons' ports: GQ_SLURM_PORT_BASE (default 17817) and the next few, so two clusters
+#: (two checkouts' test runs) can run side by side on one host.
+PORT_BASE = int(os.environ.get("GQ_SLURM_PORT_BASE", "17817"))
+PORTS = {"slurmctld": PORT_BASE, "slurmdbd": PORT_BASE + 2, "mariadb": PORT_BASE + 3,
+         "gqnode1": PORT_BASE + 4, "gqnode2": PORT_BASE + 5}
 BINARIES = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
             "sacctmgr", "scontrol", "sbatch")
 
