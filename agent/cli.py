@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "simulate_users": ",".join(DEFAULT_USERS), "simulate_accounts": ",".join(DEFAULT_ACCOUNTS),
     "simulate_fail_after": 600.0, "simulate_borrowers_file": "", "proc_root": "/proc",
     "kubelet_pods_dir": "/var/lib/kubelet/pods", "log_level": "INFO", "nvml_retry": 60.0,
+    "gpu_jobs_dir": "/run/gpuquota/gpu-jobs",
 }
 
 
@@ -77,6 +78,8 @@ def parser() -> argparse.ArgumentParser:
                    "run that user's preemptible work (the demo's lent GPUs)")
     p.add_argument("--proc-root", help="the host's /proc (default /proc; a container needs "
                    "the host's PID namespace)")
+    p.add_argument("--gpu-jobs-dir", help="where gpuquota's Slurm prolog records each GPU's job "
+                   "(deploy/slurm/prolog.sh; default /run/gpuquota/gpu-jobs; '' to ignore)")
     p.add_argument("--kubelet-pods-dir", help="kubelet's pods folder, for pod namespaces")
     p.add_argument("--nvml-retry", type=float, help="while NVML cannot answer (driver not "
                    "loaded yet, an upgrade), seconds between tries (default 60)")
@@ -181,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuquota-agent: {exc}", file=sys.stderr)
         return 2
     agent = Agent(backend=backend, spool=spool, hostname=options["hostname"],
-                  owners=OwnerResolver(options["proc_root"], options["kubelet_pods_dir"]),
+                  owners=OwnerResolver(options["proc_root"], options["kubelet_pods_dir"],
+                                       gpu_jobs_dir=options["gpu_jobs_dir"]),
                   boot_id=read_boot_id(options["proc_root"]), window_s=options["window"],
                   poll_s=options["poll"], clock=clock, on_spooled=wake.set,
                   connect=lambda: make_backend(options, clock), retry_s=options["nvml_retry"])

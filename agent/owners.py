@@ -6,6 +6,7 @@ the environment only the Slurm and Kubernetes variables (environments hold secre
 
 from __future__ import annotations
 
+import os
 import pwd
 import re
 from collections.abc import Callable
@@ -33,10 +34,12 @@ class OwnerResolver:
     """Looks up process owners under a /proc root; results are cached per (pid, pid_start)."""
 
     def __init__(self, proc_root: str = "/proc", kubelet_pods: str = "/var/lib/kubelet/pods",
-                 user_of: Callable[[int], str | None] = user_name) -> None:
+                 user_of: Callable[[int], str | None] = user_name,
+                 gpu_jobs_dir: str | None = None) -> None:
         self.proc = Path(proc_root)
         self.kubelet_pods = Path(kubelet_pods)
         self.user_of = user_of
+        self.gpu_jobs = Path(gpu_jobs_dir) if gpu_jobs_dir else None
         self._cache: dict[tuple[int, int], tuple[str | None, Owner]] = {}
 
     def pid_start(self, pid: int) -> int | None:
@@ -49,12 +52,46 @@ class OwnerResolver:
         fields = stat[stat.rfind(b")") + 2:].split()
         return int(fields[19]) if len(fields) > 19 else None
 
-    def lookup(self, pid: int, pid_start: int) -> tuple[str | None, Owner]:
-        """The program name and owner of a live process; cached for the life of the process."""
+    def lookup(self, pid: int, pid_start: int, gpu_index: int | None = None
+               ) -> tuple[str | None, Owner]:
+        """The program name and owner of a live process; cached for the life of the process.
+        A process that shows no job of its own is the Slurm job the prolog recorded on its
+        GPU (`gpu_index`), when that record is its user's and older than the process."""
         key = (pid, pid_start)
         if key not in self._cache:
-            self._cache[key] = self._read(pid)
+            command, owner = self._read(pid)
+            if owner.source == "unix" and gpu_index is not None:
+                owner = self._prolog_owner(owner, gpu_index, pid_start) or owner
+            self._cache[key] = (command, owner)
         return self._cache[key]
+
+    def _prolog_owner(self, owner: Owner, gpu_index: int, pid_start: int) -> Owner | None:
+        """The job in the prolog's record for this GPU (`<job id> <user> <account>`, written
+        by deploy/slurm/prolog.sh when the job started), if it can be this process's: the same
+        user, and written before the process started (a record left by an ended job is older
+        than its user's later processes only if the epilog did not remove it)."""
+        if self.gpu_jobs is None:
+            return None
+        record = self.gpu_jobs / f"gpu{gpu_index}"
+        try:
+            fields = record.read_text().split()
+            written = record.stat().st_mtime
+        except OSError:
+            return None
+        started = self._started_at(pid_start)
+        if len(fields) < 2 or not fields[0].isdigit() or fields[1] != owner.user:
+            return None
+        if started is None or written > started + 1:
+            return None
+        return Owner(owner.uid, owner.user, "slurm", fields[0],
+                     fields[2] if len(fields) > 2 else None)
+
+    def _started_at(self, pid_start: int) -> float | None:
+        """A process's start as a wall-clock time: boot time + its start in clock ticks."""
+        for line in (self._text(self.proc / "stat") or "").splitlines():
+            if line.startswith("btime "):
+                return int(line.split()[1]) + pid_start / os.sysconf("SC_CLK_TCK")
+        return None
 
     def forget_except(self, live: set[tuple[int, int]]) -> None:
         """Drop cached processes that are gone, so the cache follows the GPU's processes."""

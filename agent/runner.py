@@ -186,7 +186,7 @@ class Agent:
                 continue  # exited between NVML's answer and our look at /proc
             command, owner = proc.command, proc.owner
             if owner is None:
-                command, owner = self.owners.lookup(proc.pid, pid_start)
+                command, owner = self.owners.lookup(proc.pid, pid_start, gpu.index)
             keys.add((proc.pid, pid_start))
             self.acc[gpu.uuid].add_process((proc.pid, pid_start), command, owner,
                                            proc.memory_used_bytes, proc.util_sm)

@@ -16,3 +16,10 @@ def reconcile_interval_s() -> int:
     """How often beat reconciles every cluster (SCHEDULER_RECONCILE_INTERVAL_S, default 300)."""
     default = os.environ.get("SCHEDULER_RECONCILE_INTERVAL_S") or 300
     return int(getattr(settings, "SCHEDULER_RECONCILE_INTERVAL_S", default))
+
+
+def running_gpus_interval_s() -> int:
+    """How often beat asks Slurm which GPUs running jobs hold (SLURM_RUNNING_GPUS_INTERVAL_S,
+    default 60): a job shorter than this may be missed, and is then known by count only."""
+    default = os.environ.get("SLURM_RUNNING_GPUS_INTERVAL_S") or 60
+    return int(getattr(settings, "SLURM_RUNNING_GPUS_INTERVAL_S", default))

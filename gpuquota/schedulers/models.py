@@ -270,6 +270,42 @@ class SlurmJob(models.Model):
         return f"{self.cluster} job {self.job_id} ({self.state})"
 
 
+class SlurmJobGpu(models.Model):
+    """A GPU a Slurm job held while it ran, as slurmctld said then (`scontrol -d show job`,
+    `IDX:`): Slurm's accounting keeps GPU counts, never which GPUs. One row per job, node
+    and index, with when it was first and last seen running there."""
+
+    cluster = models.ForeignKey(
+        "inventory.Cluster", on_delete=models.PROTECT, related_name="slurm_job_gpus"
+    )
+    job_id = models.CharField(max_length=32)
+    node = models.CharField(max_length=64, help_text="Slurm's node name.")
+    gpu_index = models.PositiveIntegerField(help_text="Slurm's GPU index on the node (IDX).")
+    gpu = models.ForeignKey(
+        "inventory.Gpu", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The inventory's GPU at that node and index, when there is one.",
+    )
+    account = models.CharField(max_length=64, blank=True)
+    user = models.CharField(max_length=64, blank=True)
+    first_seen_at = WholeSecondDateTimeField()
+    last_seen_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["-last_seen_at", "node", "gpu_index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "job_id", "node", "gpu_index"], name="slurmjobgpu_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(last_seen_at__gte=models.F("first_seen_at")),
+                name="slurmjobgpu_seen_order",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} on {self.node} GPU {self.gpu_index}"
+
+
 class ImportCursor(models.Model):
     """How far a cluster's job accounting has been imported."""
 

@@ -20,6 +20,7 @@ from gpuquota.schedulers.models import (
     ReconcileRun,
     ReservationBinding,
     SlurmJob,
+    SlurmJobGpu,
 )
 from gpuquota.schedulers.slurm.objects import hostlist_expand
 from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT, SCAVENGER_QOS
@@ -214,28 +215,49 @@ def team_scheduler_holds(*, team, now: datetime) -> list[dict]:
         reservation__team=team, reservation__status__in=HELD_STATUSES,
         reservation__end__gt=now,
     ).select_related("reservation__gpu_class").order_by("reservation__start"))
-    return [{
-        "binding": b, "reservation": b.reservation,
-        "jobs": list(SlurmJob.objects.filter(reservation=owned_name("res", b.reservation_id))
-                     .order_by("-submitted_at")[:10]),
-    } for b in held]
+    return [{"binding": b, "reservation": b.reservation, "jobs": _hold_jobs(b.reservation)}
+            for b in held]
+
+
+def _hold_jobs(reservation) -> list[SlurmJob]:
+    """The latest Slurm jobs in the reservation's Slurm reservation or seen running on its
+    GPUs, each with `gpus_seen` (`node:index`, on its GPUs)."""
+    seen = defaultdict(list)
+    rows = SlurmJobGpu.objects.filter(
+        gpu__assignments__reservation=reservation, first_seen_at__lt=reservation.end,
+        last_seen_at__gte=reservation.start,
+    ).distinct().order_by("node", "gpu_index")
+    for row in rows:
+        seen[(row.cluster_id, row.job_id)].append(f"{row.node}:{row.gpu_index}")
+    on_gpus = Q(pk__in=[])
+    for cluster_id, job_id in seen:
+        on_gpus |= Q(cluster_id=cluster_id, job_id=job_id)
+    jobs = list(SlurmJob.objects.filter(
+        Q(reservation=owned_name("res", reservation.pk)) | on_gpus).order_by("-submitted_at")[:10])
+    for job in jobs:
+        job.gpus_seen = ", ".join(seen.get((job.cluster_id, job.job_id), []))
+    return jobs
 
 
 @dataclass(frozen=True)
 class ForeignUse:
-    """A job of another account on GPUs a reservation held, outside a loan: the evidence."""
+    """A job of another account on GPUs a reservation held, outside a loan: the evidence
+    (the nodes; the GPUs, `node:index`, where slurmctld was seen saying which)."""
 
     reservation: object
     job: object
     nodes: tuple[str, ...]
+    gpus: tuple[str, ...] = ()
 
 
 def foreign_use(*, cluster=None, team=None, since: datetime) -> list[ForeignUse]:
-    """Jobs that ran, since `since`, on nodes a reservation held whole (or its exact GPUs),
-    while it held them, under an account that is not the team's and not a borrower's."""
-    bindings = ReservationBinding.objects.filter(
-        level__in=[BindingLevel.WHOLE_NODES, BindingLevel.EXACT_GPUS], reservation__end__gt=since,
-    ).select_related("reservation__team")
+    """Jobs that ran, since `since`, on GPUs a reservation held, while it held them, under
+    an account that is not the team's and not a borrower's. Evidence is the GPUs slurmctld
+    said the job held while it ran (SlurmJobGpu), whatever the binding level; a job never
+    seen running (shorter than the observation interval) counts by its nodes, and only where
+    the reservation held them whole."""
+    bindings = ReservationBinding.objects.filter(reservation__end__gt=since).select_related(
+        "reservation__team")
     if team is not None:
         bindings = bindings.filter(reservation__team=team)
     if cluster is not None:
@@ -244,19 +266,39 @@ def foreign_use(*, cluster=None, team=None, since: datetime) -> list[ForeignUse]
     for binding in bindings.distinct():
         r = binding.reservation
         assignments = list(Assignment.objects.filter(reservation=r).select_related("gpu__node"))
-        if not assignments:
-            continue
-        node_cluster = assignments[0].gpu.node.cluster_id
-        nodes = {a.gpu.node.hostname.split(".")[0] for a in assignments}
-        own = set(ClusterIdentity.objects.filter(
-            cluster_id=node_cluster, team=r.team, kind=ClusterIdentity.Kind.SLURM_ACCOUNT,
-        ).values_list("key", flat=True))
-        jobs = SlurmJob.objects.filter(
-            cluster_id=node_cluster, started_at__lt=r.end, started_at__isnull=False,
-        ).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=max(r.start, since))).exclude(
-            account__in=[*own, LENDING_ACCOUNT]).exclude(qos=SCAVENGER_QOS).exclude(gpus=0)
-        for job in jobs:
-            shared = nodes & set(hostlist_expand(job.nodes))
-            if shared:
-                found.append(ForeignUse(reservation=r, job=job, nodes=tuple(sorted(shared))))
+        if assignments:
+            found += _foreign_jobs(binding, assignments, since)
     return sorted(found, key=lambda f: f.job.started_at, reverse=True)
+
+
+def _foreign_jobs(binding, assignments, since: datetime) -> list[ForeignUse]:
+    r = binding.reservation
+    node_cluster = assignments[0].gpu.node.cluster_id
+    own = [*ClusterIdentity.objects.filter(
+        cluster_id=node_cluster, team=r.team, kind=ClusterIdentity.Kind.SLURM_ACCOUNT,
+    ).values_list("key", flat=True), LENDING_ACCOUNT]
+    jobs = SlurmJob.objects.filter(
+        cluster_id=node_cluster, started_at__lt=r.end, started_at__isnull=False,
+    ).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=max(r.start, since))).exclude(
+        account__in=own).exclude(qos=SCAVENGER_QOS).exclude(gpus=0)
+    seen = defaultdict(list)  # job id -> the reserved GPUs it was seen on
+    for row in SlurmJobGpu.objects.filter(
+        cluster_id=node_cluster, gpu_id__in=[a.gpu_id for a in assignments],
+        first_seen_at__lt=r.end, last_seen_at__gte=max(r.start, since),
+    ).exclude(account__in=own).order_by("node", "gpu_index"):
+        seen[row.job_id].append(row)
+    whole = binding.level in (BindingLevel.WHOLE_NODES, BindingLevel.EXACT_GPUS)
+    observed = set(SlurmJobGpu.objects.filter(
+        cluster_id=node_cluster, job_id__in=[j.job_id for j in jobs]).values_list(
+        "job_id", flat=True)) if whole else set()
+    nodes = {a.gpu.node.hostname.split(".")[0] for a in assignments}
+    found = []
+    for job in jobs.filter(job_id__in=list(seen)) if not whole else jobs:
+        rows = seen.get(job.job_id, [])
+        if rows:
+            found.append(ForeignUse(reservation=r, job=job,
+                                    nodes=tuple(sorted({row.node for row in rows})),
+                                    gpus=tuple(f"{row.node}:{row.gpu_index}" for row in rows)))
+        elif job.job_id not in observed and (shared := nodes & set(hostlist_expand(job.nodes))):
+            found.append(ForeignUse(reservation=r, job=job, nodes=tuple(sorted(shared))))
+    return found

@@ -2,9 +2,10 @@
 
 from celery import shared_task
 
-from gpuquota.schedulers.conf import reconcile_interval_s
+from gpuquota.schedulers.conf import reconcile_interval_s, running_gpus_interval_s
 from gpuquota.schedulers.reconcile import clusters_reconcile
 from gpuquota.schedulers.slurm.jobs import slurm_clusters_accounting_import
+from gpuquota.schedulers.slurm.running import slurm_clusters_running_gpus_import
 
 
 @shared_task(name="schedulers.reconcile_all", acks_late=True)
@@ -19,6 +20,12 @@ def slurm_accounting_import_task() -> dict:
     return slurm_clusters_accounting_import()
 
 
+@shared_task(name="schedulers.slurm_running_gpus", acks_late=True)
+def slurm_running_gpus_task() -> dict:
+    """Record which GPUs each Slurm cluster's running jobs hold (only slurmctld knows)."""
+    return slurm_clusters_running_gpus_import()
+
+
 BEAT_SCHEDULE = {
     "schedulers-reconcile-all": {
         "task": "schedulers.reconcile_all",
@@ -28,5 +35,9 @@ BEAT_SCHEDULE = {
     "schedulers-slurm-accounting-import": {
         "task": "schedulers.slurm_accounting_import",
         "schedule": float(reconcile_interval_s()),
+    },
+    "schedulers-slurm-running-gpus": {
+        "task": "schedulers.slurm_running_gpus",
+        "schedule": float(running_gpus_interval_s()),
     },
 }

@@ -112,3 +112,58 @@ def test_owners_are_cached_per_process_lifetime_and_forgotten_after_it(tmp_path,
     assert resolver.lookup(42, 912345679)[1].job_id == "2"
     resolver.forget_except(set())
     assert resolver.lookup(42, 912345678)[1].job_id == "2"
+
+
+def _prolog_record(directory, index, text, *, written):
+    import os
+
+    directory.mkdir(exist_ok=True)
+    record = directory / f"gpu{index}"
+    record.write_text(text)
+    os.utime(record, (written, written))
+
+
+@pytest.fixture
+def prolog_resolver(tmp_path):
+    """A resolver reading the prolog's records; the host booted at 1,800,000,000 and its
+    clock ticks 100 times a second, so a process started at tick 50,000 started at
+    1,800,000,500."""
+    import os
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "stat").write_text("cpu 1 2 3\nbtime 1800000000\n")
+    assert os.sysconf("SC_CLK_TCK") == 100
+    return OwnerResolver(str(tmp_path / "proc"), str(tmp_path / "pods"),
+                         {1012: "alice", 1013: "bob"}.get, gpu_jobs_dir=str(tmp_path / "jobs"))
+
+
+def test_the_prologs_record_names_the_job_of_a_process_that_shows_none(tmp_path, prolog_resolver):
+    # proctrack/linuxproc, and an agent that may not read other users' environments: the
+    # process alone says only its user. The prolog wrote the job's record before it started.
+    base = make_process(tmp_path / "proc", 42, start=50_000)
+    (base / "environ").unlink()
+    _prolog_record(tmp_path / "jobs", 2, "7001 alice vision\n", written=1_800_000_490)
+    assert prolog_resolver.lookup(42, 50_000, 2)[1] == Owner(1012, "alice", "slurm", "7001",
+                                                             "vision")
+    # Another GPU has no record: the process stays a plain unix one.
+    make_process(tmp_path / "proc", 43, start=50_000)
+    assert prolog_resolver.lookup(43, 50_000, 3)[1] == Owner(1012, "alice", "unix")
+
+
+@pytest.mark.parametrize("record, written", [
+    ("7001 bob speech\n", 1_800_000_490),  # another user's job
+    ("7001 alice vision\n", 1_800_000_600),  # written after the process started: not its job
+    ("garbage\n", 1_800_000_490),
+])
+def test_a_record_that_cannot_be_the_processes_job_is_ignored(tmp_path, prolog_resolver,
+                                                              record, written):
+    make_process(tmp_path / "proc", 42, start=50_000)
+    _prolog_record(tmp_path / "jobs", 0, record, written=written)
+    assert prolog_resolver.lookup(42, 50_000, 0)[1] == Owner(1012, "alice", "unix")
+
+
+def test_a_job_the_process_shows_itself_wins_over_the_record(tmp_path, prolog_resolver):
+    make_process(tmp_path / "proc", 42, start=50_000,
+                 environ=b"SLURM_JOB_ID=8002\0SLURM_JOB_ACCOUNT=vision\0")
+    _prolog_record(tmp_path / "jobs", 0, "7001 alice vision\n", written=1_800_000_490)
+    assert prolog_resolver.lookup(42, 50_000, 0)[1].job_id == "8002"

@@ -19,6 +19,7 @@ from gpuquota.schedulers.models import (
     LoanReturn,
     ReservationBinding,
     SlurmJob,
+    SlurmJobGpu,
 )
 from gpuquota.schedulers.reconcile import cluster_reconcile
 from gpuquota.schedulers.services import backend_config_update
@@ -146,3 +147,48 @@ def test_lent_gpu_runs_a_scavenger_job_requeued_when_the_owner_job_arrives(live)
     assert LoanReturn.objects.count() == 3
     # Jobs on the reservation: Slurm's accounting names it (mapped from its id).
     assert SlurmJob.objects.filter(reservation=f"gq-res-{r.pk}", team=site.teams["vision"]).exists()
+
+
+def _wait(predicate, timeout_s: float = 20):
+    deadline = time.monotonic() + timeout_s
+    while not (found := predicate()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found
+
+
+def test_running_jobs_gpus_are_read_from_slurm_and_prove_foreign_use(live):
+    """Two of gqnode1's four GPUs reserved (held by the account's limit only): slurmctld's
+    `IDX:` says which GPUs each running job holds, the prolog wrote the same, and another
+    account's job on a reserved GPU is foreign use, by GPU. The epilog removes the records."""
+    from django.utils import timezone
+
+    from gpuquota.schedulers.selectors import foreign_use
+    from gpuquota.schedulers.slurm.running import running_gpus_import
+
+    site = _site(live)
+    now = timezone.now()
+    r = site.reserve("vision", site.gpus["gqnode1"][:2], start=now - timedelta(minutes=5),
+                     end=now + timedelta(hours=1))
+    assert _reconcile(site).outcome == "ok"
+    assert ReservationBinding.objects.get(reservation=r).level == "quota"
+
+    foreign = live.sbatch(user="nobody", account="speech", extra=("--nodelist=gqnode1",))
+    assert live.wait_state(foreign, {"RUNNING"})["JobState"] == "RUNNING"
+    own = live.sbatch(user="daemon", account="vision", gpus=2, extra=("--nodelist=gqnode1",))
+    assert live.wait_state(own, {"RUNNING"})["JobState"] == "RUNNING"
+    running_gpus_import(cluster=site.cluster)
+    held = {(row.job_id, row.node, row.gpu_index): row.gpu for row in SlurmJobGpu.objects.all()}
+    assert set(held) == {(foreign, "gqnode1", 0), (own, "gqnode1", 1), (own, "gqnode1", 2)}
+    assert held[(foreign, "gqnode1", 0)] == site.gpus["gqnode1"][0]
+    records = live.cluster.root / "gpu-jobs" / "gqnode1"
+    assert {p.name: p.read_text().split()[0] for p in records.iterdir()} == {
+        "gpu0": foreign, "gpu1": own, "gpu2": own}
+
+    assert _wait(lambda: slurm_jobs_import(cluster=site.cluster) and SlurmJob.objects.filter(
+        job_id=own, started_at__isnull=False).exists())
+    found = foreign_use(since=now - timedelta(days=1))
+    assert [(f.job.job_id, f.gpus) for f in found] == [(foreign, ("gqnode1:0",))]
+
+    live.run("scancel", foreign)
+    assert _wait(lambda: not (records / "gpu0").exists()), "the epilog left the record"
+    assert (records / "gpu1").exists()

@@ -71,6 +71,7 @@ class DevCluster:
         text = (HERE / template).read_text()
         values = {"DIR": str(self.root), "CLUSTER": CLUSTER, "GPU_TYPE": GPU_TYPE,
                   "PROLOG": str(self.root / "etc/prolog.sh"),
+                  "EPILOG": str(self.root / "etc/epilog.sh"),
                   **{f"PORT_{k.upper()}": str(v) for k, v in PORTS.items()}}
         for key, value in values.items():
             text = text.replace("@" + key + "@", value)
@@ -99,11 +100,12 @@ class DevCluster:
         self._render("slurmdbd.conf.in", self.root / "etc/slurmdbd.conf", 0o600)
         # gpuquota's job_submit.lua: GPU requests without a type get one (typed limits hold).
         shutil.copy(HERE.parent / "job_submit.lua", self.root / "etc/job_submit.lua")
-        prolog = self.root / "etc/prolog.sh"
-        # One records directory per node: both slurmd share this host.
-        prolog.write_text((HERE.parent / "prolog.sh").read_text().replace(
-            "/run/gpuquota/gpu-jobs", f"{self.root}/gpu-jobs/$SLURMD_NODENAME"))
-        prolog.chmod(0o755)
+        for script in ("prolog.sh", "epilog.sh"):
+            # One records directory per node: both slurmd share this host.
+            target = self.root / "etc" / script
+            target.write_text((HERE.parent / script).read_text().replace(
+                "/run/gpuquota/gpu-jobs", f"{self.root}/gpu-jobs/$SLURMD_NODENAME"))
+            target.chmod(0o755)
         for n, node in enumerate(NODES):
             for i in range(GPUS_PER_NODE):
                 # Character devices, or Slurm sets no CUDA_VISIBLE_DEVICES / SLURM_JOB_GPUS.

@@ -175,3 +175,18 @@ def _reservation_argv(action: Action, changed: set[str]) -> list[str]:
         return argv + [f"Flags={','.join(filter(None, [obj.fields.get('flags'), 'IGNORE_JOBS']))}"]
     argv = ["scontrol", "update", f"ReservationName={obj.name}"]
     return argv + [f"{names[k]}={obj.fields[k]}" for k in sorted(changed)]
+
+
+GPU_IDX_RE = re.compile(r"(?:^|,)gpu(?::[^:(,]+)*?:\d+\(IDX:([^)]*)\)")
+
+
+def gres_indices(text: str) -> tuple[int, ...]:
+    """The GPU indices of a job's GRES on one node: `gpu:h100:2(IDX:0,2-3)` -> (0, 2, 3);
+    other GRES and `IDX:N/A` give none."""
+    found: set[int] = set()
+    for ranges in GPU_IDX_RE.findall(text):
+        for part in ranges.split(","):
+            start, _, end = part.partition("-")
+            if start.isdigit() and (end or start).isdigit():
+                found.update(range(int(start), int(end or start) + 1))
+    return tuple(sorted(found))

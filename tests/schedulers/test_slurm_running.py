@@ -1,0 +1,153 @@
+"""Which GPUs running Slurm jobs hold: `scontrol -d -o show job` parsed (real 22.05 lines),
+recorded per job, node and index, and used as the evidence of foreign use, whatever the
+reservation's binding level."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from gpuquota.schedulers.models import ReservationBinding, SlurmJob, SlurmJobGpu
+from gpuquota.schedulers.selectors import foreign_use
+from gpuquota.schedulers.slurm.objects import gres_indices
+from gpuquota.schedulers.slurm.running import RunningGpu, running_gpus_parse, running_gpus_record
+
+# Slurm 22.05.8's answers (the dev cluster), cut to the fields that matter.
+ONE_NODE = (
+    "JobId=1 JobName=wrap UserId=daemon(1) GroupId=root(0) Account=vision QOS=normal "
+    "JobState=RUNNING Reason=None NodeList=gqnode1 BatchHost=gqnode1 NumNodes=1 NumCPUs=1 "
+    "TRES=cpu=1,node=1,billing=1,gres/gpu=2,gres/gpu:h100=2 JOB_GRES=gpu:h100:2   "
+    "Nodes=gqnode1 CPU_IDs=0 Mem=0 GRES=gpu:h100:2(IDX:0-1) MinCPUsNode=1 WorkDir=/tmp"
+)
+TWO_NODES = (
+    "JobId=3 JobName=wrap UserId=daemon(1) GroupId=root(0) Account=vision QOS=normal "
+    "JobState=RUNNING Reason=None NodeList=gqnode[1-2] NumNodes=2 JOB_GRES=gpu:h100:2   "
+    "Nodes=gqnode1 CPU_IDs=1 Mem=0 GRES=gpu:h100:1(IDX:2)   "
+    "Nodes=gqnode2 CPU_IDs=0 Mem=0 GRES=gpu:h100:1(IDX:0) MinCPUs=1"
+)
+SAME_ON_BOTH = (
+    "JobId=4 UserId=nobody(65534) Account=speech QOS=normal JobState=RUNNING NumNodes=2 "
+    "Nodes=gqnode[1-2] CPU_IDs=0 Mem=0 GRES=gpu:h100:1(IDX:3) MinCPUs=1"
+)
+PENDING = ("JobId=2 UserId=daemon(1) Account=vision JobState=PENDING Reason=Resources "
+           "NumNodes=2-2 TRES=cpu=2,gres/gpu:h100=6 MinCPUsNode=1")
+
+
+@pytest.mark.parametrize("text, indices", [
+    ("gpu:h100:2(IDX:0-1)", (0, 1)),
+    ("gpu:2(IDX:0,2-3)", (0, 2, 3)),
+    ("gpu:a100_3g.20gb:1(IDX:5)", (5,)),
+    ("gpu:h100:1(IDX:2),shard:h100:4(2/4,0/4)", (2,)),
+    ("gpu:h100:0(IDX:N/A)", ()),
+    ("(null)", ()),
+])
+def test_gres_indices(text, indices):
+    assert gres_indices(text) == indices
+
+
+def test_running_jobs_give_their_gpus_per_node_and_pending_jobs_none():
+    text = "\n".join([ONE_NODE, TWO_NODES, SAME_ON_BOTH, PENDING])
+    assert running_gpus_parse(text) == [
+        RunningGpu("1", "vision", "daemon", "gqnode1", 0),
+        RunningGpu("1", "vision", "daemon", "gqnode1", 1),
+        RunningGpu("3", "vision", "daemon", "gqnode1", 2),
+        RunningGpu("3", "vision", "daemon", "gqnode2", 0),
+        RunningGpu("4", "speech", "nobody", "gqnode1", 3),
+        RunningGpu("4", "speech", "nobody", "gqnode2", 3),
+    ]
+    assert running_gpus_parse("No jobs in the system\n") == []
+
+
+def test_observations_extend_the_rows_and_tie_them_to_the_inventory(site):
+    now = timezone.now().replace(microsecond=0)
+    gpus = running_gpus_parse(ONE_NODE.replace("gqnode1", "node-a"))
+    running_gpus_record(cluster=site.cluster, gpus=gpus, at=now - timedelta(minutes=2),
+                        node_name=lambda h: h)
+    running_gpus_record(cluster=site.cluster, gpus=gpus[:1], at=now, node_name=lambda h: h)
+    rows = {r.gpu_index: r for r in SlurmJobGpu.objects.filter(job_id="1")}
+    assert rows[0].gpu == site.gpus["node-a"][0] and rows[1].gpu == site.gpus["node-a"][1]
+    assert (rows[0].first_seen_at, rows[0].last_seen_at) == (now - timedelta(minutes=2), now)
+    assert rows[1].last_seen_at == now - timedelta(minutes=2)  # not seen the second time
+    # A node the inventory does not know: recorded, tied to no GPU.
+    running_gpus_record(cluster=site.cluster, gpus=[RunningGpu("9", "x", "y", "elsewhere", 0)],
+                        at=now, node_name=lambda h: h)
+    assert SlurmJobGpu.objects.get(job_id="9").gpu is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_database_refuses_a_last_sighting_before_the_first(site):
+    now = timezone.now()
+    with pytest.raises(IntegrityError), transaction.atomic(), connection.cursor() as cur:
+        cur.execute(
+            "INSERT INTO schedulers_slurmjobgpu (cluster_id, job_id, node, gpu_index, account, "
+            "\"user\", first_seen_at, last_seen_at) VALUES (%s, '1', 'n', 0, '', '', %s, %s)",
+            [site.cluster.pk, now, now - timedelta(seconds=1)])
+
+
+def test_foreign_use_by_gpu_on_a_reservation_held_by_quota_only(site):
+    """Two of node-a's four GPUs reserved: Slurm holds them by the account's limit only, so
+    another account's job may land on them. The GPUs slurmctld named are the evidence; a job
+    of another account on node-a's other GPUs is not foreign use."""
+    now = timezone.now().replace(microsecond=0)
+    r = site.reserve("vision", site.gpus["node-a"][:2], start=now - timedelta(hours=2),
+                     end=now + timedelta(hours=2))
+    ReservationBinding.objects.create(reservation=r, level="quota", why="shares node-a",
+                                      updated_at=r.start)
+    for job_id, index in (("201", 1), ("202", 3)):
+        SlurmJob.objects.create(
+            cluster=site.cluster, job_id=job_id, submitted_at=now - timedelta(hours=1),
+            started_at=now - timedelta(hours=1), state="RUNNING", account="speech", user="bob",
+            qos="normal", nodes="node-a", gpu_tres="gres/gpu:h100=1", gpus=1)
+        running_gpus_record(cluster=site.cluster, at=now - timedelta(minutes=30),
+                            gpus=[RunningGpu(job_id, "speech", "bob", "node-a", index)],
+                            node_name=lambda h: h)
+    found = foreign_use(since=now - timedelta(days=30))
+    assert [(f.job.job_id, f.gpus) for f in found] == [("201", ("node-a:1",))]
+
+
+def test_on_a_whole_node_a_job_seen_elsewhere_is_not_flagged_by_its_node_list(site):
+    """Node-a reserved whole; a two-node job of another account that slurmctld was seen
+    running on node-b's GPUs only: its node list alone would flag it, the GPUs it held
+    clear it."""
+    now = timezone.now().replace(microsecond=0)
+    r = site.reserve("vision", site.gpus["node-a"], start=now - timedelta(hours=2),
+                     end=now + timedelta(hours=2))
+    ReservationBinding.objects.create(reservation=r, level="whole_nodes", why="node-a whole",
+                                      updated_at=r.start)
+    for job_id in ("301", "302"):
+        SlurmJob.objects.create(
+            cluster=site.cluster, job_id=job_id, submitted_at=now - timedelta(hours=1),
+            started_at=now - timedelta(hours=1), state="RUNNING", account="speech", user="bob",
+            qos="normal", nodes="node-a,node-b", gpu_tres="gres/gpu:h100=2", gpus=2)
+    running_gpus_record(cluster=site.cluster, at=now - timedelta(minutes=30),
+                        gpus=[RunningGpu("301", "speech", "bob", "node-b", 0)],
+                        node_name=lambda h: h)
+    # 302 was never seen running (too short): its node list is the evidence.
+    assert [(f.job.job_id, f.nodes, f.gpus) for f in foreign_use(
+        since=now - timedelta(days=30))] == [("302", ("node-a",), ())]
+
+
+def test_the_team_page_lists_the_jobs_seen_on_a_reservations_gpus(site):
+    from django.test import Client
+    from django.urls import reverse
+
+    from accounts.models import User
+
+    now = timezone.now().replace(microsecond=0)
+    r = site.reserve("vision", site.gpus["node-a"][:2], start=now - timedelta(hours=2),
+                     end=now + timedelta(hours=2))
+    ReservationBinding.objects.create(reservation=r, level="quota", why="shares node-a",
+                                      updated_at=r.start)
+    SlurmJob.objects.create(
+        cluster=site.cluster, job_id="401", submitted_at=now - timedelta(hours=1),
+        started_at=now - timedelta(hours=1), state="RUNNING", account="vision", user="alice",
+        qos="normal", nodes="node-a", gpu_tres="gres/gpu:h100=2", gpus=2)
+    running_gpus_record(cluster=site.cluster, at=now - timedelta(minutes=30), gpus=[
+        RunningGpu("401", "vision", "alice", "node-a", 0),
+        RunningGpu("401", "vision", "alice", "node-a", 1)], node_name=lambda h: h)
+    client = Client()
+    client.force_login(User.objects.get(username="alice"))
+    page = client.get(
+        reverse("team_detail", args=["vision"])).content.decode()
+    assert "Jobs on this reservation" in page and "node-a:0, node-a:1" in page
