@@ -1,5 +1,5 @@
 """A Kubernetes cluster in gpuquota (two teams, their namespaces, two nodes of GPUs) and the
-fake API server it reconciles against, limited by the shipped ClusterRole."""
+fake API server it reconciles against, limited by the shipped ClusterRole and Role."""
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,12 +26,19 @@ from tests.factories import (
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 TOKEN = "sa-token-for-tests"
 RBAC = Path(settings.BASE_DIR) / "deploy" / "kubernetes" / "base" / "rbac.yaml"
+KUEUE_RBAC = Path(settings.BASE_DIR) / "deploy" / "kubernetes" / "kueue" / "rbac.yaml"
 
 
 def shipped_rules() -> list[dict]:
     role = next(d for d in yaml.safe_load_all(RBAC.read_text())
                 if d and d["kind"] == "ClusterRole")
     return role["rules"]
+
+
+def shipped_roles() -> dict[str, list[dict]]:
+    """The shipped Roles' rules per namespace (reading Kueue's controller Deployment)."""
+    return {d["metadata"]["namespace"]: d["rules"]
+            for d in yaml.safe_load_all(KUEUE_RBAC.read_text()) if d and d["kind"] == "Role"}
 
 
 class KubeSite:
@@ -83,6 +90,7 @@ def kube(db):
 
 @pytest.fixture
 def apiserver():
-    server = FakeApiServer(token=TOKEN, rbac_rules=shipped_rules()).start()
+    server = FakeApiServer(token=TOKEN, rbac_rules=shipped_rules(),
+                           rbac_roles=shipped_roles()).start()
     yield server
     server.stop()

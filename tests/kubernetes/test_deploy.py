@@ -63,8 +63,12 @@ def test_the_overlay_sets_images_and_replicas_and_beat_stays_one(objects):
               for c in pod_spec(o)["containers"] + pod_spec(o).get("initContainers", [])}
     assert images == {"registry.example.org/gpuquota:1.0.0",
                       "registry.example.org/gpuquota-agent:1.0.0"}
-    assert {o["metadata"].get("namespace") for o in objects
-            if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")} == {"gpuquota"}
+    namespaces = {(o["kind"], o["metadata"].get("namespace")) for o in objects
+                  if o["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding")}
+    assert {ns for kind, ns in namespaces if kind not in ("Role", "RoleBinding")} == {
+        "gpuquota"}
+    assert {(kind, ns) for kind, ns in namespaces if kind in ("Role", "RoleBinding")} == {
+        ("Role", "kueue-system"), ("RoleBinding", "kueue-system")}  # not moved by the base
 
 
 def test_app_pods_run_non_root_read_only_with_requests_and_the_external_secret(objects):
@@ -123,6 +127,19 @@ def test_only_the_worker_holds_the_reconciler_account_and_rbac_has_no_wildcards(
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
         assert not {"get", "watch", "update", "deletecollection"} & set(rule["verbs"])
     binding = by(objects, "ClusterRoleBinding", "gpuquota-reconciler")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuquota-reconciler",
+                                    "namespace": "gpuquota"}]
+
+
+def test_outside_gpuquota_the_reconciler_may_only_get_kueues_controller(objects):
+    roles = [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
+    assert [(o["kind"], o["metadata"]["name"]) for o in roles] == [
+        ("Role", "gpuquota-kueue-release"), ("RoleBinding", "gpuquota-kueue-release")]
+    assert by(objects, "Role", "gpuquota-kueue-release")["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["deployments"],
+         "resourceNames": ["kueue-controller-manager"], "verbs": ["get"]}]
+    binding = by(objects, "RoleBinding", "gpuquota-kueue-release")
+    assert binding["roleRef"]["name"] == "gpuquota-kueue-release"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpuquota-reconciler",
                                     "namespace": "gpuquota"}]
 

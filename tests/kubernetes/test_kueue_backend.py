@@ -21,7 +21,7 @@ from gpuquota.schedulers.models import (
     ReservationBinding,
 )
 from gpuquota.schedulers.reconcile import cluster_reconcile
-from tests.kubernetes.conftest import NOW, shipped_rules
+from tests.kubernetes.conftest import NOW, shipped_roles, shipped_rules
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 KUEUE = "/apis/kueue.x-k8s.io/v1beta1"
@@ -67,6 +67,7 @@ def test_the_first_run_creates_everything_and_the_second_sends_no_write(kube, ap
     assert (binding.level, binding.scheduler_object) == ("quota", "gq-vision")
     caps = Capabilities.objects.get(cluster=kube.cluster)
     assert caps.version == "v1.34.2" and caps.facts["kueue_api"] == "kueue.x-k8s.io/v1beta1"
+    assert caps.facts["kueue_release"] == "v0.14.1" and caps.notes == []
 
     seen = len(apiserver.requests)
     again = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
@@ -166,7 +167,7 @@ def test_rbac_denied_is_a_clear_cluster_problem(kube):
             rule["resources"] = [r for r in rule["resources"] if r != "localqueues"]
     rules.append({"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"],
                   "verbs": ["list"]})
-    server = FakeApiServer(token="t", rbac_rules=rules).start()
+    server = FakeApiServer(token="t", rbac_rules=rules, rbac_roles=shipped_roles()).start()
     try:
         kube.configure(server)
         summary = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
@@ -212,7 +213,8 @@ def test_without_kueue_reservations_are_advisory_and_nothing_is_written(kube):
 
 def test_exact_gpus_pins_claims_to_uuids_and_taints_the_devices(kube):
 
-    server = FakeApiServer(token="t", rbac_rules=shipped_rules(), version="v1.34.1").start()
+    server = FakeApiServer(token="t", rbac_rules=shipped_rules(), rbac_roles=shipped_roles(),
+                           version="v1.34.1").start()
     server.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
                 "metadata": {"name": "gpu-a-gpu.nvidia.com"},
                 "spec": {"driver": "gpu.nvidia.com", "pool": {"name": "gpu-a",
@@ -249,9 +251,11 @@ def test_exact_gpus_pins_claims_to_uuids_and_taints_the_devices(kube):
 
 
 def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
-    """Every rule's verb is used in these scenarios, and nothing else is asked for."""
+    """Every rule's verb is used in these scenarios, and nothing else is asked for; outside
+    the ClusterRole only Kueue's controller Deployment is read, as the shipped Role allows."""
 
-    server = FakeApiServer(token="t", rbac_rules=shipped_rules()).start()
+    server = FakeApiServer(token="t", rbac_rules=shipped_rules(),
+                           rbac_roles=shipped_roles()).start()
     server.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
                 "metadata": {"name": "s"}, "spec": {"driver": "gpu.nvidia.com", "pool": {
                     "name": "gpu-a", "resourceSliceCount": 1, "generation": 1},
@@ -263,17 +267,21 @@ def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
         kube.lend(first, kube.gpus["gpu-a"][0])
         cluster_reconcile(cluster=kube.cluster, reason="t", at=NOW)  # patches
         cluster_reconcile(cluster=kube.cluster, reason="t", at=NOW + timedelta(hours=1))
-        used = set()
+        used, named = set(), set()
         for r in server.requests:
             if r.path.rstrip("/") in ("/version", "/apis"):
                 continue
             parts = r.path.strip("/").split("/")
             group = "" if parts[0] == "api" else parts[1]
             rest = parts[2:] if parts[0] == "api" else parts[3:]
+            namespace = ""
             if rest[0] == "namespaces" and len(rest) >= 3:
-                rest = rest[2:]
+                namespace, rest = rest[1], rest[2:]
             verb = VERBS.get(r.method) or ("get" if len(rest) > 1 else "list")
-            used.add((group, rest[0], verb))
+            if verb == "get":
+                named.add((namespace, group, rest[0], rest[1]))
+            else:
+                used.add((group, rest[0], verb))
     finally:
         server.stop()
     granted = {(g, res, v) for rule in shipped_rules() for g in rule["apiGroups"]
@@ -286,6 +294,11 @@ def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
     assert granted == designed
     # ...and these runs used every kind of call, none outside the grant.
     assert used <= granted and {v for _, _, v in used} == set(Api.rbac_verbs)
+    role_grants = {(ns, g, res, name) for ns, rules in shipped_roles().items()
+                   for rule in rules for g in rule["apiGroups"] for res in rule["resources"]
+                   for name in rule["resourceNames"] if rule["verbs"] == ["get"]}
+    assert named == role_grants == {("kueue-system", "apps", "deployments",
+                                     "kueue-controller-manager")}
 
 
 def test_the_dry_run_renders_kubectl_commands_and_writes_nothing(kube, apiserver):

@@ -16,6 +16,7 @@ from gpuquota.schedulers.backend import BackendError
 
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=gpuquota"
 RBAC_FILE = "deploy/kubernetes/base/rbac.yaml"
+KUEUE_RBAC_FILE = "deploy/kubernetes/kueue/rbac.yaml"
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Kind:
     version: str
     plural: str
     namespaced: bool
+    rbac_file: str = RBAC_FILE  # where the shipped manifests grant the calls on it
 
     @property
     def api_version(self) -> str:
@@ -43,6 +45,8 @@ KINDS = {k.kind: k for k in (
     Kind("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules", False),
     Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
     Kind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads", True),
+    # Read only, one object: Kueue's controller, for its release (capabilities).
+    Kind("Deployment", "apps", "v1", "deployments", True, rbac_file=KUEUE_RBAC_FILE),
 )}
 
 
@@ -68,7 +72,7 @@ def api_client(*, api_url: str, token: str, timeout_s: int,
     return api
 
 
-def _refusal(exc: ApiException, what: str) -> BackendError:
+def _refusal(exc: ApiException, what: str, rbac_file: str = RBAC_FILE) -> BackendError:
     try:
         body = json.loads(exc.body or "{}")
     except ValueError:
@@ -77,7 +81,7 @@ def _refusal(exc: ApiException, what: str) -> BackendError:
     causes = "; ".join(c.get("message", "") for c in body.get("details", {}).get("causes", []))
     if exc.status == 403:
         return BackendError(f"The Kubernetes API refused to {what} (RBAC): the reconciler's "
-                            f"ServiceAccount needs the rules of {RBAC_FILE}.", detail=message)
+                            f"ServiceAccount needs the rules of {rbac_file}.", detail=message)
     if exc.status == 401:
         return BackendError("The Kubernetes API did not accept the token.", detail=message)
     if exc.status == 409:
@@ -90,8 +94,9 @@ def _refusal(exc: ApiException, what: str) -> BackendError:
 
 
 class Api:
-    """The calls the backend makes; `rbac_verbs` lists them (checked against the shipped
-    ClusterRole by the tests)."""
+    """The calls the backend makes; `rbac_verbs` lists them on the kinds it manages (checked
+    against the shipped ClusterRole by the tests). `get` reads one object only, Kueue's
+    controller Deployment, granted by a Role in Kueue's namespace (KUEUE_RBAC_FILE)."""
 
     rbac_verbs = ("list", "create", "patch", "delete")
 
@@ -100,11 +105,11 @@ class Api:
         self.custom = k8s.CustomObjectsApi(api)
         self.timeout = api.timeout_s
 
-    def _call(self, what: str, fn, *args, **kwargs):
+    def _call(self, what: str, fn, *args, rbac_file: str = RBAC_FILE, **kwargs):
         try:
             return fn(*args, _request_timeout=self.timeout, **kwargs)
         except ApiException as exc:
-            raise _refusal(exc, what) from None
+            raise _refusal(exc, what, rbac_file) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise BackendError(f"Cannot reach the Kubernetes API at {self.api.configuration.host}.",
                                detail=str(exc)) from None
@@ -121,6 +126,20 @@ class Api:
         found = self._call(f"list {kind.plural}", self.custom.list_cluster_custom_object,
                            kind.group, kind.version, kind.plural, label_selector=selector)
         return found.get("items", [])
+
+    def get(self, kind: Kind, name: str, namespace: str) -> dict | None:
+        """One namespaced object, or None when there is none (404)."""
+        def read(**kwargs):
+            try:
+                return self.custom.get_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, name, **kwargs)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+        return self._call(f"get {kind.kind} {namespace}/{name}", read,
+                          rbac_file=kind.rbac_file)
 
     def create(self, kind: Kind, obj: dict) -> None:
         what = f"create {kind.kind} {obj['metadata']['name']}"

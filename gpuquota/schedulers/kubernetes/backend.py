@@ -106,7 +106,7 @@ class KubernetesBackend(Backend):
         inputs = plan_inputs(cluster=self.cluster, at=at)
         facts, slug = capabilities.facts, self.cluster.slug
         manifests: list[dict] = []
-        if facts.get("kueue_api"):
+        if facts.get("kueue_writable"):
             manifests += kueue_objects(inputs, cluster_slug=slug, options=self.options)
             queues = {ns: queue_name(t.slug) for t in inputs.teams.values() for ns in t.namespaces}
             manifests += admission_objects(queues, cluster_slug=slug, options=self.options)
@@ -132,13 +132,18 @@ class KubernetesBackend(Backend):
                            "DRA claims pinned to the reserved GPUs' UUIDs (use the claim template "
                            f"gq-res-{reservation.id}); Kueue cannot count such claims against "
                            "quotas yet", f"gq-res-{reservation.id}")
-        if capabilities.facts.get("kueue_api"):
+        facts = capabilities.facts
+        if facts.get("kueue_writable"):
             return Binding(BindingLevel.QUOTA,
                            f"Kueue nominalQuota of ClusterQueue {queue_name(reservation.team_slug)}"
                            f" from {self.options.lead_time_s} s before the start (label your "
                            "workloads kueue.x-k8s.io/queue-name: "
                            f"{queue_name(reservation.team_slug)})",
                            queue_name(reservation.team_slug))
+        if facts.get("kueue_api"):
+            return Binding(BindingLevel.ADVISORY,
+                           f"Kueue {facts.get('kueue_release')} cannot hold gpuquota's queues "
+                           "(it needs Kueue >= 0.8): nothing holds the GPUs")
         return Binding(BindingLevel.ADVISORY, "the cluster has no Kueue: nothing holds the GPUs")
 
     def observe(self) -> Observed:

@@ -1,6 +1,7 @@
 """What a Kubernetes cluster can hold (kubernetes.md#capabilities): its version, whether
-Kueue's v1beta1 API is served, whether DRA is (resource.k8s.io/v1, Kubernetes >= 1.34) with
-the NVIDIA driver publishing devices, and DeviceTaintRules."""
+Kueue's v1beta1 API is served and Kueue's release can hold what gpuquota writes, whether DRA
+is (resource.k8s.io/v1, Kubernetes >= 1.34) with the NVIDIA driver publishing devices, and
+DeviceTaintRules."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 
 from gpuquota.schedulers.backend import BackendError, CapabilityReport
 from gpuquota.schedulers.kubernetes.api import KINDS, Api
+from gpuquota.schedulers.kubernetes.kueue_release import kueue_release, release_notes
 from gpuquota.schedulers.kubernetes.options import KubernetesOptions
 from gpuquota.schedulers.models import BindingLevel
 
@@ -22,21 +24,39 @@ def _minor(version: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def _kueue(api: Api, groups: dict, options: KubernetesOptions) -> tuple[dict, list[str]]:
+    """Kueue's facts and notes: its API versions, its release, and whether gpuquota writes
+    to it (`kueue_writable`: v1beta1 served by a release that holds the plan)."""
+    versions = groups.get("kueue.x-k8s.io", [])
+    facts: dict[str, object] = {"kueue_api": "kueue.x-k8s.io/v1beta1" if "v1beta1" in versions
+                                else "", "kueue_versions": versions, "kueue_release": "",
+                                "kueue_release_source": "", "kueue_release_unknown": "",
+                                "kueue_writable": False}
+    if not versions:
+        return facts, ["Kueue is not installed (no kueue.x-k8s.io/v1beta1): reservations are "
+                       "advisory; nothing is written to the cluster."]
+    release = kueue_release(api, options=options)
+    facts.update(kueue_release=release.version, kueue_release_source=release.source,
+                 kueue_release_unknown=release.unknown_why)
+    if not facts["kueue_api"]:
+        return facts, [f"Kueue serves kueue.x-k8s.io {', '.join(versions)} but not v1beta1, "
+                       "which gpuquota writes (Kueue 0.3 brought it; Kueue's 0.16 release "
+                       "notes plan to stop serving it in 0.18): reservations are advisory; "
+                       "nothing is written to the cluster."]
+    notes, holds = release_notes(release)
+    facts["kueue_writable"] = holds
+    return facts, notes
+
+
 def detect(api: Api, *, options: KubernetesOptions) -> CapabilityReport:
     version = api.version()
     groups = api.groups()
-    kueue = "v1beta1" in groups.get("kueue.x-k8s.io", [])
+    facts, notes = _kueue(api, groups, options)
+    kueue = bool(facts["kueue_writable"])
     dra_api = "v1" in groups.get("resource.k8s.io", []) and _minor(version) >= DRA_MIN_MINOR
     served = list(ADMISSION_KINDS) + (list(KUEUE_KINDS) if kueue else [])
-    facts: dict[str, object] = {"kubernetes": version,
-                                "kueue_api": "kueue.x-k8s.io/v1beta1" if kueue else "",
-                                "kueue_versions": groups.get("kueue.x-k8s.io", []),
-                                "dra_api": dra_api, "exact_gpus_requested": options.exact_gpus}
-    notes: list[str] = []
+    facts.update(kubernetes=version, dra_api=dra_api, exact_gpus_requested=options.exact_gpus)
     best = BindingLevel.QUOTA if kueue else BindingLevel.ADVISORY
-    if not kueue:
-        notes.append("Kueue is not installed (no kueue.x-k8s.io/v1beta1): reservations are "
-                     "advisory; nothing is written to the cluster.")
     if options.exact_gpus:
         driver = dra_api and any(
             s.get("spec", {}).get("driver") == options.dra_driver

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from gpuquota.core.errors import DomainError
 
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_TOLERATIONS = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)
 
 
@@ -20,6 +22,8 @@ class KubernetesOptions:
     dra_device_class: str = "gpu.nvidia.com"
     dra_driver: str = "gpu.nvidia.com"
     ca_file: str = ""  # the API server's CA certificate, when it is private
+    kueue_namespace: str = "kueue-system"  # where Kueue's controller runs (its release)
+    kueue_deployment: str = "kueue-controller-manager"
 
     def node_labels(self, gpu_class: str, slug: str) -> dict:
         return dict(self.flavors.get(gpu_class, {}).get("node_labels")
@@ -34,7 +38,8 @@ def options_parse(raw: dict | None, *, cluster_slug: str) -> KubernetesOptions:
     """The options from their stored JSON, refused with the field named when unusable."""
     raw = dict(raw or {})
     known = {"cohort", "resource_name", "lead_time_s", "flavors", "borrowing_limit",
-             "exact_gpus", "dra_device_class", "dra_driver", "ca_file"}
+             "exact_gpus", "dra_device_class", "dra_driver", "ca_file", "kueue_namespace",
+             "kueue_deployment"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise DomainError(f"Unknown Kubernetes option(s): {', '.join(unknown)}.",
@@ -49,6 +54,11 @@ def options_parse(raw: dict | None, *, cluster_slug: str) -> KubernetesOptions:
     if not isinstance(raw.get("flavors", {}), dict):
         raise DomainError("flavors maps a GPU class to node_labels and tolerations.",
                           field="options")
+    for name in ("kueue_namespace", "kueue_deployment"):
+        value = raw.get(name)
+        if value is not None and not (isinstance(value, str) and DNS1123_LABEL.match(value)):
+            raise DomainError(f"{name} is a Kubernetes name: lower-case letters, digits and "
+                              "'-', at most 63.", field="options")
     return KubernetesOptions(
         cohort=str(raw.get("cohort") or f"gq-{cluster_slug}"),
         resource_name=str(raw.get("resource_name") or "nvidia.com/gpu"),
@@ -56,4 +66,6 @@ def options_parse(raw: dict | None, *, cluster_slug: str) -> KubernetesOptions:
         exact_gpus=bool(raw.get("exact_gpus", False)),
         dra_device_class=str(raw.get("dra_device_class") or "gpu.nvidia.com"),
         dra_driver=str(raw.get("dra_driver") or "gpu.nvidia.com"),
-        ca_file=str(raw.get("ca_file") or ""))
+        ca_file=str(raw.get("ca_file") or ""),
+        kueue_namespace=raw.get("kueue_namespace") or "kueue-system",
+        kueue_deployment=raw.get("kueue_deployment") or "kueue-controller-manager")

@@ -9,6 +9,8 @@ import kubernetes_validate
 from gpuquota.schedulers.kubernetes.schemas import kueue_errors
 
 KUBERNETES_SCHEMA_VERSION = "1.37.0"
+KUEUE_IMAGE = "registry.k8s.io/kueue/kueue:v0.14.1"
+ALWAYS_SERVED = ("", "apps")  # core and apps: every cluster has them
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ RESOURCES = [
     Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
     Resource("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", False),
     Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+    Resource("apps", "v1", "deployments", "Deployment", True),
     Resource("", "v1", "pods", "Pod", True),
     Resource("", "v1", "nodes", "Node", False),
     Resource("", "v1", "namespaces", "Namespace", False),
@@ -53,3 +56,18 @@ def validation_errors(resource: Resource, obj: dict) -> list[str]:
     except kubernetes_validate.ValidationError as exc:
         return [f"{'.'.join(str(p) for p in exc.path) or '(root)'}: {exc.message}"]
     return []
+
+
+def kueue_controller(*, image: str = KUEUE_IMAGE, labels: dict | None = None,
+                     namespace: str = "kueue-system",
+                     name: str = "kueue-controller-manager") -> dict:
+    """Kueue's controller Deployment as Kueue's manifests install it (the `manager`
+    container), for the backend to read Kueue's release from."""
+    selector = {"control-plane": "controller-manager"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/name": "kueue", **(labels or {})}},
+            "spec": {"replicas": 1, "selector": {"matchLabels": selector},
+                     "template": {"metadata": {"labels": selector}, "spec": {"containers": [
+                         {"name": "manager", "image": image,
+                          "args": ["--config=/controller_manager_config.yaml"]}]}}}}

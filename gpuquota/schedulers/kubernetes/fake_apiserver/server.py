@@ -14,8 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from gpuquota.schedulers.kubernetes.fake_apiserver.resources import (
+    ALWAYS_SERVED,
+    KUEUE_IMAGE,
     RESOURCES,
     Resource,
+    kueue_controller,
     validation_errors,
 )
 
@@ -71,14 +74,19 @@ def _selected(obj: dict, selector: str) -> bool:
 
 class FakeApiServer:
     """Start with `start()`; `url`, `token`, `requests`. `rbac_rules` (a ClusterRole's
-    rules) limit what the token may do; None allows everything. `groups` limits which API
-    groups are served (a cluster without Kueue, without DRA)."""
+    rules) and `rbac_roles` (a Role's rules per namespace, e.g. the shipped ones) limit what
+    the token may do; None for both allows everything. `groups` limits which API groups are
+    served (a cluster without Kueue, without DRA). Where Kueue is served, its controller
+    Deployment runs `kueue_image` (None: no Deployment)."""
 
     def __init__(self, *, token: str = "fake-token", version: str = "v1.34.2",
-                 rbac_rules: list[dict] | None = None, groups: set[str] | None = None):
-        self.token, self.version, self.rbac_rules = token, version, rbac_rules
+                 rbac_rules: list[dict] | None = None,
+                 rbac_roles: dict[str, list[dict]] | None = None,
+                 groups: set[str] | None = None, kueue_image: str | None = KUEUE_IMAGE):
+        self.token, self.version = token, version
+        self.rbac_rules, self.rbac_roles = rbac_rules, rbac_roles
         self.resources = [r for r in RESOURCES if groups is None or r.group in groups
-                          or r.group == ""]
+                          or r.group in ALWAYS_SERVED]
         self.objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}
         self.requests: list[Recorded] = []
         self.lock = threading.Lock()
@@ -88,6 +96,8 @@ class FakeApiServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_port}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
                                         daemon=True)
+        if kueue_image and any(r.group == "kueue.x-k8s.io" for r in self.resources):
+            self.put(kueue_controller(image=kueue_image))
 
     def start(self) -> FakeApiServer:
         self._thread.start()
@@ -129,12 +139,14 @@ class FakeApiServer:
         self.objects.setdefault((resource.group, resource.plural), {})[key] = obj
         return copy.deepcopy(obj)
 
-    def _allowed(self, resource: Resource, verb: str) -> bool:
-        if self.rbac_rules is None:
+    def _allowed(self, resource: Resource, verb: str, namespace: str, name: str) -> bool:
+        if self.rbac_rules is None and self.rbac_roles is None:
             return True
+        rules = list(self.rbac_rules or []) + list((self.rbac_roles or {}).get(namespace, []))
         return any(resource.group in rule.get("apiGroups", []) and resource.plural in
                    rule.get("resources", []) and verb in rule.get("verbs", [])
-                   for rule in self.rbac_rules)
+                   and (not rule.get("resourceNames") or name in rule["resourceNames"])
+                   for rule in rules)
 
     def _route(self, path: str) -> tuple[Resource, str, str]:
         parts = path.strip("/").split("/")
@@ -165,10 +177,11 @@ class FakeApiServer:
             return 200, self._discovery()
         resource, namespace, name = self._route(path)
         verb = VERBS.get(method) or ("get" if name else "list")
-        if not self._allowed(resource, verb):
+        if not self._allowed(resource, verb, namespace, name):
             scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
             raise ApiError(403, "Forbidden", (
-                f'{resource.plural}.{resource.group or "core"} is forbidden: User '
+                f'{resource.plural}.{resource.group or "core"}'
+                + (f' "{name}"' if name else "") + ' is forbidden: User '
                 f'"{SERVICE_ACCOUNT}" cannot {verb} resource "{resource.plural}" in API group '
                 f'"{resource.group}" {scope}'))
         with self.lock:
