@@ -119,9 +119,9 @@ def release_notes(release: Release) -> tuple[list[str], bool]:
     """The notes for what `release` lacks of gpuquota's plan (each citing the release that
     brought it), and whether its API can hold what the plan writes (False: advisory)."""
     if release.minor is None:
-        return [f"The Kueue release is unknown ({release.unknown_why}): gpuquota cannot "
-                "check that Kueue holds what it writes (it needs Kueue >= 0.8, and >= 0.9 "
-                "for lendingLimit)."], True
+        why = release.unknown_why.rstrip(".")
+        return [f"The Kueue release is unknown ({why}): gpuquota cannot check that Kueue holds "
+                "what it writes (it needs Kueue >= 0.8, and >= 0.9 for lendingLimit)."], True
     notes, holds = [], True
     for requirement in REQUIREMENTS:
         if release.minor < requirement.since:
