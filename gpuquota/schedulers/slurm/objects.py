@@ -175,3 +175,19 @@ def _reservation_argv(action: Action, changed: set[str]) -> list[str]:
         return argv + [f"Flags={','.join(filter(None, [obj.fields.get('flags'), 'IGNORE_JOBS']))}"]
     argv = ["scontrol", "update", f"ReservationName={obj.name}"]
     return argv + [f"{names[k]}={obj.fields[k]}" for k in sorted(changed)]
+
+
+_GPU_IDX = re.compile(r"(?:^|[,\s=])gpu(?::[^:(),\s]+)*(?:\((?!IDX:)[^)]*\))*\(IDX:([^)]*)\)")
+
+
+def gres_indices(text: str) -> tuple[int, ...]:
+    """The GPU indices in a job's per-node GRES detail, as slurmrestd's `gres_detail` and
+    `scontrol -d show job` print them: `gpu:h100:2(IDX:0,2-3)` -> (0, 2, 3); () without
+    any (`IDX:N/A`, no GPU)."""
+    found: set[int] = set()
+    for spec in _GPU_IDX.findall(text or ""):
+        for part in spec.split(","):
+            start, _, end = part.strip().partition("-")
+            if start.isdigit() and (end or start).isdigit():
+                found.update(range(int(start), int(end or start) + 1))
+    return tuple(sorted(found))
