@@ -1,6 +1,7 @@
 """The slurmrestd client against a local HTTP server answering what slurmrestd 22.05 answers
 (shapes taken from the dev cluster's slurmrestd): the JWT headers, the parsers of its jobs,
-and every failure becoming a BackendError, and a cluster problem in the job import."""
+every failure becoming a BackendError (a cluster problem in the job import), and what
+the cluster page says of it."""
 
 import json
 import threading
@@ -10,12 +11,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from gpuquota.core.errors import DomainError
 from gpuquota.schedulers.backend import BackendError
-from gpuquota.schedulers.models import Problem, SlurmJob
+from gpuquota.schedulers.models import Capabilities, Problem, SlurmJob
 from gpuquota.schedulers.services import backend_config_update
+from gpuquota.schedulers.slurm.capabilities import capabilities_report
 from gpuquota.schedulers.slurm.jobs import job_fields, slurm_clusters_accounting_import
 from gpuquota.schedulers.slurm.objects import gres_indices
 from gpuquota.schedulers.slurm.options import SlurmOptions
@@ -202,3 +205,30 @@ def test_job_import_reads_through_slurmrestd_and_a_failure_is_a_cluster_problem(
     assert done["dev"]["error"].startswith("slurmrestd could not be reached")
     problem = Problem.objects.get(cluster=site.cluster, status=Problem.Status.OPEN)
     assert problem.summary.startswith("job import: slurmrestd could not be reached")
+
+
+def test_the_capability_report_says_which_transport_reads_jobs():
+    config = {"version": "22.05.8", "enforce": "limits", "tres": "gres/gpu,gres/gpu:h100"}
+    assert capabilities_report(config, {}).facts["jobs_read_through"] == "sacct --json"
+    url = "http://slurm.example.org:6820"
+    report = capabilities_report(config, {}, rest_url=url,
+                                 rest_error=f"slurmrestd could not be reached at {url}")
+    assert report.facts["jobs_read_through"] == f"slurmrestd {url}"
+    assert any(n.startswith(f"slurmrestd at {url}: slurmrestd could not be reached")
+               and "jobs cannot be imported" in n for n in report.notes)
+
+
+def test_the_cluster_page_shows_the_transport_and_what_goes_through_rest(site):
+    backend_config_update(cluster=site.cluster, actor=site.admin, api_url="http://slurm.example.org:6820")
+    Capabilities.objects.create(cluster=site.cluster, detected_at=timezone.now(),
+                                version="22.05.8", facts={
+                                    "jobs_read_through": "slurmrestd http://slurm.example.org:6820"})
+    client = Client()
+    client.force_login(site.admin)
+    page = client.get(f"/schedulers/{site.cluster.slug}/").content.decode()
+    assert "Jobs read through</th><td>slurmrestd http://slurm.example.org:6820" in page
+    assert "every write stays on the commands" in page
+    refused = client.post(f"/schedulers/{site.cluster.slug}/", {
+        "mode": "write", "command_timeout_s": 30, "options": '{"rest_user": ""}'})
+    assert refused.status_code == 200 and "rest_user: a Slurm user name." in \
+        refused.content.decode()
