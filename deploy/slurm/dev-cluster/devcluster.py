@@ -3,17 +3,20 @@
 slurmctld and two slurmd nodes with four fake GPUs each, every daemon in the foreground as
 a child of this process, all state under one directory.
 
-    python3 deploy/slurm/dev-cluster/devcluster.py [--dir /tmp/gq-slurm]
+    python3 deploy/slurm/dev-cluster/devcluster.py [--dir /tmp/gq-slurm] [--rest]
 
-prints the environment to use it (`SLURM_CONF=...`) and runs until Ctrl-C, which stops
-every daemon. The tests start the same cluster once per session (`tests/slurm/conftest.py`).
-It needs root (slurmd runs jobs as their users) and Debian's slurm-wlm, slurmdbd, munge and
-mariadb-server; it never touches /etc/slurm, /etc/munge nor the system's MariaDB.
+prints the environment to use it (`SLURM_CONF=...`; with `--rest`, slurmrestd's URL and a
+token) and runs until Ctrl-C, which stops every daemon. The tests start the same cluster
+once per session (`tests/slurm/conftest.py`).
+It needs root (slurmd runs jobs as their users) and Debian's slurm-wlm, slurmdbd, slurmrestd,
+slurm-wlm-jwt-plugin, munge and mariadb-server; it never touches /etc/slurm, /etc/munge nor
+the system's MariaDB.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import shutil
 import signal
@@ -43,7 +46,10 @@ BINARIES = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld",
 def missing_binaries() -> list[str]:
     """The daemons and commands this cluster needs that are not installed."""
     path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-    return [b for b in BINARIES if shutil.which(b, path=path) is None]
+    missing = [b for b in BINARIES if shutil.which(b, path=path) is None]
+    if not glob.glob("/usr/lib/*/slurm-wlm/auth_jwt.so"):  # slurm-wlm-jwt-plugin
+        missing.append("auth_jwt.so")
+    return missing
 
 
 def _wait_port(port: int, timeout_s: float, proc: subprocess.Popen, name: str) -> None:
@@ -247,7 +253,8 @@ def main() -> int:
     args = parser.parse_args()
     if missing := missing_binaries():
         print(f"missing: {', '.join(missing)} (apt-get install slurm-wlm slurmdbd "
-              "slurm-client munge mariadb-server)", file=sys.stderr)
+              "slurm-client slurmrestd slurm-wlm-jwt-plugin munge mariadb-server)",
+              file=sys.stderr)
         return 2
     cluster = DevCluster(Path(args.dir))
     started = time.monotonic()
