@@ -82,8 +82,7 @@ def capabilities_report(config: dict[str, str], nodes: dict[str, list[str]], *,
     }
     notes = []
     if rest_error:
-        notes.append(f"slurmrestd at {rest_url}: {rest_error}; jobs cannot be imported until "
-                     "it answers.")
+        notes.append(f"Jobs cannot be imported until slurmrestd answers: {rest_error}.")
     if not limits:
         notes.append("AccountingStorageEnforce has no 'limits': GrpTRES quotas are not enforced.")
     untracked = [t for t in gpu_types if f"gres/gpu:{t}" not in tres]
