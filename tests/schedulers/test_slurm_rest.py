@@ -157,6 +157,7 @@ def test_job_fields_reads_slurmrestd_jobs_and_names_reservations():
                                      "source": "slurmdb_jobs_get"}], "jobs": []},
      "slurmrestd answered an error: Protocol authentication error (slurmdb_jobs_get)"),
     (401, "Authentication failure", "slurmrestd answered HTTP 401: Authentication failure"),
+    (503, {"meta": META, "errors": []}, "slurmrestd answered HTTP 503: Service Unavailable"),
     (200, "<html>a proxy's page</html>", "slurmrestd answered something that is not a JSON"),
     (200, {"meta": META, "errors": []}, "slurmrestd's job accounting has no list of jobs"),
 ])

@@ -71,8 +71,9 @@ class SlurmRest:
             raise BackendError(f"slurmrestd answered an error: {_error_text(errors)}"[:250],
                                detail=detail)
         if answer.status_code >= 400:
-            first = answer.text.strip().splitlines()[:1] or [answer.reason or "no text"]
-            raise BackendError(f"slurmrestd answered HTTP {answer.status_code}: {first[0]}"[:250],
+            lines = [] if isinstance(body, dict) else answer.text.strip().splitlines()
+            said = lines[0] if lines else answer.reason or "no text"
+            raise BackendError(f"slurmrestd answered HTTP {answer.status_code}: {said}"[:250],
                                detail=detail)
         if not isinstance(body, dict):
             raise BackendError("slurmrestd answered something that is not a JSON object",
