@@ -5,15 +5,23 @@ import json
 from django import forms
 
 from gpuquota.schedulers.models import BackendConfig
+from gpuquota.schedulers.validators import endpoint_url_validate
 
 
 class BackendConfigForm(forms.Form):
     mode = forms.ChoiceField(choices=BackendConfig.Mode.choices)
     commands_dir = forms.CharField(max_length=255, required=False,
                                    help_text="Directory of the scheduler's commands; empty: PATH.")
-    api_url = forms.URLField(required=False, label="REST endpoint", assume_scheme="https")
+    api_url = forms.CharField(
+        required=False, max_length=200, label="REST endpoint",
+        validators=[endpoint_url_validate],
+        help_text="Slurm: slurmrestd's URL (http://host:6820); when set, job accounting is read "
+                  "through it, and every write stays on the commands (Slurm 22.05's REST API "
+                  "cannot create reservations). Kubernetes: the API server.")
     token = forms.CharField(required=False, widget=forms.PasswordInput(render_value=False),
-                            help_text="Stored encrypted, never shown. Empty: unchanged.")
+                            help_text="Slurm: a JWT for the option rest_user (scontrol token), "
+                                      "also given to the commands as SLURM_JWT. Stored "
+                                      "encrypted, never shown. Empty: unchanged.")
     remove_token = forms.BooleanField(required=False, label="Remove the stored token")
     command_timeout_s = forms.IntegerField(min_value=1, max_value=600, initial=30,
                                            label="Command timeout (s)")

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import Q
 
 from gpuquota.core.fields import WholeSecondDateTimeField
+from gpuquota.schedulers.validators import endpoint_url_validate
 
 
 class BackendConfig(models.Model):
@@ -26,8 +27,9 @@ class BackendConfig(models.Model):
         max_length=255, blank=True,
         help_text="Directory of the scheduler's commands (empty: found on PATH).",
     )
-    api_url = models.URLField(
-        blank=True, help_text="The scheduler's REST endpoint (slurmrestd, the Kubernetes API)."
+    api_url = models.CharField(
+        max_length=200, blank=True, validators=[endpoint_url_validate],
+        help_text="The scheduler's REST endpoint (slurmrestd, the Kubernetes API).",
     )
     token_encrypted = models.TextField(blank=True, editable=False)
     command_timeout_s = models.PositiveIntegerField(default=30)

@@ -70,6 +70,34 @@ def test_bad_options_are_refused_with_the_reason(memory_backend, options, messag
     assert not BackendConfig.objects.exists()
 
 
+@pytest.mark.parametrize("url, message", [
+    ("slurmctl:6820", "Must start with http:// or https://"),
+    ("ftp://slurmctl:6820", "Must start with http:// or https://"),
+    ("http://:6820", "Must name a host"),
+    ("http://root:pw@slurmctl:6820", "No credentials in the URL"),
+    ("http://slurmctl:99999", "Not a URL"),
+    ("http://slurmctl:6820/?token=x", "No query or fragment"),
+])
+def test_a_bad_rest_endpoint_is_refused_with_the_reason(memory_backend, url, message):
+    response = client_for(memory_backend.admin).post(
+        f"/schedulers/{memory_backend.cluster.slug}/",
+        {"mode": "write", "command_timeout_s": 30, "options": "{}", "api_url": url})
+    assert response.status_code == 200 and message in response.content.decode()
+    assert not BackendConfig.objects.exists()
+
+
+@pytest.mark.parametrize("url", ["http://slurmctl:6820", "https://10.0.0.5:6820/",
+                                 "http://slurmctl.example.org:6820"])
+def test_a_rest_endpoint_may_name_a_bare_host(memory_backend, url):
+    """Clusters name their controllers with short host names, which Django's URL check
+    refuses (it wants a domain)."""
+    response = client_for(memory_backend.admin).post(
+        f"/schedulers/{memory_backend.cluster.slug}/",
+        {"mode": "write", "command_timeout_s": 30, "options": "{}", "api_url": url})
+    assert response.status_code == 302
+    assert BackendConfig.objects.get().api_url == url
+
+
 def test_reconcile_and_dry_run_from_the_page_and_problems_shown(memory_backend):
     now = timezone.now()
     memory_backend.reserve("vision", memory_backend.gpus["node-a"], start=now - timedelta(hours=1),

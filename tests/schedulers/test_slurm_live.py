@@ -13,17 +13,27 @@ from django.core.management import call_command
 
 from accounts.models import ClusterIdentity
 from gpuquota.reservations.models import Loan
+from gpuquota.schedulers.backend import backend_for
 from gpuquota.schedulers.models import (
     BackendConfig,
+    Capabilities,
     Drift,
+    ImportCursor,
     LoanReturn,
+    Problem,
     ReservationBinding,
     SlurmJob,
     SlurmJobGpu,
 )
 from gpuquota.schedulers.reconcile import cluster_reconcile
 from gpuquota.schedulers.services import backend_config_update
-from gpuquota.schedulers.slurm.jobs import loan_returns_record, slurm_jobs_import
+from gpuquota.schedulers.slurm.jobs import (
+    loan_returns_record,
+    slurm_clusters_accounting_import,
+    slurm_jobs_import,
+)
+from gpuquota.schedulers.slurm.objects import gres_indices
+from gpuquota.schedulers.slurm.running import running_gpus_import
 from tests.factories import QuotaFactory
 from tests.schedulers.conftest import Site
 
@@ -163,7 +173,6 @@ def test_running_jobs_gpus_are_read_from_slurm_and_prove_foreign_use(live):
     from django.utils import timezone
 
     from gpuquota.schedulers.selectors import foreign_use
-    from gpuquota.schedulers.slurm.running import running_gpus_import
 
     site = _site(live)
     now = timezone.now()
@@ -192,3 +201,74 @@ def test_running_jobs_gpus_are_read_from_slurm_and_prove_foreign_use(live):
     live.run("scancel", foreign)
     assert _wait(lambda: not (records / "gpu0").exists()), "the epilog left the record"
     assert (records / "gpu1").exists()
+def _imported_jobs(site) -> list[tuple]:
+    return sorted(SlurmJob.objects.filter(cluster=site.cluster).values_list(
+        "job_id", "submitted_at", "started_at", "ended_at", "state", "account", "user",
+        "partition", "qos", "reservation", "nodes", "gpu_tres", "gpus", "team"))
+
+
+def test_job_accounting_through_slurmrestd_with_a_jwt(live):
+    site = _site(live)
+    from django.utils import timezone
+
+    now = timezone.now()
+    r = site.reserve("vision", site.gpus["gqnode1"], start=now - timedelta(minutes=5),
+                     end=now + timedelta(hours=1))
+    assert _reconcile(site).outcome == "ok"
+    two = live.sbatch(user="daemon", account="vision", gpus=2)  # MAGNETIC: in gq-res-<id>
+    assert live.wait_state(two, {"RUNNING"})["NodeList"] == "gqnode1"
+    requeued = live.sbatch(user="nobody", account="speech", extra=("--nodelist=gqnode2",))
+    live.wait_state(requeued, {"RUNNING"})
+    live.run("scontrol", "requeue", requeued)
+    short = live.sbatch(user="nobody", account="speech", seconds=1)
+    live.wait_state(short, {"COMPLETED"})
+    deadline = time.monotonic() + 20  # slurmctld sends the runs to slurmdbd a moment later
+    while time.monotonic() < deadline:
+        slurm_jobs_import(cluster=site.cluster)
+        if {(requeued, "REQUEUED"), (short, "COMPLETED")} <= set(
+                SlurmJob.objects.values_list("job_id", "state")):
+            break
+        time.sleep(0.5)
+    by_sacct = _imported_jobs(site)  # with the earlier tests' jobs
+    assert (two, "RUNNING", f"gq-res-{r.pk}", 2) in [(j[0], j[4], j[9], j[12]) for j in by_sacct]
+    assert [j[4] for j in by_sacct if j[0] == requeued] == ["REQUEUED"]
+
+    # The same import through slurmrestd, with a token of root's: the same rows.
+    url = live.cluster.rest_start()
+    backend_config_update(cluster=site.cluster, actor=site.admin, api_url=url,
+                          token=live.cluster.token(lifespan_s=600))
+    SlurmJob.objects.all().delete()
+    ImportCursor.objects.all().delete()
+    assert slurm_jobs_import(cluster=site.cluster) == len(by_sacct)
+    assert _imported_jobs(site) == by_sacct
+    assert _reconcile(site).outcome == "ok"
+    caps = Capabilities.objects.get(cluster=site.cluster)
+    assert caps.facts["jobs_read_through"] == f"slurmrestd {url}" and not [
+        n for n in caps.notes if "slurmrestd" in n]
+
+    # Which GPUs the 2-GPU job has, as slurmctld says (`scontrol -d show job`'s IDX).
+    rest = backend_for(site.cluster, BackendConfig.objects.get()).rest
+    shown = live.run("scontrol", "-d", "show", "job", two)
+    idx = gres_indices(shown.split("JOB_GRES=")[1])
+    assert len(idx) == 2
+    assert [(g.node, g.index) for g in rest.running_job_gpus() if g.job_id == two] == [
+        ("gqnode1", i) for i in idx]
+    # ... which the running jobs' import records through slurmrestd as through scontrol.
+    running_gpus_import(cluster=site.cluster)
+    assert sorted(SlurmJobGpu.objects.filter(job_id=two).values_list("node", "gpu_index")) == [
+        ("gqnode1", i) for i in idx]
+
+    # A wrong token, then slurmrestd down: cluster problems, never a crash.
+    backend_config_update(cluster=site.cluster, actor=site.admin, token="not-a-jwt")
+    done = slurm_clusters_accounting_import()
+    assert done["dev"]["error"].startswith("slurmrestd answered an error"), done
+    backend_config_update(cluster=site.cluster, actor=site.admin,
+                          token=live.cluster.token(lifespan_s=600))
+    live.cluster.rest_stop()
+    done = slurm_clusters_accounting_import()
+    assert done["dev"]["error"] == f"slurmrestd could not be reached at {url}"
+    # (The commands got the wrong token too, as SLURM_JWT: the reconcile failed as well.)
+    summaries = sorted(Problem.objects.filter(
+        cluster=site.cluster, summary__startswith="job import: ").values_list("summary", flat=True))
+    assert [s.split(": ")[1].split(" at ")[0] for s in summaries] == [
+        "slurmrestd answered an error", "slurmrestd could not be reached"]

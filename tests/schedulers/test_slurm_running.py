@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from gpuquota.schedulers.models import ReservationBinding, SlurmJob, SlurmJobGpu
 from gpuquota.schedulers.selectors import foreign_use
-from gpuquota.schedulers.slurm.objects import gres_indices
-from gpuquota.schedulers.slurm.running import RunningGpu, running_gpus_parse, running_gpus_record
+from gpuquota.schedulers.slurm.objects import RunningGpu, gres_indices, running_gpus_parse
+from gpuquota.schedulers.slurm.running import running_gpus_record
 
 # Slurm 22.05.8's answers (the dev cluster), cut to the fields that matter.
 ONE_NODE = (

@@ -3,17 +3,20 @@
 slurmctld and two slurmd nodes with four fake GPUs each, every daemon in the foreground as
 a child of this process, all state under one directory.
 
-    python3 deploy/slurm/dev-cluster/devcluster.py [--dir /tmp/gq-slurm]
+    python3 deploy/slurm/dev-cluster/devcluster.py [--dir /tmp/gq-slurm] [--rest]
 
-prints the environment to use it (`SLURM_CONF=...`) and runs until Ctrl-C, which stops
-every daemon. The tests start the same cluster once per session (`tests/slurm/conftest.py`).
-It needs root (slurmd runs jobs as their users) and Debian's slurm-wlm, slurmdbd, munge and
-mariadb-server; it never touches /etc/slurm, /etc/munge nor the system's MariaDB.
+prints the environment to use it (`SLURM_CONF=...`; with `--rest`, slurmrestd's URL and a
+token) and runs until Ctrl-C, which stops every daemon. The tests start the same cluster
+once per session (`tests/slurm/conftest.py`).
+It needs root (slurmd runs jobs as their users) and Debian's slurm-wlm, slurmdbd, slurmrestd,
+slurm-wlm-jwt-plugin, munge and mariadb-server; it never touches /etc/slurm, /etc/munge nor
+the system's MariaDB.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import shutil
 import signal
@@ -33,15 +36,20 @@ GPU_TYPE = "h100"
 #: (two checkouts' test runs) can run side by side on one host.
 PORT_BASE = int(os.environ.get("GQ_SLURM_PORT_BASE", "17817"))
 PORTS = {"slurmctld": PORT_BASE, "slurmdbd": PORT_BASE + 2, "mariadb": PORT_BASE + 3,
-         "gqnode1": PORT_BASE + 4, "gqnode2": PORT_BASE + 5}
+         "gqnode1": PORT_BASE + 4, "gqnode2": PORT_BASE + 5, "slurmrestd": PORT_BASE + 6}
+#: slurmrestd refuses to run as root or SlurmUser: it drops to this user and group.
+REST_USER, REST_GROUP = "nobody", "nogroup"
 BINARIES = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
-            "sacctmgr", "scontrol", "sbatch")
+            "sacctmgr", "scontrol", "sbatch", "slurmrestd")
 
 
 def missing_binaries() -> list[str]:
     """The daemons and commands this cluster needs that are not installed."""
     path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
-    return [b for b in BINARIES if shutil.which(b, path=path) is None]
+    missing = [b for b in BINARIES if shutil.which(b, path=path) is None]
+    if not glob.glob("/usr/lib/*/slurm-wlm/auth_jwt.so"):  # slurm-wlm-jwt-plugin
+        missing.append("auth_jwt.so")
+    return missing
 
 
 def _wait_port(port: int, timeout_s: float, proc: subprocess.Popen, name: str) -> None:
@@ -95,6 +103,10 @@ class DevCluster:
         key = self.root / "etc/munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
+        # auth/jwt's signing key (slurmctld and slurmdbd): tokens from `scontrol token`.
+        jwt_key = self.root / "etc/jwt_hs256.key"
+        jwt_key.write_bytes(os.urandom(32))
+        jwt_key.chmod(0o600)
         self._render("slurm.conf.in", self.root / "etc/slurm.conf")
         self._render("gres.conf.in", self.root / "etc/gres.conf")
         self._render("slurmdbd.conf.in", self.root / "etc/slurmdbd.conf", 0o600)
@@ -113,10 +125,10 @@ class DevCluster:
                          os.makedev(195, n * GPUS_PER_NODE + i))
 
     # -- daemons -----------------------------------------------------------------------------
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
         log = open(self.root / f"log/{name}.out", "ab")  # noqa: SIM115 (closed by the child)
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                env={**self.env, **(env or {})}, start_new_session=True)
         log.close()
         self.procs.append((name, proc))
         return proc
@@ -170,6 +182,33 @@ class DevCluster:
             _wait_port(PORTS[node], timeout_s, slurmd, f"slurmd {node}")
         self._wait_idle(timeout_s)
 
+    @property
+    def rest_url(self) -> str:
+        return f"http://127.0.0.1:{PORTS['slurmrestd']}"
+
+    def rest_start(self, timeout_s: float = 30) -> str:
+        """Start slurmrestd (JWT only, as REST_USER: it refuses root) unless it runs; its
+        URL. It passes each request's token on to slurmctld and slurmdbd."""
+        if not any(name == "slurmrestd" and proc.poll() is None for name, proc in self.procs):
+            self.procs = [(n, p) for n, p in self.procs if n != "slurmrestd"]
+            rest = self._spawn("slurmrestd", [
+                "slurmrestd", "-a", "rest_auth/jwt", "-u", REST_USER, "-g", REST_GROUP,
+                f"127.0.0.1:{PORTS['slurmrestd']}"], env={"SLURM_JWT": "daemon"})
+            _wait_port(PORTS["slurmrestd"], timeout_s, rest, "slurmrestd")
+        return self.rest_url
+
+    def rest_stop(self) -> None:
+        for name, proc in self.procs:
+            if name == "slurmrestd" and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=10)
+
+    def token(self, username: str = "root", lifespan_s: int = 3600) -> str:
+        """A JWT for `username` (`scontrol token`), for slurmrestd or SLURM_JWT."""
+        out = self._run(["scontrol", "token", f"username={username}",
+                         f"lifespan={lifespan_s}"])
+        return out.strip().partition("SLURM_JWT=")[2]
+
     def _wait_idle(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         states = ""
@@ -211,10 +250,13 @@ class DevCluster:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default="/tmp/gq-slurm", help="where all state lives")
+    parser.add_argument("--rest", action="store_true",
+                        help="also start slurmrestd (JWT) and print a token for root")
     args = parser.parse_args()
     if missing := missing_binaries():
         print(f"missing: {', '.join(missing)} (apt-get install slurm-wlm slurmdbd "
-              "slurm-client munge mariadb-server)", file=sys.stderr)
+              "slurm-client slurmrestd slurm-wlm-jwt-plugin munge mariadb-server)",
+              file=sys.stderr)
         return 2
     cluster = DevCluster(Path(args.dir))
     started = time.monotonic()
@@ -222,6 +264,9 @@ def main() -> int:
     print(f"Slurm dev cluster {CLUSTER} up in {time.monotonic() - started:.1f} s.\n"
           f"  export SLURM_CONF={cluster.env['SLURM_CONF']}\n"
           f"Commands in /usr/bin; Ctrl-C stops every daemon.", flush=True)
+    if args.rest:
+        print(f"slurmrestd: {cluster.rest_start()}\n"
+              f"  token (root, 1 day): {cluster.token(lifespan_s=86400)}", flush=True)
     try:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:

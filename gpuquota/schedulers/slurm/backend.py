@@ -8,6 +8,7 @@ from datetime import datetime
 from gpuquota.schedulers.backend import (
     Action,
     Backend,
+    BackendError,
     CapabilityReport,
     Observed,
     Plan,
@@ -26,6 +27,7 @@ from gpuquota.schedulers.slurm.capabilities import (
 )
 from gpuquota.schedulers.slurm.options import SlurmOptions
 from gpuquota.schedulers.slurm.plan import plan_build
+from gpuquota.schedulers.slurm.rest import SlurmRest
 
 
 class SlurmBackend(Backend):
@@ -36,12 +38,16 @@ class SlurmBackend(Backend):
         super().__init__(cluster=cluster, config=config)
         self.options = SlurmOptions.parse(config.options)
         env = []
-        if config.token_encrypted:  # slurmrestd's and the commands' JWT (auth/jwt)
-            env.append(("SLURM_JWT", secret_decrypt(config.token_encrypted)))
+        token = secret_decrypt(config.token_encrypted)
+        if token:  # slurmrestd's and the commands' JWT (auth/jwt)
+            env.append(("SLURM_JWT", token))
         if self.options.slurm_conf:
             env.append(("SLURM_CONF", self.options.slurm_conf))
         self.runner = Runner(commands_dir=config.commands_dir,
                              timeout_s=config.command_timeout_s, env=tuple(env))
+        #: Job accounting is read through slurmrestd when the cluster has its URL.
+        self.rest = SlurmRest(url=config.api_url, user=self.options.rest_user, token=token,
+                              timeout_s=config.command_timeout_s) if config.api_url else None
         self._owned_accounts: set[str] = set()
         self._cluster_name = self.options.cluster_name
 
@@ -50,7 +56,14 @@ class SlurmBackend(Backend):
         config = config_parse(self.runner.run(["scontrol", "show", "config"]).stdout)
         nodes = node_gres_types(self.runner.run(["scontrol", "-o", "show", "node"]).stdout)
         self._cluster_name = self._cluster_name or config.get("cluster_name", "")
-        return capabilities_report(config, nodes)
+        rest_error = ""
+        if self.rest is not None:
+            try:
+                self.rest.version()
+            except BackendError as exc:  # the writes still work: it is a note, not a failure
+                rest_error = exc.message
+        return capabilities_report(config, nodes, rest_url=self.rest.url if self.rest else "",
+                                   rest_error=rest_error)
 
     def plan(self, at: datetime, *, capabilities: CapabilityReport) -> Plan:
         return plan_build(inputs=plan_inputs(cluster=self.cluster, at=at), caps=capabilities,

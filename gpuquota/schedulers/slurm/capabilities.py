@@ -64,8 +64,10 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
-def capabilities_report(config: dict[str, str], nodes: dict[str, list[str]]) -> CapabilityReport:
-    """The facts, the best binding level they allow, and notes for admins."""
+def capabilities_report(config: dict[str, str], nodes: dict[str, list[str]], *,
+                        rest_url: str = "", rest_error: str = "") -> CapabilityReport:
+    """The facts, the best binding level they allow, and notes for admins; `rest_url`: jobs
+    are read through that slurmrestd (`rest_error`: why it cannot be asked now)."""
     version = config["version"]
     enforce = [e.strip() for e in config.get("enforce", "").split(",") if e.strip()]
     tres = [t.strip() for t in config.get("tres", "").split(",") if t.strip()]
@@ -76,8 +78,11 @@ def capabilities_report(config: dict[str, str], nodes: dict[str, list[str]]) -> 
         **config, "enforce": enforce, "tres": tres, "gpu_types": gpu_types,
         "nodes": nodes, "limits_enforced": limits, "gres_reservations": gres_reservations,
         "preemption": config.get("preempt_type") == "preempt/qos",
+        "jobs_read_through": f"slurmrestd {rest_url}" if rest_url else "sacct --json",
     }
     notes = []
+    if rest_error:
+        notes.append(f"Jobs cannot be imported until slurmrestd answers: {rest_error}.")
     if not limits:
         notes.append("AccountingStorageEnforce has no 'limits': GrpTRES quotas are not enforced.")
     untracked = [t for t in gpu_types if f"gres/gpu:{t}" not in tres]

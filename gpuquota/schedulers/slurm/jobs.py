@@ -1,5 +1,6 @@
-"""What gpuquota reads from Slurm's accounting: jobs (`sacct --json`, with a cursor) and,
-from them, each return of a lent GPU with its time-to-return."""
+"""What gpuquota reads from Slurm's accounting: jobs (`sacct --json`, or slurmrestd when the
+cluster has its URL, with a cursor) and, from them, each return of a lent GPU with its
+time-to-return."""
 
 from __future__ import annotations
 
@@ -46,8 +47,21 @@ def _gpu_tres(job: dict) -> tuple[str, int]:
     return ",".join(sorted(typed)), total
 
 
+def _reservation_ref(job: dict) -> tuple[str, str]:
+    """A job's reservation as (id, name); 22.05 prints the name as a number (through sacct
+    and slurmrestd alike), so the name is then "" and only the id says which."""
+    reservation = job.get("reservation") or {}
+    if not isinstance(reservation, dict):
+        return "", ""
+    name = reservation.get("name")
+    name = name if isinstance(name, str) and not name.isdigit() else ""
+    return str(reservation.get("id") or ""), name
+
+
 def job_fields(job: dict, reservations: dict[str, str] | None = None) -> dict:
-    """One `sacct --json` job -> SlurmJob's fields; ValueError when it is not a job."""
+    """One `sacct --json` (or slurmrestd accounting) job -> SlurmJob's fields, its
+    reservation named from `reservations` (id -> name) when the job names it by id only;
+    ValueError when it is not a job."""
     try:
         state = job["state"]["current"]
         state = state[0] if isinstance(state, list) else state
@@ -56,44 +70,61 @@ def job_fields(job: dict, reservations: dict[str, str] | None = None) -> dict:
     except (KeyError, TypeError, IndexError) as exc:
         raise ValueError(f"not a sacct job: {exc}") from exc
     gpu_tres, gpus = _gpu_tres(job)
-    # 22.05's `reservation.name` is garbage (a number): the id is mapped to a name by
-    # `sacctmgr show reservation` (`reservations`).
-    reservation = job.get("reservation") or {}
-    reservation_id = reservation.get("id") if isinstance(reservation, dict) else None
+    reservation_id, reservation = _reservation_ref(job)
     return {
         "job_id": str(job["job_id"]), "submitted_at": submitted,
         "started_at": _instant(times.get("start")), "ended_at": _instant(times.get("end")),
         "state": str(state)[:32], "account": job.get("account") or "",
         "user": job.get("user") or "", "partition": job.get("partition") or "",
         "qos": job.get("qos") or "", "nodes": (job.get("nodes") or "")[:1024],
-        "reservation": (reservations or {}).get(str(reservation_id), ""),
+        "reservation": reservation or (reservations or {}).get(reservation_id, ""),
         "gpu_tres": gpu_tres, "gpus": gpus,
     }
 
 
+def _accounting_jobs(backend, config: BackendConfig, since: datetime) -> tuple[list, str]:
+    """The jobs Slurm's accounting has since `since`, and where they were read."""
+    if backend.rest is not None:
+        return backend.rest.accounting_jobs(since), "slurmrestd"
+    out = backend.runner.run(["sacct", "--json", "-a", "-X", "-D",
+                              "-S", since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+                              "-E", "now"], timeout_s=max(config.command_timeout_s, 60)).stdout
+    try:
+        jobs = json.loads(out)["jobs"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BackendError(f"sacct --json answered something unusable: {exc}",
+                           detail=out[:2000]) from exc
+    return jobs, "sacct --json"
+
+
+def _reservation_names(backend, jobs: list) -> dict[str, str]:
+    """Reservation id -> name (`sacctmgr show reservation`: slurmrestd 22.05 has no
+    reservation accounting), asked only when a job names its reservation by id only."""
+    refs = [_reservation_ref(job) for job in jobs if isinstance(job, dict)]
+    if not any(rid and not name for rid, name in refs):
+        return {}
+    return dict(line.split("|", 1) for line in backend.runner.run(
+        ["sacctmgr", "-P", "-n", "show", "reservation", "format=id,name"]
+    ).stdout.splitlines() if "|" in line)
+
+
 def slurm_jobs_import(*, cluster: Cluster, now: datetime | None = None) -> int:
     """Import the cluster's jobs since the cursor (minus an overlap), attributed to teams
-    by their Slurm accounts; returns how many runs were written. BackendError when sacct
-    fails or answers malformed JSON (the cursor then stays)."""
+    by their Slurm accounts; returns how many runs were written. Read through slurmrestd
+    when the cluster has its URL, else `sacct --json`. BackendError when that fails or
+    answers something unusable (the cursor then stays)."""
     now = now or timezone.now()
     config = BackendConfig.objects.get(cluster=cluster)
     backend = backend_for(cluster, config)
     cursor = ImportCursor.objects.filter(cluster=cluster).first()
     since = (cursor.imported_until - OVERLAP) if cursor else now - FIRST_IMPORT
-    out = backend.runner.run(["sacct", "--json", "-a", "-X", "-D",
-                              "-S", since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-                              "-E", "now"], timeout_s=max(config.command_timeout_s, 60)).stdout
-    reservations = dict(
-        line.split("|", 1) for line in backend.runner.run(
-            ["sacctmgr", "-P", "-n", "show", "reservation", "format=id,name"]
-        ).stdout.splitlines() if "|" in line
-    )
+    jobs, source = _accounting_jobs(backend, config, since)
     try:
-        jobs = json.loads(out)["jobs"]
+        reservations = _reservation_names(backend, jobs)
         rows = [job_fields(job, reservations) for job in jobs]
     except (ValueError, KeyError, TypeError) as exc:
-        raise BackendError(f"sacct --json answered something unusable: {exc}",
-                           detail=out[:2000]) from exc
+        raise BackendError(f"{source} answered a job gpuquota cannot read: {exc}",
+                           detail=str(jobs)[:2000]) from exc
     teams = _account_teams(cluster)
     with transaction.atomic():
         for row in rows:

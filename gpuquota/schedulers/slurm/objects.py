@@ -1,10 +1,12 @@
 """Slurm's answers -> SchedulerObjects (observe), and actions -> the argv lists that perform
 them (apply, the dry run and the export). Parsed from `sacctmgr -P` (pipe-separated) and
-`scontrol -o` (one record per line); Slurm 22.05 has no JSON for either."""
+`scontrol -o` (one record per line); Slurm 22.05 has no JSON for either. Also the GPUs
+running jobs hold (`scontrol -d -o show job`, slurmrestd's `gres_detail`)."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from gpuquota.schedulers.backend import Action, BackendError, SchedulerObject
 from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT
@@ -177,16 +179,46 @@ def _reservation_argv(action: Action, changed: set[str]) -> list[str]:
     return argv + [f"{names[k]}={obj.fields[k]}" for k in sorted(changed)]
 
 
-GPU_IDX_RE = re.compile(r"(?:^|,)gpu(?::[^:(,]+)*?:\d+\(IDX:([^)]*)\)")
+_GPU_IDX = re.compile(r"(?:^|[,\s=])gpu(?::[^:(),\s]+)*(?:\((?!IDX:)[^)]*\))*\(IDX:([^)]*)\)")
 
 
 def gres_indices(text: str) -> tuple[int, ...]:
-    """The GPU indices of a job's GRES on one node: `gpu:h100:2(IDX:0,2-3)` -> (0, 2, 3);
-    other GRES and `IDX:N/A` give none."""
+    """The GPU indices in a job's per-node GRES detail, as slurmrestd's `gres_detail` and
+    `scontrol -d show job` print them: `gpu:h100:2(IDX:0,2-3)` -> (0, 2, 3); () without
+    any (`IDX:N/A`, no GPU)."""
     found: set[int] = set()
-    for ranges in GPU_IDX_RE.findall(text):
-        for part in ranges.split(","):
-            start, _, end = part.partition("-")
+    for spec in _GPU_IDX.findall(text or ""):
+        for part in spec.split(","):
+            start, _, end = part.strip().partition("-")
             if start.isdigit() and (end or start).isdigit():
                 found.update(range(int(start), int(end or start) + 1))
     return tuple(sorted(found))
+
+
+@dataclass(frozen=True)
+class RunningGpu:
+    """One GPU a running job holds, as slurmctld says (its `IDX:` on that node)."""
+
+    job_id: str
+    account: str
+    user: str
+    node: str
+    index: int
+
+
+NODE_DETAIL_RE = re.compile(r"(?<![\w/])Nodes=(\S+) CPU_IDs=\S* Mem=\S* GRES=(\S*)")
+
+
+def running_gpus_parse(text: str) -> list[RunningGpu]:
+    """`scontrol -d -o show job` (one job per line) -> the GPUs of its RUNNING jobs."""
+    found = []
+    for line in text.splitlines():
+        record = dict(re.findall(r"(?<![\w/])(JobId|JobState|Account|UserId)=(\S*)", line))
+        if record.get("JobState") != "RUNNING" or "JobId" not in record:
+            continue
+        user = record.get("UserId", "").split("(")[0]
+        for nodes, gres in NODE_DETAIL_RE.findall(line):
+            for node in hostlist_expand(nodes):
+                found += [RunningGpu(record["JobId"], record.get("Account", ""), user, node, i)
+                          for i in gres_indices(gres)]
+    return found

@@ -26,6 +26,8 @@ class SlurmOptions:
     cluster_name: str = ""
     #: The slurm.conf the commands read (SLURM_CONF); default: Slurm's own.
     slurm_conf: str = ""
+    #: The Slurm user slurmrestd's token was made for (X-SLURM-USER-NAME).
+    rest_user: str = "root"
 
     @classmethod
     def parse(cls, raw: dict | None) -> SlurmOptions:
@@ -43,6 +45,8 @@ class SlurmOptions:
         for name in ("reservation_flags", "cluster_name", "slurm_conf"):
             if not isinstance(raw.get(name, ""), str):
                 raise DomainError(f"{name}: a string.", field="options")
+        if not isinstance(raw.get("rest_user", "root"), str) or not raw.get("rest_user", "root"):
+            raise DomainError("rest_user: a Slurm user name.", field="options")
         grace = raw.get("loan_grace_s", 0)
         if not isinstance(grace, int) or not 0 <= grace <= 86400:
             raise DomainError("loan_grace_s: whole seconds, 0 to 86400.", field="options")

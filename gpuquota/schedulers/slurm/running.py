@@ -1,12 +1,10 @@
-"""Which GPUs running Slurm jobs hold, read while they run: `scontrol -d -o show job` gives,
-per node of a running job, `Nodes=<hostlist> CPU_IDs=.. Mem=.. GRES=gpu:<type>:N(IDX:..)`.
-Slurm's accounting keeps only counts, so this is the only place the scheduler says which
-GPUs a job had; each observation extends the job's SlurmJobGpu rows (first and last seen)."""
+"""Which GPUs running Slurm jobs hold, read while they run from slurmctld (`scontrol -d -o
+show job`'s `GRES=gpu:<type>:N(IDX:..)` per node, or slurmrestd's `gres_detail`). Slurm's
+accounting keeps only counts, so this is the only place the scheduler says which GPUs a job
+had; each observation extends the job's SlurmJobGpu rows (first and last seen)."""
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
@@ -16,33 +14,7 @@ from gpuquota.inventory.models import Cluster, Gpu
 from gpuquota.schedulers.backend import BackendError, backend_for
 from gpuquota.schedulers.models import BackendConfig, SlurmJobGpu
 from gpuquota.schedulers.services import problem_record
-from gpuquota.schedulers.slurm.objects import gres_indices, hostlist_expand
-
-NODE_DETAIL_RE = re.compile(r"(?<![\w/])Nodes=(\S+) CPU_IDs=\S* Mem=\S* GRES=(\S*)")
-
-
-@dataclass(frozen=True)
-class RunningGpu:
-    job_id: str
-    account: str
-    user: str
-    node: str
-    index: int
-
-
-def running_gpus_parse(text: str) -> list[RunningGpu]:
-    """`scontrol -d -o show job` (one job per line) -> the GPUs of its RUNNING jobs."""
-    found = []
-    for line in text.splitlines():
-        record = dict(re.findall(r"(?<![\w/])(JobId|JobState|Account|UserId)=(\S*)", line))
-        if record.get("JobState") != "RUNNING" or "JobId" not in record:
-            continue
-        user = record.get("UserId", "").split("(")[0]
-        for nodes, gres in NODE_DETAIL_RE.findall(line):
-            for node in hostlist_expand(nodes):
-                found += [RunningGpu(record["JobId"], record.get("Account", ""), user, node, i)
-                          for i in gres_indices(gres)]
-    return found
+from gpuquota.schedulers.slurm.objects import RunningGpu, running_gpus_parse
 
 
 @transaction.atomic
@@ -69,11 +41,16 @@ def running_gpus_record(*, cluster: Cluster, gpus: list[RunningGpu], at: datetim
 
 
 def running_gpus_import(*, cluster: Cluster, at: datetime | None = None) -> int:
-    """Ask slurmctld which GPUs the cluster's running jobs hold, and record it."""
+    """Ask slurmctld which GPUs the cluster's running jobs hold (through slurmrestd when
+    the cluster has its URL, else `scontrol -d -o show job`), and record it."""
     backend = backend_for(cluster, BackendConfig.objects.get(cluster=cluster))
-    out = backend.runner.run(["scontrol", "-d", "-o", "show", "job"]).stdout
-    return running_gpus_record(cluster=cluster, gpus=running_gpus_parse(out),
-                               at=at or timezone.now(), node_name=backend.options.node_name)
+    if backend.rest is not None:
+        gpus = backend.rest.running_job_gpus()
+    else:
+        gpus = running_gpus_parse(
+            backend.runner.run(["scontrol", "-d", "-o", "show", "job"]).stdout)
+    return running_gpus_record(cluster=cluster, gpus=gpus, at=at or timezone.now(),
+                               node_name=backend.options.node_name)
 
 
 def slurm_clusters_running_gpus_import() -> dict:
