@@ -7,7 +7,7 @@ a child of this process, all state under one directory.
 
 prints the environment to use it (`SLURM_CONF=...`; with `--rest`, slurmrestd's URL and a
 token) and runs until Ctrl-C, which stops every daemon. The tests start the same cluster
-once per session (`tests/slurm/conftest.py`).
+once per session (`tests/schedulers/conftest.py`).
 It needs root (slurmd runs jobs as their users) and Debian's slurm-wlm, slurmdbd, slurmrestd,
 slurm-wlm-jwt-plugin, munge and mariadb-server; it never touches /etc/slurm, /etc/munge nor
 the system's MariaDB.
