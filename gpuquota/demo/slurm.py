@@ -66,12 +66,12 @@ OWNER, OTHER = "vision", "nlp"
 
 def slurm_demo_unavailable() -> str | None:
     """Why the dev cluster cannot start on this host, or None."""
-    if os.geteuid() != 0:
-        return "The dev Slurm cluster needs root: slurmd runs jobs as their users."
     missing = devcluster.missing_binaries()
     if missing:
         return (f"The dev Slurm cluster needs Debian's Slurm, munge and MariaDB: missing "
                 f"{', '.join(missing)} (apt-get install {PACKAGES}).")
+    if os.geteuid() != 0:
+        return "The dev Slurm cluster needs root: slurmd runs jobs as their users."
     return None
 
 
@@ -177,8 +177,11 @@ def slurm_demo_jobs() -> list[DemoJob]:
         DemoJob(f"{OWNER}'s job, drawn into its reservation: runs", _sbatch(owner, OWNER, 3)),
         DemoJob(f"{OTHER}'s job on the reserved node: pends", _sbatch(
             other, OTHER, 1, f"--nodelist={node}")),
-        DemoJob("a borrower's job on a lent GPU (once one is lent): runs", _sbatch(
-            other, LENDING_ACCOUNT, 1, f"--qos={SCAVENGER_QOS}", srun=True)),
+        # On the lent node (a free one would do too), and short: Slurm keeps the free GPU
+        # for the other team's pending job unless this one ends before that could start.
+        DemoJob(f"a borrower's job on the lent GPU of {node} (once lent): runs", _sbatch(
+            other, LENDING_ACCOUNT, 1, f"--qos={SCAVENGER_QOS}", f"--nodelist={node}",
+            "--time=30", srun=True)),
         DemoJob(f"{OWNER}'s job that takes the GPU back: the borrower's is requeued",
                 _sbatch(owner, OWNER, 1)),
     ]

@@ -75,5 +75,5 @@ class Command(BaseCommand):
         self.stdout.write(f"  export SLURM_CONF={slurm_conf}")
         for job in slurm_demo_jobs():
             self.stdout.write(f"  # {job.what}\n  {job.command}")
-        self.stdout.write("  squeue -o '%.6i %.12a %.14q %.8T %.10R %N'   # what runs, what "
-                          "pends and why\n")
+        self.stdout.write("  squeue -o '%.5i %.10a %.12q %.8T %R'   # where each job runs, or "
+                          "why it pends\n")
