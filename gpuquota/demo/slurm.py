@@ -30,6 +30,7 @@ from django.db import transaction
 
 from accounts.models import ClusterIdentity, Team, User
 from agent.simulator import MODELS as SIMULATED_MODELS
+from gpuquota.core.timeutil import hour_floor
 from gpuquota.demo.organisation import CLASSES, DEMO_EPOCH, TEAMS, DemoNode, demo_gpu_uuid
 from gpuquota.inventory.models import Cluster, Gpu, GpuClass, Node
 from gpuquota.inventory.services import gpu_reclassify, gpu_register
@@ -116,12 +117,14 @@ def _seed_inventory(*, gpu_class: GpuClass, now: datetime) -> Cluster:
             uuid = demo_gpu_uuid(demo.hostname, index)
             if Gpu.objects.filter(uuid=uuid).exists():
                 continue
-            # Registered as its model's class, then priced as the dev cluster's a second later.
+            # In service from the hour's start, so a reservation "from now" typed to the
+            # minute finds it; registered as its model's class, then priced as the dev
+            # cluster's a second later.
             gpu = gpu_register(node=node, uuid=uuid, model_name=model_name,
-                               at=now - timedelta(seconds=1), index=index,
+                               at=hour_floor(now) - timedelta(seconds=1), index=index,
                                pci_bus_id=f"00000000:{0x18 + 0x10 * index:02X}:00.0",
                                memory_total_bytes=SIMULATED_MODELS[model_name][0])
-            gpu_reclassify(gpu=gpu, gpu_class=gpu_class, at=now)
+            gpu_reclassify(gpu=gpu, gpu_class=gpu_class, at=hour_floor(now))
     return cluster
 
 

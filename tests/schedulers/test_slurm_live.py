@@ -4,6 +4,7 @@ requeued when the owner's job arrives. Every live test is in this file (one xdis
 starts the cluster)."""
 
 import io
+import re
 import statistics
 import time
 from datetime import timedelta
@@ -171,7 +172,8 @@ def test_the_demo_on_the_dev_cluster_a_reservation_made_in_the_web_pages_holds_i
         "gpu_class": GpuClass.objects.get(name=GPU_CLASS).pk, "count": 4,
         "start": f"{start:%Y-%m-%d %H:%M}", "end": f"{start + timedelta(hours=2):%Y-%m-%d %H:%M}",
         "placement": "any", "purpose": "walk-through"})
-    assert response.status_code == 302, response.content.decode()[:2000]
+    assert response.status_code == 302, re.findall(r'class="errorlist[^>]*>(.*?)</ul>',
+                                                   response.content.decode(), re.S)
     r = Reservation.objects.get(purpose="walk-through")
     assert cluster_reconcile(cluster=cluster, reason="test").outcome == "ok"
 
