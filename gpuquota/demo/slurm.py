@@ -185,6 +185,8 @@ def slurm_demo_jobs() -> list[DemoJob]:
         DemoJob(f"a borrower's job on the lent GPU of {node} (once lent): runs", _sbatch(
             other, LENDING_ACCOUNT, 1, f"--qos={SCAVENGER_QOS}", f"--nodelist={node}",
             "--time=30", srun=True)),
+        # On the lent node: with a free node elsewhere, Slurm may start it there once it has
+        # preempted the borrower.
         DemoJob(f"{OWNER}'s job that takes the GPU back: the borrower's is requeued",
-                _sbatch(owner, OWNER, 1)),
+                _sbatch(owner, OWNER, 1, f"--nodelist={node}")),
     ]

@@ -54,6 +54,6 @@ def test_the_walk_through_jobs_run_as_the_leads_system_users():
     owner, other, borrower, taker = (job.argv for job in slurm_demo_jobs())
     assert ("--uid=daemon", "--account=vision") == owner[1:3] == taker[1:3]
     assert ("--uid=nobody", "--account=nlp") == other[1:3]
-    assert "--nodelist=gqnode1" in other
+    assert "--nodelist=gqnode1" in other and "--nodelist=gqnode1" in taker
     assert {"--account=gq-lending", "--qos=gq-scavenger"} <= set(borrower)
     assert borrower[-1] == "srun sleep 3600"  # 22.05 preempts only srun steps in time
