@@ -35,11 +35,17 @@ demo: export LEND_AFTER_IDLE_S ?= 120
 ## users log in through it (docs/sso.md, "The demo with a provider").
 SSO ?= 0
 SSO_PORT ?= 8900
+## `make demo SLURM=1` (as root, with Debian's Slurm, munge and MariaDB): with the dev Slurm
+## cluster gqdev as a demo cluster, started on GQ_SLURM_PORT_BASE and stopped with the demo;
+## reservations become Slurm reservations and limits (docs/slurm.md, "The demo on the dev
+## cluster").
+SLURM ?= 0
 DEMO_RUN ?= demo
+DEMO_COMMAND = $(if $(filter 1,$(SSO)),demo_sso --provider-port $(SSO_PORT),$(if $(filter 1,$(SLURM)),slurm_demo,$(DEMO_RUN)))
 demo: $(INSTALLED)
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	$(PY) manage.py $(if $(filter 1,$(SSO)),demo_sso --provider-port $(SSO_PORT),$(DEMO_RUN)) --addr 127.0.0.1:$(PORT)
+	$(PY) manage.py $(DEMO_COMMAND) --addr 127.0.0.1:$(PORT)
 
 ## The demo with the Turing cluster reporting through fake dcgm-exporters scraped by Debian's
 ## Prometheus and the telemetry importer, instead of gpuquota's agent (docs/telemetry.md).

@@ -78,6 +78,12 @@ class DemoNode:
     cluster: str
     hostname: str
     gpu_class: str
+    gpus: int = GPUS_PER_NODE
+    #: Its simulated agent's GPU profiles, unix users and accounts (comma-separated);
+    #: empty: the organisation's (HEALTHY_PROFILES, the demo people, the teams).
+    profiles: str = ""
+    users: str = ""
+    accounts: str = ""
 
     @property
     def model_name(self) -> str:
@@ -206,11 +212,14 @@ def demo_organisation_seed() -> dict[str, list[str]]:
     return _seed_teams(classes)
 
 
-def demo_agent_tokens_issue(*, directory: str) -> list[tuple[DemoNode, str]]:
-    """A fresh token for every demo node, written to `directory`/<hostname>.token (0600)."""
+def demo_agent_tokens_issue(
+    *, directory: str, nodes: list[DemoNode] | None = None
+) -> list[tuple[DemoNode, str]]:
+    """A fresh token for every demo node (or each of `nodes`), written to
+    `directory`/<hostname>.token (0600)."""
     os.makedirs(directory, mode=0o700, exist_ok=True)
     issued = []
-    for demo in demo_nodes():
+    for demo in demo_nodes() if nodes is None else nodes:
         node = Node.objects.get(cluster__slug=demo.cluster, hostname=demo.hostname)
         path = os.path.join(directory, f"{demo.hostname}.token")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

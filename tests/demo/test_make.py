@@ -54,3 +54,8 @@ def test_make_demo_mails_from_the_demo_domain_to_files_with_links_to_its_port(tm
 def test_what_the_user_sets_wins(tmp_path):
     [_migrate, _seed, demo] = _make_demo(tmp_path, DEFAULT_FROM_EMAIL="ops <gpu@example.com>")
     assert demo["env"]["DEFAULT_FROM_EMAIL"] == "ops <gpu@example.com>"
+
+
+def test_make_demo_slurm_runs_the_demo_with_the_dev_slurm_cluster(tmp_path):
+    [_migrate, _seed, demo] = _make_demo(tmp_path, SLURM="1")
+    assert demo["argv"] == ["manage.py", "slurm_demo", "--addr", "127.0.0.1:8123"]

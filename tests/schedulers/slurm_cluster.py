@@ -2,29 +2,13 @@
 once per session, in the foreground, by the process running them (all live tests are in
 one file, so one xdist worker starts it)."""
 
-import importlib.util
-import os
 import subprocess
 import time
-from pathlib import Path
 
-import gpuquota
-
-ROOT = Path(gpuquota.__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location(
-    "devcluster", ROOT / "deploy/slurm/dev-cluster/devcluster.py")
-devcluster = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(devcluster)
-
-
-def unavailable_reason() -> str | None:
-    """Why the dev cluster cannot start here, or None."""
-    missing = devcluster.missing_binaries()
-    if missing:
-        return f"needs Debian's Slurm, munge and MariaDB: missing {', '.join(missing)}"
-    if os.geteuid() != 0:
-        return "needs root (slurmd runs jobs as their users)"
-    return None
+# The dev cluster's script, loaded once (the demo starts the same cluster: `slurm_demo`),
+# and why it cannot start here (None: it can).
+from gpuquota.demo.slurm import devcluster
+from gpuquota.demo.slurm import slurm_demo_unavailable as unavailable_reason  # noqa: F401
 
 
 class Live:

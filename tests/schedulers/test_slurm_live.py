@@ -4,6 +4,7 @@ requeued when the owner's job arrives. Every live test is in this file (one xdis
 starts the cluster)."""
 
 import io
+import re
 import statistics
 import time
 from datetime import timedelta
@@ -272,3 +273,45 @@ def test_job_accounting_through_slurmrestd_with_a_jwt(live):
         cluster=site.cluster, summary__startswith="job import: ").values_list("summary", flat=True))
     assert [s.split(": ")[1].split(" at ")[0] for s in summaries] == [
         "slurmrestd answered an error", "slurmrestd could not be reached"]
+
+
+def test_the_demo_on_the_dev_cluster_a_reservation_made_in_the_web_pages_holds_in_slurm(live):
+    """`make demo SLURM=1`: the demo's seeding against the running dev cluster, then a
+    lead's reservation through the web form; the walk-through's own sbatch lines."""
+    from django.test import Client
+    from django.utils import timezone
+
+    from accounts.models import Team, User
+    from gpuquota.demo.organisation import demo_organisation_seed
+    from gpuquota.demo.slurm import GPU_CLASS, slurm_demo_jobs, slurm_demo_seed
+    from gpuquota.inventory.models import GpuClass
+    from gpuquota.reservations.models import Reservation
+
+    demo_organisation_seed()
+    cluster = slurm_demo_seed(slurm_conf=live.slurm_conf, now=timezone.now())
+    assert cluster_reconcile(cluster=cluster, reason="demo").outcome == "ok"
+    lead = Client()
+    lead.force_login(User.objects.get(username="vision-lead"))
+    start = timezone.localtime().replace(second=0, microsecond=0)
+    response = lead.post("/reservations/new/", {
+        "team": Team.objects.get(slug="vision").pk,
+        "gpu_class": GpuClass.objects.get(name=GPU_CLASS).pk, "count": 4,
+        "start": f"{start:%Y-%m-%d %H:%M}", "end": f"{start + timedelta(hours=2):%Y-%m-%d %H:%M}",
+        "placement": "any", "purpose": "walk-through"})
+    assert response.status_code == 302, re.findall(r'class="errorlist[^>]*>(.*?)</ul>',
+                                                   response.content.decode(), re.S)
+    r = Reservation.objects.get(purpose="walk-through")
+    assert cluster_reconcile(cluster=cluster, reason="test").outcome == "ok"
+
+    res = live.run("scontrol", "-o", "show", "reservation", f"gq-res-{r.pk}")
+    assert "Nodes=gqnode1" in res and "Accounts=vision" in res
+    limits = live.run("sacctmgr", "-P", "-n", "show", "association", "cluster=gqdev",
+                      "account=vision", "format=account,user,grptres")
+    assert "vision||gres/gpu:h100=4" in limits.splitlines()
+    page = lead.get("/teams/vision/").content.decode()
+    assert "Whole nodes" in page and "the reservation covers gqnode1 whole" in page
+
+    own, other = (live.run("sbatch", "--parsable", *job.argv[1:]).strip()
+                  for job in slurm_demo_jobs()[:2])
+    assert live.wait_state(own, {"RUNNING"})["NodeList"] == "gqnode1"
+    assert live.job(other)["JobState"] == "PENDING"

@@ -26,9 +26,12 @@ from gpuquota.demo.organisation import (
     FAULTY_NODE,
     HEALTHY_PROFILES,
     TEAMS,
+    DemoNode,
     demo_agent_tokens_issue,
+    demo_nodes,
     demo_unix_users,
 )
+from gpuquota.demo.slurm import slurm_demo_nodes
 from gpuquota.lending.demo import demo_borrowers_write
 
 STOP_GRACE_S = 10  # how long each group of children has to stop after a Ctrl-C
@@ -44,6 +47,9 @@ class Command(BaseCommand):
         parser.add_argument("--no-agents-in", action="append", default=[], metavar="CLUSTER",
                             help="no agents for this cluster's nodes (another source reports "
                                  "them: `manage.py telemetry_demo`)")
+        parser.add_argument("--dev-slurm-agents", action="store_true",
+                            help="also simulated agents for the dev Slurm cluster's nodes "
+                                 "(`manage.py slurm_demo` seeds them)")
         parser.add_argument(
             "--beat-cap",
             type=float,
@@ -51,7 +57,8 @@ class Command(BaseCommand):
             help="run interval beat entries at least this often (seconds), so the demo moves",
         )
 
-    def handle(self, *args, addr, window, no_agents, beat_cap, no_agents_in=(), **options):
+    def handle(self, *args, addr, window, no_agents, beat_cap, no_agents_in=(),
+               dev_slurm_agents=False, **options):
         if not settings.CELERY_TASK_ALWAYS_EAGER:
             raise CommandError("`demo` is the embedded default; with REDIS_URL run celery workers")
         url = f"http://{addr}"
@@ -65,7 +72,8 @@ class Command(BaseCommand):
         try:
             self._wait_until_up(url)
             if not no_agents:
-                children += self._start_agents(url, window, skip=set(no_agents_in))
+                nodes = demo_nodes() + (slurm_demo_nodes() if dev_slurm_agents else [])
+                children += self._start_agents(url, window, nodes=nodes, skip=set(no_agents_in))
             self._banner(url)
             self._run_beat(beat_cap)
         except KeyboardInterrupt:
@@ -117,12 +125,14 @@ class Command(BaseCommand):
                 time.sleep(0.5)
         raise CommandError(f"the web server did not answer at {url}")
 
-    def _start_agents(self, url: str, window: int, skip: set) -> list[subprocess.Popen]:
+    def _start_agents(self, url: str, window: int, nodes: list[DemoNode],
+                      skip: set) -> list[subprocess.Popen]:
         var = Path(settings.VAR_DIR) / "demo"
         users = ",".join(demo_unix_users())
         accounts = ",".join(TEAMS)
         agents = []
-        for demo, token_file in demo_agent_tokens_issue(directory=str(var / "tokens")):
+        for demo, token_file in demo_agent_tokens_issue(directory=str(var / "tokens"),
+                                                        nodes=nodes):
             if demo.cluster in skip:
                 continue
             command = [
@@ -130,11 +140,11 @@ class Command(BaseCommand):
                 "--server", url,
                 "--token-file", token_file,
                 "--hostname", demo.hostname,
-                "--simulate", "8",
+                "--simulate", str(demo.gpus),
                 "--seed", "0",
                 "--simulate-model", demo.model_name,
-                "--simulate-users", users,
-                "--simulate-accounts", accounts,
+                "--simulate-users", demo.users or users,
+                "--simulate-accounts", demo.accounts or accounts,
                 "--window", str(window),
                 "--poll", "2",
                 "--spool-dir", str(var / "spool" / demo.hostname),
@@ -144,7 +154,7 @@ class Command(BaseCommand):
             if demo.hostname == FAULTY_NODE:
                 command += ["--simulate-fail-after", "120"]  # a lost GPU soon after start
             else:
-                command += ["--simulate-profiles", HEALTHY_PROFILES]
+                command += ["--simulate-profiles", demo.profiles or HEALTHY_PROFILES]
             agents.append(subprocess.Popen(command, cwd=settings.BASE_DIR,
                                            start_new_session=True))
         self.stdout.write(f"Started {len(agents)} simulated agents ({window} s windows).")
