@@ -137,7 +137,8 @@ def make_backend(options: dict[str, Any], clock: Clock) -> Backend:
             models=names("simulate_model"), profiles=names("simulate_profiles"),
             users=names("simulate_users"), accounts=names("simulate_accounts"),
             fail_after_s=options["simulate_fail_after"], clock=clock.now,
-            borrowers_file=str(options["simulate_borrowers_file"] or ""))
+            borrowers_file=str(options["simulate_borrowers_file"] or ""),
+            gpu_jobs_dir=str(options["gpu_jobs_dir"] or ""))
     from agent.nvml_backend import NvmlBackend  # only a real node needs pynvml loaded
 
     return NvmlBackend()

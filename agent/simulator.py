@@ -61,7 +61,8 @@ class Simulator:
                  models: tuple[str, ...] = ("NVIDIA H100 80GB HBM3",),
                  profiles: tuple[str, ...] = (), users: tuple[str, ...] = DEFAULT_USERS,
                  accounts: tuple[str, ...] = DEFAULT_ACCOUNTS, fail_after_s: float = 600.0,
-                 clock: Callable[[], float] = time.time, borrowers_file: str = "") -> None:
+                 clock: Callable[[], float] = time.time, borrowers_file: str = "",
+                 gpu_jobs_dir: str = "") -> None:
         unknown = [m for m in models if m not in MODELS]
         unknown += [p for p in profiles if p not in PROFILES]
         if unknown or not models or not users or not accounts:
@@ -71,6 +72,7 @@ class Simulator:
         self.users, self.accounts = users, accounts
         self.fail_at = clock() + fail_after_s
         self.borrowers = BorrowersFile(borrowers_file)
+        self.gpu_jobs = gpu_jobs_dir
         self._events: list[BackendEvent] = []
         self._failed: set[str] = set()
         self._gpus: list[SimGpu] = []
@@ -125,8 +127,9 @@ class Simulator:
         rng = random.Random(_digest(self.seed, gpu.uuid, round(now, 3)))
         polls = 1 if sim.last_t is None else max(1, min(10, int(now - sim.last_t)))
         util = [self._util(sim.profile, now - k, rng) for k in range(polls)]
-        borrower = None if gpu.mig_parent_uuid else self.borrowers.user(gpu.uuid)
-        if borrower:
+        slurm_job = None if gpu.mig_parent_uuid else self._slurm_job(gpu.index)
+        borrower = None if gpu.mig_parent_uuid or slurm_job else self.borrowers.user(gpu.uuid)
+        if borrower or slurm_job:
             util = [min(100, max(0, round(rng.gauss(85, 5)))) for _ in util]
         mean_util = sum(util) / len(util)
         if gpu.mig_parent_uuid:
@@ -142,7 +145,13 @@ class Simulator:
             sim.energy_mj += int(power * (now - sim.last_t) * 1000)
         sim.last_t = now
         processes = self._processes(sim, now, util, rng)
-        if borrower:
+        if slurm_job:
+            job_id, user, account = slurm_job
+            processes = [ProcessReading(
+                pid=6000 + gpu.index, memory_used_bytes=int((gpu.memory_total_bytes or 0) * 0.7),
+                util_sm=util, pid_start=45678, command="python",
+                owner=Owner(None, user, "slurm", job_id, account))]
+        elif borrower:
             processes = [ProcessReading(
                 pid=5000 + gpu.index, memory_used_bytes=int((gpu.memory_total_bytes or 0) * 0.6),
                 util_sm=util, pid_start=34567, command="python preemptible.py",
@@ -158,6 +167,21 @@ class Simulator:
             ecc_corrected_total=0, ecc_uncorrected_total=0, remap_pending=False,
             processes=processes,
         )
+
+    def _slurm_job(self, index: int) -> tuple[str, str, str | None] | None:
+        """The real Slurm job that the prolog recorded on this (fake) GPU, if any: the dev
+        cluster's jobs run on GPUs that exist only here, and show as busy processes of theirs
+        (`<job id> <user> <account>` in `gpu<index>`, removed by the epilog at the job's end)."""
+        if not self.gpu_jobs:
+            return None
+        try:
+            with open(os.path.join(self.gpu_jobs, f"gpu{index}")) as record:
+                fields = record.read().split()
+        except OSError:
+            return None
+        if len(fields) < 2 or not fields[0].isdigit():
+            return None
+        return fields[0], fields[1], fields[2] if len(fields) > 2 else None
 
     @staticmethod
     def _util(profile: str, t: float, rng: random.Random) -> int:

@@ -84,6 +84,9 @@ class DemoNode:
     profiles: str = ""
     users: str = ""
     accounts: str = ""
+    #: Where a real Slurm's prolog records which job each of its GPUs runs (the dev
+    #: cluster's): its agent shows those jobs, and the demo's made-up borrowers never.
+    gpu_jobs_dir: str = ""
 
     @property
     def model_name(self) -> str:

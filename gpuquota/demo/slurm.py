@@ -84,12 +84,14 @@ def slurm_demo_dir() -> Path:
 
 
 def slurm_demo_nodes() -> list[DemoNode]:
-    """The dev cluster's nodes for the demo's simulated agents: idle GPUs (what a reserved
-    GPU does until someone runs on it, so the lending policy lends them), the leads' unix
-    users and the teams' accounts."""
+    """The dev cluster's nodes for the demo's simulated agents: GPUs idle until a Slurm job
+    runs on them (the prolog's records, `gpu-jobs/<node>`, say which; the epilog removes
+    them), so the lending policy lends only the GPUs no job uses; the leads' unix users and
+    the teams' accounts."""
     return [DemoNode(CLUSTER, node, MODEL_CLASS, gpus=devcluster.GPUS_PER_NODE,
                      profiles=",".join(["idle"] * devcluster.GPUS_PER_NODE),
-                     users=",".join(LEAD_UNIX_USERS.values()), accounts=",".join(TEAMS))
+                     users=",".join(LEAD_UNIX_USERS.values()), accounts=",".join(TEAMS),
+                     gpu_jobs_dir=str(slurm_demo_dir() / "gpu-jobs" / node))
             for node in devcluster.NODES]
 
 

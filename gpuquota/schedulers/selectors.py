@@ -3,6 +3,7 @@ cluster at one instant), and what the admin pages show."""
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,6 +17,7 @@ from gpuquota.schedulers.backend import owned_name
 from gpuquota.schedulers.models import (
     BindingLevel,
     Drift,
+    LoanReturn,
     Problem,
     ReconcileRun,
     ReservationBinding,
@@ -193,19 +195,33 @@ FOREIGN_USE_DAYS = 30
 
 def cluster_backend_detail(*, cluster, now: datetime) -> dict:
     """What the cluster's admin page shows: problems, drift, runs, bindings of the
-    reservations it holds now, foreign use of the last 30 days."""
+    reservations it holds now, foreign use of the last 30 days, lent GPUs' returns."""
     return {
         "foreign": foreign_use(cluster=cluster, since=now - timedelta(days=FOREIGN_USE_DAYS)),
         "problems": Problem.objects.filter(cluster=cluster).order_by("status", "-last_seen_at")[
             :PAGE_ROWS],
         "drifts": Drift.objects.filter(cluster=cluster)[:PAGE_ROWS],
         "runs": ReconcileRun.objects.filter(cluster=cluster)[:PAGE_ROWS],
+        "returns": LoanReturn.objects.filter(loan__gpu__node__cluster=cluster).select_related(
+            "loan__gpu__node", "loan__assignment__reservation__team")[:PAGE_ROWS],
+        "return_times": loan_return_times(cluster=cluster),
         "bindings": ReservationBinding.objects.filter(
             reservation__status__in=HELD_STATUSES,
             reservation__assignments__gpu__node__cluster=cluster,
         ).distinct().select_related("reservation__team", "reservation__gpu_class").order_by(
             "reservation__start"),
     }
+
+
+def loan_return_times(*, cluster) -> dict | None:
+    """Time-to-return of every return Slurm recorded on the cluster: count, min, median,
+    max (seconds); None when there is none."""
+    times = sorted(LoanReturn.objects.filter(loan__gpu__node__cluster=cluster).values_list(
+        "time_to_return_s", flat=True))
+    if not times:
+        return None
+    return {"count": len(times), "min": times[0], "median": statistics.median(times),
+            "max": times[-1]}
 
 
 def team_scheduler_holds(*, team, now: datetime) -> list[dict]:

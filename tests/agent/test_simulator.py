@@ -88,3 +88,23 @@ def test_energy_grows_with_power_over_time():
 def test_unknown_models_are_refused_with_the_known_ones_listed():
     with pytest.raises(ValueError, match="NVIDIA L4"):
         Simulator(1, seed=1, hostname="h", models=("Tesla K80",))
+
+
+def test_a_gpu_the_prolog_recorded_runs_that_slurm_job_until_the_epilog_removes_it(tmp_path):
+    """The demo's dev Slurm cluster has fake GPUs: its real jobs show on the simulated ones
+    from the prolog's records, with their job id, user and account; the borrowers file is
+    not needed there."""
+    from agent.model import Owner
+
+    clock = Clock()
+    sim = Simulator(2, seed=1, hostname="gqnode1", profiles=("idle", "idle"), clock=clock,
+                    gpu_jobs_dir=str(tmp_path))
+    gpus = sim.discover()
+    (tmp_path / "gpu1").write_text("7001 daemon vision\n")
+    idle, busy = polls(sim, clock, gpus[0], 3)[-1], polls(sim, clock, gpus[1], 3)[-1]
+    assert idle.processes == [] and max(idle.util_gpu) == 0
+    assert [p.owner for p in busy.processes] == [Owner(None, "daemon", "slurm", "7001",
+                                                       "vision")]
+    assert min(busy.util_gpu) > 50
+    (tmp_path / "gpu1").unlink()  # the job ended
+    assert polls(sim, clock, gpus[1], 1)[-1].processes == []

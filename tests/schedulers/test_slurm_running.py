@@ -151,3 +151,46 @@ def test_the_team_page_lists_the_jobs_seen_on_a_reservations_gpus(site):
     page = client.get(
         reverse("team_detail", args=["vision"])).content.decode()
     assert "Jobs on this reservation" in page and "node-a:0, node-a:1" in page
+
+
+def test_a_return_is_the_lent_gpus_whose_borrower_slurmctld_saw_there(site):
+    """Two GPUs of node-a lent; the owner's job preempted the borrower running on GPU 3.
+    Without the GPUs a job held, each loan on the node would take that return (the node is
+    all Slurm's accounting says); with them, only GPU 3's loan does."""
+    from gpuquota.reservations.models import Loan
+    from gpuquota.schedulers.models import LoanReturn
+    from gpuquota.schedulers.services import backend_config_update
+    from gpuquota.schedulers.slurm.jobs import loan_returns_record
+
+    backend_config_update(cluster=site.cluster, actor=site.admin)
+    now = timezone.now().replace(microsecond=0)
+    r = site.reserve("vision", site.gpus["node-a"], start=now - timedelta(hours=2),
+                     end=now + timedelta(hours=2))
+    loans = {g.index: Loan.objects.create(assignment=r.assignments.get(gpu=g), gpu=g,
+                                          lent_from=now - timedelta(hours=1))
+             for g in site.gpus["node-a"][2:]}
+
+    def job(job_id, **fields):
+        return SlurmJob.objects.create(cluster=site.cluster, job_id=job_id, nodes="node-a",
+                                       gpu_tres="gres/gpu:h100=1", gpus=1, **fields)
+
+    job("501", account="gq-lending", qos="gq-scavenger", state="PREEMPTED",
+        submitted_at=now - timedelta(minutes=50), started_at=now - timedelta(minutes=50),
+        ended_at=now - timedelta(minutes=10))
+    job("502", account="vision", qos="gq-owner", state="RUNNING", team=site.teams["vision"],
+        submitted_at=now - timedelta(minutes=10, seconds=2),
+        started_at=now - timedelta(minutes=10))
+    running_gpus_record(cluster=site.cluster, at=now - timedelta(minutes=30),
+                        gpus=[RunningGpu("501", "gq-lending", "nobody", "node-a", 3)],
+                        node_name=lambda h: h)
+    returns = loan_returns_record(cluster=site.cluster)
+    assert [(x.loan_id, x.borrower_job_id, x.owner_job_id, x.time_to_return_s)
+            for x in returns] == [(loans[3].pk, "501", "502", 2)]
+    assert not LoanReturn.objects.filter(loan=loans[2]).exists()
+    from django.test import Client
+
+    client = Client()
+    client.force_login(site.admin)
+    page = client.get(f"/schedulers/{site.cluster.slug}/").content.decode()
+    assert 'id="returns"' in page and "min 2 s, median 2 s, max 2 s" in page
+    assert "node-a GPU 3" in page and ">501<" in page and ">502<" in page

@@ -15,7 +15,13 @@ from accounts.models import ClusterIdentity
 from gpuquota.inventory.models import Cluster
 from gpuquota.reservations.models import Loan
 from gpuquota.schedulers.backend import BackendError, backend_for
-from gpuquota.schedulers.models import BackendConfig, ImportCursor, LoanReturn, SlurmJob
+from gpuquota.schedulers.models import (
+    BackendConfig,
+    ImportCursor,
+    LoanReturn,
+    SlurmJob,
+    SlurmJobGpu,
+)
 from gpuquota.schedulers.services import problem_record
 from gpuquota.schedulers.slurm.objects import hostlist_expand
 from gpuquota.schedulers.slurm.options import SCAVENGER_QOS
@@ -145,17 +151,25 @@ def _account_teams(cluster: Cluster) -> dict[str, int]:
     ).values_list("key", "team_id"))
 
 
-def _on(job: SlurmJob, node: str) -> bool:
-    return node in hostlist_expand(job.nodes)
+def _held(job: SlurmJob, gpu_id: int, node: str, seen: dict[str, set[int]]) -> bool:
+    """Whether `job` had the GPU: by the GPUs slurmctld was seen saying it held (SlurmJobGpu),
+    else (never seen running) by its node list."""
+    gpus = seen.get(job.job_id)
+    return gpu_id in gpus if gpus else node in hostlist_expand(job.nodes)
 
 
 @transaction.atomic
 def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
-    """For each loan on the cluster, each owner's job that started on the lent GPU's node
-    right after a scavenger job there was preempted: a LoanReturn with its time-to-return
-    (owner submitted -> owner started). A returned loan's `freed_at` is set from it."""
+    """For each loan on the cluster, each owner's job that started on the lent GPU right
+    after a scavenger job there was preempted: a LoanReturn with its time-to-return (owner
+    submitted -> owner started). "There" is the lent GPU where slurmctld said which GPUs the
+    jobs held, the GPU's node otherwise. A returned loan's `freed_at` is set from it."""
     config = BackendConfig.objects.get(cluster=cluster)
     options = backend_for(cluster, config).options
+    seen: dict[str, set[int]] = {}
+    for job_id, gpu_id in SlurmJobGpu.objects.filter(
+            cluster=cluster, gpu__isnull=False).values_list("job_id", "gpu_id"):
+        seen.setdefault(job_id, set()).add(gpu_id)
     found = []
     loans = Loan.objects.filter(gpu__node__cluster=cluster).select_related(
         "gpu__node", "assignment__reservation")
@@ -167,8 +181,8 @@ def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
         ).exclude(qos=SCAVENGER_QOS)
         preempted = [j for j in SlurmJob.objects.filter(
             cluster=cluster, qos=SCAVENGER_QOS, state__in=PREEMPTED_STATES,
-            ended_at__gte=loan.lent_from) if _on(j, node)]
-        for owner in (o for o in owners if _on(o, node)):
+            ended_at__gte=loan.lent_from) if _held(j, loan.gpu_id, node, seen)]
+        for owner in (o for o in owners if _held(o, loan.gpu_id, node, seen)):
             borrower = max((b for b in preempted
                             if owner.submitted_at <= b.ended_at <= owner.started_at),
                            key=lambda b: b.ended_at, default=None)

@@ -149,8 +149,11 @@ class Command(BaseCommand):
                 "--poll", "2",
                 "--spool-dir", str(var / "spool" / demo.hostname),
                 "--log-level", "WARNING",
-                "--simulate-borrowers-file", self._borrowers_file(),
             ]  # fmt: skip
+            if demo.gpu_jobs_dir:  # Slurm runs the jobs, borrowers' included
+                command += ["--gpu-jobs-dir", demo.gpu_jobs_dir]
+            else:
+                command += ["--simulate-borrowers-file", self._borrowers_file()]
             if demo.hostname == FAULTY_NODE:
                 command += ["--simulate-fail-after", "120"]  # a lost GPU soon after start
             else:
