@@ -36,6 +36,7 @@ from gpuquota.inventory.models import Cluster, Gpu, GpuClass, Node
 from gpuquota.inventory.services import gpu_reclassify, gpu_register
 from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Quota
+from gpuquota.schedulers.models import ManagedObject
 from gpuquota.schedulers.services import backend_config_update
 from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT, SCAVENGER_QOS
 
@@ -147,9 +148,12 @@ def slurm_demo_seed(*, slurm_conf: str, now: datetime) -> Cluster:
     four H100 GPUs (the UUIDs the simulated agents report) in the class `GPU_CLASS`, with
     its rates and quotas; the demo teams' Slurm accounts and their leads' unix users on it;
     and its backend (mode write) reading `slurm_conf`. Safe to run again: only the path is
-    updated (and audited) when it moved; a reconcile follows the commit."""
+    updated (and audited) when it moved; a reconcile follows the commit. The dev cluster
+    starts empty each time, so what gpuquota wrote into the last one is forgotten: it went
+    with that cluster, and is not drift to report."""
     cluster = _seed_inventory(gpu_class=_seed_class(), now=now)
     _seed_identities(cluster)
+    ManagedObject.objects.filter(cluster=cluster).delete()
     admin = User.objects.filter(is_staff=True, is_active=True).order_by("id").first()
     backend_config_update(cluster=cluster, actor=admin, mode="write",
                           options={"slurm_conf": slurm_conf, "cluster_name": CLUSTER})

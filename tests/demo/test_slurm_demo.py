@@ -42,6 +42,15 @@ def test_the_seeding_is_idempotent_and_its_class_reserves_the_dev_cluster():
     assert identities.get(kind="unix_user", key="daemon").user.username == "vision-lead"
     assert identities.count() == 8
 
+    # What gpuquota wrote into the last run's cluster went with it: a new start of the demo
+    # (a fresh cluster) is not drift.
+    from gpuquota.schedulers.models import ManagedObject
+
+    ManagedObject.objects.create(cluster=cluster, kind="qos", name="gq-owner",
+                                 applied_at=timezone.now())
+    slurm_demo_seed(slurm_conf="/tmp/b/etc/slurm.conf", now=timezone.now())
+    assert not ManagedObject.objects.filter(cluster=cluster).exists()
+
     now = timezone.now()
     reservation = reservation_create(
         team=Team.objects.get(slug="vision"), gpu_class=GpuClass.objects.get(name=GPU_CLASS),
