@@ -91,8 +91,10 @@ def test_a_truly_abandoned_reservation_is_recommended():
     assert found(reservation, NOW)[1] == {g.id: ("idle", None) for g in held_gpus(reservation)}
 
 
-def test_a_truly_abandoned_reservation_is_recommended_from_real_telemetry():
-    """The same through the agents' samples and the real rollup sweep, and the service."""
+def test_a_truly_abandoned_reservation_is_recommended_from_real_telemetry(settings):
+    """The same through the agents' samples and the real rollup sweep, and the service
+    (a day of samples: the history gate asks for one here)."""
+    settings.RECLAIM_HISTORY_DAYS = 1
     world = World.create()
     reservation = world.reserve(count=1, start=NOW - 3 * DAY, end=NOW + DAY)
     [gpu] = held_gpus(reservation)
@@ -164,10 +166,10 @@ def test_a_failed_jobs_debugging_gap_is_not_reclaimed():
     """8-GPU-style training (here 2) ran 3 h and failed 40 h ago; the team has been busy
     on another GPU since, debugging: it will resubmit."""
     world = World.create()
-    reservation = world.reserve(count=2, start=NOW - 3 * DAY, end=NOW + 5 * DAY)
+    reservation = world.reserve(count=2, start=NOW - 8 * DAY, end=NOW + 5 * DAY)
     run = range(int((NOW - 43 * H).timestamp()), int((NOW - 40 * H).timestamp()))
     for a in assignments(reservation):
-        stored(a, NOW - 3 * DAY, NOW,
+        stored(a, NOW - 8 * DAY, NOW,
                busy=lambda h: 3600 if int(h.timestamp()) in run else 0)
     gpus = [g.id for g in held_gpus(reservation)]
     assert found(reservation, NOW, rule="spec")[0] == gpus
