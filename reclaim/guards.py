@@ -82,6 +82,7 @@ class TeamHistory:
     _hours: list[int] | None = None
     _by_gpu: dict[int, list[int]] | None = None
     _by_class: dict[int, list[int]] | None = None
+    _run_starts: dict[int, list[int]] | None = None
 
     def busy_count(self, hour: int, gpu_class_id: int) -> int:
         if self._counts is None:
@@ -116,10 +117,19 @@ class TeamHistory:
         i = bisect_left(hours, start)
         return i < len(hours) and hours[i] < end
 
-    def reported_between(self, gpu_id: int, start: int, end: int) -> int:
-        """The hours of [start, end) the GPU reported for the team."""
+    def reporting_since(self, gpu_id: int, t: int) -> int | None:
+        """The first hour of the unbroken stretch of hours the GPU reported for the team
+        up to hour t - 1; None when it did not report in hour t - 1."""
+        if self._run_starts is None:
+            self._run_starts = {}
+            for g, hours in self.reported.items():
+                starts: list[int] = []
+                for i, h in enumerate(hours):
+                    starts.append(starts[-1] if i and hours[i - 1] == h - 1 else h)
+                self._run_starts[g] = starts
         hours = self.reported.get(gpu_id, [])
-        return bisect_left(hours, end) - bisect_left(hours, start)
+        i = bisect_left(hours, t) - 1
+        return self._run_starts[gpu_id][i] if i >= 0 and hours[i] == t - 1 else None
 
     def sampled_between(self, gpu_class_id: int, start: int, end: int) -> int:
         """The hours of [start, end) in which some GPU of the class reported for the team."""
@@ -230,14 +240,14 @@ def in_retry_gap(history: TeamHistory, *, gpu_id: int, t: int, policy: Policy) -
 def in_usual_gap(history: TeamHistory, *, gpu_id: int, t: int, policy: Policy) -> bool:
     """The GPU's silence before hour t is at most `gap_factor` times the longest silence
     between two of the team's busy hours on it within the last `pattern_weeks` weeks. Its
-    silence counts only the hours it reported: a failed or unreported GPU cannot tell
-    whether its owner would have come back."""
+    silence runs from its last busy hour or, if later, from when it reported again after
+    failing or going unreported: its owner may have come back meanwhile, unseen."""
     busy = history.gpu_hours_between(gpu_id, t - WEEK_H * policy.pattern_weeks, t)
     if len(busy) < 2:
         return False
     longest = max(b - a - 1 for a, b in zip(busy, busy[1:], strict=False))
-    silence = history.reported_between(gpu_id, busy[-1] + 1, t)
-    return longest > 0 and silence <= policy.gap_factor * longest
+    since = max(busy[-1] + 1, history.reporting_since(gpu_id, t) or t)
+    return longest > 0 and t - since <= policy.gap_factor * longest
 
 
 @dataclass(frozen=True)
