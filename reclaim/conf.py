@@ -20,7 +20,7 @@ RULES = (SPEC, EVIDENCE, GUARDED)
 #: The guarded rule's history gate: days of samples a team needs of a GPU class before any
 #: of its GPUs of that class is hard-reclaimed. Chosen with the lending simulation and the
 #: backtest (docs/reclaim.md, "The history gate").
-DEFAULT_HISTORY_DAYS = 7
+DEFAULT_HISTORY_DAYS = 5
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ def test_the_review_card_says_not_enough_history(settings):
 
 def test_a_lent_gpu_is_never_reclaimed_and_the_evidence_says_so():
     world = World.create()
-    reservation = abandoned(world, days=9, count=2)
+    reservation = abandoned(world, days=9, count=2)  # past the gate
     lent, other = assignments(reservation)
     loan = loan_lend(assignment=lent, at=NOW - 2 * H, reason="idle for the lending window")
     gpus, states = found(reservation, NOW)
