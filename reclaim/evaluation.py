@@ -108,7 +108,38 @@ def findings_evaluate(*, reservations: list[Reservation], now: datetime, policy:
     judged = {r.id: _judged(r, inputs, policy) for r in reservations}
     if policy.rule == GUARDED:
         _team_guards_apply(reservations, judged, now=now, policy=policy)
-    return {r.id: _reservation(r, judged[r.id], inputs, policy) for r in reservations}
+    found = {r.id: _reservation(r, judged[r.id], inputs, policy) for r in reservations}
+    if policy.rule == GUARDED:
+        _right_size_guard(found, inputs, now=now, policy=policy)
+    return found
+
+
+def _right_size_guard(found: dict[int, ReservationFindings], inputs: EvaluationInputs, *,
+                      now: datetime, policy: Policy) -> None:
+    """Under the guarded rule a right-size takes back GPUs too: the team guards keep the
+    ones they refuse (lent, too little history, the team's usual gaps or recurring use of
+    that many GPUs at once), each with its guard and reason in its evidence; the target
+    rises by as many, and a right-size left with no GPU goes."""
+    sized = [(f, f.of_kind(K.RIGHT_SIZE)) for f in found.values()]
+    sized = [(f, finding) for f, finding in sized if finding is not None]
+    candidates = [Candidate(f.reservation.id, g, f.reservation.team_id,
+                            f.reservation.gpu_class_id) for f, finding in sized
+                  for g in finding.gpu_ids]
+    refused = {(c.reservation_id, c.gpu_id): r for c, r in guards_at(
+        candidates=candidates, now=now, policy=policy).items()}
+    for f, finding in sized:
+        kept = {g: refused[(f.reservation.id, g)] for g in finding.gpu_ids
+                if (f.reservation.id, g) in refused}
+        if not kept:
+            continue
+        for g, r in kept.items():
+            f.gpus[str(g)].update(guard=r.guard, reason=r.reason)
+        finding.gpu_ids = [g for g in finding.gpu_ids if g not in kept]
+        if not finding.gpu_ids:
+            f.findings.remove(finding)
+            continue
+        finding.target_count += len(kept)
+        finding.savings = inputs.savings(f.reservation, finding.gpu_ids)
 
 
 def _judged(reservation: Reservation, inputs: EvaluationInputs, policy: Policy) -> dict:

@@ -14,6 +14,7 @@ from django.urls import reverse
 from gpuquota.lending.services import loan_lend, loan_return
 from reclaim.backtest import policy_backtest
 from reclaim.conf import DEFAULT_HISTORY_DAYS, policy
+from reclaim.evaluation import findings_evaluate
 from reclaim.models import Recommendation
 from reclaim.services import recommendations_evaluate
 from tests.reclaim.factories import DAY, NOW, World
@@ -61,8 +62,6 @@ def test_too_little_history_keeps_the_gpu_and_says_how_much():
 
 
 def recommendations_evaluate_found(reservation, **changes):
-    from reclaim.evaluation import findings_evaluate
-
     return findings_evaluate(reservations=[reservation], now=NOW,
                              policy=policy().override(**changes))[reservation.id]
 
@@ -143,3 +142,30 @@ def test_the_backtest_waits_for_the_history_and_skips_lent_gpus():
     start = NOW - 12 * DAY
     assert recommended(0) == {other.gpu_id: start + DAY}  # after one look-back
     assert recommended(7) == {other.gpu_id: start + 7 * DAY}  # after seven days of samples
+
+
+def test_a_right_size_is_held_back_by_the_same_guards(settings):
+    """Three GPUs, one busy all the look-back, one its first half and one its second: two
+    at once all along, so the spec's rule shrinks the reservation to two, giving back the
+    first half's. The guarded rule does not take it: first for want of history, then
+    because its run stopped early while the team works beside it; the right-size goes,
+    with nothing left to give back, and the GPU's evidence says why."""
+    from tests.reclaim.factories import busy_in, held_gpus, rollup, telemetry
+
+    settings.RECLAIM_LOOKBACK_S = 6 * 3600
+    world = World.create()
+    reservation = world.reserve(count=3, start=NOW - 2 * DAY)
+    g0, g1, g2 = held_gpus(reservation)
+    telemetry(g0, start=NOW - 6 * H, end=NOW, util=80)
+    telemetry(g1, start=NOW - 6 * H, end=NOW, util=busy_in([range(0, 180)]))
+    telemetry(g2, start=NOW - 6 * H, end=NOW, util=busy_in([range(180, 360)]))
+    rollup()
+    spec = recommendations_evaluate_found(reservation, rule="spec").of_kind("right_size")
+    assert (spec.target_count, spec.gpu_ids) == (2, [g1.id])
+    held_back = recommendations_evaluate_found(reservation, history_days=5)
+    assert held_back.of_kind("right_size") is None
+    assert held_back.gpus[str(g1.id)]["reason"] == "not enough history: 0 of 5 days"
+    at_work = recommendations_evaluate_found(reservation, history_days=0)
+    assert at_work.of_kind("right_size") is None
+    assert (at_work.gpus[str(g1.id)]["guard"], at_work.gpus[str(g1.id)]["state"]) == (
+        "retry_gap", "in_use")
