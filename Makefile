@@ -29,6 +29,8 @@ demo: export USAGE_ROLLUP_FRESHNESS_S ?= 60
 ## Reclaim on a shortened look-back (1 h) and grace (5 min), so the demo shows it.
 demo: export RECLAIM_LOOKBACK_S ?= 3600
 demo: export RECLAIM_GRACE_S ?= 300
+## ... and without the guarded rule's history gate: the demo's history is hours, not days.
+demo: export RECLAIM_HISTORY_DAYS ?= 0
 ## Lending on a shortened idle window (2 min), so an idle reserved GPU is lent soon after start.
 demo: export LEND_AFTER_IDLE_S ?= 120
 ## `make demo SSO=1`: with a loopback OpenID Connect provider on 127.0.0.1:$(SSO_PORT) whose

@@ -9,22 +9,28 @@ busy again (at least `grace_busy_s`) before then. Any rule of `Policy.rule`: und
 rollups as the evaluation does. `rules_backtest` runs every rule on the same history:
 each rule's false share. Hour granularity: idle reclaim only (right-size needs
 per-minute concurrency, which the rollups do not keep; see the evaluation). Four
-queries (five under "guarded")."""
+queries (six under "guarded": the teams' history and the loans)."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import hour_floor
-from gpuquota.reservations.models import Assignment
+from gpuquota.reservations.models import Assignment, Loan
 from gpuquota.usage.models import GpuHourUsage
 from reclaim.conf import GUARDED, RULES, SPEC, Policy, grace_busy_s
-from reclaim.guards import Candidate, history_span, team_guards, team_histories
+from reclaim.guards import (
+    Candidate,
+    GuardInputs,
+    history_span,
+    team_guards,
+    team_histories,
+)
 from reclaim.savings import spans_amount
 
 HOUR = 3600
@@ -107,13 +113,12 @@ def policy_backtest(*, policy: Policy, days: int, now: datetime | None = None
                                     a["reservation__approved_at"] or a["reservation__start"]
                                     ).timestamp()) // HOUR)
         a["until_s"] = int(a["assigned_until"].timestamp())
-    histories = {}
+    guards = None
     if policy.rule == GUARDED:
-        histories = team_histories(team_ids={a["reservation__team_id"] for a in assignments},
-                                   since=start - history_span(policy) - timedelta(hours=1),
-                                   until=end)
+        guards = _guard_history(assignments, since=start - history_span(policy)
+                                - timedelta(hours=1), until=end)
     replay = _Replay(policy=policy, hours=_hours(assignments, since=history_from, until=end),
-                     assignments=assignments, histories=histories)
+                     assignments=assignments, guards=guards)
     for t in range(_h(start), _h(end)):
         replay.step(t)
     return BacktestResult(policy, start, end,
@@ -127,6 +132,34 @@ def rules_backtest(*, policy: Policy, days: int, now: datetime | None = None
     now = now or timezone.now()
     return {rule: policy_backtest(policy=policy.override(rule=rule), days=days, now=now)
             for rule in RULES}
+
+
+def _guard_history(assignments: list[dict], *, since: datetime, until: datetime
+                   ) -> "_GuardHistory":
+    teams = {a["reservation__team_id"] for a in assignments}
+    loans: dict[int, list[tuple[int, int | None]]] = defaultdict(list)
+    for gpu_id, lent_from, returned_at in Loan.objects.filter(
+            Q(returned_at__isnull=True) | Q(returned_at__gt=since), lent_from__lt=until,
+            gpu_id__in={a["gpu_id"] for a in assignments},
+    ).values_list("gpu_id", "lent_from", "returned_at"):
+        loans[gpu_id].append((int(lent_from.timestamp()),
+                              None if returned_at is None else int(returned_at.timestamp())))
+    return _GuardHistory(histories=team_histories(team_ids=teams, since=since, until=until),
+                         loans=dict(loans))
+
+
+@dataclass
+class _GuardHistory:
+    """What the team guards read over the whole backtest: the teams' history and the
+    loans (GPU → [(lent from, returned at or None)], epoch seconds)."""
+
+    histories: dict
+    loans: dict[int, list[tuple[int, int | None]]]
+
+    def lent_at(self, t: int) -> set[int]:
+        at = t * HOUR
+        return {g for g, spans in self.loans.items()
+                if any(a <= at and (b is None or b > at) for a, b in spans)}
 
 
 def _hours(assignments: list[dict], *, since: datetime, until: datetime
@@ -186,8 +219,8 @@ class _Replay:
     released is gone for the rest of the replay."""
 
     def __init__(self, *, policy: Policy, hours: dict, assignments: list[dict],
-                 histories: dict) -> None:
-        self.policy, self.hours, self.histories = policy, hours, histories
+                 guards: _GuardHistory | None) -> None:
+        self.policy, self.hours, self.guards = policy, hours, guards
         self.by_reservation: dict[int, list[dict]] = defaultdict(list)
         for a in assignments:
             self.by_reservation[a["reservation_id"]].append(a)
@@ -226,8 +259,9 @@ class _Replay:
                 if self._held(a, t):
                     held[(a["reservation__team_id"], a["reservation__gpu_class_id"])] += 1
         refused = {(c.reservation_id, c.gpu_id) for c in team_guards(
-            candidates=candidates, held=held, t=t, histories=self.histories,
-            policy=self.policy)}
+            candidates=candidates, t=t, policy=self.policy, inputs=GuardInputs(
+                held=held, histories=self.guards.histories,
+                lent=self.guards.lent_at(t)))}
         return {rid: [a for a in found if (rid, a["gpu_id"]) not in refused]
                 for rid, found in idle.items()}
 

@@ -11,11 +11,16 @@ from django.core.exceptions import ImproperlyConfigured
 
 
 def _value(name: str, default: str) -> str:
-    return str(getattr(settings, name, None) or os.environ.get(name) or default)
+    value = getattr(settings, name, None)  # a setting of 0 is a value, not "unset"
+    return str(value if value not in (None, "") else os.environ.get(name) or default)
 
 
 SPEC, EVIDENCE, GUARDED = "spec", "evidence", "guarded"
 RULES = (SPEC, EVIDENCE, GUARDED)
+#: The guarded rule's history gate: days of samples a team needs of a GPU class before any
+#: of its GPUs of that class is hard-reclaimed. Chosen with the lending simulation and the
+#: backtest (docs/reclaim.md, "The history gate").
+DEFAULT_HISTORY_DAYS = 5
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,9 @@ class Policy:
     (the default; hard reclaim that survives a realistic mix): idle over `lookback` only when two
     signals agree, no process and at most `empty_memory_bytes` held AND no busy second,
     and never against the team's recurring use (`pattern_*`) nor in a failed job's
-    debugging gap (`retry_*`): `reclaim/guards.py`."""
+    debugging gap (`retry_*`): `reclaim/guards.py`; and not before the team has
+    `history_days` days of samples of the class for those guards to learn from, nor on a
+    GPU lent now."""
 
     lookback: timedelta
     idle_busy_fraction: Decimal
@@ -49,6 +56,7 @@ class Policy:
     retry_window: timedelta = timedelta(days=7)
     retry_short_run: timedelta = timedelta(hours=24)
     gap_factor: Decimal = Decimal(2)
+    history_days: int = DEFAULT_HISTORY_DAYS
 
     @property
     def lookbacks(self) -> list[timedelta]:
@@ -73,7 +81,8 @@ def policy() -> Policy:
     RECLAIM_HELD_LOOKBACK_S (24 h), RECLAIM_EMPTY_MEMORY_BYTES (1 GiB); the guarded
     rule's RECLAIM_PATTERN_WEEKS (4), RECLAIM_PATTERN_MIN_WEEKS (2),
     RECLAIM_PATTERN_DAYS (7), RECLAIM_PATTERN_MIN_DAYS (3), RECLAIM_RETRY_WINDOW_S
-    (7 days), RECLAIM_RETRY_SHORT_RUN_S (24 h), RECLAIM_GAP_FACTOR (2)."""
+    (7 days), RECLAIM_RETRY_SHORT_RUN_S (24 h), RECLAIM_GAP_FACTOR (2) and its history gate,
+    RECLAIM_HISTORY_DAYS (DEFAULT_HISTORY_DAYS)."""
     rule = _value("RECLAIM_RULE", GUARDED)
     if rule not in RULES:
         raise ImproperlyConfigured(f"RECLAIM_RULE is {rule!r}: one of {', '.join(RULES)}.")
@@ -100,6 +109,7 @@ def _guards() -> dict:
         "retry_window": timedelta(seconds=int(_value("RECLAIM_RETRY_WINDOW_S", "604800"))),
         "retry_short_run": timedelta(seconds=int(_value("RECLAIM_RETRY_SHORT_RUN_S", "86400"))),
         "gap_factor": Decimal(_value("RECLAIM_GAP_FACTOR", "2")),
+        "history_days": int(_value("RECLAIM_HISTORY_DAYS", str(DEFAULT_HISTORY_DAYS))),
     }
     if not 1 <= found["pattern_min_weeks"] <= found["pattern_weeks"]:
         raise ImproperlyConfigured("RECLAIM_PATTERN_MIN_WEEKS must be between 1 and "
@@ -107,6 +117,11 @@ def _guards() -> dict:
     if not 1 <= found["pattern_min_days"] <= found["pattern_days"]:
         raise ImproperlyConfigured("RECLAIM_PATTERN_MIN_DAYS must be between 1 and "
                                    "RECLAIM_PATTERN_DAYS.")
+    longest = max(7 * found["pattern_weeks"], found["pattern_days"],
+                  found["retry_window"].days)
+    if not 0 <= found["history_days"] <= longest:
+        raise ImproperlyConfigured(f"RECLAIM_HISTORY_DAYS must be between 0 and {longest} "
+                                   "(the guards' look-back, in days).")
     return found
 
 

@@ -14,7 +14,7 @@ from gpuquota.core.timeutil import Period
 from gpuquota.reservations.models import Reservation
 from gpuquota.usage.slots import concurrency_per_slot, nearest_rank_percentile
 from reclaim.conf import GUARDED, SPEC, Policy
-from reclaim.guards import Candidate, guards_at, signals_refusal
+from reclaim.guards import Candidate, guards_at, refusal, signals_refusal
 from reclaim.inputs import EvaluationInputs, evaluation_inputs
 from reclaim.models import Recommendation
 from reclaim.savings import Savings
@@ -90,12 +90,12 @@ def _two_signals(state: str | None, evidence: dict | None, policy: Policy
     busy second and no utilization agree; otherwise `guarded`, naming the signal."""
     if state != "idle":
         return state, evidence
-    refusal = signals_refusal(
+    guard = signals_refusal(
         busy_s=evidence["busy_s"], process_count=evidence["process_count"],
         util_positive=bool(evidence["mean_util_gpu"]) and float(evidence["mean_util_gpu"]) > 0,
         memory_bytes=evidence["memory_used_bytes_max"], policy=policy)
-    if refusal is not None:
-        return "guarded", {**evidence, "guard": refusal}
+    if guard is not None:
+        return "guarded", {**evidence, "guard": guard, "reason": refusal(guard).reason}
     return "idle", {**evidence, "rule": GUARDED}
 
 
@@ -108,7 +108,38 @@ def findings_evaluate(*, reservations: list[Reservation], now: datetime, policy:
     judged = {r.id: _judged(r, inputs, policy) for r in reservations}
     if policy.rule == GUARDED:
         _team_guards_apply(reservations, judged, now=now, policy=policy)
-    return {r.id: _reservation(r, judged[r.id], inputs, policy) for r in reservations}
+    found = {r.id: _reservation(r, judged[r.id], inputs, policy) for r in reservations}
+    if policy.rule == GUARDED:
+        _right_size_guard(found, inputs, now=now, policy=policy)
+    return found
+
+
+def _right_size_guard(found: dict[int, ReservationFindings], inputs: EvaluationInputs, *,
+                      now: datetime, policy: Policy) -> None:
+    """Under the guarded rule a right-size takes back GPUs too: the team guards keep the
+    ones they refuse (lent, too little history, the team's usual gaps or recurring use of
+    that many GPUs at once), each with its guard and reason in its evidence; the target
+    rises by as many, and a right-size left with no GPU goes."""
+    sized = [(f, f.of_kind(K.RIGHT_SIZE)) for f in found.values()]
+    sized = [(f, finding) for f, finding in sized if finding is not None]
+    candidates = [Candidate(f.reservation.id, g, f.reservation.team_id,
+                            f.reservation.gpu_class_id) for f, finding in sized
+                  for g in finding.gpu_ids]
+    refused = {(c.reservation_id, c.gpu_id): r for c, r in guards_at(
+        candidates=candidates, now=now, policy=policy).items()}
+    for f, finding in sized:
+        kept = {g: refused[(f.reservation.id, g)] for g in finding.gpu_ids
+                if (f.reservation.id, g) in refused}
+        if not kept:
+            continue
+        for g, r in kept.items():
+            f.gpus[str(g)].update(guard=r.guard, reason=r.reason)
+        finding.gpu_ids = [g for g in finding.gpu_ids if g not in kept]
+        if not finding.gpu_ids:
+            f.findings.remove(finding)
+            continue
+        finding.target_count += len(kept)
+        finding.savings = inputs.savings(f.reservation, finding.gpu_ids)
 
 
 def _judged(reservation: Reservation, inputs: EvaluationInputs, policy: Policy) -> dict:
@@ -119,12 +150,14 @@ def _judged(reservation: Reservation, inputs: EvaluationInputs, policy: Policy) 
 
 def _team_guards_apply(reservations: list[Reservation], judged: dict[int, dict], *,
                        now: datetime, policy: Policy) -> None:
-    """Turn the idle GPUs the team guards refuse into `guarded` ones, naming the guard."""
+    """Turn the idle GPUs the team guards refuse into `guarded` ones, naming the guard
+    and saying why (`reason`, shown to admins and leads)."""
     candidates = [Candidate(r.id, g, r.team_id, r.gpu_class_id) for r in reservations
                   for g, (state, _ev) in sorted(judged[r.id].items()) if state == "idle"]
-    for c, guard in guards_at(candidates=candidates, now=now, policy=policy).items():
-        judged[c.reservation_id][c.gpu_id] = (
-            "guarded", {**judged[c.reservation_id][c.gpu_id][1], "guard": guard})
+    for c, refused in guards_at(candidates=candidates, now=now, policy=policy).items():
+        judged[c.reservation_id][c.gpu_id] = ("guarded", {
+            **judged[c.reservation_id][c.gpu_id][1], "guard": refused.guard,
+            "reason": refused.reason})
 
 
 def _reservation(reservation: Reservation, judged: dict, inputs: EvaluationInputs,

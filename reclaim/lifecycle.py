@@ -20,6 +20,7 @@ from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.services import assignments_end, require_admin_actor
 from gpuquota.usage.slots import gpu_busy_slots
 from reclaim.conf import grace_busy_s, policy
+from reclaim.guards import lent_gpu_ids
 from reclaim.models import Recommendation, RecommendationGpu
 from reclaim.notify import objection_notify, objection_upheld_notify
 from reclaim.services import MAX_REASON, exemption_for
@@ -224,6 +225,16 @@ def _busy_again(rec: Recommendation, gpu_ids: list[int], now: datetime) -> set[i
             if sum(v for v in s.busy_by_slot.values() if v >= 30) >= threshold}
 
 
+def _kept(rec: Recommendation, gpu_ids: list[int], *, now: datetime, at: datetime
+          ) -> dict[int, str]:
+    """The GPUs the release keeps, with the note: busy again during the grace, or lent at
+    its end (reclaiming would cut the borrowers' work)."""
+    kept = {g: "lent at the release: lending puts it to work"
+            for g in lent_gpu_ids(gpu_ids=set(gpu_ids), at=at)}
+    kept.update({g: "busy again during the grace period" for g in _busy_again(rec, gpu_ids, now)})
+    return kept
+
+
 def _end_gpus(rec: Recommendation, rows: list[RecommendationGpu], *, at: datetime,
               now: datetime, actor: User | None) -> list[dict]:
     """End exactly these GPUs' assignments at `at`; the reservation shrinks, or ends
@@ -256,9 +267,10 @@ def _end_gpus(rec: Recommendation, rows: list[RecommendationGpu], *, at: datetim
 def recommendation_release(*, recommendation: Recommendation, now: datetime | None = None
                            ) -> Recommendation:
     """Release an accepted recommendation whose grace has ended, at the grace's end:
-    GPUs used again during the grace are skipped (all of them: it closes with that
-    note). One transaction under the recommendation's row lock, so a worker killed
-    half-way releases nothing and the next run does it all, and two never both do."""
+    GPUs used again during the grace, or lent at its end (lending puts them to work), are
+    skipped (all of them: it closes with that note). One transaction under the
+    recommendation's row lock, so a worker killed half-way releases nothing and the next
+    run does it all, and two never both do."""
     now = whole_second(now or timezone.now())
     rec = _locked(recommendation)
     if rec.status != R.ACCEPTED or rec.grace_until > now:
@@ -277,19 +289,20 @@ def recommendation_release(*, recommendation: Recommendation, now: datetime | No
                changes={"status": [R.ACCEPTED, R.CLOSED]})
         return rec
     rows = list(rec.gpu_rows.filter(state=G.PENDING).select_related("gpu"))
-    busy = _busy_again(rec, [r.gpu_id for r in rows], now)
-    for row in rows:
-        if row.gpu_id in busy:
-            row.state, row.note = G.SKIPPED, "busy again during the grace period"
-            row.save(update_fields=["state", "note"])
-    to_end = [r for r in rows if r.gpu_id not in busy]
     at = rec.grace_until
+    kept = _kept(rec, [r.gpu_id for r in rows], now=now, at=at)
+    for row in rows:
+        if row.gpu_id in kept:
+            row.state, row.note = G.SKIPPED, kept[row.gpu_id]
+            row.save(update_fields=["state", "note"])
+    to_end = [r for r in rows if r.gpu_id not in kept]
     changed = _end_gpus(rec, to_end, at=at, now=now, actor=None) if to_end else []
-    skipped = sorted(r.gpu.uuid for r in rows if r.gpu_id in busy)
+    skipped = sorted(r.gpu.uuid for r in rows if r.gpu_id in kept)
     if to_end:
         rec.status, rec.released_at = R.RELEASED, at
         if skipped:
-            rec.closed_note = "Skipped, busy again during the grace period: " + ", ".join(skipped)
+            rec.closed_note = ("Skipped, busy again during the grace period or lent: "
+                               + ", ".join(skipped))
         _audit(rec, actor=None, action="release", reason=rec.closed_note,
                changes={"status": [R.ACCEPTED, R.RELEASED], "at": at.isoformat(),
                         "assignments": changed, "skipped": skipped})
@@ -297,7 +310,7 @@ def recommendation_release(*, recommendation: Recommendation, now: datetime | No
     else:
         rec.status, rec.closed_at = R.CLOSED, now
         rec.closed_note = ("Not released: the GPUs became busy again during the grace "
-                           "period (" + ", ".join(skipped) + ").")
+                           "period, or were lent (" + ", ".join(skipped) + ").")
         _audit(rec, actor=None, action="close", reason=rec.closed_note,
                changes={"status": [R.ACCEPTED, R.CLOSED], "skipped": skipped})
         _notify_after_commit(rec, "closed")

@@ -46,6 +46,7 @@ class GpuEvidence:
     release_state: str = ""
     release_note: str = ""
     guard: str = ""  # under the guarded rule, what kept a GPU found idle
+    reason: str = ""  # ... and why, in words ("not enough history: 3 of 7 days")
 
     @property
     def label(self) -> str:
@@ -99,6 +100,7 @@ def _views(recs: list[Recommendation], *, charts: bool) -> list[RecommendationVi
                 memory_used_bytes_max=ev.get("memory_used_bytes_max"),
                 process_count=ev.get("process_count", 0), users_seen=ev.get("users_seen", []),
                 last_busy_at=parse_datetime(last) if last else None, guard=ev.get("guard", ""),
+                reason=ev.get("reason", ""),
                 release_state=row.state if row else "", release_note=row.note if row else "",
             ))
         evidence.sort(key=lambda g: (not g.recommended, g.gpu.node.hostname, g.gpu.index or 0))

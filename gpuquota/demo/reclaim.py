@@ -1,5 +1,6 @@
 """Demo: an NLP reservation of two H100s that the evaluation, on the demo's shortened
-look-back (`make demo` sets RECLAIM_LOOKBACK_S=3600 and RECLAIM_GRACE_S=300 unless set),
+look-back (`make demo` sets RECLAIM_LOOKBACK_S=3600, RECLAIM_GRACE_S=300 and
+RECLAIM_HISTORY_DAYS=0, the history gate off, unless set),
 finds within the back-filled history. Under the default `guarded` rule one GPU is
 recommended for reclaim: the simulator leaves it truly abandoned (no process, no memory
 beyond the driver's, not one busy second, and the team shows no recurring use of it).

@@ -27,7 +27,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 def test_the_demo_abandoned_gpu_is_recommended_accepted_mailed_and_released(
         settings, smtp_server):
-    settings.RECLAIM_LOOKBACK_S, settings.RECLAIM_GRACE_S = 3600, 300  # as `make demo` sets
+    # as `make demo` sets them
+    settings.RECLAIM_LOOKBACK_S, settings.RECLAIM_GRACE_S = 3600, 300
+    settings.RECLAIM_HISTORY_DAYS = 0
     assert policy().rule == "guarded"  # the product's default
     now = hour_floor(timezone.now()) - timedelta(minutes=20)
     demo_organisation_seed()

@@ -49,6 +49,7 @@ lifecycle.recommendations_release_due(now=parse_datetime(sys.argv[1]))
 def flow(transactional_db, settings, worker, smtp, tasks_to_the_worker):
     settings.RECLAIM_LOOKBACK_S = int(LOOKBACK.total_seconds())
     settings.RECLAIM_GRACE_S = int(GRACE.total_seconds())
+    settings.RECLAIM_HISTORY_DAYS = 0  # an hour of history, as in the demo
     smtp.messages.clear()
     world = World.create(gpus=4)
     reservation = world.reserve(count=2)

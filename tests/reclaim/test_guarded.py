@@ -91,8 +91,10 @@ def test_a_truly_abandoned_reservation_is_recommended():
     assert found(reservation, NOW)[1] == {g.id: ("idle", None) for g in held_gpus(reservation)}
 
 
-def test_a_truly_abandoned_reservation_is_recommended_from_real_telemetry():
-    """The same through the agents' samples and the real rollup sweep, and the service."""
+def test_a_truly_abandoned_reservation_is_recommended_from_real_telemetry(settings):
+    """The same through the agents' samples and the real rollup sweep, and the service
+    (a day of samples: the history gate asks for one here)."""
+    settings.RECLAIM_HISTORY_DAYS = 1
     world = World.create()
     reservation = world.reserve(count=1, start=NOW - 3 * DAY, end=NOW + DAY)
     [gpu] = held_gpus(reservation)
@@ -160,14 +162,37 @@ def test_sweeps_in_waves_keep_their_gpus_between_waves():
     assert found(reservation, NOW + 4 * DAY)[0] == gpus  # 186 h: the team is gone
 
 
+def test_a_gpu_back_from_a_failure_is_silent_only_since_it_reported_again():
+    """Waves of 6 h every 30 h, then the node fails for three days (nothing reported, a
+    wave missed), then 30 h of empty reports: the owner may have come back while it was
+    down, so its silence is the 30 h since, under twice the 24 h between waves. The same
+    GPU reporting empty all along has been silent 5 days: it goes."""
+    world = World.create()
+    start = NOW - 10 * DAY
+    waves = [start + k * 30 * H for k in range(4)]  # the last ends at start + 96 h
+    down = (start + 102 * H, NOW - 30 * H)
+
+    def busy(hour):
+        return 3600 if any(w <= hour < w + 6 * H for w in waves) else 0
+
+    failed, steady = (world.reserve(count=1, start=start, end=NOW + DAY) for _ in range(2))
+    [a] = assignments(failed)
+    stored(a, start, down[0], busy=busy)
+    stored(a, down[1], NOW)
+    [b] = assignments(steady)
+    stored(b, start, NOW, busy=busy)
+    assert found(failed, NOW)[1] == {a.gpu_id: ("guarded", "gap")}
+    assert found(steady, NOW)[0] == [b.gpu_id]
+
+
 def test_a_failed_jobs_debugging_gap_is_not_reclaimed():
     """8-GPU-style training (here 2) ran 3 h and failed 40 h ago; the team has been busy
     on another GPU since, debugging: it will resubmit."""
     world = World.create()
-    reservation = world.reserve(count=2, start=NOW - 3 * DAY, end=NOW + 5 * DAY)
+    reservation = world.reserve(count=2, start=NOW - 8 * DAY, end=NOW + 5 * DAY)
     run = range(int((NOW - 43 * H).timestamp()), int((NOW - 40 * H).timestamp()))
     for a in assignments(reservation):
-        stored(a, NOW - 3 * DAY, NOW,
+        stored(a, NOW - 8 * DAY, NOW,
                busy=lambda h: 3600 if int(h.timestamp()) in run else 0)
     gpus = [g.id for g in held_gpus(reservation)]
     assert found(reservation, NOW, rule="spec")[0] == gpus

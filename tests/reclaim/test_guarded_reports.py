@@ -87,10 +87,10 @@ def test_the_review_card_names_the_guard_that_kept_a_gpu(settings):
 
     settings.RECLAIM_RULE = "guarded"
     world = World.create()
-    reservation = world.reserve(count=2, start=NOW - 3 * DAY, end=NOW + DAY)
+    reservation = world.reserve(count=2, start=NOW - 8 * DAY, end=NOW + DAY)
     empty, serving = assignments(reservation)
-    stored(empty, NOW - 3 * DAY, NOW)
-    stored(serving, NOW - 3 * DAY, NOW, util=3, memory=20 * GIB, processes=60)
+    stored(empty, NOW - 8 * DAY, NOW)
+    stored(serving, NOW - 8 * DAY, NOW, util=3, memory=20 * GIB, processes=60)
     recommendations_evaluate(now=NOW)
     [rec] = Recommendation.objects.filter(kind="reclaim")
     assert [g.id for g in rec.gpus.all()] == [empty.gpu_id]

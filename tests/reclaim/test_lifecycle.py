@@ -88,3 +88,33 @@ def test_one_objection_per_recommendation_after_an_admin_upheld_it(world):
     rec.refresh_from_db()
     assert rec.status == "accepted" and rec.objection_reason == "eval tonight"
     assert rec.objection_decision == "upheld"
+
+
+def test_a_gpu_lent_at_the_release_is_kept_and_one_returned_before_goes(world):
+    """Lending took the accepted GPU during the grace: releasing it would cut the
+    borrowers' work, so the release keeps it and says why; once returned, it goes."""
+    from gpuquota.lending.services import loan_lend, loan_return
+    from reclaim.models import RecommendationGpu
+
+    rec = make_rec(world)
+    [gpu] = [row.gpu for row in rec.gpu_rows.all()]
+    assignment = Assignment.objects.get(reservation=rec.reservation, gpu=gpu)
+    now = timezone.now().replace(microsecond=0)
+    recommendation_accept(recommendation=rec, actor=world.admin, now=now)
+    loan = loan_lend(assignment=assignment, at=now + timedelta(hours=1), reason="idle")
+    rec = recommendation_release(recommendation=rec, now=now + timedelta(hours=5))
+    assert rec.status == "closed" and gpu.uuid in rec.closed_note
+    row = RecommendationGpu.objects.get(recommendation=rec)
+    assert (row.state, row.note) == ("skipped", "lent at the release: lending puts it to work")
+    assignment.refresh_from_db()
+    assert assignment.end_reason != "reclaimed"
+
+    again = make_rec(world)
+    [gpu] = [row.gpu for row in again.gpu_rows.all()]
+    other = Assignment.objects.get(reservation=again.reservation, gpu=gpu)
+    recommendation_accept(recommendation=again, actor=world.admin, now=now)
+    loan_return(loan=loan_lend(assignment=other, at=now + timedelta(hours=1), reason="idle"),
+                reason="owner_ask", at=now + timedelta(hours=2))
+    assert loan.returned_at is None  # the first loan is still open, on another GPU
+    again = recommendation_release(recommendation=again, now=now + timedelta(hours=5))
+    assert again.status == "released"
