@@ -19,8 +19,9 @@ CONFIG_FIELDS = ("mode", "commands_dir", "api_url", "command_timeout_s", "option
 def schedulers_reconcile_request(*, reason: str) -> None:
     """Ask every cluster's scheduler backend to reconcile once the current transaction
     commits (a reservation, quota or loan changed). Idempotent: reconciling twice changes
-    nothing the second time."""
-    task_enqueue_on_commit("schedulers.reconcile_all", reason=reason)
+    nothing the second time. Nothing is queued while no cluster has a backend switched on."""
+    if BackendConfig.objects.exclude(mode=BackendConfig.Mode.OFF).exists():
+        task_enqueue_on_commit("schedulers.reconcile_all", reason=reason)
 
 
 @transaction.atomic

@@ -5,6 +5,7 @@ with every child it started, the agents before the web server; a second Ctrl-C w
 stops kills them at once, never leaving one behind."""
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -65,19 +66,35 @@ def _alive(pids: list[int]) -> list[int]:
     return alive
 
 
+def _env(var_dir: Path) -> dict:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(GPUQUOTA_VAR_DIR=str(var_dir), EMAIL_URL=f"file://{var_dir / 'mail'}",
+               GPUQUOTA_SETTLEMENT_DELAY_HOURS="0", USAGE_ROLLUP_FRESHNESS_S="1",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory) -> Path:
+    """`make demo`'s database as `migrate` and `seed_demo` leave it, made once: each run
+    starts from a copy of it."""
+    var_dir = tmp_path_factory.mktemp("seeded")
+    env = _env(var_dir)
+    _manage(env, "migrate", "--noinput", "-v0")
+    _manage(env, "seed_demo", "--history-hours", "0")
+    return var_dir / "gpuquota.sqlite3"
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("stop_signals", [
     (signal.SIGINT,), (signal.SIGTERM,), (signal.SIGINT, signal.SIGINT)],
     ids=["ctrl-c", "term", "ctrl-c-twice"])
-def test_the_demo_serves_ingests_rolls_up_and_stops_with_its_children(tmp_path, stop_signals):
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(GPUQUOTA_VAR_DIR=str(tmp_path), EMAIL_URL=f"file://{tmp_path / 'mail'}",
-               GPUQUOTA_SETTLEMENT_DELAY_HOURS="0", USAGE_ROLLUP_FRESHNESS_S="1",
-               PYTHONUNBUFFERED="1")
-    _manage(env, "migrate", "--noinput", "-v0")
-    _manage(env, "seed_demo", "--history-hours", "0")
+def test_the_demo_serves_ingests_rolls_up_and_stops_with_its_children(tmp_path, seeded,
+                                                                       stop_signals):
+    env = _env(tmp_path)
     database, log = tmp_path / "gpuquota.sqlite3", tmp_path / "demo.log"
+    shutil.copyfile(seeded, database)
     seeded = _count(database, "ingest_sample"), _count(database, "usage_gpuhourusage")
     port = free_port()
     url = f"http://127.0.0.1:{port}"

@@ -154,3 +154,20 @@ def test_a_reservation_change_reconciles_once_it_commits(
                                start=now + timedelta(hours=1), end=now + timedelta(hours=3),
                                requested_by=memory.admin, now=now)
     assert mem.STORE[("hold", f"gq-res-{r.pk}")] == {"gpus": "2"}
+
+
+def test_no_reconcile_is_queued_while_no_cluster_has_a_backend_on(
+        site, django_capture_on_commit_callbacks):
+    from gpuquota.schedulers.services import schedulers_reconcile_request
+
+    with django_capture_on_commit_callbacks() as queued:
+        schedulers_reconcile_request(reason="reservation 1 created")
+    assert queued == []
+    backend_config_update(cluster=site.cluster, actor=site.admin, mode="off")
+    with django_capture_on_commit_callbacks() as queued:
+        schedulers_reconcile_request(reason="reservation 1 created")
+    assert queued == []
+    backend_config_update(cluster=site.cluster, actor=site.admin, mode="write")
+    with django_capture_on_commit_callbacks() as queued:
+        schedulers_reconcile_request(reason="reservation 1 created")
+    assert len(queued) == 1
