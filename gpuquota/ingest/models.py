@@ -11,12 +11,10 @@ from django.db import models
 from gpuquota.core.fields import WholeSecondDateTimeField
 
 
-class BootstrapSecret(models.Model):
-    """A cluster's enrolment secret (agent-enrolment.md), stored hashed: it can only enrol a
-    node of its cluster, never report. At most one is live per cluster; rotating revokes it."""
+class HashedSecret(models.Model):
+    """A bearer secret kept only as its hash (`gpuquota.core.tokens.token_hash`) and the prefix
+    shown to admins; who made it, when, and when it was revoked."""
 
-    cluster = models.ForeignKey("inventory.Cluster", on_delete=models.PROTECT,
-                                related_name="bootstrap_secrets")
     prefix = models.CharField(max_length=12)
     key_hash = models.CharField(max_length=64, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -26,7 +24,18 @@ class BootstrapSecret(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        abstract = True
         ordering = ["-created_at"]
+
+
+class BootstrapSecret(HashedSecret):
+    """A cluster's enrolment secret (agent-enrolment.md), stored hashed: it can only enrol a
+    node of its cluster, never report. At most one is live per cluster; rotating revokes it."""
+
+    cluster = models.ForeignKey("inventory.Cluster", on_delete=models.PROTECT,
+                                related_name="bootstrap_secrets")
+
+    class Meta(HashedSecret.Meta):
         constraints = [
             models.UniqueConstraint(fields=["cluster"], condition=models.Q(revoked_at__isnull=True),
                                     name="bootstrap_secret_one_live_per_cluster")
@@ -36,23 +45,13 @@ class BootstrapSecret(models.Model):
         return f"{self.prefix}… ({self.cluster_id})"
 
 
-class NodeToken(models.Model):
+class NodeToken(HashedSecret):
     """The bearer secret of one node's agent, stored hashed; rotated and revoked by admins."""
 
     node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="tokens")
-    prefix = models.CharField(max_length=12)
-    key_hash = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
-    )
-    revoked_at = models.DateTimeField(null=True, blank=True)
     enrolled_with = models.ForeignKey(
         BootstrapSecret, null=True, blank=True, on_delete=models.PROTECT, related_name="tokens",
         help_text="The bootstrap secret the node's agent enrolled with, if it enrolled itself.")
-
-    class Meta:
-        ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.node_id})"
