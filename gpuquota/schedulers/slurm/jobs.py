@@ -204,20 +204,29 @@ def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
     return found
 
 
-def slurm_clusters_accounting_import() -> dict:
-    """Import jobs and record loan returns for every Slurm cluster with a backend switched
-    on; a failure becomes the cluster's problem, never an exception."""
+def slurm_clusters_each(step, *, what: str) -> dict:
+    """`step(cluster)` (a dict of what it did) for every Slurm cluster with a backend
+    switched on; a BackendError becomes the cluster's problem (`what: ...`), never an
+    exception. The results by cluster slug."""
     done = {}
     for config in BackendConfig.objects.exclude(mode=BackendConfig.Mode.OFF).filter(
         cluster__scheduler=Cluster.Scheduler.SLURM
     ).select_related("cluster"):
         try:
-            imported = slurm_jobs_import(cluster=config.cluster)
-            returns = loan_returns_record(cluster=config.cluster)
+            done[config.cluster.slug] = step(config.cluster)
         except BackendError as exc:
-            problem_record(cluster=config.cluster, summary=f"job import: {exc.message}",
+            problem_record(cluster=config.cluster, summary=f"{what}: {exc.message}",
                            detail=exc.detail)
             done[config.cluster.slug] = {"error": exc.message}
-            continue
-        done[config.cluster.slug] = {"jobs": imported, "returns": len(returns)}
     return done
+
+
+def _accounting_import(cluster: Cluster) -> dict:
+    imported = slurm_jobs_import(cluster=cluster)
+    return {"jobs": imported, "returns": len(loan_returns_record(cluster=cluster))}
+
+
+def slurm_clusters_accounting_import() -> dict:
+    """Import jobs and record loan returns for every Slurm cluster with a backend switched
+    on; a failure becomes the cluster's problem, never an exception."""
+    return slurm_clusters_each(_accounting_import, what="job import")

@@ -11,9 +11,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from gpuquota.inventory.models import Cluster, Gpu
-from gpuquota.schedulers.backend import BackendError, backend_for
+from gpuquota.schedulers.backend import backend_for
 from gpuquota.schedulers.models import BackendConfig, SlurmJobGpu
-from gpuquota.schedulers.services import problem_record
+from gpuquota.schedulers.slurm.jobs import slurm_clusters_each
 from gpuquota.schedulers.slurm.objects import RunningGpu, running_gpus_parse
 
 
@@ -22,21 +22,28 @@ def running_gpus_record(*, cluster: Cluster, gpus: list[RunningGpu], at: datetim
                         node_name) -> int:
     """Record one observation: each (job, node, index) seen now gets `last_seen_at = at`
     (and `first_seen_at` when new), tied to the inventory's GPU at that node and index
-    (`node_name` maps a host name to Slurm's node name). Returns the rows touched."""
-    inventory = {
-        (node_name(g.node.hostname), g.index): g.pk
-        for g in Gpu.objects.filter(node__cluster=cluster, index__isnull=False)
-        .select_related("node")
-    }
-    for seen in gpus:
-        row, created = SlurmJobGpu.objects.select_for_update().get_or_create(
-            cluster=cluster, job_id=seen.job_id, node=seen.node, gpu_index=seen.index,
-            defaults={"first_seen_at": at, "last_seen_at": at, "account": seen.account,
-                      "user": seen.user, "gpu_id": inventory.get((seen.node, seen.index))},
-        )
-        if not created and row.last_seen_at < at:
-            row.last_seen_at = at
-            row.save(update_fields=["last_seen_at"])
+    (`node_name` maps a host name to Slurm's node name). Returns the GPUs seen. A few
+    queries per observation, whatever the number of running jobs (it runs every minute)."""
+    seen = {(g.job_id, g.node, g.index): g for g in gpus}
+    known = {(row.job_id, row.node, row.gpu_index): row for row in
+             SlurmJobGpu.objects.select_for_update().filter(
+                 cluster=cluster, job_id__in={g.job_id for g in gpus})}
+    later = [row for key, row in known.items() if key in seen and row.last_seen_at < at]
+    for row in later:
+        row.last_seen_at = at
+    SlurmJobGpu.objects.bulk_update(later, ["last_seen_at"])
+    new = [g for key, g in seen.items() if key not in known]
+    if new:
+        inventory = {
+            (node_name(g.node.hostname), g.index): g.pk
+            for g in Gpu.objects.filter(node__cluster=cluster, index__isnull=False)
+            .select_related("node")
+        }
+        SlurmJobGpu.objects.bulk_create([SlurmJobGpu(
+            cluster=cluster, job_id=g.job_id, node=g.node, gpu_index=g.index,
+            first_seen_at=at, last_seen_at=at, account=g.account, user=g.user,
+            gpu_id=inventory.get((g.node, g.index))) for g in new],
+            ignore_conflicts=True)  # a concurrent observation wrote it first: as good
     return len(gpus)
 
 
@@ -56,14 +63,5 @@ def running_gpus_import(*, cluster: Cluster, at: datetime | None = None) -> int:
 def slurm_clusters_running_gpus_import() -> dict:
     """`running_gpus_import` for every Slurm cluster with a backend switched on; a failure
     becomes the cluster's problem, never an exception."""
-    done = {}
-    for config in BackendConfig.objects.exclude(mode=BackendConfig.Mode.OFF).filter(
-        cluster__scheduler=Cluster.Scheduler.SLURM
-    ).select_related("cluster"):
-        try:
-            done[config.cluster.slug] = {"gpus": running_gpus_import(cluster=config.cluster)}
-        except BackendError as exc:
-            problem_record(cluster=config.cluster, summary=f"running jobs' GPUs: {exc.message}",
-                           detail=exc.detail)
-            done[config.cluster.slug] = {"error": exc.message}
-    return done
+    return slurm_clusters_each(lambda cluster: {"gpus": running_gpus_import(cluster=cluster)},
+                               what="running jobs' GPUs")
