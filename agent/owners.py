@@ -10,6 +10,7 @@ import os
 import pwd
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.model import Owner
@@ -20,6 +21,30 @@ DOCKER_RE = re.compile(r"(?:/docker/|docker-)([0-9a-f]{64})")
 SLURM_CGROUP_RE = re.compile(r"(?:/slurm[^/]*/uid_\d+|/slurmstepd\.scope)/job_(\d+)")
 ENV_KEYS = (b"SLURM_JOB_ID", b"SLURM_JOBID", b"SLURM_JOB_ACCOUNT", b"HOSTNAME", b"POD_NAMESPACE")
 MAX_COMMAND = 256
+
+
+@dataclass(frozen=True)
+class GpuJobRecord:
+    """What gpuquota's Slurm prolog wrote for one GPU (`<job id> <user> <account>`), and when."""
+
+    job_id: str
+    user: str
+    account: str | None
+    written: float
+
+
+def gpu_job_record(directory: str | Path, index: int) -> GpuJobRecord | None:
+    """The prolog's record of GPU `index` in `directory` (`gpu<index>`), or None when there
+    is none (the epilog removes it at the job's end) or it is not one."""
+    path = Path(directory) / f"gpu{index}"
+    try:
+        fields = path.read_text().split()
+        written = path.stat().st_mtime
+    except OSError:
+        return None
+    if len(fields) < 2 or not fields[0].isdigit():
+        return None
+    return GpuJobRecord(fields[0], fields[1], fields[2] if len(fields) > 2 else None, written)
 
 
 def user_name(uid: int) -> str | None:
@@ -70,21 +95,13 @@ class OwnerResolver:
         by deploy/slurm/prolog.sh when the job started), if it can be this process's: the same
         user, and written before the process started (a record left by an ended job is older
         than its user's later processes only if the epilog did not remove it)."""
-        if self.gpu_jobs is None:
-            return None
-        record = self.gpu_jobs / f"gpu{gpu_index}"
-        try:
-            fields = record.read_text().split()
-            written = record.stat().st_mtime
-        except OSError:
+        record = gpu_job_record(self.gpu_jobs, gpu_index) if self.gpu_jobs else None
+        if record is None or record.user != owner.user:
             return None
         started = self._started_at(pid_start)
-        if len(fields) < 2 or not fields[0].isdigit() or fields[1] != owner.user:
+        if started is None or record.written > started + 1:
             return None
-        if started is None or written > started + 1:
-            return None
-        return Owner(owner.uid, owner.user, "slurm", fields[0],
-                     fields[2] if len(fields) > 2 else None)
+        return Owner(owner.uid, owner.user, "slurm", record.job_id, record.account)
 
     def _started_at(self, pid_start: int) -> float | None:
         """A process's start as a wall-clock time: boot time + its start in clock ticks."""

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent.model import BackendEvent, GpuInfo, GpuLost, GpuReading, Owner, ProcessReading
+from agent.owners import GpuJobRecord, gpu_job_record
 
 # name -> (memory total in bytes as NVML reports it, enforced power limit in W, idle power in W)
 MODELS = {
@@ -146,11 +147,10 @@ class Simulator:
         sim.last_t = now
         processes = self._processes(sim, now, util, rng)
         if slurm_job:
-            job_id, user, account = slurm_job
             processes = [ProcessReading(
                 pid=6000 + gpu.index, memory_used_bytes=int((gpu.memory_total_bytes or 0) * 0.7),
                 util_sm=util, pid_start=45678, command="python",
-                owner=Owner(None, user, "slurm", job_id, account))]
+                owner=Owner(None, slurm_job.user, "slurm", slurm_job.job_id, slurm_job.account))]
         elif borrower:
             processes = [ProcessReading(
                 pid=5000 + gpu.index, memory_used_bytes=int((gpu.memory_total_bytes or 0) * 0.6),
@@ -168,20 +168,11 @@ class Simulator:
             processes=processes,
         )
 
-    def _slurm_job(self, index: int) -> tuple[str, str, str | None] | None:
+    def _slurm_job(self, index: int) -> GpuJobRecord | None:
         """The real Slurm job that the prolog recorded on this (fake) GPU, if any: the dev
         cluster's jobs run on GPUs that exist only here, and show as busy processes of theirs
-        (`<job id> <user> <account>` in `gpu<index>`, removed by the epilog at the job's end)."""
-        if not self.gpu_jobs:
-            return None
-        try:
-            with open(os.path.join(self.gpu_jobs, f"gpu{index}")) as record:
-                fields = record.read().split()
-        except OSError:
-            return None
-        if len(fields) < 2 or not fields[0].isdigit():
-            return None
-        return fields[0], fields[1], fields[2] if len(fields) > 2 else None
+        (the epilog removes the record at the job's end)."""
+        return gpu_job_record(self.gpu_jobs, index) if self.gpu_jobs else None
 
     @staticmethod
     def _util(profile: str, t: float, rng: random.Random) -> int:
