@@ -18,3 +18,10 @@ HTTP_TIMEOUT_S = env_int("TELEMETRY_HTTP_TIMEOUT_S", 30, 1)
 # Secrets of sources (passwords, bearer tokens) are encrypted with this key; by default
 # one derived from SECRET_KEY.
 SECRET_KEY = os.environ.get("TELEMETRY_SECRET_KEY", "")
+
+
+def allowed_networks_raw() -> str:
+    """TELEMETRY_ALLOWED_NETWORKS: networks that are not public but that sources may reach
+    (comma-separated CIDRs, e.g. `10.20.0.0/16,127.0.0.1/32`); none by default. Read at each
+    use, so a command (the demo) may add its own loopback exporters."""
+    return os.environ.get("TELEMETRY_ALLOWED_NETWORKS", "")

@@ -42,7 +42,8 @@ def exposition_parse(text: str, *, where: str) -> list[list]:
     except SourceError:
         raise
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise SourceError(f"{where}: not Prometheus exposition text ({exc})") from exc
+        # never the parser's message: it quotes the offending line of the answer
+        raise SourceError(f"{where}: not Prometheus exposition text") from exc
     return series
 
 

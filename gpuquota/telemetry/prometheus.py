@@ -21,6 +21,8 @@ EPSILON_S = 0.001
 SELECTOR_RE = re.compile(
     r'^\s*([A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"([^"\\\n]|\\.)*"\s*,?\s*)*$')
 
+ERROR_TYPE_RE = re.compile(r"^[a-z_]{1,32}$")
+
 WindowTable = dict[str, list[tuple[dict, dict[int, float]]]]
 
 
@@ -44,10 +46,13 @@ def answer_parse(raw: bytes, *, window_s: int, where: str) -> list[tuple[dict, d
     try:
         answer = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise SourceError(f"{where}: the answer is not JSON ({exc})") from exc
+        raise SourceError(f"{where}: the answer is not JSON") from exc
     if type(answer) is not dict or answer.get("status") != "success":
-        error = answer.get("error") if type(answer) is dict else None
-        raise SourceError(f"{where}: the query failed ({str(error)[:200]})")
+        # Only Prometheus's error type, a word of its fixed vocabulary: never the text of
+        # an answer, which may come from a service that is not Prometheus at all.
+        kind = answer.get("errorType") if type(answer) is dict else None
+        kind = kind if isinstance(kind, str) and ERROR_TYPE_RE.match(kind) else "no error type"
+        raise SourceError(f"{where}: the query failed ({kind})")
     data = answer.get("data")
     if type(data) is not dict or data.get("resultType") != "matrix" or \
             type(data.get("result")) is not list:
@@ -61,8 +66,8 @@ def answer_parse(raw: bytes, *, window_s: int, where: str) -> list[tuple[dict, d
             labels, values = entry["metric"], entry["values"]
             _labels_check(labels, where)
             points = {round(float(t) + EPSILON_S) - window_s: float(v) for t, v in values}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SourceError(f"{where}: a malformed series ({exc})") from exc
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SourceError(f"{where}: a malformed series") from exc
         series.append((labels, points))
     return series
 

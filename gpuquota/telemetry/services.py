@@ -12,9 +12,10 @@ from gpuquota.core.errors import DomainError
 from gpuquota.core.services import audit_record
 from gpuquota.telemetry import exposition
 from gpuquota.telemetry.errors import SourceError
-from gpuquota.telemetry.http import body_get, session_for
+from gpuquota.telemetry.http import body_get, session_for, url_shown
 from gpuquota.telemetry.importer import ImportResult, aligned, range_import
 from gpuquota.telemetry.models import AuthKind, ScrapedReading, SourceKind, TelemetrySource
+from gpuquota.telemetry.netguard import url_refusal
 from gpuquota.telemetry.prometheus import selector_valid
 from gpuquota.telemetry.secrets import secret_seal
 
@@ -30,10 +31,14 @@ def _check(source: TelemetrySource) -> None:
     if source.kind == SourceKind.EXPORTER and not source.url_list:
         raise DomainError("An exporter source needs at least one /metrics URL.", field="urls")
     for url in source.url_list:
-        if not url.startswith(("http://", "https://")) or len(url) > 500:
-            raise DomainError(f"Not an http(s) URL: {url[:100]}", field="urls")
+        why = "longer than 500 characters" if len(url) > 500 else url_refusal(url)
+        if why:
+            raise DomainError(f"{url_shown(url)[:100]}: {why}", field="urls")
     if source.kind == SourceKind.PROMETHEUS and not source.base_url:
         raise DomainError("A Prometheus source needs the query API's URL.", field="base_url")
+    why = source.base_url and url_refusal(source.base_url)
+    if why:
+        raise DomainError(f"{url_shown(source.base_url)[:100]}: {why}", field="base_url")
     if not selector_valid(source.selector):
         raise DomainError('Label matchers only, like job="dcgm-exporter".', field="selector")
     if 3600 % source.window_s:

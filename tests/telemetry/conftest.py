@@ -7,6 +7,16 @@ from tests.factories import ClusterFactory
 from tests.telemetry.promserver import Prometheus, backfill
 
 
+LOOPBACK = "127.0.0.0/8,::1/128"
+
+
+@pytest.fixture(autouse=True)
+def _loopback_allowed(monkeypatch):
+    """These tests run Prometheus and exporters on loopback, which sources may reach only
+    where the site allows it (docs/telemetry.md, "Where sources may connect")."""
+    monkeypatch.setenv("TELEMETRY_ALLOWED_NETWORKS", LOOPBACK)
+
+
 @pytest.fixture(autouse=True)
 def _forget_partitions():
     """Test transactions roll partitions back: never trust another test's cache."""
