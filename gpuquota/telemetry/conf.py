@@ -15,6 +15,9 @@ MAX_RESPONSE_BYTES = env_int("TELEMETRY_MAX_RESPONSE_BYTES", 256 * 1024 * 1024, 
 MAX_SERIES = env_int("TELEMETRY_MAX_SERIES", 50_000, 1)
 MAX_LABEL_VALUE_CHARS = env_int("TELEMETRY_MAX_LABEL_VALUE_CHARS", 1024, 16)
 HTTP_TIMEOUT_S = env_int("TELEMETRY_HTTP_TIMEOUT_S", 30, 1)
+# A source naming Slurm jobs (`hpc_job`) waits for the Slurm accounting import to reach a
+# window (its jobs' accounts and users), at most this long after the window closed.
+SLURM_WAIT_S = env_int("TELEMETRY_SLURM_WAIT_S", 900, 0)
 # Secrets of sources (passwords, bearer tokens) are encrypted with this key; by default
 # one derived from SECRET_KEY.
 SECRET_KEY = os.environ.get("TELEMETRY_SECRET_KEY", "")

@@ -12,8 +12,9 @@ import orjson
 
 from gpuquota.telemetry import conf
 from gpuquota.telemetry.errors import SourceError
-from gpuquota.telemetry.fields import FIGURES, Figure
+from gpuquota.telemetry.fields import DEV_UTIL, FIGURES, PROF_UTIL, Figure, figure_usable
 from gpuquota.telemetry.http import body_get, session_for
+from gpuquota.telemetry.labels import gpu_uuid, mig_instance
 from gpuquota.telemetry.models import TelemetrySource
 
 EPSILON_S = 0.001
@@ -95,3 +96,51 @@ def window_figures(source: TelemetrySource, *, start: datetime, end: datetime) -
     finally:
         session.close()
     return table
+
+
+def point_times(source: TelemetrySource, wanted: dict[int, set]) -> dict:
+    """The first and last reading times of the utilization series of the GPUs (or MIG
+    instances) in `wanted` ({window start: {(uuid, instance)}}), read raw (a range
+    selector at the window's end): {(uuid, instance, window start): (first, last)}."""
+    window_s = source.window_s
+    selector = source.selector.strip()
+    query = (f'{{__name__=~"{PROF_UTIL}|{DEV_UTIL}"{"," if selector else ""}{selector}}}'
+             f"[{window_s}s]")
+    url = source.base_url.rstrip("/") + "/api/v1/query"
+    times: dict = {}
+    session = session_for(source)
+    try:
+        for ws, keys in sorted(wanted.items()):
+            raw = body_get(session, url, params={
+                "query": query, "time": f"{ws + window_s - EPSILON_S:.3f}"})
+            for labels, points in _raw_series(raw, where=f"{source.name} reading times"):
+                instance = mig_instance(labels)
+                if instance and labels.get("__name__") == DEV_UTIL:
+                    continue
+                key = (gpu_uuid(labels), instance)
+                stamps = [t for t, v in points if ws <= t < ws + window_s and figure_usable(v)]
+                if key not in keys or not stamps:
+                    continue
+                first, last = times.get((*key, ws), (stamps[0], stamps[0]))
+                times[(*key, ws)] = (min(first, *stamps), max(last, *stamps))
+    finally:
+        session.close()
+    return times
+
+
+def _raw_series(raw: bytes, *, where: str) -> list[tuple[dict, list[tuple[float, float]]]]:
+    try:
+        answer = orjson.loads(raw)
+        if answer.get("status") != "success":
+            raise SourceError(f"{where}: the query failed")
+        result = answer["data"]["result"]
+        if len(result) > conf.MAX_SERIES:
+            raise SourceError(f"{where}: {len(result)} series, over the limit of "
+                              f"{conf.MAX_SERIES}; narrow the source's selector")
+        out = []
+        for entry in result:
+            _labels_check(entry["metric"], where)
+            out.append((entry["metric"], [(float(t), float(v)) for t, v in entry["values"]]))
+        return out
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SourceError(f"{where}: not a query answer gpuquota can read") from exc

@@ -10,7 +10,9 @@ from django.db.models import F
 
 from gpuquota.core.errors import DomainError
 from gpuquota.core.services import audit_record
-from gpuquota.telemetry import exposition
+from gpuquota.inventory.models import Cluster
+from gpuquota.schedulers.models import BackendConfig, ImportCursor
+from gpuquota.telemetry import conf, exposition
 from gpuquota.telemetry.errors import SourceError
 from gpuquota.telemetry.http import body_get, session_for, url_shown
 from gpuquota.telemetry.importer import ImportResult, aligned, range_import
@@ -110,16 +112,37 @@ def exporters_scrape(*, source: TelemetrySource) -> list[str]:
     return failed
 
 
+def _slurm_settled(source: TelemetrySource, *, end: datetime, now: datetime) -> datetime:
+    """How far a source naming Slurm jobs (`hpc_job`) may be imported: to where the
+    cluster's Slurm accounting import has reached (its jobs' accounts and users are
+    known there), waiting at most TELEMETRY_SLURM_WAIT_S; no wait where no Slurm backend
+    imports the accounting."""
+    if not source.observed.get("hpc_job"):
+        return end
+    on = BackendConfig.objects.filter(cluster_id=source.cluster_id).exclude(
+        mode=BackendConfig.Mode.OFF).filter(cluster__scheduler=Cluster.Scheduler.SLURM)
+    if not on.exists():
+        return end
+    settled = ImportCursor.objects.filter(cluster_id=source.cluster_id).values_list(
+        "imported_until", flat=True).first()
+    waited = now - timedelta(seconds=conf.SLURM_WAIT_S)
+    reached = max(settled or waited, waited)
+    return min(end, aligned(reached, source.window_s) - timedelta(seconds=source.window_s))
+
+
 def source_pull(*, source: TelemetrySource, now: datetime) -> ImportResult | None:
-    """Import the source's windows closed since its cursor (exporters: scrape first);
+    """Import the source's windows closed since its cursor (exporters: scrape first),
+    up to the last whose next window has closed too (it tells where a GPU stopped);
     the cursor follows each chunk stored. A failure is recorded on the source (its page,
     /metrics and the admin's home page show it) and nothing of the failing chunk is kept."""
     failed: list[str] = []
+    window = timedelta(seconds=source.window_s)
     if source.kind == SourceKind.EXPORTER:
         failed = exporters_scrape(source=source)
-        end = aligned(now, source.window_s)
+        end = aligned(now, source.window_s) - window
     else:
-        end = aligned(now - timedelta(seconds=source.delay_s), source.window_s)
+        end = aligned(now - timedelta(seconds=source.delay_s), source.window_s) - window
+    end = _slurm_settled(source, end=end, now=now)
     start = source.cursor or end - timedelta(seconds=FIRST_PULL_S)
     try:
         result = range_import(source=source, start=start, end=end, advance_cursor=True, now=now)
