@@ -2,11 +2,11 @@
 recorded), and pulled on their interval (`source_pull`)."""
 
 import logging
-import time
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from gpuquota.core.errors import DomainError
 from gpuquota.core.services import audit_record
@@ -101,7 +101,7 @@ def exporters_scrape(*, source: TelemetrySource) -> list[str]:
         for url in source.url_list:
             try:
                 raw = body_get(session, url)
-                at = time.time()
+                at = timezone.now().timestamp()
                 series = exposition.exposition_parse(raw.decode("utf-8", "replace"), where=url)
             except SourceError as exc:
                 failed.append(exc.reason)
