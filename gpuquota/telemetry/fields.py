@@ -72,4 +72,5 @@ def reading_usable(metric: str, value: float) -> bool:
 
 
 def figure_usable(value: float) -> bool:
-    return math.isfinite(value) and 0 <= value < PLAUSIBLE_MAX and value != FP64_BLANK
+    """False for NaN (every comparison fails), infinities, negative values and blanks."""
+    return 0 <= value < PLAUSIBLE_MAX and value != FP64_BLANK

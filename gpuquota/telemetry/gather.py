@@ -5,7 +5,7 @@ instance and per series, as `normalise` needs them; and what the source's series
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from gpuquota.telemetry.fields import DEV_UTIL, FIGURES, figure_usable
+from gpuquota.telemetry.fields import DEV_UTIL, FIGURES
 from gpuquota.telemetry.labels import gpu_uuid, mig_instance, node_key, workload
 from gpuquota.telemetry.prometheus import WindowTable
 
@@ -43,10 +43,7 @@ class GatheredGpu:
     xid_counts: dict = field(default_factory=dict)  # xid -> {window start: value}
     instances: dict = field(default_factory=dict)  # instance key -> Instance
     present: set = field(default_factory=set)
-
-    @property
-    def mig(self) -> bool:
-        return any(key for key in self.instances)
+    mig: bool = False  # it has MIG instances (set once gathered)
 
     def util_prefix(self) -> str | None:
         """`prof` (DCGM_FI_PROF_GR_ENGINE_ACTIVE) where the GPU has it, else `util`
@@ -131,12 +128,11 @@ def gpus_gather(table: WindowTable, *, node_label: str
     skipped: set = set()
     observed = Observed()
     for name, found in table.items():
-        for labels, raw in found:
+        for labels, points in found:  # usable figures only (`figure_usable`)
             gpu_id = gpu_uuid(labels)
             if gpu_id is None:
                 skipped.add(tuple(sorted(labels.items())))
                 continue
-            points = {ws: v for ws, v in raw.items() if figure_usable(v)}
             if not points:
                 continue
             _observe(observed, labels, name)
@@ -145,6 +141,7 @@ def gpus_gather(table: WindowTable, *, node_label: str
                 gpu = gpus[gpu_id] = GatheredGpu(gpu_id, node=node_key(labels, node_label))
             _add(gpu, name, labels, points, observed)
     for gpu in gpus.values():
+        gpu.mig = any(key for key in gpu.instances)
         _shared(gpu, observed)
     return gpus, len(skipped), observed
 

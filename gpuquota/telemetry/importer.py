@@ -156,16 +156,25 @@ def _send(*, source: TelemetrySource, node: Node, reports: list[GpuReport], star
 
 
 def _used_metric_record(*, source: TelemetrySource, reports: list[GpuReport]) -> None:
-    physical = [r for r in reports if not r.parent_uuid]
-    gpus = dict(Gpu.objects.filter(uuid__in=[r.uuid for r in physical])
-                .values_list("uuid", "id"))
-    for report in physical:
-        if report.uuid in gpus and report.units:
-            SourceGpu.objects.update_or_create(
-                source=source, gpu_id=gpus[report.uuid],
-                defaults={"util_metric": report.util_metric,
-                          "last_window_end": datetime.fromisoformat(
-                              report.units[-1].sample["window_end"])})
+    """Each GPU's SourceGpu row (the metric its utilization is read from, its last
+    window), in a few queries whatever the number of GPUs."""
+    physical = {r.uuid: r for r in reports if not r.parent_uuid and r.units}
+    gpus = dict(Gpu.objects.filter(uuid__in=list(physical)).values_list("uuid", "id"))
+    rows = {row.gpu_id: row for row in SourceGpu.objects.filter(
+        source=source, gpu_id__in=list(gpus.values()))}
+    new, changed = [], []
+    for gpu_uuid, gpu_id in gpus.items():
+        report = physical[gpu_uuid]
+        end = datetime.fromisoformat(report.units[-1].sample["window_end"])
+        row = rows.get(gpu_id)
+        if row is None:
+            new.append(SourceGpu(source=source, gpu_id=gpu_id, util_metric=report.util_metric,
+                                 last_window_end=end))
+        elif (row.util_metric, row.last_window_end) != (report.util_metric, end):
+            row.util_metric, row.last_window_end = report.util_metric, end
+            changed.append(row)
+    SourceGpu.objects.bulk_create(new, ignore_conflicts=True)
+    SourceGpu.objects.bulk_update(changed, ["util_metric", "last_window_end"])
 
 
 def reports_store(*, source: TelemetrySource, reports: list[GpuReport], start: int, stop: int,

@@ -95,27 +95,40 @@ class _Window:
     fb_max: float | None
 
 
-def _window(instance: Instance, prefix: str | None, ws: int, cap: int) -> _Window | None:
+EMPTY: dict = {}
+
+
+def _columns(instance: Instance, prefix: str | None) -> list[tuple[dict, ...]]:
+    """Each series' figure columns (count, avg, max, fb avg, fb max), looked up once."""
+    out = []
+    for series in instance.series.values():
+        figures = series.figures
+        util = [figures.get(f"{prefix}_{name}", EMPTY) if prefix else EMPTY
+                for name in ("count", "avg", "max")]
+        out.append((*util, figures.get("fb_avg", EMPTY), figures.get("fb_max", EMPTY)))
+    return out
+
+
+def _window(columns: list[tuple[dict, ...]], ws: int, cap: int) -> _Window | None:
     total = largest = 0
     weighted = weight = 0.0
     util_max = fb_max = None
     fb_weighted = fb_weight = 0.0
-    for series in instance.series.values():
-        figures = series.figures
-        count = figures.get(f"{prefix}_count", {}).get(ws) if prefix else None
+    for counts, avgs, tops, fb_avgs, fb_tops in columns:
+        count = counts.get(ws)
         if count:
             total += count
             largest = max(largest, count)
-            avg = figures.get(f"{prefix}_avg", {}).get(ws)
+            avg = avgs.get(ws)
             if avg is not None:
                 weighted, weight = weighted + avg * count, weight + count
-            top = figures.get(f"{prefix}_max", {}).get(ws)
+            top = tops.get(ws)
             if top is not None:
                 util_max = top if util_max is None else max(util_max, top)
-        fb = figures.get("fb_avg", {}).get(ws)
+        fb = fb_avgs.get(ws)
         if fb is not None:
             fb_weighted, fb_weight = fb_weighted + fb * (count or 1), fb_weight + (count or 1)
-        top = figures.get("fb_max", {}).get(ws)
+        top = fb_tops.get(ws)
         if top is not None:
             fb_max = top if fb_max is None else max(fb_max, top)
     if not total and fb_weight == 0:
@@ -269,12 +282,14 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
         parent_uuid=gpu.uuid, index=int(i.key) if i.key.isdigit() else None,
         name=(f"{gpu.labels.get('modelName', 'GPU')} MIG {i.profile}".strip())[:128])
         for i in gpu.util_instances()} if gpu.mig else {}
+    instances = gpu.util_instances()
+    columns = {i.key: _columns(i, prefix) for i in instances}
     for ws in range(start, stop, window_s):
         boot = health.boots.get(ws)
         if boot is None:
             continue  # nothing read of the GPU in this window: no data
         found: dict[str, _Window | None] = {
-            i.key: _window(i, prefix, ws, cap) for i in gpu.util_instances()}
+            i.key: _window(columns[i.key], ws, cap) for i in instances}
         span = (edges.starts.get(ws, ws), edges.ends.get(ws, ws + window_s))
         device = _device_fields(gpu, ws, window_s)
         if not gpu.mig:

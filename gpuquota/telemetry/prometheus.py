@@ -32,7 +32,9 @@ def selector_valid(selector: str) -> bool:
 
 
 def figure_query(figure: Figure, *, selector: str, window_s: int) -> str:
-    return f"{figure.fn}({figure.metric}{{{selector.strip()}}}[{window_s}s])"
+    query = f"{figure.fn}({figure.metric}{{{selector.strip()}}}[{window_s}s])"
+    # resets are rare: Prometheus answers only the windows that have one
+    return f"{query} > 0" if figure.fn == "resets" else query
 
 
 def _labels_check(labels: dict, where: str) -> None:
@@ -66,7 +68,11 @@ def answer_parse(raw: bytes, *, window_s: int, where: str) -> list[tuple[dict, d
         try:
             labels, values = entry["metric"], entry["values"]
             _labels_check(labels, where)
-            points = {round(float(t) + EPSILON_S) - window_s: float(v) for t, v in values}
+            # a point stands for the window ending at its time (+ EPSILON_S); values that
+            # are not figures (NaN, infinities, negative, DCGM's blanks) are left out here
+            points = {int(t + 0.5) - window_s: value for t, value in
+                      zip((p[0] for p in values), map(float, (p[1] for p in values)),
+                          strict=True) if figure_usable(value)}
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SourceError(f"{where}: a malformed series") from exc
         series.append((labels, points))
