@@ -11,7 +11,6 @@ from django.conf import settings
 from accounts.models import ClusterIdentity
 from gpuquota.inventory.models import Cluster
 from gpuquota.reservations.models import Assignment, Loan, Reservation
-from gpuquota.schedulers.kubernetes.fake_apiserver import FakeApiServer
 from gpuquota.schedulers.services import backend_config_update
 from tests.factories import (
     AdminFactory,
@@ -22,6 +21,7 @@ from tests.factories import (
     TeamFactory,
     make_gpu,
 )
+from tests.kubernetes.fake_apiserver import FakeApiServer
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 TOKEN = "sa-token-for-tests"

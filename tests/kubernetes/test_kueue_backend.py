@@ -10,8 +10,6 @@ import pytest
 from gpuquota.schedulers.backend import Action, BackendError, SchedulerObject
 from gpuquota.schedulers.kubernetes.api import KINDS, Api
 from gpuquota.schedulers.kubernetes.backend import MANAGED_KINDS, KubernetesBackend
-from gpuquota.schedulers.kubernetes.fake_apiserver import FakeApiServer
-from gpuquota.schedulers.kubernetes.fake_apiserver.server import VERBS
 from gpuquota.schedulers.models import (
     BackendConfig,
     Capabilities,
@@ -22,6 +20,8 @@ from gpuquota.schedulers.models import (
 )
 from gpuquota.schedulers.reconcile import cluster_reconcile
 from tests.kubernetes.conftest import NOW, shipped_roles, shipped_rules
+from tests.kubernetes.fake_apiserver import FakeApiServer
+from tests.kubernetes.fake_apiserver.server import VERBS
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 KUEUE = "/apis/kueue.x-k8s.io/v1beta1"

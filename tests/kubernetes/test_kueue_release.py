@@ -6,8 +6,6 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from gpuquota.schedulers.kubernetes.fake_apiserver import FakeApiServer
-from gpuquota.schedulers.kubernetes.fake_apiserver.resources import kueue_controller
 from gpuquota.schedulers.kubernetes.kueue_release import (
     Release,
     image_tag,
@@ -17,6 +15,8 @@ from gpuquota.schedulers.kubernetes.kueue_release import (
 from gpuquota.schedulers.models import Capabilities, Problem, ReservationBinding
 from gpuquota.schedulers.reconcile import cluster_reconcile
 from tests.kubernetes.conftest import NOW, shipped_roles, shipped_rules
+from tests.kubernetes.fake_apiserver import FakeApiServer
+from tests.kubernetes.fake_apiserver.resources import kueue_controller
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 DEPLOYMENT = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"

@@ -11,7 +11,6 @@ import pytest
 
 from gpuquota.schedulers.kubernetes.objects import dra_objects, kueue_objects
 from gpuquota.schedulers.kubernetes.options import options_parse
-from gpuquota.schedulers.kubernetes.schemas import KUEUE_API_REFERENCE, SCHEMAS, kueue_errors
 from gpuquota.schedulers.selectors import (
     GpuRef,
     LoanInput,
@@ -19,6 +18,7 @@ from gpuquota.schedulers.selectors import (
     ReservationInput,
     TeamInput,
 )
+from tests.kubernetes.fake_apiserver.kueue_schemas import KUEUE_API_REFERENCE, SCHEMAS, kueue_errors
 
 pytestmark = pytest.mark.kubernetes
 AT = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)

@@ -9,13 +9,12 @@ from datetime import timedelta
 from django.utils.text import slugify
 
 from gpuquota.schedulers.backend import owned_name
+from gpuquota.schedulers.kubernetes.api import KINDS
 from gpuquota.schedulers.kubernetes.options import KubernetesOptions
-from gpuquota.schedulers.kubernetes.schemas import GROUP as KUEUE_GROUP
-from gpuquota.schedulers.kubernetes.schemas import VERSION as KUEUE_VERSION
 from gpuquota.schedulers.selectors import PlanInputs, ReservationInput
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuquota"}
-KUEUE = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+KUEUE = KINDS["ClusterQueue"].api_version
 RESERVED_TAINT = "gpuquota.io/reserved"
 
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import kubernetes_validate
 
-from gpuquota.schedulers.kubernetes.schemas import kueue_errors
+from gpuquota.schedulers.kubernetes.api import KINDS
+from tests.kubernetes.fake_apiserver.kueue_schemas import kueue_errors
 
 KUBERNETES_SCHEMA_VERSION = "1.37.0"
 KUEUE_IMAGE = "registry.k8s.io/kueue/kueue:v0.14.1"
@@ -26,19 +27,10 @@ class Resource:
         return f"{self.group}/{self.version}" if self.group else self.version
 
 
-RESOURCES = [
-    Resource("kueue.x-k8s.io", "v1beta1", "resourceflavors", "ResourceFlavor", False),
-    Resource("kueue.x-k8s.io", "v1beta1", "clusterqueues", "ClusterQueue", False),
-    Resource("kueue.x-k8s.io", "v1beta1", "localqueues", "LocalQueue", True),
-    Resource("kueue.x-k8s.io", "v1beta1", "workloads", "Workload", True),
-    Resource("admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
-             "ValidatingAdmissionPolicy", False),
-    Resource("admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
-             "ValidatingAdmissionPolicyBinding", False),
-    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
-    Resource("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", False),
-    Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
-    Resource("apps", "v1", "deployments", "Deployment", True),
+#: The product's kind table (gpuquota.schedulers.kubernetes.api.KINDS), which the backend's
+#: client uses, and the core kinds the fake also serves for tests to play the cluster.
+RESOURCES = [Resource(k.group, k.version, k.plural, k.kind, k.namespaced)
+             for k in KINDS.values()] + [
     Resource("", "v1", "pods", "Pod", True),
     Resource("", "v1", "nodes", "Node", False),
     Resource("", "v1", "namespaces", "Namespace", False),

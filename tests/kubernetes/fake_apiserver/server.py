@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from gpuquota.schedulers.kubernetes.fake_apiserver.resources import (
+from tests.kubernetes.fake_apiserver.resources import (
     ALWAYS_SERVED,
     KUEUE_IMAGE,
     RESOURCES,
