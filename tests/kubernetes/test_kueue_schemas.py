@@ -109,9 +109,13 @@ def test_workloads_as_kueue_writes_them_are_read_and_checked():
     assert any(e.startswith("spec.podSets") for e in kueue_errors(workload))
 
 
-def test_exact_gpu_objects_are_valid_for_kubernetes_1_37():
+@pytest.mark.parametrize(("release", "taints"), [
+    ("1.34.0", "resource.k8s.io/v1alpha3"), ("1.35.0", "resource.k8s.io/v1alpha3"),
+    ("1.36.0", "resource.k8s.io/v1beta2"), ("1.37.0", "resource.k8s.io/v1")])
+def test_exact_gpu_objects_are_valid_for_the_release_that_serves_them(release, taints):
     options = options_parse({"exact_gpus": True}, cluster_slug="kube")
-    objects = dra_objects(inputs(), cluster_slug="kube", options=options, taint_rules=True)
+    objects = dra_objects(inputs(), cluster_slug="kube", options=options,
+                          taint_api_version=taints)
     assert [o["kind"] for o in objects] == ["ResourceClaimTemplate"] * 2 + ["DeviceTaintRule"] * 2
     for obj in objects:
-        kubernetes_validate.validate(obj, "1.37.0", strict=True)
+        kubernetes_validate.validate(obj, release, strict=True)

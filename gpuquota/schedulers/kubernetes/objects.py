@@ -11,6 +11,7 @@ from django.utils.text import slugify
 from gpuquota.schedulers.backend import owned_name
 from gpuquota.schedulers.kubernetes.api import KINDS
 from gpuquota.schedulers.kubernetes.options import KubernetesOptions
+from gpuquota.schedulers.kubernetes.stored import when_can_borrow
 from gpuquota.schedulers.selectors import PlanInputs, ReservationInput
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuquota"}
@@ -45,7 +46,7 @@ def resource_flavor(gpu_class: str, *, cluster_slug: str, options: KubernetesOpt
 
 
 def cluster_queue(team, *, classes, reserved: dict, lendable: dict, cluster_slug: str,
-                  options: KubernetesOptions) -> dict:
+                  options: KubernetesOptions, kueue_minor: tuple[int, int] | None = None) -> dict:
     """The team's ClusterQueue: per flavor, nominalQuota = GPUs reserved now; only GPUs on
     loan may be lent (lendingLimit), and the owner reclaims them by preempting borrowers."""
     flavors = []
@@ -64,7 +65,8 @@ def cluster_queue(team, *, classes, reserved: dict, lendable: dict, cluster_slug
             "key": "kubernetes.io/metadata.name", "operator": "In",
             "values": sorted(team.namespaces)}]},
         "queueingStrategy": "BestEffortFIFO",
-        "flavorFungibility": {"whenCanBorrow": "Borrow", "whenCanPreempt": "TryNextFlavor"},
+        "flavorFungibility": {"whenCanBorrow": when_can_borrow(kueue_minor),
+                              "whenCanPreempt": "TryNextFlavor"},
         "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority",
                        "borrowWithinCohort": {"policy": "Never"}},
         "stopPolicy": "None",
@@ -85,9 +87,10 @@ def local_queue(team, namespace: str, *, cluster_slug: str) -> dict:
             "spec": {"clusterQueue": queue_name(team.slug), "stopPolicy": "None"}}
 
 
-def kueue_objects(inputs: PlanInputs, *, cluster_slug: str,
-                  options: KubernetesOptions) -> list[dict]:
-    """Flavors, then a ClusterQueue per team with a namespace, then its LocalQueues."""
+def kueue_objects(inputs: PlanInputs, *, cluster_slug: str, options: KubernetesOptions,
+                  kueue_minor: tuple[int, int] | None = None) -> list[dict]:
+    """Flavors, then a ClusterQueue per team with a namespace, then its LocalQueues, in the
+    words of Kueue release `kueue_minor` (None: unknown)."""
     reserved: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in held_now(inputs, options):
         reserved[r.team_id][r.gpu_class] += r.count
@@ -101,7 +104,7 @@ def kueue_objects(inputs: PlanInputs, *, cluster_slug: str,
     for team in sorted(teams, key=lambda t: t.slug):
         objects.append(cluster_queue(team, classes=classes, reserved=reserved[team.id],
                                      lendable=lendable[team.id], cluster_slug=cluster_slug,
-                                     options=options))
+                                     options=options, kueue_minor=kueue_minor))
     for team in sorted(teams, key=lambda t: t.slug):
         objects += [local_queue(team, ns, cluster_slug=cluster_slug) for ns in team.namespaces]
     return objects
@@ -127,13 +130,13 @@ def claim_template(reservation: ReservationInput, namespace: str, *, cluster_slu
 
 
 def device_taint_rules(reservation: ReservationInput, *, cluster_slug: str,
-                       options: KubernetesOptions) -> list[dict]:
+                       options: KubernetesOptions, api_version: str) -> list[dict]:
     """One DeviceTaintRule per reserved GPU (the NVIDIA driver names a node's GPUs gpu-N in
     the node's pool): claims without the team's toleration are never given it."""
     rules = []
     for gpu in sorted(reservation.gpus, key=lambda g: (g.node, g.index or 0)):
         rules.append({
-            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "apiVersion": api_version, "kind": "DeviceTaintRule",
             "metadata": {"name": owned_name("res", reservation.id, slugify(gpu.node),
                                             f"gpu{gpu.index}"),
                          "labels": labels(cluster_slug, **{
@@ -146,13 +149,16 @@ def device_taint_rules(reservation: ReservationInput, *, cluster_slug: str,
 
 
 def dra_objects(inputs: PlanInputs, *, cluster_slug: str, options: KubernetesOptions,
-                taint_rules: bool) -> list[dict]:
+                taint_api_version: str) -> list[dict]:
+    """Per held reservation its claim templates, and its GPUs' DeviceTaintRules in
+    `taint_api_version` (the version the cluster serves them in; "": not served)."""
     objects = []
     for r in sorted(held_now(inputs, options), key=lambda r: r.id):
         team = inputs.teams.get(r.team_id)
         for namespace in (team.namespaces if team else ()):
             objects.append(claim_template(r, namespace, cluster_slug=cluster_slug,
                                           options=options))
-        if taint_rules:
-            objects += device_taint_rules(r, cluster_slug=cluster_slug, options=options)
+        if taint_api_version:
+            objects += device_taint_rules(r, cluster_slug=cluster_slug, options=options,
+                                          api_version=taint_api_version)
     return objects

@@ -1,50 +1,111 @@
-"""The kinds the fake API server serves, and how it validates what is written to them."""
+"""The kinds the fake API server serves, in the API versions the Kubernetes and Kueue releases
+it claims serve, and how it validates and converts what is written to them.
+
+Kubernetes: a kind is served in a version when kubernetes-validate ships that release's
+schema for it (the release's own OpenAPI); alpha versions only where `runtime_config` turns
+them on, as `--runtime-config=<group>/<version>=true` does. Kueue: `kueue_api` (the release's
+served and storage versions and its conversions, from Kueue's conversion code)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
 import kubernetes_validate
 
 from gpuquota.schedulers.kubernetes.api import KINDS
+from tests.kubernetes.fake_apiserver.kueue_api import KueueApi
 from tests.kubernetes.fake_apiserver.kueue_schemas import kueue_errors
 
-KUBERNETES_SCHEMA_VERSION = "1.37.0"
 KUEUE_IMAGE = "registry.k8s.io/kueue/kueue:v0.14.1"
 ALWAYS_SERVED = ("", "apps")  # core and apps: every cluster has them
+SCHEMAS = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+_PREFERENCE = ("v1", "v1beta2", "v1beta1", "v1alpha3", "v1alpha2", "v1alpha1")
 
 
 @dataclass(frozen=True)
 class Resource:
+    """A kind as the fake serves it: every version served, the one it stores."""
+
     group: str
-    version: str
     plural: str
     kind: str
     namespaced: bool
+    versions: tuple[str, ...]
 
     @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
+    def storage_version(self) -> str:
+        return self.versions[0]
+
+    def api_version(self, version: str | None = None) -> str:
+        version = version or self.storage_version
+        return f"{self.group}/{version}" if self.group else version
 
 
 #: The product's kind table (gpuquota.schedulers.kubernetes.api.KINDS), which the backend's
-#: client uses, and the core kinds the fake also serves for tests to play the cluster.
-RESOURCES = [Resource(k.group, k.version, k.plural, k.kind, k.namespaced)
-             for k in KINDS.values()] + [
-    Resource("", "v1", "pods", "Pod", True),
-    Resource("", "v1", "nodes", "Node", False),
-    Resource("", "v1", "namespaces", "Namespace", False),
+#: client uses, and the kinds the fake also serves for tests to play the cluster.
+KIND_TABLE = [(k.group, k.plural, k.kind, k.namespaced) for k in KINDS.values()] + [
+    ("", "pods", "Pod", True),
+    ("", "nodes", "Node", False),
+    ("", "namespaces", "Namespace", False),
+    ("resource.k8s.io", "resourceclaims", "ResourceClaim", True),
 ]
 
 
-def validation_errors(resource: Resource, obj: dict) -> list[str]:
-    """Why the API server would refuse `obj` with a 422 (empty: it is accepted)."""
-    if obj.get("kind") != resource.kind or obj.get("apiVersion") != resource.api_version:
-        return [f"kind: expected {resource.api_version} {resource.kind}"]
+def minor(version: str) -> str:
+    """`v1.34.2` -> `1.34`."""
+    found = re.match(r"v?(\d+\.\d+)", version)
+    if not found:
+        raise ValueError(f"not a Kubernetes version: {version}")
+    return found.group(1)
+
+
+@cache
+def kubernetes_versions(release: str, group: str, kind: str) -> tuple[str, ...]:
+    """The versions of `group` that have `kind` in Kubernetes `release` (alpha included),
+    newest first, read from the schemas kubernetes-validate ships for that release."""
+    folder = SCHEMAS / f"v{minor(release)}.0-local-strict"
+    if not folder.is_dir():
+        raise ValueError(f"kubernetes-validate has no schemas for Kubernetes {release}")
+    suffix = f"-{group.split('.')[0]}" if group else ""
+    found = []
+    for version in _PREFERENCE:
+        if (folder / f"{kind.lower()}{suffix}-{version}.json").is_file():
+            found.append(version)
+    return tuple(found)
+
+
+def served_resources(*, release: str, kueue: KueueApi | None, groups: set[str] | None,
+                     runtime_config: frozenset[str]) -> list[Resource]:
+    """Every kind this cluster serves, with the versions it serves them in."""
+    resources = []
+    for group, plural, kind, namespaced in KIND_TABLE:
+        if groups is not None and group not in groups and group not in ALWAYS_SERVED:
+            continue
+        if group == "kueue.x-k8s.io":
+            if kueue is None:
+                continue
+            versions = kueue.versions
+        else:
+            versions = tuple(v for v in kubernetes_versions(release, group, kind)
+                             if "alpha" not in v or f"{group}/{v}" in runtime_config)
+        if versions:
+            resources.append(Resource(group, plural, kind, namespaced, versions))
+    return resources
+
+
+def validation_errors(resource: Resource, version: str, obj: dict, *, release: str,
+                      kueue: KueueApi | None) -> list[str]:
+    """Why the API server would refuse `obj` written as `version` with a 422 (empty: it is
+    accepted)."""
+    if obj.get("kind") != resource.kind or obj.get("apiVersion") != resource.api_version(version):
+        return [f"kind: expected {resource.api_version(version)} {resource.kind}"]
     if resource.group == "kueue.x-k8s.io":
-        return kueue_errors(obj)
+        return kueue_errors(obj, release=kueue.release if kueue else None)
     try:
-        kubernetes_validate.validate(obj, KUBERNETES_SCHEMA_VERSION, strict=True)
+        kubernetes_validate.validate(obj, f"{minor(release)}.0", strict=True)
     except kubernetes_validate.ValidationError as exc:
         return [f"{'.'.join(str(p) for p in exc.path) or '(root)'}: {exc.message}"]
     return []
