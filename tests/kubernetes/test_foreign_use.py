@@ -100,7 +100,7 @@ def test_the_fake_api_server_script_configures_a_cluster_and_reconciles_it(kube)
     with time_machine.travel(NOW, tick=False):
         run(["--cluster", "kube", "--once"], out)
     text = out.getvalue()
-    assert "kube: ok, 16 write(s)" in text
+    assert "kube: ok, 24 write(s)" in text
     assert "POST /apis/kueue.x-k8s.io/v1beta1/clusterqueues" in text
     assert kube.cluster.backend_config.api_url.startswith("http://127.0.0.1:")
     binding = ReservationBinding.objects.get()

@@ -26,7 +26,6 @@ from tests.kubernetes.fake_apiserver.server import VERBS
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 KUEUE = "/apis/kueue.x-k8s.io/v1beta1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-POLICIES = ("pods", "jobs", "jobsets", "rayjobs", "rayclusters")
 
 
 def writes(server, since=0):
@@ -49,8 +48,8 @@ def test_the_first_run_creates_everything_and_the_second_sends_no_write(kube, ap
         ("POST", f"{KUEUE}/namespaces/speech/localqueues"),
         ("POST", f"{KUEUE}/namespaces/vision/localqueues"),
         ("POST", f"{KUEUE}/namespaces/vision-dev/localqueues"),
-        *[("POST", f"{ADMISSION}/validatingadmissionpolicies")] * 5,
-        *[("POST", f"{ADMISSION}/validatingadmissionpolicybindings")] * 5,
+        *[("POST", f"{ADMISSION}/validatingadmissionpolicies")] * 9,
+        *[("POST", f"{ADMISSION}/validatingadmissionpolicybindings")] * 9,
     ]
     flavor = apiserver.get("ResourceFlavor", "gq-h100-80gb")
     assert flavor["spec"]["nodeLabels"] == {"gpuquota.io/gpu-class": "h100-80gb"}

@@ -108,7 +108,7 @@ def test_no_access_is_a_note_naming_the_role_not_a_failed_run(kube):
     assert "deploy/kubernetes/kueue/rbac.yaml" in caps.notes[0]
     assert caps.notes[0].startswith("The Kueue release is unknown (")
     assert not Problem.objects.filter(cluster=kube.cluster, status="open").exists()
-    assert len(server.writes()) == 16  # the queues and policies went in all the same
+    assert len(server.writes()) == 24  # the queues and policies went in all the same
 
 
 def test_no_deployment_is_a_note_and_the_options_say_where_to_look(kube):
@@ -118,7 +118,7 @@ def test_no_deployment_is_a_note_and_the_options_say_where_to_look(kube):
     assert reads(server) == [("GET", DEPLOYMENT)]
     assert "there is no Deployment kueue-system/kueue-controller-manager (set the options " \
            "kueue_namespace and kueue_deployment" in caps.notes[0]
-    assert caps.best_binding == "quota" and len(server.writes()) == 16
+    assert caps.best_binding == "quota" and len(server.writes()) == 24
 
     elsewhere = served("registry.k8s.io/kueue/kueue:v0.14.1", rules=False)
     elsewhere.remove("Deployment", "kueue-controller-manager", "kueue-system")

@@ -51,7 +51,7 @@ def test_every_kind_reads_back_as_the_release_stores_it_and_the_second_run_write
     finally:
         server.stop()
     assert first.outcome == "ok", first.error
-    assert {kind for kind, _ in kept} == set(KINDS) and len(kept) == 16
+    assert {kind for kind, _ in kept} == set(KINDS) and len(kept) == 24
     queue = kept[("ClusterQueue", "gq-vision/")]
     assert queue["apiVersion"] == f"kueue.x-k8s.io/{version}"
     assert queue["spec"]["flavorFungibility"]["whenCanBorrow"] == borrow
