@@ -9,6 +9,7 @@ from django.utils import timezone
 from gpuquota.core.dispatch import task_enqueue_on_commit
 from gpuquota.core.errors import DomainError
 from gpuquota.core.services import audit_record
+from gpuquota.schedulers.kubernetes.options import options_parse
 from gpuquota.schedulers.models import BackendConfig, Problem
 from gpuquota.schedulers.secrets import secret_encrypt
 from gpuquota.schedulers.slurm.options import SlurmOptions
@@ -39,6 +40,8 @@ def backend_config_update(
         raise DomainError("A JSON object.", field="options")
     if "options" in values and cluster.scheduler == cluster.Scheduler.SLURM:
         SlurmOptions.parse(values["options"])  # refuses unknown or malformed options
+    if "options" in values and cluster.scheduler == cluster.Scheduler.KUBERNETES:
+        options_parse(values["options"], cluster_slug=cluster.slug)  # and names it refuses
     config, created = BackendConfig.objects.select_for_update().get_or_create(cluster=cluster)
     changes = {}
     for name, value in values.items():

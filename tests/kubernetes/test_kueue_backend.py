@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from gpuquota.core.errors import DomainError
 from gpuquota.schedulers.backend import Action, BackendError, SchedulerObject
 from gpuquota.schedulers.kubernetes.api import KINDS, Api
 from gpuquota.schedulers.kubernetes.backend import MANAGED_KINDS, KubernetesBackend
@@ -173,18 +174,23 @@ def test_rbac_denied_is_a_clear_cluster_problem(kube):
     finally:
         server.stop()
     assert summary.outcome == "partial"
-    problem = Problem.objects.get(cluster=kube.cluster, status="open")
-    assert "create LocalQueue gq-speech/speech" in problem.summary
+    problems = Problem.objects.filter(cluster=kube.cluster, status="open").order_by("summary")
+    assert [p.summary.split(":")[0] for p in problems] == [
+        "create LocalQueue gq-speech/speech", "create LocalQueue gq-vision/vision-dev",
+        "create LocalQueue gq-vision/vision"]  # one each, the rest applied
+    problem = problems[0]
     assert "RBAC" in problem.summary and "deploy/kubernetes/base/rbac.yaml" in problem.summary
     assert "cannot create resource \"localqueues\"" in problem.detail
 
 
 def test_an_invalid_object_is_refused_with_422_naming_the_field(kube, apiserver):
-    kube.configure(apiserver, cohort="Not_A_Name")
+    labels = {f"example.org/k{i}": "v" for i in range(9)}  # Kueue allows 8
+    kube.configure(apiserver, flavors={"H100-80GB": {"node_labels": labels}})
     summary = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
-    assert summary.outcome == "partial"  # the flavor went in, the first queue did not
+    assert summary.outcome == "partial"  # the flavor was refused, the rest went in
     problem = Problem.objects.get(cluster=kube.cluster, status="open")
-    assert "invalid" in problem.summary and "spec.cohort" in problem.summary
+    assert "invalid" in problem.summary and "spec.nodeLabels" in problem.summary
+    assert apiserver.get("ClusterQueue", "gq-vision") is not None
 
 
 def test_a_wrong_token_is_reported(kube, apiserver):
@@ -274,7 +280,10 @@ def test_the_dry_run_renders_kubectl_commands_and_writes_nothing(kube, apiserver
 
 
 def test_unusable_options_are_a_cluster_problem_not_a_crash(kube, apiserver):
-    kube.configure(apiserver, lead_time_s=-5)
+    with pytest.raises(DomainError, match="lead_time_s"):  # refused where they enter...
+        kube.configure(apiserver, lead_time_s=-5)
+    kube.configure(apiserver)  # ...and, stored before that check, at each run
+    BackendConfig.objects.filter(cluster=kube.cluster).update(options={"lead_time_s": -5})
     summary = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
     assert summary.outcome == "failed" and "lead_time_s" in summary.error
     assert writes(apiserver) == []

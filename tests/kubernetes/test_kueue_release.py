@@ -6,13 +6,14 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from gpuquota.core.errors import DomainError
 from gpuquota.schedulers.kubernetes.kueue_release import (
     Release,
     image_tag,
     release_from_deployment,
     release_notes,
 )
-from gpuquota.schedulers.models import Capabilities, Problem, ReservationBinding
+from gpuquota.schedulers.models import BackendConfig, Capabilities, Problem, ReservationBinding
 from gpuquota.schedulers.reconcile import cluster_reconcile
 from tests.kubernetes.conftest import NOW, shipped_roles, shipped_rules
 from tests.kubernetes.fake_apiserver import FakeApiServer
@@ -133,7 +134,11 @@ def test_no_deployment_is_a_note_and_the_options_say_where_to_look(kube):
 def test_unusable_kueue_options_are_refused_naming_the_option(kube):
     server = served()
     try:
-        kube.configure(server, kueue_namespace="Kueue_System")
+        with pytest.raises(DomainError, match="kueue_namespace"):
+            kube.configure(server, kueue_namespace="Kueue_System")
+        kube.configure(server)
+        BackendConfig.objects.filter(cluster=kube.cluster).update(
+            options={"kueue_namespace": "Kueue_System"})
         summary = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
     finally:
         server.stop()

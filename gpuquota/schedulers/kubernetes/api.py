@@ -93,6 +93,9 @@ def _refusal(exc: ApiException, what: str, rbac_file: str = RBAC_FILE) -> Backen
     if exc.status == 409:
         return BackendError(f"Could not {what}: it changed on the cluster meanwhile "
                             "(resourceVersion); the next reconcile retries.", detail=message)
+    if exc.status == 404 and 'namespaces "' in message:
+        return BackendError(f"Could not {what}: {message} on the cluster (create the namespace, "
+                            "or end its mapping to the team in gpuquota).", detail=message)
     if exc.status == 422:
         return BackendError(f"The Kubernetes API refused to {what} as invalid: {causes}",
                             detail=message)

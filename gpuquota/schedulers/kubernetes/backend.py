@@ -12,6 +12,7 @@ from datetime import datetime
 import yaml
 
 from gpuquota.core.errors import DomainError
+from gpuquota.core.names import team_slug_error
 from gpuquota.schedulers.backend import (
     Action,
     Backend,
@@ -26,6 +27,7 @@ from gpuquota.schedulers.kubernetes.admission import admission_objects
 from gpuquota.schedulers.kubernetes.api import Api, api_client
 from gpuquota.schedulers.kubernetes.capabilities import detect
 from gpuquota.schedulers.kubernetes.kueue_release import Release
+from gpuquota.schedulers.kubernetes.names import manifest_refusal, namespaces_usable
 from gpuquota.schedulers.kubernetes.objects import (
     dra_objects,
     kueue_objects,
@@ -59,6 +61,7 @@ def _from_key(name: str) -> tuple[str, str]:
 class KubernetesBackend(Backend):
     scheduler = "kubernetes"
     kinds = MANAGED_KINDS
+    independent_objects = True  # one team's refused object never holds up the others
 
     def __init__(self, *, cluster, config):
         super().__init__(cluster=cluster, config=config)
@@ -102,7 +105,8 @@ class KubernetesBackend(Backend):
         if facts.get("kueue_writable"):
             manifests += kueue_objects(inputs, cluster_slug=slug, options=self.options,
                                        kueue_minor=Release(facts.get("kueue_release", "")).minor)
-            queues = {ns: queue_name(t.slug) for t in inputs.teams.values() for ns in t.namespaces}
+            queues = {ns: queue_name(t.slug) for t in inputs.teams.values()
+                      for ns in namespaces_usable(t.namespaces)}
             manifests += admission_objects(queues, cluster_slug=slug, options=self.options)
         exact = capabilities.best_binding == BindingLevel.EXACT_GPUS
         if exact:
@@ -124,6 +128,10 @@ class KubernetesBackend(Backend):
 
     def _binding(self, reservation, capabilities: CapabilityReport, *, exact: bool) -> Binding:
         facts = capabilities.facts
+        misnamed = team_slug_error(reservation.team_slug)
+        if misnamed and (exact or facts.get("kueue_writable")):
+            return Binding(BindingLevel.ADVISORY, f"{misnamed} Nothing of the team is written "
+                           "to the cluster until an admin corrects it: nothing holds the GPUs")
         if exact:
             others = ("" if facts.get("device_taint_rules") else
                       "; nothing keeps other teams' claims off these GPUs here (the cluster "
@@ -175,6 +183,9 @@ class KubernetesBackend(Backend):
     def apply_action(self, action: Action) -> None:
         kind = self.api.kind(action.obj.kind)
         name, namespace = _from_key(action.obj.name)
+        refused = action.verb != "delete" and manifest_refusal(self._manifest(action.obj))
+        if refused:
+            raise BackendError(refused)
         if action.verb == "create":
             self.api.create(kind, self._manifest(action.obj))
         elif action.verb == "update":

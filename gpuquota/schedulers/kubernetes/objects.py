@@ -10,6 +10,7 @@ from django.utils.text import slugify
 
 from gpuquota.schedulers.backend import owned_name
 from gpuquota.schedulers.kubernetes.api import KINDS
+from gpuquota.schedulers.kubernetes.names import namespaces_usable
 from gpuquota.schedulers.kubernetes.options import KubernetesOptions
 from gpuquota.schedulers.kubernetes.stored import when_can_borrow
 from gpuquota.schedulers.selectors import PlanInputs, ReservationInput
@@ -63,7 +64,7 @@ def cluster_queue(team, *, classes, reserved: dict, lendable: dict, cluster_slug
         "cohort": options.cohort,
         "namespaceSelector": {"matchExpressions": [{
             "key": "kubernetes.io/metadata.name", "operator": "In",
-            "values": sorted(team.namespaces)}]},
+            "values": sorted(namespaces_usable(team.namespaces))}]},
         "queueingStrategy": "BestEffortFIFO",
         "flavorFungibility": {"whenCanBorrow": when_can_borrow(kueue_minor),
                               "whenCanPreempt": "TryNextFlavor"},

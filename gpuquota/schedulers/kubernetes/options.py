@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 
 from gpuquota.core.errors import DomainError
+from gpuquota.core.names import dns1123_label_error, label_value_error
 
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_TOLERATIONS = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)
 #: Who creates the objects of a judged parent, as the API server names the caller
 #: (kubernetes.md#admission): a Job's pods come from kube-controller-manager's job
@@ -74,12 +74,19 @@ def options_parse(raw: dict | None, *, cluster_slug: str) -> KubernetesOptions:
                           field="options")
     for name in ("kueue_namespace", "kueue_deployment"):
         value = raw.get(name)
-        if value is not None and not (isinstance(value, str) and DNS1123_LABEL.match(value)):
-            raise DomainError(f"{name} is a Kubernetes name: lower-case letters, digits and "
-                              "'-', at most 63.", field="options")
+        error = value is not None and dns1123_label_error(value, what=name)
+        if error:
+            raise DomainError(error, field="options")
     controllers = _workload_controllers(raw.get("workload_controllers") or {})
+    cohort = str(raw.get("cohort") or f"gq-{cluster_slug}")
+    refused = dns1123_label_error(cohort, what="The cohort") or next(filter(None, (
+        label_value_error(v, what=f"The node label {k} of {c}")
+        for c, f in raw.get("flavors", {}).items() if isinstance(f, dict)
+        for k, v in (f.get("node_labels") or {}).items())), None)
+    if refused:
+        raise DomainError(refused, field="options")
     return KubernetesOptions(
-        cohort=str(raw.get("cohort") or f"gq-{cluster_slug}"),
+        cohort=cohort,
         resource_name=str(raw.get("resource_name") or "nvidia.com/gpu"),
         lead_time_s=lead, flavors=raw.get("flavors", {}), borrowing_limit=limit,
         exact_gpus=bool(raw.get("exact_gpus", False)),
