@@ -256,6 +256,7 @@ def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
     # kind it manages; observe lists them; capabilities read the DRA driver's slices)...
     designed = {(KINDS[k].group, KINDS[k].plural, verb) for k in MANAGED_KINDS
                 for verb in Api.rbac_verbs} | {("resource.k8s.io", "resourceslices", "list"),
+                                               ("resource.k8s.io", "resourceclaims", "list"),
                                                ("kueue.x-k8s.io", "workloads", "list")}
     assert granted == designed
     # ...and these runs used every kind of call, none outside the grant.

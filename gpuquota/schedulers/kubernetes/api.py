@@ -50,6 +50,7 @@ KINDS = {k.kind: k for k in (
     Kind("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules", False,
          older=("v1beta2", "v1alpha3")),
     Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
+    Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True),
     Kind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads", True),
     # Read only, one object: Kueue's controller, for its release (capabilities).
     Kind("Deployment", "apps", "v1", "deployments", True, rbac_file=KUEUE_RBAC_FILE),

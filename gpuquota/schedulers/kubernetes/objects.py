@@ -112,10 +112,10 @@ def kueue_objects(inputs: PlanInputs, *, cluster_slug: str, options: KubernetesO
 
 
 def claim_template(reservation: ReservationInput, namespace: str, *, cluster_slug: str,
-                   options: KubernetesOptions) -> dict:
-    """Exact GPUs (DRA): a claim for exactly the reservation's GPUs, by NVML UUID, that
-    tolerates the taint keeping every other team off them."""
-    uuids = sorted(g.uuid for g in reservation.gpus)
+                   options: KubernetesOptions, gpus) -> dict:
+    """Exact GPUs (DRA): a claim for exactly `gpus` (the reservation's, less those on loan),
+    by NVML UUID, that tolerates the taint keeping every other team off them."""
+    uuids = sorted(g.uuid for g in gpus)
     cel = ("device.attributes['gpu.nvidia.com'].uuid in ["
            + ", ".join(f"'{u}'" for u in uuids) + "]")
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
@@ -127,15 +127,16 @@ def claim_template(reservation: ReservationInput, namespace: str, *, cluster_slu
                 "deviceClassName": options.dra_device_class, "allocationMode": "ExactCount",
                 "count": len(uuids), "selectors": [{"cel": {"expression": cel}}],
                 "tolerations": [{"key": RESERVED_TAINT, "operator": "Equal",
-                                 "value": reservation.team_slug, "effect": "NoSchedule"}]}}]}}}}
+                                 "value": reservation.team_slug}]}}]}}}}
 
 
 def device_taint_rules(reservation: ReservationInput, *, cluster_slug: str,
-                       options: KubernetesOptions, api_version: str) -> list[dict]:
-    """One DeviceTaintRule per reserved GPU (the NVIDIA driver names a node's GPUs gpu-N in
-    the node's pool): claims without the team's toleration are never given it."""
+                       options: KubernetesOptions, api_version: str, gpus) -> list[dict]:
+    """One DeviceTaintRule per reserved GPU not on loan (the NVIDIA driver names a node's
+    GPUs gpu-N in the node's pool): claims without the team's toleration are never given it,
+    and NoExecute evicts the pods of those that hold it (a borrower when its loan ends)."""
     rules = []
-    for gpu in sorted(reservation.gpus, key=lambda g: (g.node, g.index or 0)):
+    for gpu in sorted(gpus, key=lambda g: (g.node, g.index or 0)):
         rules.append({
             "apiVersion": api_version, "kind": "DeviceTaintRule",
             "metadata": {"name": owned_name("res", reservation.id, slugify(gpu.node),
@@ -145,21 +146,27 @@ def device_taint_rules(reservation: ReservationInput, *, cluster_slug: str,
             "spec": {"deviceSelector": {"driver": options.dra_driver, "pool": gpu.node,
                                         "device": f"gpu-{gpu.index}"},
                      "taint": {"key": RESERVED_TAINT, "value": reservation.team_slug,
-                               "effect": "NoSchedule"}}})
+                               "effect": "NoExecute"}}})
     return rules
 
 
 def dra_objects(inputs: PlanInputs, *, cluster_slug: str, options: KubernetesOptions,
                 taint_api_version: str) -> list[dict]:
     """Per held reservation its claim templates, and its GPUs' DeviceTaintRules in
-    `taint_api_version` (the version the cluster serves them in; "": not served)."""
+    `taint_api_version` (the version the cluster serves them in; "": not served). A GPU on
+    loan is in neither, so a borrower's claim can be given it; when the loan ends both come
+    back and the taint evicts the borrower."""
+    lent = {loan.gpu.gpu_id for loan in inputs.loans}
     objects = []
     for r in sorted(held_now(inputs, options), key=lambda r: r.id):
+        gpus = [g for g in r.gpus if g.gpu_id not in lent]
+        if not gpus:
+            continue
         team = inputs.teams.get(r.team_id)
         for namespace in (team.namespaces if team else ()):
             objects.append(claim_template(r, namespace, cluster_slug=cluster_slug,
-                                          options=options))
+                                          options=options, gpus=gpus))
         if taint_api_version:
             objects += device_taint_rules(r, cluster_slug=cluster_slug, options=options,
-                                          api_version=taint_api_version)
+                                          api_version=taint_api_version, gpus=gpus)
     return objects

@@ -50,7 +50,6 @@ KIND_TABLE = [(k.group, k.plural, k.kind, k.namespaced) for k in KINDS.values()]
     ("", "pods", "Pod", True),
     ("", "nodes", "Node", False),
     ("", "namespaces", "Namespace", False),
-    ("resource.k8s.io", "resourceclaims", "ResourceClaim", True),
 ]
 
 

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from gpuquota.schedulers.kubernetes.kueue_release import image_tag
+from tests.kubernetes.fake_apiserver import dra
 from tests.kubernetes.fake_apiserver.kueue_api import GROUP as KUEUE_GROUP
 from tests.kubernetes.fake_apiserver.kueue_api import KueueApi
 from tests.kubernetes.fake_apiserver.resources import (
@@ -225,7 +226,11 @@ class FakeApiServer:
                 f'"{SERVICE_ACCOUNT}" cannot {verb} resource "{resource.plural}" in API group '
                 f'"{resource.group}" {scope}'))
         with self.lock:
-            return self._serve(resource, version, namespace, name, method, query, body)
+            dra.settle(self)
+            answer = self._serve(resource, version, namespace, name, method, query, body)
+            if resource.kind == "DeviceTaintRule" and method != "GET":
+                dra.taints_evict(self)
+            return answer
 
     def _serve(self, resource, version, namespace, name, method, query, body):
         bucket = self.objects.setdefault((resource.group, resource.plural), {})
