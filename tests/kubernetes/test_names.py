@@ -78,6 +78,8 @@ def test_one_badly_named_team_never_blocks_the_others(kube):
     ClusterIdentityFactory(cluster=kube.cluster, key="audio", user=None, team=audio,
                            kind=ClusterIdentity.Kind.K8S_NAMESPACE)
     reservation = kube.reserve("vision", kube.gpus["gpu-a"][:2])
+    kube.teams["ml"] = bad
+    misnamed = kube.reserve("ml", kube.gpus["gpu-b"][:1])
     server = FakeApiServer(token=TOKEN, rbac_rules=shipped_rules(), rbac_roles=shipped_roles(),
                            namespaces={"vision", "vision-dev", "speech", "mlp"}).start()
     try:
@@ -115,4 +117,6 @@ def test_one_badly_named_team_never_blocks_the_others(kube):
     assert [(r.method, r.path) for r in again] == [
         ("POST", f"{kueue}/namespaces/audio/localqueues")]
     assert ReservationBinding.objects.get(reservation=reservation).level == "quota"
+    held = ReservationBinding.objects.get(reservation=misnamed)
+    assert held.level == "advisory" and held.why.startswith("A team slug may hold only")
     assert ReconcileRun.objects.filter(outcome="partial").count() == 2

@@ -51,9 +51,13 @@ def run(argv: list[str], out: TextIO = sys.stdout) -> None:
                         help="also serve DRA with the NVIDIA driver and use the DRA mode")
     parser.add_argument("--once", action="store_true",
                         help="reconcile once and stop (the server stops with it)")
+    parser.add_argument("--kubernetes", default="v1.34.2",
+                        help="the Kubernetes release it serves as (the API versions follow)")
+    parser.add_argument("--kueue", default="v0.14.1", help="the Kueue release it runs")
     args = parser.parse_args(argv)
     token = secrets.token_urlsafe(24)
-    server = FakeApiServer(token=token).start()
+    server = FakeApiServer(token=token, version=args.kubernetes,
+                           kueue_image=f"registry.k8s.io/kueue/kueue:{args.kueue}").start()
     out.write(f"Fake Kubernetes API at {server.url} (token {token[:6]}…)\n")
     try:
         if args.cluster:
