@@ -111,8 +111,13 @@ def claim_shape_problem(value, path: str) -> str:
     """Why `value` (found at `path`) cannot be read as names, or ''."""
     if value is MISSING or value is None or _names(value) is not None:
         return ""
-    kind = ("an object" if isinstance(value, dict) else
-            "a list of objects" if isinstance(value, list) else f"a {type(value).__name__}")
+    if isinstance(value, dict):
+        kind = "an object"
+    elif isinstance(value, list):
+        kind = "a list of objects" if all(isinstance(v, dict) for v in value) else \
+            "a list holding other things than names"
+    else:
+        kind = f"a {type(value).__name__}"
     hint = _inner_names(value, path)
     suggestion = (f"; name a path inside it, e.g. {', '.join(f'“{p}”' for p in hint[:3])}"
                   if hint else "")
