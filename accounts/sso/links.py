@@ -38,7 +38,9 @@ def link_request_hold(*, source: str, provider: str, issuer: str, subject: str, 
                       username: str, claims: dict, now: datetime) -> None:
     """Nothing when no user has `email`; else record (or refresh) the request, tell the
     admins the first time, and raise LoginRefused saying what happens next."""
-    if not link_candidates(email=email).exists():
+    if not link_candidates(email=email).exists():  # no longer anyone's: nothing to hold
+        IdentityLinkRequest.objects.filter(issuer=issuer, subject=subject).exclude(
+            status=Status.LINKED).delete()
         return
     with transaction.atomic():
         request, created = IdentityLinkRequest.objects.select_for_update().get_or_create(

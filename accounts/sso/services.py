@@ -204,9 +204,11 @@ def _admin_apply(*, user: User, identity: ExternalIdentity, grants: Grants) -> N
 
 
 def sso_login(*, login: ProviderLogin) -> LoginOutcome:
-    """The user of (issuer, subject) after this login: created the first time, name and
-    email refreshed, memberships and admin flag as the active mapping rules say, cluster
-    identities created. Raises LoginRefused, changing nothing, for a login to refuse."""
+    """The user of (issuer, subject) after this login: created the first time (unless its
+    vouched address is an existing account's: then held for an admin to link), name and
+    email refreshed, memberships and admin flag as the active mapping rules say (those a
+    rule cannot read its claim for kept), cluster identities created. Raises LoginRefused,
+    changing no user, for a login to refuse."""
     if not login.issuer or not login.subject:
         raise LoginRefused("The provider's answer names no subject (sub): the login is "
                            "refused; ask its admin.", field="sub")

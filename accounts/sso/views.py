@@ -34,6 +34,15 @@ class LoginView(auth_views.LoginView):
                 "ldap_configured": conf.ldap_directory() is not None}
 
 
+def _unread_said(request, label: str) -> None:
+    """Tell the person whose login a rule could not read that their teams were kept."""
+    outcome = getattr(request, "sso_login_outcome", None)
+    if outcome is not None and outcome.unread:
+        messages.warning(request, f"{label} did not send your groups in a form gpuquota can "
+                         "read, so your teams were left as they were; the admins have been "
+                         "told.")
+
+
 def _callback_uri(request) -> str:
     return request.build_absolute_uri(reverse("oidc_callback"))
 
@@ -124,11 +133,7 @@ def oidc_callback(request):
     request.session[SESSION_PROVIDER] = provider.name
     request.session[SESSION_ID_TOKEN] = id_token
     _session_bound(request, id_token)
-    outcome = getattr(request, "sso_login_outcome", None)
-    if outcome is not None and outcome.unread:
-        messages.warning(request, f"{provider.label} did not send your groups in a form "
-                         "gpuquota can read, so your teams were left as they were; the admins "
-                         "have been told.")
+    _unread_said(request, provider.label)
     return HttpResponseRedirect(next_url or resolve_url("home"))
 
 
