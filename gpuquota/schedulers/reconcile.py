@@ -119,8 +119,10 @@ def _reconcile(*, backend: Backend, config, reason: str, render_only: bool, dry_
         actions, on_applied=lambda action: _applied_record(run, cluster, action, at, drifts)
     )
     if result.error is not None:
-        if backend.independent_objects:  # the rest of the plan is applied: it binds
-            _bindings_store(plan, at)
+        if backend.independent_objects:  # the rest of the plan is applied: it binds, and
+            _bindings_store(plan, at)    # only the refusals of this run stay problems
+            problems_resolve(cluster=cluster, keep=[
+                f"{action}: {error.message}" for action, error in result.refused])
         for action, error in result.refused[1:]:  # the first is the run's own problem
             problem_record(cluster=cluster, summary=f"{action}: {error.message}",
                            detail=error.detail)

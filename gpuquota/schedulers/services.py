@@ -3,6 +3,8 @@ cluster problems, and the request to reconcile after a reservation, quota or loa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -77,8 +79,10 @@ def problem_record(*, cluster, summary: str, detail: str = "") -> Problem:
     return problem
 
 
-def problems_resolve(*, cluster) -> int:
-    """Resolve every open problem of the cluster (a reconcile run just succeeded)."""
-    return Problem.objects.filter(cluster=cluster, status=Problem.Status.OPEN).update(
+def problems_resolve(*, cluster, keep: Iterable[str] = ()) -> int:
+    """Resolve every open problem of the cluster but those summarised in `keep` (a reconcile
+    run just succeeded, or applied all but the refused objects `keep` names)."""
+    return Problem.objects.filter(cluster=cluster, status=Problem.Status.OPEN).exclude(
+        summary__in=[k[:255] for k in keep]).update(
         status=Problem.Status.RESOLVED, resolved_at=timezone.now()
     )

@@ -89,12 +89,16 @@ def test_one_badly_named_team_never_blocks_the_others(kube):
         seen = len(server.requests)
         second = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
         again = [r for r in server.requests[seen:] if r.method != "GET"]
+        problems = dict(Problem.objects.filter(cluster=kube.cluster, status="open")
+                        .values_list("summary", "occurrences"))
+        server.namespaces.add("audio")  # the site creates the namespace
+        third = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
+        still = set(Problem.objects.filter(cluster=kube.cluster, status="open")
+                    .values_list("summary", flat=True))
     finally:
         server.stop()
     assert first.outcome == second.outcome == "partial"
     assert first.error.startswith("4 actions refused, the others applied; first ")
-    problems = dict(Problem.objects.filter(cluster=kube.cluster, status="open")
-                    .values_list("summary", "occurrences"))
     assert len(problems) == 4 and set(problems.values()) == {2}
     ml = [p for p in problems if "Team 'ml_platform-emea'" in p]
     assert len(ml) == 2 and all("may hold only lower-case letters" in p for p in ml)
@@ -119,4 +123,7 @@ def test_one_badly_named_team_never_blocks_the_others(kube):
     assert ReservationBinding.objects.get(reservation=reservation).level == "quota"
     held = ReservationBinding.objects.get(reservation=misnamed)
     assert held.level == "advisory" and held.why.startswith("A team slug may hold only")
-    assert ReconcileRun.objects.filter(outcome="partial").count() == 2
+    assert ReconcileRun.objects.filter(outcome="partial").count() == 3
+    assert third.outcome == "partial" and third.error.startswith("3 actions refused")
+    assert still == {p for p in problems if "audio" not in p}  # fixed, so resolved
+    assert server.get("LocalQueue", "gq-audio", "audio") is not None
