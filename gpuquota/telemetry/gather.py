@@ -18,7 +18,6 @@ DEV_UTIL_FIGURES = {figure.name for figure in FIGURES if figure.metric == DEV_UT
 class Series:
     """One series of an instance (a label set: its pod or job, if any) and its figures."""
 
-    labels: dict
     work: tuple | None  # (job, container) of the workload it names
     figures: dict = field(default_factory=dict)  # figure name -> {window start: value}
 
@@ -102,7 +101,7 @@ def _add(gpu: GatheredGpu, name: str, labels: dict, points: dict, observed: Obse
     label_key = tuple(sorted(labels.items()))
     series = instance.series.get(label_key)
     if series is None:
-        series = instance.series[label_key] = Series(labels, workload(labels))
+        series = instance.series[label_key] = Series(workload(labels))
     series.figures.setdefault(name, {}).update(points)
 
 

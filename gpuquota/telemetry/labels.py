@@ -20,10 +20,6 @@ import uuid
 from gpuquota.inventory.models import gpu_uuid_normalize
 
 MIG_NAMESPACE = uuid.UUID("5d0c9a3e-7b21-4c8f-a6e4-1f93b2d7c058")
-# Labels that name the workload of a series; the rest name the GPU (and the scrape).
-WORKLOAD_LABELS = frozenset({
-    "namespace", "pod", "container", "pod_namespace", "pod_name", "container_name",
-    "exported_namespace", "exported_pod", "exported_container", "hpc_job", "vgpu"})
 K8S_VARIANTS = (("exported_namespace", "exported_pod", "exported_container"),
                 ("namespace", "pod", "container"),
                 ("pod_namespace", "pod_name", "container_name"))
@@ -66,8 +62,3 @@ def workload(labels: dict) -> tuple[dict, str] | None:
         return {"source": "slurm", "id": hpc_job[:256]}, ""
     return None
 
-
-def gpu_labels(labels: dict) -> tuple:
-    """A series' labels without those naming its workload: the same GPU (or instance) as
-    seen by series of different pods or jobs."""
-    return tuple(sorted((k, v) for k, v in labels.items() if k not in WORKLOAD_LABELS))
