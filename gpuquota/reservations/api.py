@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from accounts.permissions import can_view_team, require_admin, team_for_action, team_for_view
 from accounts.selectors import teams_visible
+from accounts.services import team_cost_center_set
 from gpuquota.core.api_fields import query_parse
 from gpuquota.core.errors import DomainError, NotFound
 from gpuquota.reservations import serializers as s
@@ -47,6 +48,27 @@ class TeamListView(generics.ListAPIView):
 
     def get_queryset(self):
         return teams_visible(user=self.request.user).order_by("name")
+
+
+class TeamDetailView(APIView):
+    """One team the caller may see; admins set its cost center."""
+
+    @extend_schema(responses={200: s.TeamSerializer, 404: ERRORS[404]})
+    def get(self, request, slug: str):
+        return Response(s.TeamSerializer(team_for_view(request.user, slug)).data)
+
+    @extend_schema(request=s.TeamChangeSerializer,
+                   responses={200: s.TeamSerializer, 400: ERRORS[400], 403: ERRORS[403],
+                              404: ERRORS[404]},
+                   description="Admins: the team's cost center, which the next draft of each "
+                   "open month carries (approved statements keep theirs). Audited.")
+    def patch(self, request, slug: str):
+        team = team_for_view(request.user, slug)
+        data = s.TeamChangeSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        team = team_cost_center_set(team=team, cost_center=data.validated_data["cost_center"],
+                                    actor=request.user)
+        return Response(s.TeamSerializer(team).data)
 
 
 class GpuClassListView(generics.ListAPIView):
