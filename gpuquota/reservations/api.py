@@ -18,6 +18,7 @@ from accounts.selectors import teams_visible
 from accounts.services import team_cost_center_set
 from gpuquota.core.api_fields import query_parse
 from gpuquota.core.errors import DomainError, NotFound
+from gpuquota.core.idempotency import IDEMPOTENCY_KEY, idempotent_post
 from gpuquota.reservations import serializers as s
 from gpuquota.reservations import services, services_change
 from gpuquota.reservations.conf import booking_horizon_end
@@ -37,6 +38,8 @@ ERRORS = {
     404: OpenApiResponse(s.ErrorSerializer, description="No such object (or not visible)."),
     409: OpenApiResponse(s.ErrorSerializer, description="No capacity, over quota, wrong state."),
 }
+KEY_REUSED = OpenApiResponse(s.ErrorSerializer, description="The Idempotency-Key was already "
+                             "used for a different request (code idempotency_key_reused).")
 LIST_FILTER_404 = OpenApiResponse(s.ErrorSerializer, description="The `team` filter names no "
                                   "team the caller can see.")
 
@@ -136,11 +139,13 @@ class ReservationListView(generics.ListCreateAPIView):
 
     @extend_schema(
         request=s.ReservationCreateSerializer,
-        responses={201: s.ReservationSerializer, **ERRORS},
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: s.ReservationSerializer, **ERRORS, 422: KEY_REUSED},
         description="In quota: scheduled with GPUs assigned. Over quota: pending (holds "
         "nothing) until an admin decides. No capacity: 409 saying how many GPUs are free "
         "and when enough next are. Times need an offset or Z.",
     )
+    @idempotent_post
     def post(self, request, *args, **kwargs):
         data = s.ReservationCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
