@@ -158,3 +158,13 @@ def test_statements_approved_before_the_upgrade_get_their_lent_figures_once(octo
     assert (approved.lent_s, approved.lent_busy_s) == (12_600, 3_600)
     with pytest.raises(Exception, match="its numbers cannot change"):  # frozen again
         Statement.objects.filter(pk=approved.pk).update(lent_s=1)
+
+
+def test_the_admin_sites_team_form_refuses_what_the_api_refuses(october):
+    from django.core.exceptions import ValidationError
+
+    team = Team.objects.get(pk=october.vision.pk)
+    team.cost_center = "CC-1\nBcc: x@example.org"
+    with pytest.raises(ValidationError) as refused:
+        team.full_clean()  # what the admin's change form runs
+    assert "cost_center" in refused.value.message_dict

@@ -165,3 +165,15 @@ def test_the_token_form_sent_twice_makes_one_token(world):
         response = client.post("/accounts/profile/tokens/", {"name": "ci", "form_token": "t-9"})
         assert response.status_code == 302
     assert ApiToken.objects.filter(user=world.vision_lead).count() == 1
+
+
+def test_expired_keys_are_deleted_by_the_beat_task(world, time_machine):
+    from gpuquota.celery import collect_beat_schedule
+    from gpuquota.core.tasks import idempotency_keys_expire_task
+
+    assert collect_beat_schedule()["core-idempotency-keys-expire"]["task"] == (
+        "core.idempotency_keys_expire")
+    _reserve(_client(world.vision_lead))
+    assert idempotency_keys_expire_task() == 0
+    time_machine.move_to(NOW + timedelta(hours=24), tick=False)
+    assert idempotency_keys_expire_task() == 1 and not IdempotencyKey.objects.exists()
