@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0004_sso_identities_rules'),
+        ('accounts', '0005_sso_claim_paths_unread_claims_link_requests'),
     ]
 
     operations = [
