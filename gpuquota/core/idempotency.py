@@ -72,15 +72,17 @@ def idempotency_claim(*, user, key: str, fingerprint: str,
     KeyReused when that answer was to a different request."""
     now = now or timezone.now()
     IdempotencyKey.objects.filter(user=user, key=key, expires_at__lte=now).delete()
-    table, quote = IdempotencyKey._meta.db_table, connection.ops.quote_name
-    with connection.cursor() as cursor:
+    values = {"user_id": user.pk, "key": key, "fingerprint": fingerprint, "status_code": 0,
+              "response_body": "", "created_at": now,
+              "expires_at": now + timedelta(seconds=IDEMPOTENCY_KEY_TTL_S)}
+    fields = {f.column: f for f in IdempotencyKey._meta.concrete_fields}
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:  # INSERT ... ON CONFLICT: the ORM has no "did it"
         cursor.execute(
-            f"INSERT INTO {table} ({quote('user_id')}, {quote('key')}, {quote('fingerprint')}, "
-            f"{quote('status_code')}, {quote('response_body')}, {quote('created_at')}, "
-            f"{quote('expires_at')}) VALUES (%s, %s, %s, 0, '', %s, %s) "
+            f"INSERT INTO {IdempotencyKey._meta.db_table} ({', '.join(map(quote, values))}) "
+            f"VALUES ({', '.join(['%s'] * len(values))}) "
             f"ON CONFLICT ({quote('user_id')}, {quote('key')}) DO NOTHING RETURNING id",
-            [user.pk, key, fingerprint, now,
-             now + timedelta(seconds=IDEMPOTENCY_KEY_TTL_S)])
+            [fields[c].get_db_prep_save(v, connection) for c, v in values.items()])
         row = cursor.fetchone()
     if row is not None:
         return Claim(row[0], None)
