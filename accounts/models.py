@@ -8,6 +8,7 @@ from django.db.models import F, Q
 
 from gpuquota.core.constraints import NoOverlap
 from gpuquota.core.fields import WholeSecondDateTimeField
+from gpuquota.core.names import dns1123_label_error, team_slug_validate
 
 
 def validate_timezone(value: str) -> None:
@@ -38,7 +39,10 @@ class User(AbstractUser):
 
 class Team(models.Model):
     name = models.CharField(max_length=120, unique=True)
-    slug = models.SlugField(max_length=64, unique=True)
+    slug = models.SlugField(
+        max_length=64, unique=True, validators=[team_slug_validate],
+        help_text="Lower-case letters, digits and '-', at most 60: it names the team's "
+        "Kubernetes queues (gq-<slug>) and labels.")
     cost_center = models.CharField(
         "cost-center code", max_length=64, blank=True, validators=[validate_cost_center],
         help_text="What finance books the team's statements to; statements keep the code "
@@ -160,6 +164,14 @@ class ClusterIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster}: {self.get_kind_display()} {self.key} → {self.user or self.team}"
+
+    def clean(self) -> None:
+        """A Kubernetes namespace is a DNS-1123 label: checked where it enters (the admin
+        form, identity_save), so no refused name reaches a cluster."""
+        if self.kind == self.Kind.K8S_NAMESPACE:
+            error = dns1123_label_error(self.key, what="A Kubernetes namespace")
+            if error:
+                raise ValidationError({"key": error})
 
 
 class ApiToken(models.Model):

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0005_sso_claim_paths_unread_claims_link_requests'),
+        ('accounts', '0006_team_slug_kubernetes_name'),
     ]
 
     operations = [
