@@ -1,3 +1,4 @@
+import unicodedata
 import zoneinfo
 
 from django.contrib.auth.models import AbstractUser
@@ -13,6 +14,17 @@ from gpuquota.core.names import dns1123_label_error, team_slug_validate
 def validate_timezone(value: str) -> None:
     if value not in zoneinfo.available_timezones():
         raise ValidationError(f"{value!r} is not a known IANA time zone (e.g. Europe/Berlin)")
+
+
+def validate_cost_center(value: str) -> None:
+    """Any code a finance system uses, as printable text: no control characters (a line
+    break would split a CSV row or a mail header) and no spaces at either end. What it may
+    start with is the export's business (CSV cells are neutralised, PDF and mail escaped)."""
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") for c in value):
+        raise ValidationError("A cost center is printable text: no control characters or "
+                              "line breaks.")
+    if value != value.strip():
+        raise ValidationError("A cost center has no spaces at either end.")
 
 
 class User(AbstractUser):
@@ -31,7 +43,10 @@ class Team(models.Model):
         max_length=64, unique=True, validators=[team_slug_validate],
         help_text="Lower-case letters, digits and '-', at most 60: it names the team's "
         "Kubernetes queues (gq-<slug>) and labels.")
-    cost_center = models.CharField("cost-center code", max_length=64, blank=True)
+    cost_center = models.CharField(
+        "cost-center code", max_length=64, blank=True, validators=[validate_cost_center],
+        help_text="What finance books the team's statements to; statements keep the code "
+                  "they were drafted with.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -5,7 +5,14 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from accounts.models import ApiToken, ClusterIdentity, Membership, User
+from accounts.models import (
+    ApiToken,
+    ClusterIdentity,
+    Membership,
+    Team,
+    User,
+    validate_cost_center,
+)
 from accounts.permissions import is_admin
 from accounts.selectors import api_tokens_live
 from gpuquota.core.errors import DomainError, PermissionDenied
@@ -199,3 +206,25 @@ def identity_delete(*, identity: ClusterIdentity, actor: User) -> None:
         changes={"cluster": identity.cluster.slug, "kind": identity.kind, "key": identity.key},
     )
     identity.delete()
+
+
+@transaction.atomic
+def team_cost_center_set(*, team: Team, cost_center: str, actor: User) -> Team:
+    """Set the team's cost center (admins; audited): the next draft of each open month
+    carries it, approved statements keep theirs."""
+    if not is_admin(actor):
+        raise PermissionDenied("Only admins set a team's cost center.", field="cost_center")
+    team = Team.objects.select_for_update().get(pk=team.pk)
+    try:
+        validate_cost_center(cost_center)
+    except ValidationError as exc:
+        raise DomainError(exc.messages[0], field="cost_center") from exc
+    if len(cost_center) > Team._meta.get_field("cost_center").max_length:
+        raise DomainError("A cost center has at most 64 characters.", field="cost_center")
+    before = team.cost_center
+    if before != cost_center:
+        team.cost_center = cost_center
+        team.save(update_fields=["cost_center"])
+        audit_record(actor=actor, action="team.cost_center", obj=team, team=team,
+                     changes={"cost_center": [before, cost_center]})
+    return team

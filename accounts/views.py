@@ -1,3 +1,4 @@
+import uuid
 import zoneinfo
 
 from django.contrib import messages
@@ -14,6 +15,7 @@ from accounts.selectors import api_tokens_of, teams_visible
 from accounts.services import api_token_create, api_token_revoke
 from gpuquota.core.attention import attention_items
 from gpuquota.core.errors import DomainError
+from gpuquota.core.idempotency import FORM_FIELD, KeyReused, form_submit_once
 from gpuquota.core.sections import page_sections
 
 NEW_TOKEN_SESSION_KEY = "accounts_new_api_token"
@@ -45,10 +47,11 @@ def profile(request):
     return _profile_render(request, form, ApiTokenForm())
 
 
-def _profile_render(request, form, token_form, status=200):
+def _profile_render(request, form, token_form, status=200, form_token=None):
     return render(request, "accounts/profile.html", {
         "form": form, "token_form": token_form, "tokens": api_tokens_of(user=request.user),
         "now": timezone.now(), "new_token": request.session.pop(NEW_TOKEN_SESSION_KEY, None),
+        FORM_FIELD: form_token,
     }, status=status)
 
 
@@ -59,17 +62,31 @@ def api_token_new(request):
     token_form = ApiTokenForm(request.POST)
     if token_form.is_valid():
         try:
-            token, key = api_token_create(
-                user=request.user, name=token_form.cleaned_data["name"],
-                expires_at=token_form.expires_at(zoneinfo.ZoneInfo(request.user.timezone)))
-        except DomainError as exc:
-            field = "expires_on" if exc.field == "expires_at" else exc.field
-            token_form.add_error(field if field in token_form.fields else None, exc.message)
-        else:
-            request.session[NEW_TOKEN_SESSION_KEY] = {"name": token.name, "key": key}
-            messages.success(request, f"Token “{token.name}” created.")
-            return redirect("profile")
+            done = form_submit_once(request, lambda: _token_create(request, token_form))
+        except KeyReused:
+            token_form.add_error(None, "This form was already sent with other values; it has "
+                                 "been renewed: check it and send it again.")
+            return _profile_render(request, ProfileForm(instance=request.user), token_form,
+                                   status=400, form_token=uuid.uuid4().hex)
+        if done is not None:
+            return done
     return _profile_render(request, ProfileForm(instance=request.user), token_form, status=400)
+
+
+def _token_create(request, token_form):
+    """The token of a valid form (its key kept in the session to be shown once) and the
+    redirect to the profile; None with the refusal on the form."""
+    try:
+        token, key = api_token_create(
+            user=request.user, name=token_form.cleaned_data["name"],
+            expires_at=token_form.expires_at(zoneinfo.ZoneInfo(request.user.timezone)))
+    except DomainError as exc:
+        field = "expires_on" if exc.field == "expires_at" else exc.field
+        token_form.add_error(field if field in token_form.fields else None, exc.message)
+        return None
+    request.session[NEW_TOKEN_SESSION_KEY] = {"name": token.name, "key": key}
+    messages.success(request, f"Token “{token.name}” created.")
+    return redirect("profile")
 
 
 @login_required

@@ -164,6 +164,10 @@ if DATABASE_URL:
     if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         raise ImproperlyConfigured("DATABASE_URL must be a postgres:// URL")
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # A database host that drops packets costs a request this long, never a hang (a
+    # `connect_timeout` in the URL wins).
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+        "connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT_S", 5))
     DATABASES["default"]["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME") or None}
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -354,4 +358,4 @@ if not DEBUG:
     CSRF_COOKIE_SECURE = True
     SECURE_CONTENT_TYPE_NOSNIFF = True
     # The agent endpoint is served over plain HTTP inside clusters too: skip the redirect.
-    SECURE_REDIRECT_EXEMPT = [r"^api/v1/agent/", r"^healthz$", r"^metrics$"]
+    SECURE_REDIRECT_EXEMPT = [r"^api/v1/agent/", r"^healthz$", r"^readyz$", r"^metrics$"]

@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.http import HttpResponse, HttpResponsePermanentRedirect
+from django.http import HttpResponsePermanentRedirect
 from django.templatetags.static import static
 from django.urls import include, path
 from drf_spectacular.views import (
@@ -9,10 +9,7 @@ from drf_spectacular.views import (
 )
 
 from gpuquota.core.docs import same_origin_only
-
-
-def healthz(_request):
-    return HttpResponse("ok", content_type="text/plain")
+from gpuquota.core.health import healthz, readyz
 
 
 def favicon(_request):
@@ -20,6 +17,7 @@ def favicon(_request):
 
 
 handler404 = "gpuquota.core.errorpages.page_not_found"
+handler500 = "gpuquota.core.errorpages.server_error"
 
 
 admin.site.site_header = "gpuquota administration"
@@ -27,6 +25,7 @@ admin.site.site_title = "gpuquota admin"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
     path("favicon.ico", favicon),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -58,6 +58,10 @@ class UtilizationSerializer(serializers.Serializer):
     busy_hours = serializers.CharField()
     utilization = serializers.CharField(help_text="busy / reserved seconds, 4 places.")
     coverage = serializers.CharField(help_text="covered / reserved seconds, 4 places.")
+    lent_hours = serializers.CharField(
+        help_text="Hours its GPUs were lent and not failed, 2 places (0.00: nothing lent).")
+    lent_busy_hours = serializers.CharField(
+        help_text="Borrowed busy hours on its lent GPUs, attributed or not, 2 places.")
 
 
 class StatementSerializer(serializers.Serializer):
@@ -68,17 +72,17 @@ class StatementSerializer(serializers.Serializer):
     lines = LineSerializer(many=True)
     total = serializers.CharField(help_text="Decimal string: the sum of the line amounts.")
     utilization = UtilizationSerializer()
+    cost_center = serializers.CharField(help_text="The team's cost center when the statement "
+                                        "was last drafted (empty: none).")
+    approved_at = serializers.DateTimeField(allow_null=True,
+                                            help_text="UTC, whole seconds; null until approved.")
     error = serializers.CharField(required=False,
                                   help_text="A failed draft only: why it cannot be approved.")
 
 
-class OrganisationStatementSerializer(StatementSerializer):
-    cost_center = serializers.CharField()
-
-
 class OrganisationSerializer(serializers.Serializer):
     period = serializers.CharField()
-    statements = OrganisationStatementSerializer(many=True)
+    statements = StatementSerializer(many=True)
 
 
 ERRORS = {400: OpenApiResponse(ErrorSerializer, description="A bad or future period."),
@@ -86,7 +90,7 @@ ERRORS = {400: OpenApiResponse(ErrorSerializer, description="A bad or future per
 CSV = OpenApiResponse(OpenApiTypes.STR, description="text/csv: " + ",".join(export.CSV_COLUMNS))
 PDF = OpenApiResponse(OpenApiTypes.BINARY, description="application/pdf: the statement.")
 ORGANISATION_CSV = OpenApiResponse(
-    OpenApiTypes.STR, description="text/csv: " + ",".join(export.ORGANISATION_CSV_COLUMNS))
+    OpenApiTypes.STR, description="text/csv: " + ",".join(export.CSV_COLUMNS))
 
 
 def _csv_response(text: str, filename: str) -> HttpResponse:
@@ -176,7 +180,7 @@ class OrganisationStatementsView(_Organisation):
 
 
 class OrganisationStatementsCsvView(_Organisation):
-    """One CSV file per month for finance, with `cost_center` appended."""
+    """One CSV file per month for finance: every team's lines, in the team CSV's columns."""
 
     @extend_schema(responses={(200, "text/csv"): ORGANISATION_CSV, **ERRORS},
                    operation_id="statements_month_csv")

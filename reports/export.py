@@ -1,8 +1,10 @@
 """The statement export finance integrates with (accounting.md, Statement export):
 decimal strings for amounts, rates and hours, integer seconds, one CSV row per line.
-Rendered from the stored statement only, so the JSON, the CSV and the PDF agree. The CSV
+Rendered from the stored statement only, so the JSON, the CSV and the PDF agree (team,
+cost center and status as the statement keeps them). The CSV
 goes through `gpuquota.core.csvsafe` (formula injection neutralised, every cell quoted)."""
 
+from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 
@@ -10,9 +12,9 @@ from gpuquota.core.csvsafe import csv_document
 from gpuquota.usage.figures import display_decimal
 from reports.models import Statement, StatementLine
 
+# The last three repeat the statement's values on every row: each row can be booked alone.
 CSV_COLUMNS = ["team", "period", "currency", "kind", "gpu_class", "seconds", "hours", "rate",
-               "amount", "reason"]
-ORGANISATION_CSV_COLUMNS = [*CSV_COLUMNS, "cost_center"]
+               "amount", "reason", "cost_center", "status", "approved_at"]
 
 
 def rate_text(rate: Decimal) -> str:
@@ -35,6 +37,11 @@ def line_export(line: StatementLine) -> dict:
             "amount": str(line.amount)}
 
 
+def instant_text(instant: datetime | None) -> str | None:
+    """An instant as the export writes it: UTC, whole seconds, `Z`."""
+    return None if instant is None else instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def utilization_export(statement: Statement) -> dict:
     reserved = statement.reserved_s
 
@@ -42,7 +49,9 @@ def utilization_export(statement: Statement) -> dict:
         return str(display_decimal(Fraction(seconds, reserved) if reserved else 0, "0.0001"))
 
     return {"reserved_hours": hours_text(reserved), "busy_hours": hours_text(statement.busy_s),
-            "utilization": ratio(statement.busy_s), "coverage": ratio(statement.covered_s)}
+            "utilization": ratio(statement.busy_s), "coverage": ratio(statement.covered_s),
+            "lent_hours": hours_text(statement.lent_s),
+            "lent_busy_hours": hours_text(statement.lent_busy_s)}
 
 
 def _lines(statement: Statement) -> list[StatementLine]:
@@ -55,21 +64,24 @@ def statement_export(statement: Statement) -> dict:
     body = {"team": statement.team_slug, "period": statement.period_label,
             "currency": statement.currency or None, "status": statement.status,
             "lines": [line_export(line) for line in _lines(statement)],
-            "total": str(statement.total), "utilization": utilization_export(statement)}
+            "total": str(statement.total), "utilization": utilization_export(statement),
+            "cost_center": statement.cost_center,
+            "approved_at": instant_text(statement.approved_at)}
     if statement.error:
         body["error"] = statement.error
     return body
 
 
-def statement_csv_rows(statement: Statement, *, cost_center: bool = False) -> list[list]:
-    """One row per line in CSV_COLUMNS order (ORGANISATION_CSV_COLUMNS with `cost_center`)."""
+def statement_csv_rows(statement: Statement) -> list[list]:
+    """One row per line in CSV_COLUMNS order."""
     rows = []
     for line in _lines(statement):
         data = line_export(line)
-        row = [statement.team_slug, statement.period_label, statement.currency, line.kind,
-               data["gpu_class"] or "", "" if data["seconds"] is None else data["seconds"],
-               data["hours"] or "", data["rate"] or "", data["amount"], line.reason]
-        rows.append([*row, statement.cost_center] if cost_center else row)
+        rows.append([statement.team_slug, statement.period_label, statement.currency, line.kind,
+                     data["gpu_class"] or "", "" if data["seconds"] is None else data["seconds"],
+                     data["hours"] or "", data["rate"] or "", data["amount"], line.reason,
+                     statement.cost_center, statement.status,
+                     instant_text(statement.approved_at) or ""])
     return rows
 
 
@@ -83,13 +95,12 @@ def statement_csv_filename(statement: Statement) -> str:
 
 
 def organisation_export(*, period_label: str, statements: list[Statement]) -> dict:
-    """Every visible team's statement of the month, each with its cost center."""
-    return {"period": period_label,
-            "statements": [{**statement_export(s), "cost_center": s.cost_center}
-                           for s in statements]}
+    """Every visible team's statement of the month."""
+    return {"period": period_label, "statements": [statement_export(s) for s in statements]}
 
 
 def organisation_csv(statements: list[Statement]) -> str:
-    """One file per month for finance: every line of every statement, with cost_center."""
-    rows = [row for s in statements for row in statement_csv_rows(s, cost_center=True)]
-    return csv_document(ORGANISATION_CSV_COLUMNS, rows)
+    """One file per month for finance: every line of every statement, in the team CSV's
+    columns."""
+    rows = [row for s in statements for row in statement_csv_rows(s)]
+    return csv_document(CSV_COLUMNS, rows)

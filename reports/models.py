@@ -28,6 +28,10 @@ class Statement(models.Model):
     reserved_s = models.BigIntegerField(default=0)
     covered_s = models.BigIntegerField(default=0)
     busy_s = models.BigIntegerField(default=0)
+    lent_s = models.BigIntegerField(
+        default=0, help_text="Seconds its GPUs were lent and not failed (accounting.md, Lending).")
+    lent_busy_s = models.BigIntegerField(
+        default=0, help_text="Borrowed busy seconds on its lent GPUs, attributed or not.")
     computed_at = WholeSecondDateTimeField(help_text="When the figures were computed.")
     computed_until = WholeSecondDateTimeField(
         help_text="The figures cover [month start, this): the month's end, or 'to date'."
@@ -65,7 +69,8 @@ class Statement(models.Model):
                 condition=~Q(status="sent") | Q(sent_at__isnull=False), name="statement_sent_at"
             ),
             models.CheckConstraint(
-                condition=Q(reserved_s__gte=0) & Q(covered_s__gte=0) & Q(busy_s__gte=0),
+                condition=Q(reserved_s__gte=0) & Q(covered_s__gte=0) & Q(busy_s__gte=0)
+                & Q(lent_s__gte=0) & Q(lent_busy_s__gte=0),
                 name="statement_seconds_non_negative",
             ),
         ]

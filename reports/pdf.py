@@ -256,13 +256,15 @@ def _utilization_table(export: dict, st: _Styles) -> Table:
         ("Busy GPU-hours", f"{Decimal(util['busy_hours']):,.2f}"),
         ("Utilization", _percent(util["utilization"])),
         ("Coverage", _percent(util["coverage"])),
+        ("Lent GPU-hours", f"{Decimal(util['lent_hours']):,.2f}"),
+        ("Lent busy GPU-hours", f"{Decimal(util['lent_busy_hours']):,.2f}"),
     ]
     table = Table(
         [
             [Paragraph(k, st.small) for k, _ in cells],
             [Paragraph(f"<font size=13><b>{v}</b></font>", st.body) for _, v in cells],
         ],
-        colWidths=[WIDTH / 4] * 4,
+        colWidths=[WIDTH / len(cells)] * len(cells),
     )
     table.setStyle(
         TableStyle(

@@ -14,6 +14,7 @@ from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import GpuClass
 from gpuquota.rates.models import RateCard
 from gpuquota.usage.figures import sums_by
+from gpuquota.usage.lent import lent_seconds
 from gpuquota.usage.pricing import chargeable_seconds, rate_card_gaps
 from gpuquota.usage.rollup import RESERVED
 from gpuquota.usage.selectors import reserved_qs, seconds_total, usage_rows
@@ -72,8 +73,8 @@ class DraftLine:
 
 @dataclass
 class TeamDraft:
-    """One team's month as it stands: lines, total, currency, utilization seconds, and
-    the reasons it cannot be approved (`errors`, empty when it can)."""
+    """One team's month as it stands: lines, total, currency, utilization and lent seconds,
+    and the reasons it cannot be approved (`errors`, empty when it can)."""
 
     team_id: int
     lines: list[DraftLine] = field(default_factory=list)
@@ -81,6 +82,8 @@ class TeamDraft:
     reserved_s: int = 0
     covered_s: int = 0
     busy_s: int = 0
+    lent_s: int = 0
+    lent_busy_s: int = 0
 
     @property
     def total(self) -> Decimal:
@@ -168,6 +171,20 @@ def _utilization(period: Period, team_ids: list[int] | None) -> dict[int, tuple[
     }
 
 
+def _lending(period: Period, team_ids: list[int] | None, borrowed: list[dict]
+             ) -> dict[int, tuple[int, int]]:
+    """(lent_s, lent_busy_s) per lending team: its loans' non-failed seconds, and the
+    borrowed busy seconds on its lent GPUs, attributed or not (the lending credit's)."""
+    filters = {"assignment__reservation__team_id__in": team_ids} if team_ids is not None else {}
+    lent = lent_seconds(period=period, group="assignment__reservation__team_id", **filters)
+    busy: dict[int, Fraction] = defaultdict(Fraction)
+    for row in borrowed:
+        busy[row["lender_id"]] += Fraction(row["busy_s"], row.get("split_ways", 1))
+    return {team_id: (lent.get(team_id, 0), round_half_up_int(busy.get(team_id, 0)))
+            for team_id in set(lent) | set(busy)
+            if team_ids is None or team_id in team_ids}
+
+
 def team_drafts(*, period: Period, month: date, team_ids: list[int] | None = None
                 ) -> dict[int, TeamDraft]:
     """Every team's (or the given teams') figures for `period` (a month, or the current
@@ -201,6 +218,10 @@ def team_drafts(*, period: Period, month: date, team_ids: list[int] | None = Non
     for team_id, (reserved_s, covered_s, busy_s) in _utilization(period, team_ids).items():
         drafts[team_id] = TeamDraft(team_id, reserved_s=reserved_s, covered_s=covered_s,
                                     busy_s=busy_s)
+    for team_id, (lent_s, lent_busy_s) in _lending(period, team_ids,
+                                                   chargeable.borrowed).items():
+        draft = drafts.setdefault(team_id, TeamDraft(team_id))
+        draft.lent_s, draft.lent_busy_s = lent_s, lent_busy_s
     for team_id, kinds in by_team.items():
         draft = drafts.setdefault(team_id, TeamDraft(team_id))
         _price_team(draft, kinds, cards, names, period)

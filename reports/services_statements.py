@@ -26,7 +26,8 @@ from reports.selectors import month_after, month_before, statement_late_usage
 S = Statement.Status
 MAX_ADJUSTMENT = Decimal("1000000000")
 DRAFT_FIELDS = ["currency", "total", "error", "team_name", "team_slug", "cost_center",
-                "reserved_s", "covered_s", "busy_s", "computed_at", "computed_until"]
+                "reserved_s", "covered_s", "busy_s", "lent_s", "lent_busy_s", "computed_at",
+                "computed_until"]
 
 
 def _rate_text(rate) -> str:
@@ -68,6 +69,7 @@ def _draft_fields(draft: TeamDraft, team: Team, now: datetime, until: datetime) 
         "error": "\n".join(draft.errors),
         "team_name": team.name, "team_slug": team.slug, "cost_center": team.cost_center,
         "reserved_s": draft.reserved_s, "covered_s": draft.covered_s, "busy_s": draft.busy_s,
+        "lent_s": draft.lent_s, "lent_busy_s": draft.lent_busy_s,
         "computed_at": now, "computed_until": until,
     }
     return fields

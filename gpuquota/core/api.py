@@ -4,7 +4,7 @@
 
 Domain errors from services, DRF validation errors, Django validation errors and
 database constraint violations all come out in it, with a 4xx status; bad input
-never becomes a 500.
+never becomes a 500. An unreachable database is a 503 with Retry-After, in it too.
 """
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -14,7 +14,9 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from gpuquota.core.conf import RETRY_AFTER_S
 from gpuquota.core.errors import DomainError
+from gpuquota.core.unavailable import database_unavailable, unavailable_api_body
 
 
 def error_body(code: str, errors: list[dict]) -> dict:
@@ -40,6 +42,9 @@ def _flatten(detail, prefix: str | None = None) -> list[dict]:
 
 
 def exception_handler(exc, context):
+    if database_unavailable(exc):
+        return Response(unavailable_api_body(), status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                        headers={"Retry-After": str(RETRY_AFTER_S)})
     if isinstance(exc, DomainError):
         errors = [{"field": exc.field, "message": exc.message}]
         return Response(error_body(exc.code, errors), status=exc.status_code)

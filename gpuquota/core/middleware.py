@@ -3,9 +3,10 @@
 Django answers some failures before or around the API views with HTML: an unknown
 path (404), a method a plain view refuses (405), a body over
 DATA_UPLOAD_MAX_MEMORY_SIZE (RequestDataTooBig), too many form fields
-(TooManyFieldsSent), an unhandled exception (500). This middleware gives all of them
-the JSON format, and refuses NUL characters in the query string of any page (the
-database cannot hold them; a 400 naming the parameter, not a 500 in a query).
+(TooManyFieldsSent), an unhandled exception (500; an unreachable database: 503 with
+Retry-After). This middleware gives all of them the JSON format, and refuses NUL
+characters in the query string of any page (the database cannot hold them; a 400 naming
+the parameter, not a 500 in a query).
 """
 
 import logging
@@ -16,6 +17,7 @@ from django.http import HttpResponse, JsonResponse
 
 from gpuquota.core.api import error_body
 from gpuquota.core.parsers import NUL, NUL_MESSAGE
+from gpuquota.core.unavailable import database_unavailable, unavailable_response
 
 logger = logging.getLogger("django.request")
 API_PREFIX = "/api/"
@@ -100,6 +102,9 @@ class ApiErrorMiddleware:
         if isinstance(exception, TooManyFieldsSent):
             limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
             return api_error(400, f"More than {limit} form fields.", field="body")
+        if database_unavailable(exception):
+            logger.warning("database unavailable: %s %s", request.method, request.path)
+            return unavailable_response(request)
         if settings.DEBUG:
             return None  # Django's technical page helps the developer more
         logger.error("Internal Server Error: %s", request.path, exc_info=exception,

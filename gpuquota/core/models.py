@@ -32,3 +32,28 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.object_type}#{self.object_id}"
+
+
+class IdempotencyKey(models.Model):
+    """A creating request's key, per user (an API's `Idempotency-Key` header, or a web
+    form's one-time token): what the request was (a fingerprint of its method, path and
+    body) and the answer it got, kept until `expires_at`. The unique constraint is what
+    makes two racing requests with one key run once (`gpuquota.core.idempotency`)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="+")
+    key = models.CharField(max_length=300)
+    fingerprint = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField()
+    # JSON as text, not jsonb: a replay's keys come in the first answer's order
+    response_body = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_per_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.user_id})"

@@ -5,7 +5,8 @@ the endpoints really answer (new endpoints included, without extra code).
 - 400 when it takes parameters or a body (the one error format names the field),
 - 401 without valid credentials, 429 when throttled (with Retry-After),
 - 404 when it has a path parameter (no such object, or not visible),
-- 413 when it takes a body (over DATA_UPLOAD_MAX_MEMORY_SIZE).
+- 413 when it takes a body (over DATA_UPLOAD_MAX_MEMORY_SIZE),
+- 503 with Retry-After while the database is unreachable (every operation).
 """
 
 ERROR_REF = "#/components/schemas/Error"
@@ -15,6 +16,8 @@ DESCRIPTIONS = {
     "404": "No such object, or not visible to the caller.",
     "413": "The request body is too large.",
     "429": "Too many requests: retry after `Retry-After` seconds.",
+    "503": "The database is unavailable (code `unavailable`): retry after `Retry-After` "
+           "seconds.",
 }
 ERROR_SCHEMA = {
     "type": "object",
@@ -35,7 +38,7 @@ METHODS = ("get", "put", "post", "patch", "delete")
 def _error(status: str) -> dict:
     response = {"description": DESCRIPTIONS[status],
                 "content": {"application/json": {"schema": {"$ref": ERROR_REF}}}}
-    if status == "429":
+    if status in ("429", "503"):
         response["headers"] = {"Retry-After": {"schema": {"type": "integer"},
                                                "description": "Seconds to wait."}}
     return response
@@ -43,7 +46,7 @@ def _error(status: str) -> dict:
 
 def _statuses(operation: dict) -> list[str]:
     parameters = operation.get("parameters", [])
-    statuses = ["401", "429"]
+    statuses = ["401", "429", "503"]
     if parameters or "requestBody" in operation:
         statuses.append("400")
     if any(p.get("in") == "path" for p in parameters):

@@ -132,7 +132,8 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
     sent_at = instant_parse(body["sent_at"])
     skew_s = round((now - sent_at).total_seconds(), 3) if sent_at else None
     with transaction.atomic():
-        if _batch_claim(node=node, body=body, now=now, skew_s=skew_s, sent_at=sent_at) is None:
+        receipt_pk = _batch_claim(node=node, body=body, now=now, skew_s=skew_s, sent_at=sent_at)
+        if receipt_pk is None:
             return _replay(node=node, batch_id=body["batch_id"])
         rejected: list = []
         nulled: list = []
@@ -140,7 +141,8 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
         placed = gpus_place(body=body, node=node, now=now, rejected=rejected, nulled=nulled)
         outcome = records_judge(body=body, gpus=placed, node_id=node.pk, now=now,
                                 check_age=check_age,
-                                boot_pk=_boot_of(node=node, body=body, now=now))
+                                boot_pk=_boot_of(node=node, body=body, now=now),
+                                receipt_pk=receipt_pk)
         _nvml_state(node=node, samples=outcome.samples, events=outcome.events)
         results = {name: records_store(table=table, rows=rows) for name, table, rows in (
             ("samples", SAMPLES, outcome.samples), ("processes", PROCESSES, outcome.processes),

@@ -2,7 +2,9 @@
 
 Identities: a sample is (gpu, window_start); a process record is
 (gpu, window_start, pid, pid_start); an event is its event_id. The first stored
-wins. `gpu` may be a MIG device: accounting rolls it into its parent.
+wins. `gpu` may be a MIG device: accounting rolls it into its parent. Samples and
+process records name the batch receipt that stored them: a sample's processes are
+those its own batch stored.
 """
 
 from django.conf import settings
@@ -99,6 +101,18 @@ class NodeBoot(models.Model):
         return f"{self.node_id} boot {self.boot_id}"
 
 
+def _receipt_field() -> models.ForeignKey:
+    # No database constraint or index, as for the boot; receipts expire (30 days) before
+    # the raw records (RAW_SAMPLE_RETENTION_DAYS), and the id stays a tie between them.
+    return models.ForeignKey(
+        AgentBatch, null=True, on_delete=models.DO_NOTHING, related_name="+",
+        db_constraint=False, db_index=False,
+        help_text="The receipt of the agent batch that stored it: a sample's process records "
+                  "are those stored by the same batch (null: stored before receipts were kept "
+                  "on records, tied by received_at).",
+    )
+
+
 def _boot_field() -> models.ForeignKey:
     # No database constraint or index: checked per row it would slow every COPY; boots
     # are never deleted.
@@ -136,6 +150,7 @@ class Sample(models.Model):
     ecc_corrected = models.BigIntegerField(null=True)
     received_at = models.DateTimeField()
     boot = _boot_field()
+    receipt = _receipt_field()
 
     def __str__(self) -> str:
         return f"gpu {self.gpu_id} @ {self.window_start:%Y-%m-%dT%H:%M:%SZ}"
@@ -169,6 +184,7 @@ class ProcessRecord(models.Model):
     memory_used_bytes_max = models.BigIntegerField(null=True)
     util_sm_avg = models.DecimalField(max_digits=5, decimal_places=2, null=True)
     received_at = models.DateTimeField()
+    receipt = _receipt_field()
 
     class Meta:
         constraints = [

@@ -64,10 +64,11 @@ class Judge:
     """Record checks for one batch: the GPUs it may write and the time bounds."""
 
     def __init__(self, *, gpus: dict, now: datetime, check_age: bool = True,
-                 boot_pk: int | None = None):
+                 boot_pk: int | None = None, receipt_pk: int | None = None):
         # gpus: normalised uuid -> GpuRef, or a string saying why records for it are rejected.
         self.gpus = gpus
         self.boot_pk = boot_pk
+        self.receipt_pk = receipt_pk
         self.latest = now + timedelta(seconds=conf.MAX_FUTURE_S)
         self.earliest = now - timedelta(seconds=conf.MAX_AGE_S) if check_age else None
         self.out = Outcome()
@@ -212,7 +213,7 @@ class Judge:
             _int(self.bounded(record, "clock_event_reasons", path, 0, INT64)),
             _int(self.bounded(record, "ecc_uncorrected", path, 0, INT64)),
             _int(self.bounded(record, "ecc_corrected", path, 0, INT64)),
-            received_at, self.boot_pk,
+            received_at, self.boot_pk, self.receipt_pk,
         ))
 
     def process(self, index: int, record: dict, received_at: datetime) -> None:
@@ -243,7 +244,7 @@ class Judge:
             _int(self.bounded(record, "memory_used_bytes_max", path, 0,
                               total if total is not None else INT64)),
             self.percent(record, "util_sm_avg", path),
-            received_at,
+            received_at, self.receipt_pk,
         ))
 
     def event(self, index: int, record: dict, node_id: int, received_at: datetime) -> None:
@@ -324,10 +325,12 @@ def _uuid(value: str):
 
 
 def records_judge(*, body: dict, gpus: dict, node_id: int, now: datetime,
-                  check_age: bool = True, boot_pk: int | None = None) -> Outcome:
+                  check_age: bool = True, boot_pk: int | None = None,
+                  receipt_pk: int | None = None) -> Outcome:
     """Rows for every record of `body` that can be stored (samples and events with the
-    batch's boot); the rest listed as rejected."""
-    judge = Judge(gpus=gpus, now=now, check_age=check_age, boot_pk=boot_pk)
+    batch's boot, samples and processes with its receipt); the rest listed as rejected."""
+    judge = Judge(gpus=gpus, now=now, check_age=check_age, boot_pk=boot_pk,
+                  receipt_pk=receipt_pk)
     for index, record in enumerate(body.get("samples") or ()):
         judge.sample(index, record, now)
     for index, record in enumerate(body.get("processes") or ()):

@@ -37,9 +37,9 @@ class Table:
     @property
     def values(self) -> tuple[str, ...]:
         """Columns that make two records with the same identity a conflict when they differ
-        (not when or under which boot they were delivered)."""
+        (not when, under which boot or in which batch they were delivered)."""
         return tuple(c for c in self.columns
-                     if c not in self.key and c not in ("received_at", "boot_id"))
+                     if c not in self.key and c not in ("received_at", "boot_id", "receipt_id"))
 
 
 SAMPLES = Table(
@@ -47,13 +47,13 @@ SAMPLES = Table(
     ("gpu_id", "window_start", "window_end", "readings", "util_gpu_avg", "util_gpu_max",
      "util_mem_avg", "memory_used_bytes_avg", "memory_used_bytes_max", "power_w_avg",
      "energy_j", "temp_c_max", "clock_event_reasons", "ecc_uncorrected", "ecc_corrected",
-     "received_at", "boot_id"),
+     "received_at", "boot_id", "receipt_id"),
     ("gpu_id", "window_start"), "gpu_id", "window_start", "window_end")
 PROCESSES = Table(
     ProcessRecord,
     ("gpu_id", "window_start", "window_end", "pid", "pid_start", "uid", "user", "command",
      "job_source", "job_id", "job_account", "memory_used_bytes_max", "util_sm_avg",
-     "received_at"),
+     "received_at", "receipt_id"),
     ("gpu_id", "window_start", "pid", "pid_start"), "gpu_id", "window_start", "window_end")
 EVENTS = Table(
     GpuEvent,

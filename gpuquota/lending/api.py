@@ -18,12 +18,13 @@ from accounts.permissions import can_act_for_team, can_view_team, require_admin,
 from accounts.selectors import memberships_current, teams_visible
 from gpuquota.core.api_fields import query_parse
 from gpuquota.core.errors import DomainError, PermissionDenied
+from gpuquota.core.idempotency import IDEMPOTENCY_KEY, idempotent_post
 from gpuquota.inventory.models import GpuClass
 from gpuquota.lending import conf, optouts, services
 from gpuquota.lending import serializers as s
 from gpuquota.lending.models import LendingOptOut
 from gpuquota.lending.selectors import loans_list, optouts_list, returns_list, time_to_return
-from gpuquota.reservations.api import ERRORS, reservation_for_view
+from gpuquota.reservations.api import ERRORS, KEY_REUSED, reservation_for_view
 from gpuquota.reservations.models import Loan
 
 ACT_DENIED = "Only the reserving team's leads and admins can do this."
@@ -90,8 +91,10 @@ class LoanReturnView(APIView):
 
 
 class LendNowView(APIView):
-    @extend_schema(request=s.LendNowSerializer, responses={201: s.LoanSerializer, **ERRORS},
+    @extend_schema(request=s.LendNowSerializer, parameters=[IDEMPOTENCY_KEY],
+                   responses={201: s.LoanSerializer, **ERRORS, 422: KEY_REUSED},
                    summary="Lend a GPU of an active reservation now (its team's leads, admins)")
+    @idempotent_post
     def post(self, request):
         data = s.LendNowSerializer(data=request.data)
         data.is_valid(raise_exception=True)

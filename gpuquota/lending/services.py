@@ -1,6 +1,7 @@
 """Lending's writes: lend an assigned GPU, return it (on the owner's ask, at the assignment's
-end, when the GPU fails, when lending is turned off), and record when the scheduler saw it
-free. Every step is audited and asks the scheduler backends to reconcile after commit.
+end, when the GPU fails, when lending is turned off), record when the scheduler saw it
+free, and record a loan that happened in the past (a back-filled month). Every step is
+audited; the live ones ask the scheduler backends to reconcile after commit.
 
 Concurrency: a step locks the assignment (lend) or the loan (return) with SELECT ... FOR
 UPDATE and re-reads it, so two workers returning one loan return it once; PostgreSQL's
@@ -8,15 +9,17 @@ constraints (`loan_gpu_no_overlap`, the loan-inside-assignment triggers) are the
 and turn a lost race into a `Conflict`.
 """
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from gpuquota.core.errors import Conflict, DomainError
+from accounts.permissions import is_admin
+from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
+from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.lending.conf import lending_enabled
 from gpuquota.lending.selectors import failed_gpu_ids, lending_off_for
 from gpuquota.outbox.services import gpu_interval_mark_dirty
@@ -63,6 +66,81 @@ def loan_lend(*, assignment: Assignment, actor=None, reason: str = "",
                      reason=reason or "idle for the lending window")
         _rollups_follow(gpu_id=loan.gpu_id, since=at)
         schedulers_reconcile_request(reason=f"loan {loan.pk} lent")
+    return loan
+
+
+def _utc(instant: datetime) -> str:
+    return instant.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _record_check(assignment: Assignment, lent_from: datetime, returned_at: datetime,
+                  now: datetime) -> None:
+    """A past loan fits where the live one would have: inside the assignment's charged
+    time of a reservation that ran, on a whole GPU neither failed nor lent then."""
+    reservation = assignment.reservation
+    if reservation.status not in (Reservation.Status.ACTIVE, Reservation.Status.ENDED):
+        raise DomainError("Only the GPUs of a reservation that ran (active or ended) can have "
+                          "been lent.", field="reservation")
+    if returned_at <= lent_from:
+        raise DomainError("The return must be after the loan began.", field="returned_at")
+    if returned_at > now:
+        raise DomainError("A recorded loan has ended: its return is in the past (lend now "
+                          "for a loan that goes on).", field="returned_at")
+    charged_from = max(assignment.assigned_from, reservation.start,
+                       reservation.approved_at or reservation.start)
+    if lent_from < charged_from:
+        raise DomainError(f"The GPU was not the reservation's before {_utc(charged_from)}.",
+                          field="lent_from")
+    if returned_at > assignment.assigned_until:
+        raise DomainError(f"The GPU was the reservation's until "
+                          f"{_utc(assignment.assigned_until)}.", field="returned_at")
+    if assignment.gpu.parent_id is not None:
+        raise DomainError("A MIG device is lent with its GPU, never alone.", field="gpu")
+    if GpuHealthInterval.objects.filter(
+            Q(valid_until__isnull=True) | Q(valid_until__gt=lent_from), gpu_id=assignment.gpu_id,
+            state=GpuHealthInterval.State.FAILED, valid_from__lt=returned_at).exists():
+        raise Conflict("The GPU was failed in that window, and failed GPUs are never lent: "
+                       "record the loan up to the failure.", field="gpu")
+    if Loan.objects.filter(Q(returned_at__isnull=True) | Q(returned_at__gt=lent_from),
+                           gpu_id=assignment.gpu_id, lent_from__lt=returned_at).exists():
+        raise Conflict("This GPU is already lent in that window.", field="gpu")
+
+
+def loan_record(*, assignment: Assignment, lent_from: datetime, returned_at: datetime,
+                end_reason: str = E.ASSIGNMENT_END, actor=None, reason: str = "",
+                freed_at: datetime | None = None, now: datetime | None = None) -> Loan:
+    """Record a loan that happened, [lent_from, returned_at) in the past (a back-filled month,
+    as samples are back-filled): admins or the system; refused where a live loan could not
+    have been. Audited; the hours it covers are recomputed; no scheduler is asked anything."""
+    if actor is not None and not is_admin(actor):
+        raise PermissionDenied("Only admins record past loans.", field="lent_from")
+    if end_reason not in E.values:
+        raise DomainError(f"One of {', '.join(E.values)}.", field="end_reason")
+    lent_from, returned_at, now = whole_second(lent_from), whole_second(returned_at), _now(now)
+    with transaction.atomic():
+        assignment = (Assignment.objects.select_for_update()
+                      .select_related("reservation__team", "gpu").get(pk=assignment.pk))
+        _record_check(assignment, lent_from, returned_at, now)
+        if freed_at is not None and whole_second(freed_at) < returned_at:
+            raise DomainError("The GPU was freed at or after its return.", field="freed_at")
+        loan = Loan(assignment=assignment, gpu_id=assignment.gpu_id, lent_from=lent_from,
+                    returned_at=returned_at, end_reason=end_reason,
+                    freed_at=freed_at and whole_second(freed_at),
+                    lent_by=actor if actor is not None and actor.is_authenticated else None,
+                    lend_reason=reason[:256])
+        try:
+            with transaction.atomic():
+                loan.save()
+        except IntegrityError as exc:
+            raise Conflict("This GPU is already lent in that window.", field="gpu") from exc
+        audit_record(actor=actor, action="loan.record", obj=loan,
+                     team=assignment.reservation.team,
+                     changes={"gpu": assignment.gpu.uuid,
+                              "reservation": assignment.reservation_id,
+                              "lent_from": lent_from.isoformat(),
+                              "returned_at": returned_at.isoformat(), "end_reason": end_reason},
+                     reason=reason or "a past loan recorded")
+        gpu_interval_mark_dirty(gpu_ids=[loan.gpu_id], start=lent_from, end=returned_at)
     return loan
 
 

@@ -15,8 +15,10 @@ from rest_framework.views import APIView
 
 from accounts.permissions import can_view_team, require_admin, team_for_action, team_for_view
 from accounts.selectors import teams_visible
+from accounts.services import team_cost_center_set
 from gpuquota.core.api_fields import query_parse
 from gpuquota.core.errors import DomainError, NotFound
+from gpuquota.core.idempotency import IDEMPOTENCY_KEY, idempotent_post
 from gpuquota.reservations import serializers as s
 from gpuquota.reservations import services, services_change
 from gpuquota.reservations.conf import booking_horizon_end
@@ -36,6 +38,8 @@ ERRORS = {
     404: OpenApiResponse(s.ErrorSerializer, description="No such object (or not visible)."),
     409: OpenApiResponse(s.ErrorSerializer, description="No capacity, over quota, wrong state."),
 }
+KEY_REUSED = OpenApiResponse(s.ErrorSerializer, description="The Idempotency-Key was already "
+                             "used for a different request (code idempotency_key_reused).")
 LIST_FILTER_404 = OpenApiResponse(s.ErrorSerializer, description="The `team` filter names no "
                                   "team the caller can see.")
 
@@ -47,6 +51,27 @@ class TeamListView(generics.ListAPIView):
 
     def get_queryset(self):
         return teams_visible(user=self.request.user).order_by("name")
+
+
+class TeamDetailView(APIView):
+    """One team the caller may see; admins set its cost center."""
+
+    @extend_schema(responses={200: s.TeamSerializer, 404: ERRORS[404]})
+    def get(self, request, slug: str):
+        return Response(s.TeamSerializer(team_for_view(request.user, slug)).data)
+
+    @extend_schema(request=s.TeamChangeSerializer,
+                   responses={200: s.TeamSerializer, 400: ERRORS[400], 403: ERRORS[403],
+                              404: ERRORS[404]},
+                   description="Admins: the team's cost center, which the next draft of each "
+                   "open month carries (approved statements keep theirs). Audited.")
+    def patch(self, request, slug: str):
+        team = team_for_view(request.user, slug)
+        data = s.TeamChangeSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        team = team_cost_center_set(team=team, cost_center=data.validated_data["cost_center"],
+                                    actor=request.user)
+        return Response(s.TeamSerializer(team).data)
 
 
 class GpuClassListView(generics.ListAPIView):
@@ -114,11 +139,13 @@ class ReservationListView(generics.ListCreateAPIView):
 
     @extend_schema(
         request=s.ReservationCreateSerializer,
-        responses={201: s.ReservationSerializer, **ERRORS},
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: s.ReservationSerializer, **ERRORS, 422: KEY_REUSED},
         description="In quota: scheduled with GPUs assigned. Over quota: pending (holds "
         "nothing) until an admin decides. No capacity: 409 saying how many GPUs are free "
         "and when enough next are. Times need an offset or Z.",
     )
+    @idempotent_post
     def post(self, request, *args, **kwargs):
         data = s.ReservationCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -16,6 +16,12 @@ class TeamSerializer(serializers.ModelSerializer):
         fields = ["slug", "name", "cost_center"]
 
 
+class TeamChangeSerializer(serializers.Serializer):
+    cost_center = serializers.CharField(allow_blank=True, trim_whitespace=False,
+                                        help_text="Printable text, at most 64 characters "
+                                        "(empty: none).")
+
+
 class GpuClassSerializer(serializers.ModelSerializer):
     class Meta:
         model = GpuClass

@@ -25,6 +25,7 @@ urlpatterns = [
     path("manage/reservations/", views_manage.reservations_page, name="manage_reservations"),
     # API
     path("api/v1/teams", api.TeamListView.as_view(), name="api-teams"),
+    path("api/v1/teams/<slug:slug>", api.TeamDetailView.as_view(), name="api-team"),
     path("api/v1/gpu-classes", api.GpuClassListView.as_view(), name="api-gpu-classes"),
     path("api/v1/availability", api.AvailabilityView.as_view(), name="api-availability"),
     path("api/v1/reservations", api.ReservationListView.as_view(), name="api-reservations"),

@@ -1,6 +1,7 @@
 """Pages: team page, reservation form with availability, team actions, admin queue,
 backfill and maintenance. Views parse, ask accounts.permissions, call one service."""
 
+import uuid
 from zoneinfo import ZoneInfo
 
 from django.contrib import messages
@@ -19,6 +20,7 @@ from accounts.permissions import (
 )
 from accounts.selectors import team_members, teams_led
 from gpuquota.core.errors import DomainError
+from gpuquota.core.idempotency import FORM_FIELD, KeyReused, form_submit_once
 from gpuquota.core.sections import page_sections
 from gpuquota.reservations import services, services_change
 from gpuquota.reservations.forms import (
@@ -88,27 +90,19 @@ def _reservation_form_page(request, *, backfill: bool):
     if slug := request.GET.get("team"):
         initial["team"] = teams.filter(slug=slug).first()
     form = ReservationForm(request.POST or None, teams=teams, initial=initial)
+    context = {}
     if request.method == "POST" and form.is_valid():
-        v = form.cleaned_data
-        team = team_for_action(request.user, v["team"].slug)
         try:
-            reservation = services.reservation_create(
-                team=team, gpu_class=v["gpu_class"], count=v["count"], start=v["start"],
-                end=v["end"], placement=v["placement"], purpose=v["purpose"],
-                requested_by=request.user,
-            )
-        except DomainError as exc:
-            _form_error(form, exc)
+            done = form_submit_once(request, lambda: _reservation_submit(request, form))
+        except KeyReused:
+            form.add_error(None, "This form was already sent with other values; it has been "
+                           "renewed: check it and send it again.")
+            context[FORM_FIELD] = uuid.uuid4().hex
         else:
-            if reservation.status == Reservation.Status.PENDING:
-                messages.warning(request, f"Request #{reservation.pk} is over {team}'s quota: it "
-                                 "is pending until an admin approves it. It holds no GPUs yet.")
-            else:
-                messages.success(request, f"Reservation #{reservation.pk}: {reservation.count} × "
-                                 f"{reservation.gpu_class} — {_gpus_text(reservation)}.")
-            return redirect("team_detail", slug=team.slug)
+            if done is not None:
+                return done
     grid_team = _grid_team(teams, form["team"].value())
-    context = {
+    context |= {
         "form": form,
         "backfill": backfill,
         "availability": availability(tz=_user_tz(request), team=grid_team),
@@ -117,6 +111,29 @@ def _reservation_form_page(request, *, backfill: bool):
         "tz": request.user.timezone,
     }
     return render(request, "reservations/reservation_form.html", context)
+
+
+def _reservation_submit(request, form):
+    """The reservation of a valid form, and the redirect to its team; None with the
+    refusal on the form."""
+    v = form.cleaned_data
+    team = team_for_action(request.user, v["team"].slug)
+    try:
+        reservation = services.reservation_create(
+            team=team, gpu_class=v["gpu_class"], count=v["count"], start=v["start"],
+            end=v["end"], placement=v["placement"], purpose=v["purpose"],
+            requested_by=request.user,
+        )
+    except DomainError as exc:
+        _form_error(form, exc)
+        return None
+    if reservation.status == Reservation.Status.PENDING:
+        messages.warning(request, f"Request #{reservation.pk} is over {team}'s quota: it "
+                         "is pending until an admin approves it. It holds no GPUs yet.")
+    else:
+        messages.success(request, f"Reservation #{reservation.pk}: {reservation.count} × "
+                         f"{reservation.gpu_class} — {_gpus_text(reservation)}.")
+    return redirect("team_detail", slug=team.slug)
 
 
 def _grid_team(teams, value):

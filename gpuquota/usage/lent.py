@@ -33,10 +33,11 @@ def _bounds(period: Period, *more_lows, more_highs=()) -> tuple:
     return low, high
 
 
-def lent_seconds(*, period: Period, **filters) -> dict[int, int]:
-    """Lent, non-failed seconds per reservation id; `filters` are Loan lookups (e.g.
+def lent_seconds(*, period: Period, group: str = "assignment__reservation_id",
+                 **filters) -> dict[int, int]:
+    """Lent, non-failed seconds per reservation id (or per `group`, a Loan lookup such as
+    `assignment__reservation__team_id`); `filters` are Loan lookups (e.g.
     `assignment__reservation__team=team`)."""
-    group = "assignment__reservation_id"
     total = seconds_total(seconds_annotate(_loans(period, filters), *_bounds(period)), group)
     if not total:
         return {}  # nothing lent: no failed time to look for
@@ -44,8 +45,8 @@ def lent_seconds(*, period: Period, **filters) -> dict[int, int]:
     failed = seconds_total(seconds_annotate(failed_loans, *_bounds(
         period, F(f"{_HEALTH}valid_from"),
         more_highs=(Coalesce(F(f"{_HEALTH}valid_until"), Value(period.end)),))), group)
-    return {rid: seconds - failed.get(rid, 0) for rid, seconds in total.items()
-            if seconds - failed.get(rid, 0)}
+    return {key: seconds - failed.get(key, 0) for key, seconds in total.items()
+            if seconds - failed.get(key, 0)}
 
 
 def lent_gpu_ids(*, reservation_ids: set[int]):

@@ -58,7 +58,8 @@ class Hundredths(_IntegerSql):
 
 class Piece(NamedTuple):
     """The stretch [start, end) a sample covers on one device (util in hundredths);
-    `start` is the sample's window_start and `received` when it was stored."""
+    `start` is the sample's window_start, `received` when it was stored and `receipt` the
+    batch that stored it."""
 
     device_id: int
     start: int
@@ -68,11 +69,13 @@ class Piece(NamedTuple):
     energy_per_s: float | None
     memory_max: int | None
     received: datetime | None = None
+    receipt: int | None = None
 
     @property
     def sample_key(self) -> tuple:
-        """What the process records stored with this sample share with it."""
-        return (self.device_id, self.start, self.received)
+        """What the process records stored with this sample share with it: its batch's
+        receipt (rows stored before records kept one: the arrival instant only)."""
+        return (self.device_id, self.start, self.received, self.receipt)
 
 
 class Proc(NamedTuple):
@@ -86,11 +89,12 @@ class Proc(NamedTuple):
     job_source: str | None
     job_account: str | None
     received: datetime | None = None
+    receipt: int | None = None
 
     @property
     def sample_key(self) -> tuple:
         """The sample it was stored with: same device and window_start, same batch."""
-        return (self.device_id, self.start, self.received)
+        return (self.device_id, self.start, self.received, self.receipt)
 
 
 @dataclass(frozen=True)
@@ -127,13 +131,14 @@ class UsageInputs:
 
 def sample_pieces(samples: list[tuple], busy_from: Decimal) -> list[Piece]:
     """One device's samples (gpu_id, start_s, end_s, readings, util_c, energy_j,
-    memory_max, received_at), ordered by start → what each covers: up to the next sample's
-    start; readings = 0 or a null util cover nothing; busy when util >= busy_from, exactly."""
+    memory_max, received_at, receipt_id), ordered by start → what each covers: up to the
+    next sample's start; readings = 0 or a null util cover nothing; busy when util >=
+    busy_from, exactly."""
     busy_from_c = busy_from * 100
     pieces = []
     last = len(samples) - 1
     for i, (device_id, start, window_end, readings, util_c, energy, memory,
-            received) in enumerate(samples):
+            received, receipt) in enumerate(samples):
         end = window_end if i == last else min(window_end, samples[i + 1][1])
         if not readings or util_c is None or end <= start:
             continue
@@ -141,6 +146,7 @@ def sample_pieces(samples: list[tuple], busy_from: Decimal) -> list[Piece]:
         pieces.append(Piece(
             device_id, start, end, util_c, util_c >= busy_from_c,
             None if energy is None or length <= 0 else energy / length, memory, received,
+            receipt,
         ))
     return pieces
 
@@ -151,7 +157,8 @@ def coverage_pieces(samples: list[dict], busy_from: Decimal) -> list[Piece]:
         (row["gpu_id"], epoch_s(row["window_start"]), epoch_s(row["window_end"]),
          row["readings"],
          None if row["util_gpu_avg"] is None else int(row["util_gpu_avg"] * 100),
-         row["energy_j"], row["memory_used_bytes_max"], row.get("received_at"))
+         row["energy_j"], row["memory_used_bytes_max"], row.get("received_at"),
+         row.get("receipt_id"))
         for row in samples], busy_from)
 
 
@@ -189,7 +196,8 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
     ).order_by("gpu_id", "window_start")
     for row in samples.values_list(
             "gpu_id", EpochSeconds("window_start"), EpochSeconds("window_end"), "readings",
-            Hundredths("util_gpu_avg"), "energy_j", "memory_used_bytes_max", "received_at"):
+            Hundredths("util_gpu_avg"), "energy_j", "memory_used_bytes_max", "received_at",
+            "receipt_id"):
         by_device[row[0]].append(row)
     pieces = {device: sample_pieces(rows, busy_from) for device, rows in by_device.items()}
 
@@ -199,7 +207,8 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
     )
     for row in records.values_list(
             "gpu_id", EpochSeconds("window_start"), EpochSeconds("window_end"), "pid",
-            "pid_start", "uid", "user", "job_source", "job_account", "received_at"):
+            "pid_start", "uid", "user", "job_source", "job_account", "received_at",
+            "receipt_id"):
         procs[row[0]].append(Proc._make(row))
 
     assignments: dict[int, list[Span]] = defaultdict(list)

@@ -9,6 +9,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from django.conf import settings
+from django.urls import resolve
 
 from tests.kubernetes.kustomize import render
 
@@ -87,10 +88,14 @@ def test_app_pods_run_non_root_read_only_with_requests_and_the_external_secret(o
     assert not [o for o in objects if o["kind"] == "Secret"]  # a site's, never shipped
 
 
-def test_web_probes_healthz_and_pdbs_cover_web_and_worker(objects):
+def test_web_probes_readiness_and_liveness_apart_and_pdbs_cover_web_and_worker(objects):
     web = pod_spec(by(objects, "Deployment", "gpuquota-web"))["containers"][0]
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert web[probe]["httpGet"]["path"] == "/healthz"
+    paths = {probe: web[probe]["httpGet"]["path"] for probe in ("readinessProbe", "livenessProbe")}
+    assert paths == {"readinessProbe": "/readyz", "livenessProbe": "/healthz"}
+    for path in paths.values():  # the product's own views, which read no session
+        assert resolve(path).url_name == path.strip("/")
+    compose = yaml.safe_load((Path(settings.BASE_DIR) / "docker-compose.yml").read_text())
+    assert "/readyz" in " ".join(compose["services"]["web"]["healthcheck"]["test"])
     pdbs = {o["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
             for o in objects if o["kind"] == "PodDisruptionBudget"}
     assert pdbs == {"gpuquota-web", "gpuquota-worker"}

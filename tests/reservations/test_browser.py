@@ -1,6 +1,7 @@
 """In a real browser: a lead reserves GPUs; an admin approves a pending request."""
 
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.utils import timezone
@@ -163,3 +164,26 @@ def test_an_impossible_request_is_refused_at_once_in_the_form(org, browser_page)
     assert "leave Vision at most 6 H100-80GB GPUs" in page.locator("#count-errors").inner_text()
     assert not Reservation.objects.filter(count=7).exists()
     screenshot(page, "reservations-form-impossible")
+
+
+def test_a_form_sent_again_after_its_answer_was_lost_reserves_once(org, browser_page):
+    """The browser sends the filled form twice at once, as a double click or a resend after
+    a lost answer does: one reservation; the page says the second did nothing."""
+    page = browser_page
+    browser_login(page, org.vision_lead.username)
+    page.goto("/reservations/new/")
+    start = timezone.localtime(timezone.now() + timedelta(days=3), ZoneInfo("Europe/Berlin"))
+    page.fill("[name=count]", "1")
+    page.fill("[name=start]", f"{start:%Y-%m-%d} 09:00")
+    page.fill("[name=end]", f"{start:%Y-%m-%d} 17:00")
+    page.fill("[name=purpose]", "sent twice")
+    statuses = page.evaluate("""async () => {
+        const form = document.querySelector('#reservation-form');
+        const send = () => fetch(location.href, {method: 'POST', body: new FormData(form),
+                                                 redirect: 'manual'});
+        return (await Promise.all([send(), send()])).map(r => r.type);
+    }""")
+    assert statuses == ["opaqueredirect", "opaqueredirect"]  # both answered with the redirect
+    assert Reservation.objects.filter(purpose="sent twice").count() == 1
+    page.goto("/teams/vision/")
+    assert "This form was already sent; nothing was done twice." in page.inner_text(".messages")

@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 
 from gpuquota.core.csvsafe import csv_cell, csv_document
-from reports.export import CSV_COLUMNS, ORGANISATION_CSV_COLUMNS
+from reports.export import CSV_COLUMNS
 from reports.sending import statement_send
 from tests.security.conftest import FORMULAS, HOSTILE_COST_CENTER, MARKUP
 
@@ -60,7 +60,7 @@ def test_every_csv_the_product_writes_is_neutralised(hostile_statement, roles, s
     for name in ("api", "web"):
         _assert_hostile_reasons_neutralised(_assert_safe(files[name].content.decode(),
                                                          CSV_COLUMNS))
-    organisation = _assert_safe(files["organisation"].content.decode(), ORGANISATION_CSV_COLUMNS)
+    organisation = _assert_safe(files["organisation"].content.decode(), CSV_COLUMNS)
     _assert_hostile_reasons_neutralised(organisation)
     assert {r["cost_center"] for r in organisation} == {f"'{HOSTILE_COST_CENTER}"}
 

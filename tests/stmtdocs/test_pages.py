@@ -210,8 +210,9 @@ def test_statement_page_and_downloads_by_role(client, month, role):
         assert ('id="approve"' in body) == (role == "admin")
         csv = client.get(urls[1])
         assert csv["Content-Disposition"] == 'attachment; filename="statement-vision-2026-10.csv"'
-        assert "vision,2026-10,USD,reserved,H100-80GB,10800,3.00,2.50,7.50," in csv_lines(
-            csv.content.decode())
+        [row] = csv_lines(csv.content.decode())[1:]
+        assert row.startswith("vision,2026-10,USD,reserved,H100-80GB,10800,3.00,2.50,7.50,,")
+        assert row.endswith(",draft,")
         pdf = client.get(urls[2])
         assert pdf["Content-Type"] == "application/pdf" and pdf.content.startswith(b"%PDF")
 

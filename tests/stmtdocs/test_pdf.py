@@ -26,7 +26,9 @@ EXPORT = {
     ],
     "total": "3620.95",
     "utilization": {"reserved_hours": "1488.00", "busy_hours": "702.31",
-                    "utilization": "0.4720", "coverage": "0.9810"},
+                    "utilization": "0.4720", "coverage": "0.9810", "lent_hours": "36.50",
+                    "lent_busy_hours": "12.25"},
+    "cost_center": "CC-4410", "approved_at": "2026-11-04T09:00:00Z",
 }  # fmt: skip
 
 
@@ -77,6 +79,9 @@ def test_pdf_carries_organisation_team_period_lines_total_and_utilization():
         "702.31",
         "47.2 %",
         "98.1 %",
+        "Lent GPU-hours",
+        "36.50",
+        "12.25",
         "Reserved versus busy GPU-hours per day",
         "Page 1 of 1",
         "generated 2026-11-04 09:30 UTC",
@@ -109,7 +114,7 @@ def test_an_empty_statement_renders():
         "lines": [],
         "total": "0.00",
         "utilization": {"reserved_hours": "0.00", "busy_hours": "0.00", "utilization": "0.0000",
-                        "coverage": "0.0000"},
+                        "coverage": "0.0000", "lent_hours": "0.00", "lent_busy_hours": "0.00"},
     }  # fmt: skip
     text = _text(statement_pdf(export=export, header=_header(cost_center=""), daily=[]))
     assert "No charges in this period." in text

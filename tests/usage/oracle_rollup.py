@@ -109,6 +109,7 @@ class Piece:
     energy_per_s: float | None
     memory_max: int | None
     received: datetime | None = None
+    receipt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ class Proc:
     job_source: str | None
     job_account: str | None
     received: datetime | None = None
+    receipt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +197,7 @@ def coverage_pieces(samples: list[dict], busy_from: Decimal) -> list[Piece]:
             device_id=row["gpu_id"], start=start, end=end, util=util, busy=util >= busy_from,
             energy_per_s=None if energy is None or length <= 0 else energy / length,
             memory_max=row["memory_used_bytes_max"], received=row["received_at"],
+            receipt=row["receipt_id"],
         ))
     return pieces
 
@@ -233,7 +236,7 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
     ).order_by("gpu_id", "window_start")
     for row in samples.values("gpu_id", "window_start", "window_end", "readings",
                               "util_gpu_avg", "energy_j", "memory_used_bytes_max",
-                              "received_at"):
+                              "received_at", "receipt_id"):
         by_device[row["gpu_id"]].append(row)
     pieces = {device: coverage_pieces(rows, busy_from) for device, rows in by_device.items()}
 
@@ -242,12 +245,13 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
         gpu_id__in=device_ids, window_start__lt=end, window_end__gt=start
     )
     for row in records.values("gpu_id", "window_start", "window_end", "pid", "pid_start",
-                              "uid", "user", "job_source", "job_account", "received_at"):
+                              "uid", "user", "job_source", "job_account", "received_at",
+                              "receipt_id"):
         procs[row["gpu_id"]].append(Proc(
             device_id=row["gpu_id"], start=_s(row["window_start"]), end=_s(row["window_end"]),
             pid=row["pid"], pid_start=row["pid_start"], uid=row["uid"], user=row["user"],
             job_source=row["job_source"], job_account=row["job_account"],
-            received=row["received_at"],
+            received=row["received_at"], receipt=row["receipt_id"],
         ))
 
     assignments: dict[int, list[Span]] = defaultdict(list)
@@ -360,7 +364,8 @@ def usage_buckets(*, inputs: UsageInputs, gpu_id: int, start: datetime | None = 
         basis = {p.device_id for p in active if p.busy or not busy}
         # owners follow the covering sample: its records, stored with it (same batch)
         seg_procs = [r for r in procs for p in active if p.device_id in basis
-                     and (r.device_id, r.start, r.received) == (p.device_id, p.start, p.received)]
+                     and (r.device_id, r.start, r.received, r.receipt)
+                     == (p.device_id, p.start, p.received, p.receipt)]
         klass = _at(classes, a)
         failed = _at(failures, a) is not None
         class_id = klass.value if klass else inputs.current_class[gpu_id]
