@@ -12,6 +12,9 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
 - `ASSIGNMENT_ENDING`: functions `hook(*, assignment, at)` that the reservations' services
   call, in their transaction, before an assignment's end moves earlier to `at` (lending
   ends the assignment's loans there).
+- `RESERVATIONS_CHANGED`: functions `hook(*, reason)` that the reservations' services call,
+  in their transaction, once a reservation, quota or maintenance block changed what the
+  schedulers must hold (the scheduler backends reconcile after the commit).
 
 They are found here, in INSTALLED_APPS order, the way Celery's beat schedules are
 (`gpuquota/celery.py`), and checked when Django starts (`contributions_check`).
@@ -26,7 +29,7 @@ from django.core import checks
 
 MODULE = "contributions"
 KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION",
-         "ASSIGNMENT_ENDING")
+         "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED")
 
 
 @cache
@@ -40,6 +43,11 @@ def contributed(kind: str) -> tuple:
         if find_spec(name) is not None:
             found.extend(getattr(import_module(name), kind, ()))
     return tuple(found)
+
+
+def hooks_call(kind: str, /, **kwargs) -> list:
+    """Call every contributed hook of `kind` with `kwargs`, in order; their results."""
+    return [hook(**kwargs) for hook in contributed(kind)]
 
 
 def contributions_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
