@@ -28,8 +28,8 @@ def history_change_check(*, gpu: Gpu, at: datetime, current_from: datetime) -> N
     """Refuse a change of a GPU's history at `at`: in the future, before the interval in
     force began, or reaching hours whose raw samples have expired (their rollups could
     not be recomputed)."""
+    from gpuquota.ingest.partitions import raw_data_horizon
     from gpuquota.usage.models import GpuHourUsage
-    from gpuquota.usage.services import raw_data_horizon
 
     if at > timezone.now():
         raise DomainError("The change cannot take effect in the future.", field="at")

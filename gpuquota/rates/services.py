@@ -19,10 +19,11 @@ from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
+from gpuquota.ingest.partitions import raw_data_horizon
 from gpuquota.inventory.models import GpuClass
 from gpuquota.rates.models import RateCard
 from gpuquota.usage.selectors import gpu_class_hours_exist
-from gpuquota.usage.services import gpu_class_hours_reprice, raw_data_horizon
+from gpuquota.usage.services import gpu_class_hours_reprice
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _RATE_LIMIT = Decimal("99999999.9999")

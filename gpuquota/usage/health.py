@@ -26,10 +26,10 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import EventType, GpuEvent, Sample
+from gpuquota.ingest.partitions import raw_data_horizon
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.outbox.services import gpu_hours_mark_dirty, gpu_usage_mark_dirty
 from gpuquota.usage.models import GpuHourUsage
-from gpuquota.usage.services import raw_data_horizon
 
 FAILED_XIDS = frozenset({48, 64, 79, 95, 119, 120})
 DEGRADED_XIDS = frozenset({63, 74, 92, 94})

@@ -20,6 +20,7 @@ from accounts.models import Team
 from gpuquota.core.errors import DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.ingest.partitions import raw_data_horizon
 from gpuquota.inventory.models import GpuClass
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, display_decimal, sums_by
@@ -39,7 +40,6 @@ from gpuquota.usage.seconds import (  # noqa: F401  (re-exported for chargeback)
     reserved_seconds_by_class,
     seconds_total,
 )
-from gpuquota.usage.services import raw_data_horizon
 
 KEY_FIELDS = ("kind", "gpu_class_id", "reservation_id", "team_id", "split_ways", "failed")
 HOUR = timedelta(hours=1)
