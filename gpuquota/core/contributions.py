@@ -18,7 +18,8 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
 - `RECOMPUTE_HORIZON`: functions `hook(*, start, end=None, gpu_id=None, gpu_class_id=None)`
   returning the raw-data horizon when figures derived from the GPU's (or class's) hours
   from `start` (before `end`) lie before it, so could not be recomputed, else None: asked
-  before a change re-attributes or re-prices past hours (usage: its rollups).
+  before a change re-attributes or re-prices past hours: a GPU's history or health, a
+  rate card (usage answers for its rollups).
 - `RATE_CARD_CHANGED`: functions `hook(*, gpu_class_id, start, end, card_id) -> int` that
   the rates' services call, in their transaction, once the card in force for a class over
   [start, end) is `card_id`; they re-price what they derived and return the GPU-hours

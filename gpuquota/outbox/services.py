@@ -10,7 +10,8 @@ Who marks (each through a function of this module, never by importing usage):
   processes it re-attributes;
 - rates: a rate card created, ended or changed has usage re-price its rollups (the
   `RATE_CARD_CHANGED` hook), which marks the hours a boundary cuts;
-- usage health: a failed/degraded interval opened, moved or closed marks what it covers.
+- health (in ingest): a failed/degraded interval opened, moved or closed marks what it
+  covers.
 
 When a mark is due (`due_at`, coalescing), so that the bound holds at its worst: the sweep
 after the due time comes up to one beat interval later and takes up to its budget, so
