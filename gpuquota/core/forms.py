@@ -63,3 +63,10 @@ class LocalDateTimeField(forms.Field):
         if isinstance(value, datetime) and value.tzinfo is not None:
             return timezone.localtime(value).strftime(INPUT_FORMAT)
         return value
+
+
+class EndForm(forms.Form):
+    """When a row of a history (a quota row, a rate card) stops; empty: open-ended again."""
+
+    at = LocalDateTimeField(label="Ends", required=False)
+    reason = forms.CharField(max_length=500, required=False)

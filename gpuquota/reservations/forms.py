@@ -84,31 +84,6 @@ class QuotaForm(forms.Form):
     reason = forms.CharField(max_length=500, required=False)
 
 
-class RateCardForm(forms.Form):
-    gpu_class = forms.ModelChoiceField(queryset=GpuClass.objects.order_by("name"),
-                                       empty_label=None, label="GPU class")
-    reserved_rate = forms.DecimalField(label="Reserved rate (per GPU-hour)", min_value=0,
-                                       decimal_places=4, max_digits=12)
-    on_demand_rate = forms.DecimalField(label="On-demand rate (per busy GPU-hour)",
-                                        min_value=0, decimal_places=4, max_digits=12)
-    borrowed_rate = forms.DecimalField(
-        label="Borrowed rate (per borrowed busy GPU-hour)", min_value=0, decimal_places=4,
-        max_digits=12, required=False,
-        help_text="What borrowers pay for a lent GPU's busy time. Empty: the on-demand rate.")
-    currency = forms.CharField(max_length=3, initial="USD")
-    valid_from = LocalDateTimeField(label="From")
-    valid_until = LocalDateTimeField(label="Until", required=False,
-                                     help_text="Empty: until further notice.")
-    reason = forms.CharField(max_length=500, required=False)
-
-
-class EndForm(forms.Form):
-    """When a quota row or rate card stops; empty: open-ended again."""
-
-    at = LocalDateTimeField(label="Ends", required=False)
-    reason = forms.CharField(max_length=500, required=False)
-
-
 class ListFilterForm(forms.Form):
     """Filters of the admins' lists; every field optional, bad values are form errors."""
 
