@@ -7,6 +7,7 @@ from django.db.models import F, Q
 
 from gpuquota.core.constraints import NoOverlap
 from gpuquota.core.fields import WholeSecondDateTimeField
+from gpuquota.core.names import dns1123_label_error, team_slug_validate
 
 
 def validate_timezone(value: str) -> None:
@@ -26,7 +27,10 @@ class User(AbstractUser):
 
 class Team(models.Model):
     name = models.CharField(max_length=120, unique=True)
-    slug = models.SlugField(max_length=64, unique=True)
+    slug = models.SlugField(
+        max_length=64, unique=True, validators=[team_slug_validate],
+        help_text="Lower-case letters, digits and '-', at most 60: it names the team's "
+        "Kubernetes queues (gq-<slug>) and labels.")
     cost_center = models.CharField("cost-center code", max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -145,6 +149,14 @@ class ClusterIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster}: {self.get_kind_display()} {self.key} → {self.user or self.team}"
+
+    def clean(self) -> None:
+        """A Kubernetes namespace is a DNS-1123 label: checked where it enters (the admin
+        form, identity_save), so no refused name reaches a cluster."""
+        if self.kind == self.Kind.K8S_NAMESPACE:
+            error = dns1123_label_error(self.key, what="A Kubernetes namespace")
+            if error:
+                raise ValidationError({"key": error})
 
 
 class ApiToken(models.Model):
