@@ -19,6 +19,7 @@ from accounts.services import (
     membership_save,
 )
 from accounts.sso.rules import mapping_rule_check, mapping_rule_delete, mapping_rule_save
+from gpuquota.core.admin import ReadOnlyAdmin
 from gpuquota.core.errors import DomainError
 
 SAVE = {
@@ -105,7 +106,7 @@ class ClusterIdentityAdmin(ServicesSaveMixin, admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(ReadOnlyAdmin):
     """Read-only: tokens are issued by their owners on the profile page (one service,
     accounts.services.api_token_create); admins revoke anyone's here, through
     api_token_revoke."""
@@ -118,15 +119,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
               "revoked_at"]
     readonly_fields = fields
     actions = ["revoke"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     @admin.action(description="Revoke the selected tokens", permissions=["view"])
     def revoke(self, request, queryset):

@@ -36,6 +36,7 @@ urlpatterns = [
     path("", include("accounts.urls")),
     path("", include("gpuquota.reservations.urls")),
     path("", include("gpuquota.ingest.urls")),
+    path("", include("gpuquota.rates.urls")),
     path("", include("gpuquota.usage.urls")),
     path("", include("gpuquota.schedulers.urls")),
     path("", include("gpuquota.schedulers.kubernetes.urls")),

@@ -13,9 +13,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.permissions import can_view_team, require_admin, team_for_view
+from gpuquota.core.api import ERRORS, ErrorSerializer
 from gpuquota.core.errors import DomainError
-from gpuquota.reservations.api import ERRORS, reservation_for_view
-from gpuquota.reservations.serializers import ErrorSerializer
+from gpuquota.reservations.api import reservation_for_view
 from reclaim import lifecycle, services
 from reclaim import serializers as s
 from reclaim.backtest import rules_backtest

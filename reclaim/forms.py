@@ -7,8 +7,8 @@ from decimal import Decimal
 from django import forms
 
 from accounts.models import Team
+from gpuquota.core.forms import LocalDateTimeField
 from gpuquota.inventory.models import GpuClass
-from gpuquota.reservations.forms import LocalDateTimeField
 from gpuquota.reservations.models import Reservation
 from reclaim.conf import RULES
 

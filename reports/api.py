@@ -16,10 +16,10 @@ from rest_framework.views import APIView
 
 from accounts.permissions import team_for_view
 from accounts.selectors import teams_visible
+from gpuquota.core.api import ErrorSerializer
 from gpuquota.core.errors import Conflict, DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.timeutil import Period
-from gpuquota.reservations.serializers import ErrorSerializer
 from reports import export
 from reports.documents import statement_filename, statement_pdf_bytes
 from reports.models import Statement, StatementLine

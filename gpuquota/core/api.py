@@ -10,7 +10,8 @@ never becomes a 500. An unreachable database is a 503 with Retry-After, in it to
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError
 from django.http import Http404
-from rest_framework import exceptions, status
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -66,3 +67,25 @@ def exception_handler(exc, context):
         code = codes if isinstance(codes, str) else "error"
         response.data = error_body(code, [{"field": None, "message": str(exc.detail)}])
     return response
+
+
+class ErrorItemSerializer(serializers.Serializer):
+    field = serializers.CharField(allow_null=True)
+    message = serializers.CharField()
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The one API error format."""
+
+    code = serializers.CharField()
+    detail = serializers.CharField()
+    errors = ErrorItemSerializer(many=True)
+
+
+# The responses most endpoints document (their descriptions, one per status).
+ERRORS = {
+    400: OpenApiResponse(ErrorSerializer, description="Bad input: names the field."),
+    403: OpenApiResponse(ErrorSerializer, description="Not allowed (a member)."),
+    404: OpenApiResponse(ErrorSerializer, description="No such object (or not visible)."),
+    409: OpenApiResponse(ErrorSerializer, description="No capacity, over quota, wrong state."),
+}

@@ -12,11 +12,24 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
 - `ASSIGNMENT_ENDING`: functions `hook(*, assignment, at)` that the reservations' services
   call, in their transaction, before an assignment's end moves earlier to `at` (lending
   ends the assignment's loans there).
+- `RESERVATIONS_CHANGED`: functions `hook(*, reason)` that the reservations' services call,
+  in their transaction, once a reservation, quota or maintenance block changed what the
+  schedulers must hold (the scheduler backends reconcile after the commit).
+- `RECOMPUTE_HORIZON`: functions `hook(*, start, end=None, gpu_id=None, gpu_class_id=None)`
+  returning the raw-data horizon when figures derived from the GPU's (or class's) hours
+  from `start` (before `end`) lie before it, so could not be recomputed, else None: asked
+  before a change re-attributes or re-prices past hours: a GPU's history or health, a
+  rate card (usage answers for its rollups).
+- `RATE_CARD_CHANGED`: functions `hook(*, gpu_class_id, start, end, card_id) -> int` that
+  the rates' services call, in their transaction, once the card in force for a class over
+  [start, end) is `card_id`; they re-price what they derived and return the GPU-hours
+  they marked for recompute (usage: its rollups).
 
 They are found here, in INSTALLED_APPS order, the way Celery's beat schedules are
 (`gpuquota/celery.py`), and checked when Django starts (`contributions_check`).
 """
 
+from datetime import datetime
 from functools import cache
 from importlib import import_module
 from importlib.util import find_spec
@@ -26,7 +39,7 @@ from django.core import checks
 
 MODULE = "contributions"
 KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION",
-         "ASSIGNMENT_ENDING")
+         "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED", "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED")
 
 
 @cache
@@ -40,6 +53,20 @@ def contributed(kind: str) -> tuple:
         if find_spec(name) is not None:
             found.extend(getattr(import_module(name), kind, ()))
     return tuple(found)
+
+
+def hooks_call(kind: str, /, **kwargs) -> list:
+    """Call every contributed hook of `kind` with `kwargs`, in order; their results."""
+    return [hook(**kwargs) for hook in contributed(kind)]
+
+
+def recompute_horizon(*, start: datetime, end: datetime | None = None,
+                      gpu_id: int | None = None,
+                      gpu_class_id: int | None = None) -> datetime | None:
+    """The latest horizon the `RECOMPUTE_HORIZON` hooks give for these hours; None when
+    every app could recompute what it derived from them."""
+    return max(filter(None, hooks_call("RECOMPUTE_HORIZON", start=start, end=end, gpu_id=gpu_id,
+                                       gpu_class_id=gpu_class_id)), default=None)
 
 
 def contributions_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]:

@@ -27,9 +27,10 @@ class Page:
 PAGES = {
     # accounts.views.home, the landing page of admins and of people in several teams
     "home": Page(slots=("top",), arguments=frozenset({"user", "now"})),
-    # reservations.views.team_detail: "top" under the title, "main" after the usage tables
+    # reservations.views.team_detail: "top" under the title, "main" after the reservations;
+    # `month` is the calendar month the page's figures show (`?month=YYYY-MM`)
     "team": Page(slots=("top", "main"),
-                 arguments=frozenset({"team", "user", "can_act", "now"})),
+                 arguments=frozenset({"team", "user", "can_act", "month", "now"})),
     # usage.views.fleet: "figures" under the fleet summary
     "fleet": Page(slots=("figures",), arguments=frozenset({"user", "now"})),
     # usage.views.utilization: "figures" under the overview table

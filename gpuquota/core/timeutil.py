@@ -3,6 +3,8 @@
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from gpuquota.core.errors import DomainError
+
 
 @dataclass(frozen=True)
 class Period:
@@ -83,3 +85,19 @@ def instant_text(value: datetime | None, *, seconds: bool = False, empty: str = 
         return empty
     local = timezone.localtime(value) if timezone.is_aware(value) else value
     return local.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+
+
+def month_of(*, text: str | None, now: datetime) -> Period:
+    """The calendar month named `YYYY-MM` (default: the current one); a month that has
+    not begun is refused: it has no figures yet."""
+    current = Period.month(now.year, now.month)
+    if not text:
+        return current
+    try:
+        month = Period.parse_month(text)
+    except ValueError as exc:
+        raise DomainError("Pick a month as YYYY-MM, e.g. 2026-11.", field="month") from exc
+    if month.start > current.start:
+        raise DomainError(f"{month.start:%B %Y} has not begun: it has no figures yet.",
+                          field="month")
+    return month

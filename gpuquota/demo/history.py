@@ -38,7 +38,8 @@ from gpuquota.demo.organisation import (
 from gpuquota.demo.usage import demo_usage_catch_up
 from gpuquota.ingest.batches import batch_ingest
 from gpuquota.ingest.models import Sample
-from gpuquota.ingest.protocol import batch_check, gzip_file_decode, instant_parse
+from gpuquota.ingest.parsing import instant_parse
+from gpuquota.ingest.protocol import batch_check, gzip_file_decode
 from gpuquota.inventory.models import Gpu, Node
 
 # The longest window the protocol takes (it divides 3600), polled ten times: an hour of the

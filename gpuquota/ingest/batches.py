@@ -11,9 +11,9 @@ from django.db.models.functions import Coalesce, Least
 
 from gpuquota.ingest import conf
 from gpuquota.ingest.models import AgentBatch, EventType, NodeBoot
+from gpuquota.ingest.parsing import instant_parse
 from gpuquota.ingest.partitions import partitions_ensure
 from gpuquota.ingest.placement import gpus_place
-from gpuquota.ingest.protocol import instant_parse
 from gpuquota.ingest.records import GpuRef, records_judge
 from gpuquota.ingest.storage import EVENTS, PROCESSES, SAMPLES, records_store
 from gpuquota.inventory.models import Node

@@ -13,7 +13,9 @@ from collections.abc import Iterable
 from datetime import UTC, date, datetime, timedelta
 
 from django.db import connection, transaction
+from django.utils import timezone
 
+from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest import conf
 from gpuquota.ingest.models import AgentBatch, ProcessRecord, Sample
 
@@ -103,6 +105,12 @@ def partitions_create_ahead(*, today: date, days_ahead: int | None = None) -> in
     """Partitions from yesterday to `days_ahead` days after `today` (the beat task)."""
     ahead = conf.PARTITIONS_AHEAD_DAYS if days_ahead is None else days_ahead
     return partitions_ensure(days=[today + timedelta(days=d) for d in range(-1, ahead + 1)])
+
+
+def raw_data_horizon() -> datetime:
+    """Hours before this have (or may soon have) lost their raw samples."""
+    days = conf.RAW_SAMPLE_RETENTION_DAYS - 1
+    return hour_floor(timezone.now() - timedelta(days=days))
 
 
 def raw_data_expire(*, today: date, retention_days: int | None = None) -> int:

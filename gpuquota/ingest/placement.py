@@ -14,7 +14,8 @@ from django.db import IntegrityError, transaction
 from gpuquota.core.models import AuditEntry
 from gpuquota.core.services import audit_record
 from gpuquota.ingest import conf
-from gpuquota.ingest.records import GpuRef, uuid_normal
+from gpuquota.ingest.parsing import uuid_normal
+from gpuquota.ingest.records import GpuRef
 from gpuquota.inventory.models import Gpu, Node
 from gpuquota.inventory.services import gpu_move, gpu_register
 

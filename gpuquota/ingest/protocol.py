@@ -7,16 +7,15 @@ holds is judged later, record by record (`records.py`).
 
 import gzip
 import json
-import uuid
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from gpuquota.ingest import conf
+from gpuquota.ingest.parsing import instant_parse, uuid_parse
 
 MAX_LISTED_ERRORS = 200
 INT64 = 2**63 - 1
@@ -36,16 +35,6 @@ class ProtocolError(Exception):
     def body(self) -> dict:
         errors = [{"field": path, "message": why} for path, why in self.errors]
         return {"code": self.code, "detail": self.detail, "errors": errors, **self.extra}
-
-
-def instant_parse(text: str) -> datetime | None:
-    """An aware instant from ISO 8601 text (`Z` allowed), in UTC, or None. In UTC: the
-    database refuses offsets beyond ±15:59, which ISO 8601 text may carry."""
-    try:
-        value = datetime.fromisoformat(text)
-        return value.astimezone(UTC) if value.tzinfo is not None else None
-    except (ValueError, OverflowError):
-        return None
 
 
 def _refuse_constant(name: str):
@@ -103,16 +92,6 @@ def _is_number(value: Any) -> bool:
 
 def _is_str(value: Any) -> bool:
     return type(value) is str
-
-
-def _is_uuid(value: Any) -> bool:
-    if type(value) is not str:
-        return False
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
 
 
 KINDS = {"int": (_is_int, "an integer"), "num": (_is_number, "a number"),
@@ -219,7 +198,7 @@ def structure_check(body: dict, *, idempotency_key: str | None = None,
     for name in ("batch_id", "agent_instance_id"):
         if name not in body or body[name] is None:
             errors.append((name, "required"))
-        elif not _is_uuid(body[name]):
+        elif uuid_parse(body[name]) is None:
             errors.append((name, "must be a UUID"))
     if type(body.get("sent_at")) is not str:
         why = "required" if body.get("sent_at") is None else "must be a string"
@@ -234,7 +213,7 @@ def structure_check(body: dict, *, idempotency_key: str | None = None,
         errors.append(("node", "required"))
     else:
         _shape_errors(body["node"], NODE_SHAPE, "node", errors)
-    if idempotency_key is not None and _is_uuid(body.get("batch_id")):
+    if idempotency_key is not None and uuid_parse(body.get("batch_id")) is not None:
         if idempotency_key.strip().lower() != body["batch_id"].strip().lower():
             errors.append(("Idempotency-Key", "must equal batch_id"))
     for kind, shape in SHAPES.items():

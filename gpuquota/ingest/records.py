@@ -12,8 +12,7 @@ from decimal import Decimal
 
 from gpuquota.ingest import conf
 from gpuquota.ingest.models import EventType
-from gpuquota.ingest.protocol import instant_parse
-from gpuquota.inventory.models import GPU_UUID_RE
+from gpuquota.ingest.parsing import instant_parse, uuid_normal, uuid_parse
 
 INT32 = 2**31 - 1
 INT64 = 2**63 - 1
@@ -24,13 +23,6 @@ NODE_EVENT_TYPES = frozenset({"nvml_unavailable", "agent_restart", "data_dropped
 EVENT_TYPES = frozenset(EventType.values)
 UNKNOWN_GPU = "unknown GPU: not listed in gpus nor known for this node"
 JOB_SOURCES = frozenset({"slurm", "kubernetes", "docker", "unix"})
-
-
-def uuid_normal(raw) -> str | None:
-    """The stored form of an NVML UUID (`GPU-`/`MIG-` + lower-case hex), or None."""
-    if type(raw) is not str or not GPU_UUID_RE.match(raw):
-        return None
-    return raw[:4].upper() + raw[4:].lower()
 
 
 @dataclass(frozen=True)
@@ -249,7 +241,7 @@ class Judge:
 
     def event(self, index: int, record: dict, node_id: int, received_at: datetime) -> None:
         path = f"events[{index}]"
-        event_id = _uuid(record["event_id"])
+        event_id = uuid_parse(record["event_id"])
         if event_id is None:
             self.out.reject(f"{path}.event_id", "must be a UUID")
             return
@@ -313,15 +305,6 @@ def _finite(value) -> bool:
 
 def _int(value):
     return value if value is None or type(value) is int else int(value)
-
-
-def _uuid(value: str):
-    import uuid
-
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
 
 
 def records_judge(*, body: dict, gpus: dict, node_id: int, now: datetime,

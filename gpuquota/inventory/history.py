@@ -7,6 +7,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from gpuquota.core.contributions import recompute_horizon
 from gpuquota.core.errors import DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
@@ -27,19 +28,15 @@ def _admin_only(by) -> None:
 def history_change_check(*, gpu: Gpu, at: datetime, current_from: datetime) -> None:
     """Refuse a change of a GPU's history at `at`: in the future, before the interval in
     force began, or reaching hours whose raw samples have expired (their rollups could
-    not be recomputed)."""
-    from gpuquota.usage.models import GpuHourUsage
-    from gpuquota.usage.services import raw_data_horizon
-
+    not be recomputed: the apps above say so through `RECOMPUTE_HORIZON`)."""
     if at > timezone.now():
         raise DomainError("The change cannot take effect in the future.", field="at")
     if at <= current_from:
         raise DomainError(
             f"The change must take effect after the current interval began "
             f"({_fmt(current_from)}).", field="at")
-    horizon = raw_data_horizon()
-    if hour_floor(at) < horizon and GpuHourUsage.objects.filter(
-            gpu=gpu, hour__gte=hour_floor(at), hour__lt=horizon).exists():
+    horizon = recompute_horizon(start=at, gpu_id=gpu.pk)
+    if horizon is not None:
         raise DomainError(
             f"Raw samples before {_fmt(horizon)} have expired: the GPU-hours from "
             f"{_fmt(hour_floor(at))} could not be recomputed. Choose an instant at or after "

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from accounts.models import Membership
 from accounts.permissions import can_act_for_team, can_view_team, require_admin, team_for_view
 from accounts.selectors import memberships_current, teams_visible
+from gpuquota.core.api import ERRORS
 from gpuquota.core.api_fields import query_parse
 from gpuquota.core.errors import DomainError, PermissionDenied
 from gpuquota.core.idempotency import IDEMPOTENCY_KEY, idempotent_post
@@ -24,7 +25,7 @@ from gpuquota.lending import conf, optouts, services
 from gpuquota.lending import serializers as s
 from gpuquota.lending.models import LendingOptOut
 from gpuquota.lending.selectors import loans_list, optouts_list, returns_list, time_to_return
-from gpuquota.reservations.api import ERRORS, KEY_REUSED, reservation_for_view
+from gpuquota.reservations.api import KEY_REUSED, reservation_for_view
 from gpuquota.reservations.models import Loan
 
 ACT_DENIED = "Only the reserving team's leads and admins can do this."

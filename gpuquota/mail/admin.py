@@ -1,10 +1,11 @@
 from django.contrib import admin
 
+from gpuquota.core.admin import ReadOnlyAdmin
 from gpuquota.mail.models import MailDelivery
 
 
 @admin.register(MailDelivery)
-class MailDeliveryAdmin(admin.ModelAdmin):
+class MailDeliveryAdmin(ReadOnlyAdmin):
     """Read-only: the record of what was mailed to whom (written by the mail module only)."""
 
     list_display = ["key", "recipient", "template", "status", "attempts", "next_attempt_at",
@@ -12,12 +13,3 @@ class MailDeliveryAdmin(admin.ModelAdmin):
     list_filter = ["status", "template"]
     search_fields = ["key", "recipient__username", "recipient__email", "message_id"]
     readonly_fields = [f.name for f in MailDelivery._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

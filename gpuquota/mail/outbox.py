@@ -31,11 +31,10 @@ from django.db.models import F
 from django.utils import timezone
 from kombu.utils.json import dumps, loads
 
-from accounts.models import User
 from gpuquota.core.dispatch import task_enqueue_on_commit
 from gpuquota.mail.conf import lease_s, mail_enabled, max_attempts, retry_countdown_s
 from gpuquota.mail.models import MailDelivery
-from gpuquota.mail.services import MailOutcome, _Sender, _serve, _unique
+from gpuquota.mail.services import MailOutcome, Recipient, _Sender, _serve, _unique
 
 logger = logging.getLogger(__name__)
 D = MailDelivery.Status
@@ -43,7 +42,8 @@ OPEN = [D.QUEUED, D.SENDING, D.FAILED]  # an outbox row a sender may still take
 SWEEP_BATCH = 200
 
 
-def mail_send_later(*, template: str, recipients: Iterable[User], context: dict, key: str) -> int:
+def mail_send_later(*, template: str, recipients: Iterable[Recipient], context: dict,
+                    key: str) -> int:
     """Queue one message per recipient under `key` in the current transaction and send it
     after commit (`mail.send`; the sweep if that never runs). The context must survive JSON
     (strings, numbers, datetimes, Decimals, lists, dicts): checked here, not in the worker.

@@ -29,14 +29,19 @@ from dataclasses import dataclass, field
 from email import encoders
 from email.mime.base import MIMEBase
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.mail import EmailMultiAlternatives, get_connection
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import User
 from gpuquota.mail.conf import mail_enabled
 from gpuquota.mail.models import MailDelivery
 from gpuquota.mail.render import RenderedMail, mail_render, message_id
+
+# A recipient is a user of the user model (settings.AUTH_USER_MODEL, accounts' User): its
+# email, email_opt_out, is_active and timezone. Mail imports no app but core, so any app
+# may send mail.
+Recipient = AbstractBaseUser
 
 logger = logging.getLogger(__name__)
 D = MailDelivery.Status
@@ -81,7 +86,7 @@ class MailOutcome:
 def mail_send(
     *,
     template: str,
-    recipients: Iterable[User],
+    recipients: Iterable[Recipient],
     context: dict,
     key: str,
     attachments: Sequence[Attachment] = (),
@@ -106,14 +111,14 @@ def mail_send(
     return outcome
 
 
-def _unique(recipients: Iterable[User]) -> list[User]:
-    seen: dict[int, User] = {}
+def _unique(recipients: Iterable[Recipient]) -> list[Recipient]:
+    seen: dict[int, Recipient] = {}
     for user in recipients:
         seen.setdefault(user.pk, user)
     return list(seen.values())
 
 
-def _serve(*, recipient: User, template: str, context: dict, key: str,
+def _serve(*, recipient: Recipient, template: str, context: dict, key: str,
            attachments: Sequence[Attachment], force: bool, sender: "_Sender",
            outcome: MailOutcome) -> str:
     """Serve one recipient under `key`; returns the row's status afterwards."""
@@ -144,7 +149,7 @@ def _serve(*, recipient: User, template: str, context: dict, key: str,
     return delivery.status
 
 
-def _claim(*, recipient: User, template: str, key: str, force: bool) -> str:
+def _claim(*, recipient: Recipient, template: str, key: str, force: bool) -> str:
     """Record that `recipient` is being served under `key` (committed before any SMTP);
     `sent`/`skipped` when there is nothing to send."""
     with transaction.atomic(durable=True):
@@ -170,7 +175,7 @@ def _claim(*, recipient: User, template: str, key: str, force: bool) -> str:
         return delivery.status
 
 
-def _skip_reason(recipient: User) -> str:
+def _skip_reason(recipient: Recipient) -> str:
     if recipient.email_opt_out:
         return "opted out of email on their profile"
     if not recipient.email:
@@ -180,7 +185,7 @@ def _skip_reason(recipient: User) -> str:
     return ""
 
 
-def _message(rendered: RenderedMail, *, recipient: User, message_id: str,
+def _message(rendered: RenderedMail, *, recipient: Recipient, message_id: str,
              attachments: Sequence[Attachment]) -> EmailMultiAlternatives:
     message = EmailMultiAlternatives(
         subject=rendered.subject, body=rendered.text, to=[recipient.email],

@@ -8,8 +8,10 @@ Who marks (each through a function of this module, never by importing usage):
 - inventory: a GPU moved between nodes, a class or node change from then on;
 - accounts: a cluster identity or a billing membership changed marks the hours of the
   processes it re-attributes;
-- reports: a rate card created or ended marks the hours it cuts;
-- usage health: a failed/degraded interval opened, moved or closed marks what it covers.
+- rates: a rate card created, ended or changed has usage re-price its rollups (the
+  `RATE_CARD_CHANGED` hook), which marks the hours a boundary cuts;
+- health (in ingest): a failed/degraded interval opened, moved or closed marks what it
+  covers.
 
 When a mark is due (`due_at`, coalescing), so that the bound holds at its worst: the sweep
 after the due time comes up to one beat interval later and takes up to its budget, so

@@ -2,11 +2,12 @@
 Chargeback and Lending).
 
 Each change names the overlaps it would cause (refused) and the gaps between cards it
-would open (refused: a second with no card fails every draft over it), and re-prices the
-rollups of that class: whole hours change card in place, hours a boundary cuts are marked
-for recompute (`gpu_class_hours_reprice`, in usage). A boundary in an
-hour older than the raw-sample horizon is refused when rollups of the class exist there:
-their raw samples are gone, so they could not be cut again.
+would open (refused: a second with no card fails every draft over it), and has the apps
+above re-price what they derived with the cards of that class (the `RATE_CARD_CHANGED`
+hook: usage's rollups change card in place for whole hours, and the hours a boundary cuts
+are marked for recompute). A boundary in an hour older than the raw-sample horizon is
+refused when figures of the class exist there (the `RECOMPUTE_HORIZON` hook): their raw
+samples are gone, so they could not be cut again.
 """
 
 import re
@@ -15,14 +16,13 @@ from decimal import Decimal, InvalidOperation
 
 from django.db import IntegrityError, transaction
 
+from gpuquota.core.contributions import hooks_call, recompute_horizon
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.inventory.models import GpuClass
 from gpuquota.rates.models import RateCard
-from gpuquota.usage.selectors import gpu_class_hours_exist
-from gpuquota.usage.services import gpu_class_hours_reprice, raw_data_horizon
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 _RATE_LIMIT = Decimal("99999999.9999")
@@ -101,13 +101,10 @@ def rate_cards_check(*, gpu_class: GpuClass, proposed: tuple[datetime, datetime 
 
 def _changed_hours_check(gpu_class: GpuClass, start: datetime, end: datetime | None) -> None:
     """Refuse re-pricing [start, end) when it reaches hours whose raw samples expired
-    and which hold rollups of the class (they could not be recomputed)."""
-    horizon = raw_data_horizon()
+    and which hold figures of the class (they could not be recomputed)."""
     first = hour_floor(start)
-    if first >= horizon:
-        return
-    stop = horizon if end is None else min(end, horizon)
-    if gpu_class_hours_exist(gpu_class_id=gpu_class.pk, start=first, end=stop):
+    horizon = recompute_horizon(start=start, end=end, gpu_class_id=gpu_class.pk)
+    if horizon is not None:
         raise Conflict(
             f"Raw samples before {_fmt(horizon)} have expired: the {gpu_class.name} GPU-hours "
             f"from {_fmt(first)} that this change re-prices could not be recomputed. "
@@ -157,8 +154,8 @@ def rate_card_create(*, gpu_class: GpuClass, valid_from: datetime,
     rate_cards_check(gpu_class=gpu_class, proposed=(valid_from, valid_until))
     _changed_hours_check(gpu_class, valid_from, valid_until)
     _save(card)
-    marked = gpu_class_hours_reprice(gpu_class_id=gpu_class.pk, start=valid_from,
-                                     end=valid_until, card_id=card.id)
+    marked = sum(hooks_call("RATE_CARD_CHANGED", gpu_class_id=gpu_class.pk, start=valid_from,
+                            end=valid_until, card_id=card.id))
     audit_record(actor=by, action="rate_card.create", obj=card, reason=reason,
                  changes={**_card_changes(card), "gpu_hours_marked": marked})
     return card
@@ -183,8 +180,9 @@ def rate_card_end(*, rate_card: RateCard, at: datetime | None, by,
     card.valid_until = at
     _save(card, update_fields=["valid_until"])
     shortened = at is not None and (old is None or at < old)
-    marked = gpu_class_hours_reprice(gpu_class_id=card.gpu_class_id, start=changed_from,
-                                     end=changed_until, card_id=None if shortened else card.id)
+    marked = sum(hooks_call("RATE_CARD_CHANGED", gpu_class_id=card.gpu_class_id,
+                            start=changed_from, end=changed_until,
+                            card_id=None if shortened else card.id))
     audit_record(actor=by, action="rate_card.end", obj=card, reason=reason, changes={
         "gpu_class": card.gpu_class.name,
         "valid_until": [old.isoformat() if old else None, at.isoformat() if at else None],
@@ -233,8 +231,8 @@ def rate_card_change(*, rate_card: RateCard, by, reserved_rate=None, on_demand_r
     successor = RateCard(gpu_class=card.gpu_class, valid_from=effective_from,
                          valid_until=old_until, **values)
     _save(successor)
-    marked = gpu_class_hours_reprice(gpu_class_id=card.gpu_class_id, start=effective_from,
-                                     end=old_until, card_id=successor.id)
+    marked = sum(hooks_call("RATE_CARD_CHANGED", gpu_class_id=card.gpu_class_id,
+                            start=effective_from, end=old_until, card_id=successor.id))
     audit_record(actor=by, action="rate_card.change", obj=successor, reason=reason, changes={
         "before": before, "after": _card_changes(successor),
         "effective_from": effective_from.isoformat(), "gpu_hours_marked": marked})

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from accounts.permissions import can_view_team, require_admin, team_for_action, team_for_view
 from accounts.selectors import teams_visible
 from accounts.services import team_cost_center_set
+from gpuquota.core.api import ERRORS, ErrorSerializer
 from gpuquota.core.api_fields import query_parse
 from gpuquota.core.errors import DomainError, NotFound
 from gpuquota.core.idempotency import IDEMPOTENCY_KEY, idempotent_post
@@ -32,15 +33,9 @@ from gpuquota.reservations.selectors import (
 )
 from gpuquota.reservations.services import horizon_check
 
-ERRORS = {
-    400: OpenApiResponse(s.ErrorSerializer, description="Bad input: names the field."),
-    403: OpenApiResponse(s.ErrorSerializer, description="Not allowed (a member)."),
-    404: OpenApiResponse(s.ErrorSerializer, description="No such object (or not visible)."),
-    409: OpenApiResponse(s.ErrorSerializer, description="No capacity, over quota, wrong state."),
-}
-KEY_REUSED = OpenApiResponse(s.ErrorSerializer, description="The Idempotency-Key was already "
+KEY_REUSED = OpenApiResponse(ErrorSerializer, description="The Idempotency-Key was already "
                              "used for a different request (code idempotency_key_reused).")
-LIST_FILTER_404 = OpenApiResponse(s.ErrorSerializer, description="The `team` filter names no "
+LIST_FILTER_404 = OpenApiResponse(ErrorSerializer, description="The `team` filter names no "
                                   "team the caller can see.")
 
 

@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.models import Team, User
+from gpuquota.core.contributions import hooks_call
 from gpuquota.core.errors import Conflict, DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
@@ -19,7 +20,6 @@ from gpuquota.inventory.models import GpuClass
 from gpuquota.reservations.assigning import lock_team_class
 from gpuquota.reservations.models import Quota
 from gpuquota.reservations.services import require_admin_actor
-from gpuquota.schedulers.services import schedulers_reconcile_request
 
 MAX_QUOTA_GPUS = 100_000
 PAST_TOLERANCE = timedelta(minutes=5)
@@ -107,7 +107,7 @@ def quota_create(*, team: Team, gpu_class: GpuClass, gpus: int, valid_from: date
     _save(quota)
     audit_record(actor=by, action="quota.create", obj=quota, team=team,
                  changes=_changes(quota), reason=reason)
-    schedulers_reconcile_request(reason=f"quota {quota.pk} created")
+    hooks_call("RESERVATIONS_CHANGED", reason=f"quota {quota.pk} created")
     return quota
 
 
@@ -134,5 +134,5 @@ def quota_end(*, quota: Quota, at: datetime | None, by: User, reason: str = "",
     audit_record(actor=by, action="quota.end", obj=row, team=row.team, reason=reason, changes={
         **_changes(row), "valid_until": [old.isoformat() if old else None,
                                          at.isoformat() if at else None]})
-    schedulers_reconcile_request(reason=f"quota {row.pk} ended")
+    hooks_call("RESERVATIONS_CHANGED", reason=f"quota {row.pk} ended")
     return row

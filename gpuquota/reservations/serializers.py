@@ -162,16 +162,3 @@ class AuditEntrySerializer(serializers.Serializer):
     team = serializers.CharField(source="team.slug", allow_null=True)
     changes = serializers.JSONField()
     reason = serializers.CharField()
-
-
-class ErrorItemSerializer(serializers.Serializer):
-    field = serializers.CharField(allow_null=True)
-    message = serializers.CharField()
-
-
-class ErrorSerializer(serializers.Serializer):
-    """The one API error format."""
-
-    code = serializers.CharField()
-    detail = serializers.CharField()
-    errors = ErrorItemSerializer(many=True)

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from accounts.models import Team, User
 from accounts.permissions import can_act_for_team, is_admin
-from gpuquota.core.contributions import contributed
+from gpuquota.core.contributions import contributed, hooks_call
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
@@ -31,7 +31,6 @@ from gpuquota.reservations.conf import booking_horizon_days, booking_horizon_end
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.reservations.notices import reservation_decision_notify, reservation_pending_notify
 from gpuquota.reservations.room import ClassLedger, gpus_text
-from gpuquota.schedulers.services import schedulers_reconcile_request
 
 __all__ = [
     "NoCapacity", "OverQuota", "reservation_create", "reservation_approve", "reservation_deny",
@@ -167,7 +166,7 @@ def reservation_create(
         changes={**_window_changes(reservation), "gpus": _gpu_list(assignments)},
         reason=purpose,
     )
-    schedulers_reconcile_request(reason=f"reservation {reservation.pk} created")
+    hooks_call("RESERVATIONS_CHANGED", reason=f"reservation {reservation.pk} created")
     if reservation.status == S.PENDING:
         reservation_pending_notify(reservation)  # mailed after commit
     return reservation
@@ -260,7 +259,7 @@ def reservation_approve(
                  "charged_from": start.isoformat()},
         reason=reason,
     )
-    schedulers_reconcile_request(reason=f"reservation {reservation.pk} approved")
+    hooks_call("RESERVATIONS_CHANGED", reason=f"reservation {reservation.pk} approved")
     reservation_decision_notify(reservation, decision="approved")  # mailed after commit
     return reservation
 
@@ -312,7 +311,7 @@ def reservation_cancel(
     reservation.save(update_fields=["status"])
     audit_record(actor=actor, action="reservation.cancel", obj=reservation, team=reservation.team,
                  changes={"status": [before, S.CANCELLED]}, reason=reason)
-    schedulers_reconcile_request(reason=f"reservation {reservation.pk} cancelled")
+    hooks_call("RESERVATIONS_CHANGED", reason=f"reservation {reservation.pk} cancelled")
     return reservation
 
 
@@ -356,7 +355,7 @@ def reservation_release(
     reservation.save(update_fields=["status"])
     audit_record(actor=actor, action="reservation.release", obj=reservation, team=reservation.team,
                  changes={"status": [before, S.ENDED], "assignments": changed}, reason=reason)
-    schedulers_reconcile_request(reason=f"reservation {reservation.pk} released")
+    hooks_call("RESERVATIONS_CHANGED", reason=f"reservation {reservation.pk} released")
     return reservation
 
 
@@ -405,5 +404,5 @@ def reservations_advance(*, now: datetime | None = None) -> dict[str, int]:
         reservation_decision_notify(reservation, decision="expired")  # mailed after commit
         moved["expired"] += 1
     if moved["activated"] or moved["ended"]:  # reservation edges: limits change
-        schedulers_reconcile_request(reason="reservations moved on")
+        hooks_call("RESERVATIONS_CHANGED", reason="reservations moved on")
     return moved

@@ -8,6 +8,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import User
+from gpuquota.core.contributions import hooks_call
 from gpuquota.core.errors import Conflict, DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
@@ -30,7 +31,6 @@ from gpuquota.reservations.services import (
     require_admin_actor,
     require_team_actor,
 )
-from gpuquota.schedulers.services import schedulers_reconcile_request
 
 
 def _running(reservation: Reservation, now: datetime) -> list[Assignment]:
@@ -97,7 +97,7 @@ def reservation_extend(
     reservation.save(update_fields=["end"])
     audit_record(actor=actor, action="reservation.extend", obj=reservation, team=reservation.team,
                  changes={"end": [old_end.isoformat(), end.isoformat()]}, reason=reason)
-    schedulers_reconcile_request(reason=f"reservation {reservation.pk} extended")
+    hooks_call("RESERVATIONS_CHANGED", reason=f"reservation {reservation.pk} extended")
     return reservation
 
 
@@ -126,7 +126,7 @@ def reservation_shrink(
     reservation.save(update_fields=["count"])
     audit_record(actor=actor, action="reservation.shrink", obj=reservation, team=reservation.team,
                  changes={"count": [before, count], "assignments": changed}, reason=reason)
-    schedulers_reconcile_request(reason=f"reservation {reservation.pk} shrunk")
+    hooks_call("RESERVATIONS_CHANGED", reason=f"reservation {reservation.pk} shrunk")
     return reservation
 
 
@@ -178,7 +178,7 @@ def reservation_swap_gpu(
     audit_record(actor=actor, action="reservation.swap", obj=reservation, team=reservation.team,
                  changes={"from_gpu": gpu.uuid, "to_gpu": new_gpu.uuid, "at": at.isoformat()},
                  reason=reason)
-    schedulers_reconcile_request(reason=f"reservation {reservation.pk}: a GPU swapped")
+    hooks_call("RESERVATIONS_CHANGED", reason=f"reservation {reservation.pk}: a GPU swapped")
     return new
 
 
@@ -214,6 +214,6 @@ def maintenance_block_create(
     audit_record(actor=actor, action="maintenance.block", obj=block, team=None,
                  changes={"gpu": gpu.uuid, "from": start.isoformat(),
                           "until": end.isoformat() if end else None}, reason=reason)
-    schedulers_reconcile_request(reason=f"maintenance block {block.pk}")
+    hooks_call("RESERVATIONS_CHANGED", reason=f"maintenance block {block.pk}")
     return block
 

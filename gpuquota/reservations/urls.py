@@ -19,9 +19,6 @@ urlpatterns = [
     path("manage/", views_manage.manage_home, name="manage_home"),
     path("manage/quotas/", views_manage.quotas_page, name="manage_quotas"),
     path("manage/quotas/<int:pk>/end/", views_manage.quota_end_view, name="manage_quota_end"),
-    path("manage/rate-cards/", views_manage.rate_cards_page, name="manage_rate_cards"),
-    path("manage/rate-cards/<int:pk>/end/", views_manage.rate_card_end_view,
-         name="manage_rate_card_end"),
     path("manage/reservations/", views_manage.reservations_page, name="manage_reservations"),
     # API
     path("api/v1/teams", api.TeamListView.as_view(), name="api-teams"),

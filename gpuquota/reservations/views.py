@@ -22,6 +22,7 @@ from accounts.selectors import team_members, teams_led
 from gpuquota.core.errors import DomainError
 from gpuquota.core.idempotency import FORM_FIELD, KeyReused, form_submit_once
 from gpuquota.core.sections import page_sections
+from gpuquota.core.timeutil import month_of
 from gpuquota.reservations import services, services_change
 from gpuquota.reservations.forms import (
     DecideForm,
@@ -40,7 +41,6 @@ from gpuquota.reservations.selectors import (
     team_reservations,
     window_availability,
 )
-from gpuquota.usage.history import month_of, team_month_context
 
 
 def _user_tz(request) -> ZoneInfo:
@@ -77,9 +77,9 @@ def team_detail(request, slug: str):
                                           past_page=request.GET.get("past") or 1),
         "extend_form": ExtendForm(),
         "now": now,
-        **team_month_context(team=team, month=month, now=now),
+        "month": month,
         "sections": page_sections("team", team=team, user=request.user, can_act=can_act,
-                                  now=now),
+                                  month=month, now=now),
     }
     return render(request, "reservations/team_detail.html", context)
 

@@ -132,6 +132,12 @@ class Backend(ABC):
         self.cluster = cluster
         self.config = config
 
+    @classmethod
+    @abstractmethod
+    def options_check(cls, options: dict, *, cluster) -> None:
+        """Refuse options (`BackendConfig.options`) this backend cannot read, with a
+        DomainError naming the field."""
+
     @abstractmethod
     def capabilities(self) -> CapabilityReport: ...
 
@@ -206,6 +212,12 @@ BACKENDS: dict[str, str] = {
     "slurm": "gpuquota.schedulers.slurm.backend.SlurmBackend",
     "kubernetes": "gpuquota.schedulers.kubernetes.backend.KubernetesBackend",
 }
+
+
+def backend_options_check(cluster, options: dict) -> None:
+    """Refuse options the cluster's backend cannot read (its `options_check`)."""
+    if path := BACKENDS.get(cluster.scheduler):
+        import_string(path).options_check(options, cluster=cluster)
 
 
 def backend_for(cluster, config) -> Backend | None:

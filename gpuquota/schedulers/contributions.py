@@ -1,7 +1,7 @@
-"""What the scheduler backends add to other pages (`gpuquota.core.contributions`): how the
+"""What the scheduler backends add to other apps (`gpuquota.core.contributions`): how the
 scheduler holds each of a team's reservations, the jobs that ran in it and other accounts'
 jobs on its GPUs, on the team page; clusters with open problems and foreign use, on the
-admin's home page."""
+admin's home page; a reconcile after every change of reservations, quotas or maintenance."""
 
 from datetime import datetime, timedelta
 
@@ -11,6 +11,7 @@ from gpuquota.core.attention import Attention
 from gpuquota.core.sections import Section
 from gpuquota.schedulers.models import Problem
 from gpuquota.schedulers.selectors import FOREIGN_USE_DAYS, foreign_use, team_scheduler_holds
+from gpuquota.schedulers.services import schedulers_reconcile_request
 
 
 def team_holds_context(*, team, can_act, now: datetime):
@@ -42,3 +43,4 @@ PAGE_SECTIONS = [
 ]
 
 ATTENTION = [problems_attention]
+RESERVATIONS_CHANGED = [schedulers_reconcile_request]

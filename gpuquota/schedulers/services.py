@@ -11,10 +11,9 @@ from django.utils import timezone
 from gpuquota.core.dispatch import task_enqueue_on_commit
 from gpuquota.core.errors import DomainError
 from gpuquota.core.services import audit_record
-from gpuquota.schedulers.kubernetes.options import options_parse
+from gpuquota.schedulers.backend import backend_options_check
 from gpuquota.schedulers.models import BackendConfig, Problem
 from gpuquota.schedulers.secrets import secret_encrypt
-from gpuquota.schedulers.slurm.options import SlurmOptions
 
 CONFIG_FIELDS = ("mode", "commands_dir", "api_url", "command_timeout_s", "options")
 
@@ -40,10 +39,8 @@ def backend_config_update(
         raise DomainError("Between 1 and 600 seconds.", field="command_timeout_s")
     if "options" in values and not isinstance(values["options"], dict):
         raise DomainError("A JSON object.", field="options")
-    if "options" in values and cluster.scheduler == cluster.Scheduler.SLURM:
-        SlurmOptions.parse(values["options"])  # refuses unknown or malformed options
-    if "options" in values and cluster.scheduler == cluster.Scheduler.KUBERNETES:
-        options_parse(values["options"], cluster_slug=cluster.slug)  # and names it refuses
+    if "options" in values:
+        backend_options_check(cluster, values["options"])  # refuses unknown or malformed
     config, created = BackendConfig.objects.select_for_update().get_or_create(cluster=cluster)
     changes = {}
     for name, value in values.items():

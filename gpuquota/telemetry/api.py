@@ -9,8 +9,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.permissions import IsPlatformAdmin
+from gpuquota.core.api import ErrorSerializer
 from gpuquota.inventory.models import Cluster
-from gpuquota.reservations.serializers import ErrorSerializer
 from gpuquota.telemetry.forms import FIELDS
 from gpuquota.telemetry.models import TelemetrySource
 from gpuquota.telemetry.selectors import source_limits

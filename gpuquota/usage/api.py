@@ -12,11 +12,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.permissions import is_admin, team_for_view
+from gpuquota.core.api import ErrorSerializer
 from gpuquota.core.api_fields import query_parse
 from gpuquota.core.errors import DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.timeutil import Period
-from gpuquota.reservations.serializers import ErrorSerializer
 from gpuquota.usage import api_serializers as s
 from gpuquota.usage.conf import busy_util_percent
 from gpuquota.usage.daily import daily_usage

@@ -12,7 +12,6 @@ from django.db.models import Max
 from django.utils import timezone
 
 from accounts.models import Team
-from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.usage.charts import svg_reserved_busy_chart
@@ -25,22 +24,6 @@ from gpuquota.usage.selectors import ReservationUsage, lending_figures, period_t
 from gpuquota.usage.to_date import days_from, rollup_sums
 
 TREND_MONTHS = 6
-
-
-def month_of(*, text: str | None, now: datetime) -> Period:
-    """The calendar month named `YYYY-MM` (default: the current one); a month that has
-    not begun is refused: it has no figures yet."""
-    current = Period.month(now.year, now.month)
-    if not text:
-        return current
-    try:
-        month = Period.parse_month(text)
-    except ValueError as exc:
-        raise DomainError("Pick a month as YYYY-MM, e.g. 2026-11.", field="month") from exc
-    if month.start > current.start:
-        raise DomainError(f"{month.start:%B %Y} has not begun: it has no figures yet.",
-                          field="month")
-    return month
 
 
 def month_shift(month: Period, delta: int) -> Period:

@@ -20,6 +20,7 @@ from accounts.models import Team
 from gpuquota.core.errors import DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.ingest.partitions import raw_data_horizon
 from gpuquota.inventory.models import GpuClass
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, display_decimal, sums_by
@@ -39,7 +40,6 @@ from gpuquota.usage.seconds import (  # noqa: F401  (re-exported for chargeback)
     reserved_seconds_by_class,
     seconds_total,
 )
-from gpuquota.usage.services import raw_data_horizon
 
 KEY_FIELDS = ("kind", "gpu_class_id", "reservation_id", "team_id", "split_ways", "failed")
 HOUR = timedelta(hours=1)
@@ -59,10 +59,22 @@ def period_last(*, span: timedelta, now: datetime | None = None) -> Period:
     return Period(hour_floor(now) - span, now)
 
 
-def gpu_class_hours_exist(*, gpu_class_id: int, start: datetime, end: datetime) -> bool:
-    """Whether any rollup row of the class lies in the hours [start, end)."""
-    return GpuHourUsage.objects.filter(gpu_class_id=gpu_class_id, hour__gte=start,
-                                       hour__lt=end).exists()
+def rollups_past_horizon(*, start: datetime, end: datetime | None = None,
+                         gpu_id: int | None = None,
+                         gpu_class_id: int | None = None) -> datetime | None:
+    """The raw-data horizon when rollup rows of the GPU (or of the class) lie in the hours
+    from `start` (before `end`) that precede it, so could not be recomputed; else None."""
+    horizon = raw_data_horizon()
+    first = hour_floor(start)
+    if first >= horizon:
+        return None
+    rows = GpuHourUsage.objects.filter(hour__gte=first,
+                                       hour__lt=horizon if end is None else min(end, horizon))
+    if gpu_id is not None:
+        rows = rows.filter(gpu_id=gpu_id)
+    if gpu_class_id is not None:
+        rows = rows.filter(gpu_class_id=gpu_class_id)
+    return horizon if rows.exists() else None
 
 
 def _hour_ceil(value: datetime) -> datetime:

@@ -5,10 +5,9 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.utils import timezone
 
 from gpuquota.core.timeutil import hour_floor
-from gpuquota.ingest import conf as ingest_conf
+from gpuquota.ingest.partitions import raw_data_horizon
 from gpuquota.inventory.models import Gpu
 from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.outbox.services import gpu_hours_mark_dirty
@@ -31,12 +30,6 @@ def _hour_key_sql(gpu: str) -> str:
 
 def _hour_number(hour: datetime) -> int:
     return int(hour.timestamp()) // 3600 & 0xFFFFFF
-
-
-def raw_data_horizon() -> datetime:
-    """Hours before this have (or may soon have) lost their raw samples."""
-    days = ingest_conf.RAW_SAMPLE_RETENTION_DAYS - 1
-    return hour_floor(timezone.now() - timedelta(days=days))
 
 
 def _gpu_hour_lock(gpu_id: int, hour: datetime) -> None:

@@ -24,14 +24,14 @@ from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 
+from gpuquota.ingest.health import gpu_health_evaluate, gpus_with_health_work
+from gpuquota.ingest.partitions import raw_data_horizon
 from gpuquota.inventory.models import Gpu
 from gpuquota.outbox.models import DirtyGpuHour
-from gpuquota.usage.health import gpu_health_evaluate, gpus_with_health_work
 from gpuquota.usage.services import (
     gpu_hours_replace,
     gpu_hours_try_lock,
     gpus_lock,
-    raw_data_horizon,
 )
 
 logger = logging.getLogger(__name__)

@@ -13,6 +13,7 @@ from accounts.selectors import teams_visible
 from gpuquota.core.errors import DomainError
 from gpuquota.core.sections import page_sections
 from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.ingest.health import gpu_health_recover
 from gpuquota.inventory.models import Gpu, gpu_uuid_normalize
 from gpuquota.outbox.conf import rollup_freshness_s
 from gpuquota.usage.charts import COMPACT, svg_bar_chart, svg_reserved_busy_chart
@@ -21,7 +22,6 @@ from gpuquota.usage.fleet import gpu_history
 from gpuquota.usage.fleet_index import FleetFilter, fleet_choices, fleet_page
 from gpuquota.usage.forms import FleetFilterForm, HealthRecoverForm
 from gpuquota.usage.freshness import usage_freshness
-from gpuquota.usage.health import gpu_health_recover
 from gpuquota.usage.metrics import metrics_access, metrics_render
 from gpuquota.usage.selectors import LAST_SPANS, period_last, period_to_date
 from gpuquota.usage.to_date import utilization_overview

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from accounts.models import User
 from gpuquota.core.attention import attention_items
+from gpuquota.ingest.health import gpu_health_interval_record
 from gpuquota.inventory.models import GpuHealthInterval, Node
 from gpuquota.reservations.services import reservation_create
-from gpuquota.usage.health import gpu_health_interval_record
 from reclaim.models import Recommendation
 from reports.models import Statement
 from tests.reclaim.factories import World, make_rec

@@ -8,10 +8,10 @@ from django.urls import reverse
 
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.models import AuditEntry
+from gpuquota.ingest.health import gpu_health_interval_record
 from gpuquota.inventory.history import gpu_class_change, gpu_node_change
 from gpuquota.inventory.models import GpuClass, GpuHealthInterval, GpuModelMapping
 from gpuquota.outbox.models import DirtyGpuHour
-from gpuquota.usage.health import gpu_health_interval_record
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import AdminFactory, GpuClassFactory, NodeFactory, UserFactory, make_gpu

@@ -1,7 +1,7 @@
 """The docs stay true: the README and every page of docs/ link only to what exists in a
 clone (files, and headings for #anchors), each page is reachable from the README, the
-files they name exist, and the configuration reference lists every environment variable
-the code reads."""
+files they name exist, the layout table of development.md has a row for every installed
+app, and the configuration reference lists every environment variable the code reads."""
 
 import ast
 import re
@@ -9,6 +9,7 @@ from functools import cache
 from pathlib import Path
 
 import gpuquota
+from tests.house import project_app_configs
 
 ROOT = Path(gpuquota.__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -123,3 +124,12 @@ def test_the_configuration_reference_lists_every_environment_variable():
     assert {"DATABASE_URL", "RECLAIM_RULE", "INGEST_MAX_SAMPLES", "LOGIN_FAILURE_LIMIT"} <= read
     documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", (DOCS / "configuration.md").read_text()))
     assert sorted(read - documented) == []
+
+
+def test_the_layout_table_has_a_row_for_every_installed_app():
+    text = (DOCS / "development.md").read_text()
+    table = text[text.index("## Layout"):text.index("## How the code is written")]
+    rows = set(re.findall(r"^\| `([\w/]+/)` \|", table, re.M))
+    folders = {f"{Path(config.path).resolve().relative_to(ROOT).as_posix()}/"
+               for config in project_app_configs()}
+    assert sorted(folders - rows) == []

@@ -63,12 +63,13 @@ def test_sections_come_in_order_a_shared_context_runs_once_and_none_shows_nothin
         Section(page="team", slot="main", template="early.html", order=2),
         Section(page="fleet", slot="figures", template="elsewhere.html"),
     ])
-    filled = page_sections("team", team="T", user="U", can_act=True, now="N")
+    filled = page_sections("team", team="T", user="U", can_act=True, month="M", now="N")
     found = {slot: [f.template for f in items] for slot, items in filled.items()}
     assert found == {"top": ["banner.html"], "main": ["early.html", "late.html"]}
     assert calls == [("T", "N")]
     late = next(f for f in filled["main"] if f.template == "late.html")
-    assert late.context == {"team": "T", "user": "U", "can_act": True, "now": "N", "figure": 7}
+    assert late.context == {"team": "T", "user": "U", "can_act": True, "month": "M", "now": "N",
+                            "figure": 7}
     with pytest.raises(TypeError, match="page 'team' takes"):
         page_sections("team", team="T", user="U", now="N")
 
@@ -76,6 +77,7 @@ def test_sections_come_in_order_a_shared_context_runs_once_and_none_shows_nothin
 def test_the_installed_apps_contribute_in_installed_apps_order():
     found = [(s.page, s.slot, s.template) for s in contributed("PAGE_SECTIONS")]
     assert found == [
+        ("team", "main", "usage/_reservation_utilization.html"),
         ("team", "main", "schedulers/_team_holds.html"),
         ("team", "top", "kubernetes/_team_foreign.html"),
         ("team", "main", "lending/_team_loans.html"),

@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
-from gpuquota.reservations.forms import local_to_aware
+from gpuquota.core.forms import local_to_aware
 from gpuquota.reservations.models import Reservation
 from tests.factories import GpuClassFactory, NodeFactory, QuotaFactory, make_gpu
 

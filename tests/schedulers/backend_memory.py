@@ -13,6 +13,7 @@ from gpuquota.schedulers.backend import (
 )
 from gpuquota.schedulers.models import BindingLevel
 from gpuquota.schedulers.selectors import plan_inputs
+from gpuquota.schedulers.slurm.backend import SlurmBackend
 
 #: The "scheduler": (kind, name) -> fields; tests edit it as a human would.
 STORE: dict[tuple[str, str], dict] = {}
@@ -23,6 +24,11 @@ DOWN: list[bool] = [False]
 class MemoryBackend(Backend):
     scheduler = "slurm"
     kinds = ("account", "hold")
+
+    @classmethod
+    def options_check(cls, options: dict, *, cluster) -> None:
+        """A Slurm cluster's options, as the backend it stands in for reads them."""
+        SlurmBackend.options_check(options, cluster=cluster)
 
     def capabilities(self) -> CapabilityReport:
         return CapabilityReport(version="mem-1", best_binding=BindingLevel.QUOTA)

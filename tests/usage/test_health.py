@@ -7,9 +7,9 @@ from django.utils import timezone
 
 from gpuquota.core.errors import Conflict, PermissionDenied
 from gpuquota.core.models import AuditEntry
+from gpuquota.ingest.health import gpu_health_recover
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.outbox.models import DirtyGpuHour
-from gpuquota.usage.health import gpu_health_recover
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import AdminFactory, UserFactory, make_gpu

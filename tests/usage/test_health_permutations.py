@@ -9,9 +9,9 @@ from itertools import permutations
 import pytest
 
 from gpuquota.ingest.batches import batch_ingest
+from gpuquota.ingest.health import gpu_health_recover
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.outbox.models import DirtyGpuHour
-from gpuquota.usage.health import gpu_health_recover
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import AdminFactory

@@ -63,6 +63,10 @@ class KubernetesBackend(Backend):
     kinds = MANAGED_KINDS
     independent_objects = True  # one team's refused object never holds up the others
 
+    @classmethod
+    def options_check(cls, options: dict, *, cluster) -> None:
+        options_parse(options, cluster_slug=cluster.slug)  # and the names it refuses
+
     def __init__(self, *, cluster, config):
         super().__init__(cluster=cluster, config=config)
         self._options: KubernetesOptions | None = None

@@ -34,6 +34,10 @@ class SlurmBackend(Backend):
     scheduler = "slurm"
     kinds = ("preemptible_qos", "qos", "account", "association", "reservation")
 
+    @classmethod
+    def options_check(cls, options: dict, *, cluster) -> None:
+        SlurmOptions.parse(options)  # refuses unknown or malformed options
+
     def __init__(self, *, cluster, config):
         super().__init__(cluster=cluster, config=config)
         self.options = SlurmOptions.parse(config.options)

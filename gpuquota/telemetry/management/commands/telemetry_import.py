@@ -4,7 +4,7 @@ nothing twice. The source's cursor (what beat pulls from) is left alone."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from gpuquota.ingest.protocol import instant_parse
+from gpuquota.ingest.parsing import instant_parse
 from gpuquota.telemetry.errors import SourceError
 from gpuquota.telemetry.importer import range_import
 from gpuquota.telemetry.models import TelemetrySource

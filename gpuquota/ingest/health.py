@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from gpuquota.core.contributions import recompute_horizon
 from gpuquota.core.errors import Conflict, DomainError, PermissionDenied
 from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
@@ -28,8 +29,6 @@ from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import EventType, GpuEvent, Sample
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.outbox.services import gpu_hours_mark_dirty, gpu_usage_mark_dirty
-from gpuquota.usage.models import GpuHourUsage
-from gpuquota.usage.services import raw_data_horizon
 
 FAILED_XIDS = frozenset({48, 64, 79, 95, 119, 120})
 DEGRADED_XIDS = frozenset({63, 74, 92, 94})
@@ -326,9 +325,8 @@ def gpu_health_interval_record(*, gpu: Gpu, state: str, valid_from: datetime,
         raise DomainError("A health interval cannot lie in the future.", field="valid_from")
     if valid_until is not None and valid_until <= valid_from:
         raise DomainError("The interval must end after it starts.", field="valid_until")
-    horizon = raw_data_horizon()
-    if valid_from < horizon and GpuHourUsage.objects.filter(
-            gpu=gpu, hour__gte=hour_floor(valid_from), hour__lt=horizon).exists():
+    horizon = recompute_horizon(start=valid_from, gpu_id=gpu.pk)
+    if horizon is not None:
         raise Conflict(f"Raw samples before {_fmt(horizon)} have expired: the GPU-hours from "
                        f"{_fmt(hour_floor(valid_from))} could not be recomputed.",
                        field="valid_from")

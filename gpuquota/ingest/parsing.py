@@ -1,0 +1,36 @@
+"""The small parsers of a batch's values, in one place for every tier that reads them:
+the structure check (`protocol.py`), the record judge (`records.py`), the GPU placement
+(`placement.py`) and the batch itself (`batches.py`). Each returns None for what it
+cannot read; the caller says why it refuses."""
+
+import uuid
+from datetime import UTC, datetime
+
+from gpuquota.inventory.models import GPU_UUID_RE
+
+
+def instant_parse(text: str) -> datetime | None:
+    """An aware instant from ISO 8601 text (`Z` allowed), in UTC, or None. In UTC: the
+    database refuses offsets beyond ±15:59, which ISO 8601 text may carry."""
+    try:
+        value = datetime.fromisoformat(text)
+        return value.astimezone(UTC) if value.tzinfo is not None else None
+    except (ValueError, OverflowError):
+        return None
+
+
+def uuid_normal(raw) -> str | None:
+    """The stored form of an NVML UUID (`GPU-`/`MIG-` + lower-case hex), or None."""
+    if type(raw) is not str or not GPU_UUID_RE.match(raw):
+        return None
+    return raw[:4].upper() + raw[4:].lower()
+
+
+def uuid_parse(value) -> uuid.UUID | None:
+    """A UUID from its text (batch and event ids), or None."""
+    if type(value) is not str:
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
