@@ -15,6 +15,8 @@ import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
+from gpuquota.core.env import modules_installed
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("GPUQUOTA_VAR_DIR", BASE_DIR / "var"))
 
@@ -317,7 +319,9 @@ AUTHENTICATION_BACKENDS = [
     # --- sso: local passwords (break-glass where limited), OIDC, LDAP/AD (docs/sso.md)
     "accounts.sso.forms.LocalBackend",
     "accounts.sso.oidc.OidcBackend",
-    "accounts.sso.ldap.DirectoryBackend",
+    # The LDAP/AD login is an extra (requirements-ldap.txt); without it, it is off.
+    *(["accounts.sso.ldap.DirectoryBackend"] if modules_installed("ldap", "django_auth_ldap")
+      else []),
 ]
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15))
