@@ -15,6 +15,7 @@ import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
+from agent import __version__ as GPUQUOTA_VERSION
 from gpuquota.core.env import modules_installed
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -270,7 +271,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "gpuquota API",
     "DESCRIPTION": "GPU quotas, reservations, telemetry ingestion and chargeback.",
-    "VERSION": "1.0.0",
+    "VERSION": GPUQUOTA_VERSION,
     "SERVE_INCLUDE_SCHEMA": False,
     # Swagger UI and ReDoc from pinned local static files: the docs work offline.
     "SWAGGER_UI_DIST": "SIDECAR",

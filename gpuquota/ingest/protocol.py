@@ -7,6 +7,7 @@ holds is judged later, record by record (`records.py`).
 
 import gzip
 import json
+import re
 import uuid
 import zlib
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from agent import __version__ as RELEASE
 from gpuquota.ingest import conf
 
 MAX_LISTED_ERRORS = 200
@@ -199,6 +201,30 @@ def schema_version_check(body: Any) -> list[tuple[str, str]]:
     return []
 
 
+def _release(text: object) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of an agent version such as `1.2.0` or `1.2.0rc1`, or None for
+    text of another shape (another source that speaks the protocol names itself freely)."""
+    match = re.match(r"^(\d+)\.(\d+)\.(\d+)", text) if isinstance(text, str) else None
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def agent_version_check(body: dict) -> None:
+    """422 for a gpuquota agent older than the server takes: it keeps its batches spooled and
+    retries slowly, so nothing is lost while it waits for its upgrade."""
+    node = body.get("node")
+    agent = _release(node.get("agent_version")) if type(node) is dict else None
+    if agent is None or agent >= _release(conf.MIN_AGENT_VERSION):
+        return
+    raise ProtocolError(
+        422, "agent_too_old",
+        f"agent {node['agent_version']} is older than this server (gpuquota "
+        f"{RELEASE}) takes: at least {conf.MIN_AGENT_VERSION}. Upgrade the "
+        "agent; it keeps its batches until then.",
+        [("node.agent_version", f"at least {conf.MIN_AGENT_VERSION}")],
+        {"min_agent_version": conf.MIN_AGENT_VERSION,
+         "server_version": RELEASE})
+
+
 def size_check(body: dict) -> None:
     """413 when a batch holds more records than the protocol allows."""
     errors = []
@@ -266,6 +292,7 @@ def batch_check(body: Any, *, idempotency_key: str | None = None) -> dict:
     """The structural tiers on an already decoded document."""
     version_errors = schema_version_check(body)
     if not version_errors:
+        agent_version_check(body)
         size_check(body)
     structure_check(body, idempotency_key=idempotency_key, found=version_errors)
     return body

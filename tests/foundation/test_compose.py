@@ -15,7 +15,8 @@ from django.test import Client
 from accounts.models import User
 from tests.helpers import suite_database_url
 
-COMPOSE = Path(django_settings.BASE_DIR) / "docker-compose.yml"
+ROOT = Path(django_settings.BASE_DIR)
+COMPOSE = ROOT / "docker-compose.yml"
 
 
 def _compose() -> dict:
@@ -24,8 +25,7 @@ def _compose() -> dict:
 
 def test_the_compose_file_has_no_obsolete_version_and_the_docs_use_compose_v2():
     assert "version" not in _compose()
-    docs = [Path(django_settings.BASE_DIR) / "README.md", *(Path(django_settings.BASE_DIR) / "docs").glob(
-        "*.md")]
+    docs = [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
     v1 = [f"{path.name}: {line.strip()}" for path in docs
           for line in path.read_text().splitlines() if "docker-compose up" in line
           or "docker-compose run" in line]
@@ -53,7 +53,7 @@ def test_the_migrate_service_creates_the_admin_env_names(tmp_path, settings):
            "DATABASE_URL": suite_database_url(), "GPUQUOTA_ADMIN": "ops",
            "GPUQUOTA_ADMIN_PASSWORD": "first-day-secret"}
     for _ in range(2):  # a restart of the stack keeps the admin as it is
-        done = subprocess.run([shell, flag, script.replace("$$", "$")], cwd=django_settings.BASE_DIR,
+        done = subprocess.run([shell, flag, script.replace("$$", "$")], cwd=ROOT,
                               env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
     assert "admin ops: kept" in done.stdout
@@ -62,6 +62,6 @@ def test_the_migrate_service_creates_the_admin_env_names(tmp_path, settings):
                                                   "password": "first-day-secret"})
     assert response.status_code == 302
     env.pop("GPUQUOTA_ADMIN")
-    done = subprocess.run([shell, flag, script.replace("$$", "$")], cwd=django_settings.BASE_DIR,
+    done = subprocess.run([shell, flag, script.replace("$$", "$")], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "bootstrap" not in done.stdout and "Done." not in done.stdout
