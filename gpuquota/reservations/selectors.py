@@ -168,6 +168,14 @@ class AvailabilityCell:
 
     @property
     def level(self) -> str:
+        """The cell's colour: with a team, what that team can get the whole day (within
+        its quota and beyond it) against its quota; without one, the fleet's free share."""
+        if self.room is not None:
+            can_get, quota = self.room.can_get, max(self.room.quota_left, 1)
+            if can_get == 0:
+                return "none"
+            ratio = can_get / quota if self.room.quota_left else can_get / max(self.total, 1)
+            return "high" if ratio >= 1 else "mid" if ratio >= 0.5 else "low"
         if self.total == 0 or self.free_max == 0:
             return "none"
         ratio = self.free_all_day / self.total

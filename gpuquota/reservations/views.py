@@ -1,6 +1,7 @@
 """Pages: team page, reservation form with availability, team actions, admin queue,
 backfill and maintenance. Views parse, ask accounts.permissions, call one service."""
 
+from datetime import timedelta
 from zoneinfo import ZoneInfo
 
 from django.contrib import messages
@@ -12,6 +13,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.permissions import (
     can_act_for_team,
+    is_admin,
     is_lead_anywhere,
     require_admin,
     team_for_action,
@@ -87,6 +89,7 @@ def _reservation_form_page(request, *, backfill: bool):
     initial = {}
     if slug := request.GET.get("team"):
         initial["team"] = teams.filter(slug=slug).first()
+    initial.update(_default_window())
     form = ReservationForm(request.POST or None, teams=teams, initial=initial)
     if request.method == "POST" and form.is_valid():
         v = form.cleaned_data
@@ -117,6 +120,13 @@ def _reservation_form_page(request, *, backfill: bool):
         "tz": request.user.timezone,
     }
     return render(request, "reservations/reservation_form.html", context)
+
+
+def _default_window() -> dict:
+    """The form's first window: from the next quarter hour, for a day."""
+    now = timezone.localtime().replace(second=0, microsecond=0)
+    start = now + timedelta(minutes=15 - now.minute % 15)
+    return {"start": start, "end": start + timedelta(days=1)}
 
 
 def _grid_team(teams, value):
@@ -151,10 +161,13 @@ def window_check(request):
     team can get within and beyond its quota and what submitting would do."""
     if not is_lead_anywhere(request.user):
         return JsonResponse({"error": "Only team leads and admins can reserve."}, status=403)
-    form = WindowCheckForm(request.GET, teams=teams_led(user=request.user))
+    form = WindowCheckForm(request.GET, teams=teams_led(user=request.user),
+                           may_backfill=is_admin(request.user))
     if not form.is_valid():
+        # A window being typed is not a failed request: the hint shows why (200), and the
+        # browser logs no error for each keystroke.
         errors = {field: " ".join(messages_) for field, messages_ in form.errors.items()}
-        return JsonResponse({"errors": errors}, status=400)
+        return JsonResponse({"errors": errors})
     v = form.cleaned_data
     found = window_availability(gpu_class=v["gpu_class"], start=v["start"], end=v["end"])
     body = {"free_gpus": found["free_gpus"], "total_gpus": found["total_gpus"],
