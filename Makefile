@@ -25,6 +25,8 @@ $(DEV_INSTALLED): $(INSTALLED) requirements-dev.txt requirements-ldap.txt
 ## (on another port: `PORT=8001 make demo`). Mail is written to files under var/mail/ unless
 ## EMAIL_URL says otherwise; last month's statements can be approved at once (the settlement
 ## delay is 72 h otherwise).
+## Logins are logged at WARNING (failures and lockouts), not three lines each.
+demo: export LOGIN_LOG_LEVEL ?= WARNING
 demo: export GPUQUOTA_SETTLEMENT_DELAY_HOURS ?= 0
 demo: export EMAIL_URL ?= file://var/mail
 ## Links in the demo's mail point at the port it serves on; it comes from the demo

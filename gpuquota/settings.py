@@ -342,6 +342,9 @@ LOGGING = {
     "loggers": {
         # runserver's access log; the demo quiets it so its banner stays readable.
         "django.server": {"level": os.environ.get("ACCESS_LOG_LEVEL", "INFO")},
+        # django-axes: each login's success and clean-up at INFO, failures and lockouts at
+        # WARNING; the demo keeps the warnings only.
+        "axes": {"level": os.environ.get("LOGIN_LOG_LEVEL", "INFO")},
         # Every Slurm/Kubernetes command with its output; `slurm_demo` quiets it likewise.
         "gpuquota.schedulers.runner": {
             "level": os.environ.get("SCHEDULER_COMMAND_LOG_LEVEL", "INFO")},
