@@ -168,14 +168,14 @@ class AvailabilityCell:
 
     @property
     def level(self) -> str:
-        """The cell's colour: with a team, what that team can get the whole day (within
-        its quota and beyond it) against its quota; without one, the fleet's free share."""
+        """The cell's colour: with a team, whether it can have all its quota left at once
+        (high), only part of it or only with approval (mid), or nothing (none); without one,
+        the fleet's free share."""
         if self.room is not None:
-            can_get, quota = self.room.can_get, max(self.room.quota_left, 1)
-            if can_get == 0:
+            room = self.room
+            if room.can_get == 0:
                 return "none"
-            ratio = can_get / quota if self.room.quota_left else can_get / max(self.total, 1)
-            return "high" if ratio >= 1 else "mid" if ratio >= 0.5 else "low"
+            return "high" if room.quota_left and room.within_quota >= room.quota_left else "mid"
         if self.total == 0 or self.free_max == 0:
             return "none"
         ratio = self.free_all_day / self.total

@@ -35,7 +35,7 @@ def day(value: date | datetime | None, empty: str = "—") -> str:
 
 
 @register.filter
-def duration(seconds: int | None, empty: str = "—") -> str:
+def seconds_length(seconds: int | None, empty: str = "—") -> str:
     """A length of time with its units: `45 s`, `19 min`, `1 h 19 min`, `3 d 2 h`."""
     if seconds is None:
         return empty
