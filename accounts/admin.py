@@ -179,8 +179,8 @@ class ExternalIdentityAdmin(admin.ModelAdmin):
     list_filter = ["source", "provider", "disabled_at"]
     search_fields = ["user__username", "subject", "issuer"]
     readonly_fields = ["user", "source", "provider", "issuer", "subject", "first_login_at",
-                       "last_login_at", "last_claims", "admin_by_rules", "disabled_at",
-                       "disabled_reason"]
+                       "last_login_at", "last_claims", "claims_unread", "admin_by_rules",
+                       "disabled_at", "disabled_reason"]
 
     def has_add_permission(self, request):
         return False

@@ -7,6 +7,7 @@ from django.db.models import F, Q
 
 from gpuquota.core.constraints import NoOverlap
 from gpuquota.core.fields import WholeSecondDateTimeField
+from gpuquota.core.names import dns1123_label_error, team_slug_validate
 
 
 def validate_timezone(value: str) -> None:
@@ -26,7 +27,10 @@ class User(AbstractUser):
 
 class Team(models.Model):
     name = models.CharField(max_length=120, unique=True)
-    slug = models.SlugField(max_length=64, unique=True)
+    slug = models.SlugField(
+        max_length=64, unique=True, validators=[team_slug_validate],
+        help_text="Lower-case letters, digits and '-', at most 60: it names the team's "
+        "Kubernetes queues (gq-<slug>) and labels.")
     cost_center = models.CharField("cost-center code", max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -146,6 +150,14 @@ class ClusterIdentity(models.Model):
     def __str__(self) -> str:
         return f"{self.cluster}: {self.get_kind_display()} {self.key} → {self.user or self.team}"
 
+    def clean(self) -> None:
+        """A Kubernetes namespace is a DNS-1123 label: checked where it enters (the admin
+        form, identity_save), so no refused name reaches a cluster."""
+        if self.kind == self.Kind.K8S_NAMESPACE:
+            error = dns1123_label_error(self.key, what="A Kubernetes namespace")
+            if error:
+                raise ValidationError({"key": error})
+
 
 class ApiToken(models.Model):
     """A personal API token (`Authorization: Bearer gqu_...`), stored hashed; issued and
@@ -194,6 +206,11 @@ class ExternalIdentity(models.Model):
         null=True, blank=True,
         help_text="Set when the provider no longer knows the account: its API tokens stop.")
     disabled_reason = models.CharField(max_length=200, blank=True)
+    claims_unread = models.JSONField(
+        default=dict, blank=True,
+        help_text="The claims a mapping rule could not read at the last login (withheld by "
+        "the provider, as Entra ID's group overage, or not names), with why: the teams "
+        "those rules decide were kept as they were.")
 
     class Meta:
         verbose_name_plural = "external identities"
@@ -229,9 +246,10 @@ class MappingRule(models.Model):
         help_text="Rules are read in this order; for one team, the first match decides.")
     provider = models.CharField(max_length=64, blank=True,
                                 help_text="Only logins through this provider; empty: any.")
-    claim = models.CharField(max_length=64, default="groups",
-                             help_text="The claim read: groups, roles, any named claim; LDAP "
-                             "logins offer groups (names), group_dns and the user's attributes.")
+    claim = models.CharField(max_length=255, default="groups",
+                             help_text="The claim read: groups, roles, any named claim or a "
+                             "dotted path into objects (realm_access.roles); LDAP logins offer "
+                             "groups (names), group_dns and the user's attributes.")
     match = models.CharField(max_length=8, choices=Match.choices, default=Match.EQUALS)
     value = models.CharField(max_length=255)
     grant = models.CharField(max_length=8, choices=Grant.choices)
@@ -259,3 +277,48 @@ class MappingRule(models.Model):
         target = self.team or "platform"
         return f"#{self.position} {self.claim} {self.match} {self.value!r} → " \
                f"{self.get_grant_display()} of {target}"
+
+
+class IdentityLinkRequest(models.Model):
+    """A first login through a provider whose vouched email is already a gpuquota user's:
+    held, never made a second account, until a platform admin links it to that user (or
+    refuses). One per (issuer, subject)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Waiting for an admin"
+        LINKED = "linked", "Linked"
+        REFUSED = "refused", "Refused"
+
+    source = models.CharField(max_length=8, choices=ExternalIdentity.Source.choices)
+    provider = models.CharField(max_length=64)
+    issuer = models.CharField(max_length=512)
+    subject = models.CharField(max_length=255)
+    email = models.EmailField(max_length=254)
+    username = models.CharField(max_length=150, blank=True,
+                                help_text="The user name the provider proposed.")
+    claims = models.JSONField(default=dict, blank=True)
+    requested_at = models.DateTimeField()
+    last_attempt_at = models.DateTimeField()
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    user = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT,
+                             related_name="link_requests", help_text="The user it was linked to.")
+    decided_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_attempt_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"],
+                                    name="identity_link_request_issuer_subject_unique"),
+            models.CheckConstraint(condition=Q(status__in=["pending", "linked", "refused"]),
+                                   name="identity_link_request_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status="linked", user__isnull=False)
+                | Q(~Q(status="linked"), user__isnull=True),
+                name="identity_link_request_linked_names_user",
+                violation_error_message="A linked request names its user; others none."),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}: {self.email} ({self.get_status_display()})"

@@ -13,6 +13,8 @@ urlpatterns = [
          name="oidc_login"),
     path("accounts/oidc/callback/", sso_views.oidc_callback, name="oidc_callback"),
     path("manage/sso/preview/", sso_pages.rules_preview_page, name="sso_rules_preview"),
+    path("manage/sso/links/", sso_pages.links_page, name="sso_links"),
+    path("manage/sso/links/<int:pk>/", sso_pages.link_decide, name="sso_link_decide"),
     path("api/v1/sso/rules", sso_api.RuleListView.as_view(), name="api-sso-rules"),
     path("api/v1/sso/rules/<int:pk>", sso_api.RuleDetailView.as_view(), name="api-sso-rule"),
     path("api/v1/sso/rules/preview", sso_api.RulePreviewView.as_view(),

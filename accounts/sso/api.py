@@ -24,6 +24,12 @@ NOT_FOUND = {404: OpenApiResponse({"$ref": "#/components/schemas/Error"},
                                   description="No such rule.")}
 
 
+def _choices_message(name: str) -> str:
+    """DRF's refusal of a choice, listing the choices (`{input}` is filled in by DRF)."""
+    field = MappingRule._meta.get_field(name)
+    return f"“{{input}}” is not one of {', '.join(value for value, _ in field.choices)}."
+
+
 class RuleSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all(),
                                         allow_null=True, required=False)
@@ -34,6 +40,8 @@ class RuleSerializer(serializers.ModelSerializer):
                   "is_billing", "is_active"]
         read_only_fields = ["id"]
         validators = []  # the model's constraints are checked by the service, by name
+        extra_kwargs = {name: {"error_messages": {"invalid_choice": _choices_message(name)}}
+                        for name in ("match", "grant")}
 
 
 class PreviewInSerializer(serializers.Serializer):
@@ -54,6 +62,8 @@ class PreviewRowSerializer(serializers.Serializer):
     ended = serializers.ListField(child=serializers.CharField())
     admin = serializers.CharField()
     refused = serializers.CharField()
+    kept = serializers.CharField(help_text="What the login would keep as it is because a "
+                                 "rule could not read its claim, and why; empty: nothing.")
 
 
 def _rule_from(serializer: RuleSerializer, instance: MappingRule | None = None) -> MappingRule:

@@ -25,6 +25,9 @@ class OidcProvider:
     client_secret: str
     scopes: str = "openid email profile"
     groups_claim: str = "groups"
+    #: A provider that cuts the groups claim at a number without saying so (Okta: 100): a
+    #: claim with this many is taken as cut, never as all the user's groups; 0: none.
+    groups_max: int = 0
     algorithms: tuple[str, ...] = ("RS256", "ES256")
 
 
@@ -48,7 +51,8 @@ def _env_provider(name: str) -> OidcProvider:
         issuer=value("ISSUER").rstrip("/"), client_id=value("CLIENT_ID"),
         client_secret=value("CLIENT_SECRET"),
         scopes=value("SCOPES", "openid email profile"),
-        groups_claim=value("GROUPS_CLAIM", "groups"))
+        groups_claim=value("GROUPS_CLAIM", "groups"),
+        groups_max=int(value("GROUPS_MAX", "0")))
 
 
 def oidc_providers() -> list[OidcProvider]:
@@ -129,7 +133,8 @@ class LdapDirectory:
         return f"{self.server_uri.rstrip('/')}/{self.user_base}"
 
 
-GROUP_TYPES = ("groupOfNames", "posixGroup", "activeDirectory", "groupOfUniqueNames")
+GROUP_TYPES = ("groupOfNames", "posixGroup", "activeDirectory", "groupOfUniqueNames",
+               "nestedGroupOfNames", "nestedActiveDirectory")
 
 
 def ldap_directory() -> LdapDirectory | None:

@@ -5,23 +5,25 @@ from django.core.cache import cache
 
 from accounts.sso import conf
 from accounts.sso.conf import OidcProvider
-from accounts.sso.services import LoginRefused
+from accounts.sso.errors import LoginRefused, ProviderUnreachable
 
 CACHE_S = 3600
 REQUIRED = ("issuer", "authorization_endpoint", "token_endpoint", "jwks_uri")
 
 
-def provider_unreachable(provider: OidcProvider) -> LoginRefused:
-    return LoginRefused(f"{provider.label} does not answer right now, so logging in through "
+def provider_unreachable(provider: OidcProvider) -> ProviderUnreachable:
+    return ProviderUnreachable(f"{provider.label} does not answer right now, so logging in through "
                         "it is not possible; try again later (break-glass accounts can still "
                         "log in with a password).")
 
 
-def oidc_discovery(provider: OidcProvider) -> dict:
+def oidc_discovery(provider: OidcProvider, *, fresh: bool = False) -> dict:
     """The provider's metadata (`<issuer>/.well-known/openid-configuration`), whose
-    `issuer` must be the configured one exactly; cached an hour."""
+    `issuer` must be the configured one exactly; cached an hour. `fresh` asks the provider
+    again (a login starting: a provider that stopped answering is said so, rather than
+    the browser sent to it)."""
     key = f"sso:discovery:{provider.name}:{provider.issuer}"
-    found = cache.get(key)
+    found = None if fresh else cache.get(key)
     if found is not None:
         return found
     try:

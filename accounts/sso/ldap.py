@@ -15,17 +15,27 @@ from django_auth_ldap.config import (
     GroupOfNamesType,
     GroupOfUniqueNamesType,
     LDAPSearch,
+    NestedActiveDirectoryGroupType,
+    NestedGroupOfNamesType,
     PosixGroupType,
 )
 
 from accounts.sso import conf
 from accounts.sso.conf import LdapDirectory
-from accounts.sso.services import LoginRefused, ProviderLogin, sso_login
+from accounts.sso.errors import LoginRefused
+from accounts.sso.services import ProviderLogin, sso_login
 
 GROUP_TYPES = {"groupOfNames": (GroupOfNamesType, "(objectClass=groupOfNames)"),
                "posixGroup": (PosixGroupType, "(objectClass=posixGroup)"),
                "activeDirectory": (ActiveDirectoryGroupType, "(objectClass=group)"),
-               "groupOfUniqueNames": (GroupOfUniqueNamesType, "(objectClass=groupOfUniqueNames)")}
+               "groupOfUniqueNames": (GroupOfUniqueNamesType, "(objectClass=groupOfUniqueNames)"),
+               # groups that are members of groups count too (a search per level)
+               "nestedGroupOfNames": (NestedGroupOfNamesType, "(objectClass=groupOfNames)"),
+               "nestedActiveDirectory": (NestedActiveDirectoryGroupType, "(objectClass=group)")}
+#: Attributes never offered to the rules nor kept: secrets, and binary values.
+NOT_CLAIMS = frozenset({"userpassword", "authpassword", "unicodepwd", "sambantpassword",
+                        "sambalmpassword", "krbprincipalkey", "userpkcs12", "objectguid",
+                        "objectsid", "usercertificate", "jpegphoto", "thumbnailphoto"})
 #: Active Directory's userAccountControl bit of a disabled account.
 AD_ACCOUNT_DISABLE = 0x2
 PROVIDER = "ldap"
@@ -69,10 +79,14 @@ def ldap_groups(ldap_user, directory: LdapDirectory) -> list[tuple[str, str]]:
 
 def ldap_claims(ldap_user, directory: LdapDirectory) -> dict:
     """What the mapping rules read from a directory login: `groups` (names), `group_dns`,
-    and the user's single-valued attributes (uid, uidNumber, mail, ...)."""
-    claims = {name: str(values[0]) for name, values in ldap_user.attrs.items()
-              if len(values) == 1 and not isinstance(values[0], bytes)
-              and name.lower() not in ("userpassword", "objectguid", "objectsid")}
+    and the user's text attributes: one value as a name (uid, uidNumber, mail), several as
+    a list (memberOf, eduPersonAffiliation)."""
+    claims = {}
+    for name, values in ldap_user.attrs.items():
+        texts = [str(v) for v in values if not isinstance(v, bytes)]
+        if name.lower() in NOT_CLAIMS or not texts or len(texts) != len(values):
+            continue
+        claims[name] = texts[0] if len(texts) == 1 else texts
     groups = ldap_groups(ldap_user, directory)
     claims["groups"] = [cn for _, cn in groups]
     claims["group_dns"] = [dn for dn, _ in groups]

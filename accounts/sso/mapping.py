@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 
 from accounts.models import MappingRule
+from accounts.sso.claims import claim_read
 from gpuquota.core.errors import DomainError
 
 
@@ -25,24 +26,15 @@ class Grants:
 
     admin: bool = False
     teams: dict[int, TeamGrant] = field(default_factory=dict)
+    #: The claims a rule read and could not (withheld by the provider, or not names), with
+    #: why; the teams (id: name) and the admin flag such a rule decides are kept as they
+    #: are, never ended for want of a claim nor refused.
+    unread: dict[str, str] = field(default_factory=dict)
+    uncertain_teams: dict[int, str] = field(default_factory=dict)
+    admin_uncertain: bool = False
 
     def billing_teams(self) -> list[TeamGrant]:
         return [grant for grant in self.teams.values() if grant.is_billing]
-
-
-def claim_values(claims: dict, name: str) -> list[str]:
-    """A claim as a list of strings: a string is one value, a list of strings many; any
-    other shape is refused (a provider sending `groups` as an object is misconfigured)."""
-    value = claims.get(name)
-    if value is None:
-        return []
-    if isinstance(value, str | int) and not isinstance(value, bool):
-        return [str(value)]
-    if isinstance(value, list) and all(isinstance(v, str | int) and not isinstance(v, bool)
-                                       for v in value):
-        return [str(v) for v in value]
-    raise DomainError(f"The provider's “{name}” claim is not a list of names; ask its "
-                      "admin to send it as a list of strings.", field=name)
 
 
 def rule_matches(rule: MappingRule, values: list[str]) -> bool:
@@ -64,12 +56,21 @@ def pattern_check(*, match: str, value: str) -> None:
 
 
 def grants_for(*, rules: list[MappingRule], claims: dict, provider: str) -> Grants:
-    """What `rules` (in order, active ones only) grant a login with `claims`."""
+    """What `rules` (in order, active ones only) grant a login with `claims`. A rule whose
+    claim cannot be read leaves its team (or the admin flag) undecided, never refused."""
     grants = Grants()
     for rule in rules:
         if not rule.is_active or (rule.provider and rule.provider != provider):
             continue
-        if not rule_matches(rule, claim_values(claims, rule.claim)):
+        read = claim_read(claims, rule.claim)
+        if read.problem:
+            grants.unread[rule.claim] = read.problem
+            if rule.grant == MappingRule.Grant.ADMIN:
+                grants.admin_uncertain = True
+            else:
+                grants.uncertain_teams[rule.team_id] = rule.team.name
+            continue
+        if not rule_matches(rule, list(read.values)):
             continue
         if rule.grant == MappingRule.Grant.ADMIN:
             grants.admin = True
@@ -81,4 +82,6 @@ def grants_for(*, rules: list[MappingRule], claims: dict, provider: str) -> Gran
                 is_billing=rule.is_billing, rule_id=rule.pk)
         elif rule.is_billing and not earlier.is_billing:
             grants.teams[rule.team_id] = TeamGrant(**{**earlier.__dict__, "is_billing": True})
+    for team_id in grants.uncertain_teams:
+        grants.teams.pop(team_id, None)
     return grants

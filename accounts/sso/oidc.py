@@ -9,9 +9,11 @@ from django.core.exceptions import SuspiciousOperation
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
 from accounts.sso import conf
+from accounts.sso.claims import claims_with_groups
 from accounts.sso.conf import OidcProvider
 from accounts.sso.discovery import oidc_discovery, provider_unreachable
-from accounts.sso.services import LoginRefused, ProviderLogin, sso_login
+from accounts.sso.errors import LoginRefused
+from accounts.sso.services import ProviderLogin, sso_login
 
 #: What each refusal of the ID token means to the person who tried to log in.
 TOKEN_REFUSALS = [
@@ -147,8 +149,8 @@ class OidcBackend(OIDCAuthenticationBackend):
                 raise LoginRefused(f"{self.provider.label}'s user information is about "
                                    "someone else than its ID token: the login is refused.")
             claims = {**userinfo, **payload}  # the signed token wins
-        if self.provider.groups_claim != "groups" and self.provider.groups_claim in claims:
-            claims["groups"] = claims[self.provider.groups_claim]
+        claims = claims_with_groups(claims, self.provider.groups_claim,
+                                    self.provider.groups_max)
         outcome = sso_login(login=ProviderLogin(
             source="oidc", provider=self.provider.name, issuer=self.provider.issuer,
             subject=payload["sub"], claims=claims,

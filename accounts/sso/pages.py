@@ -1,12 +1,21 @@
-"""The admins' page of the mapping rules: the rules in order and the preview of what a
-new or changed rule would do, before it is saved."""
+"""The admins' pages of single sign-on: the mapping rules in order with the preview of
+what a new or changed rule would do before it is saved, and the first logins waiting to
+be linked to an existing account."""
 
 from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
-from accounts.models import MappingRule, User
+from accounts.models import IdentityLinkRequest, MappingRule, User
 from accounts.permissions import require_admin
+from accounts.sso.links import (
+    link_candidates,
+    link_request_confirm,
+    link_request_refuse,
+    link_requests_open,
+)
 from accounts.sso.rules import mapping_rule_check, rules_preview, rules_with_candidate
 from gpuquota.core.errors import DomainError
 
@@ -63,3 +72,30 @@ def rules_preview_page(request):
             rows = rules_preview(rules=rules_with_candidate(candidate=candidate), user=user)
     return render(request, "accounts/sso_rules.html", {
         "rules": MappingRule.objects.select_related("team"), "form": form, "rows": rows})
+
+
+@login_required
+def links_page(request):
+    require_admin(request.user)
+    rows = [(link, list(link_candidates(email=link.email))) for link in link_requests_open()]
+    return render(request, "accounts/sso_links.html", {"rows": rows})
+
+
+@login_required
+@require_POST
+def link_decide(request, pk: int):
+    """Link the request to one of the users with its address, or refuse it."""
+    require_admin(request.user)
+    link = get_object_or_404(IdentityLinkRequest, pk=pk)
+    try:
+        if request.POST.get("decision") == "refuse":
+            link_request_refuse(request=link, actor=request.user)
+            messages.success(request, f"Refused: {link.provider} login of {link.email}.")
+        else:
+            user = get_object_or_404(User, pk=request.POST.get("user") or 0)
+            link_request_confirm(request=link, user=user, actor=request.user)
+            messages.success(request, f"Linked: the {link.provider} login of {link.email} is "
+                             f"{user.username}'s from now on.")
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    return redirect("sso_links")

@@ -6,11 +6,19 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from accounts.models import ExternalIdentity, MappingRule, Membership, User
+from accounts.models import (
+    ExternalIdentity,
+    IdentityLinkRequest,
+    MappingRule,
+    Membership,
+    User,
+)
 from accounts.selectors import memberships_current
+from accounts.sso.claims import MISSING, claim_shape_problem, claim_value
 from accounts.sso.mapping import grants_for, pattern_check
 from gpuquota.core.attention import Attention
 from gpuquota.core.errors import DomainError
@@ -27,6 +35,24 @@ def _rule_changes(rule: MappingRule) -> dict:
             "is_active": rule.is_active}
 
 
+def _claim_shape_check(rule: MappingRule) -> None:
+    """Refuse a rule whose claim, in a login kept for the preview, holds something else
+    than names (an object such as Keycloak's `realm_access`): it could never match."""
+    top = rule.claim.split(".")[0]
+    identities = (ExternalIdentity.objects.filter(Q(last_claims__has_key=rule.claim)
+                                                  | Q(last_claims__has_key=top))
+                  .select_related("user").order_by("-last_login_at"))
+    if rule.provider:
+        identities = identities.filter(provider=rule.provider)
+    for identity in identities.iterator(chunk_size=200):
+        value = claim_value(identity.last_claims, rule.claim)
+        problem = claim_shape_problem(value, rule.claim) if value is not MISSING else ""
+        if problem:
+            raise DomainError(f"{problem} (in the last login of {identity.user.username} "
+                              f"through {identity.provider}): a rule reads a name or a list "
+                              "of names.", field="claim")
+
+
 def mapping_rule_check(rule: MappingRule) -> None:
     """Refuse a rule that cannot work, with the field at fault."""
     pattern_check(match=rule.match, value=rule.value)
@@ -40,6 +66,7 @@ def mapping_rule_check(rule: MappingRule) -> None:
         field_name, errors = next(iter(exc.message_dict.items()))
         raise DomainError(errors[0], field=None if field_name == "__all__" else field_name) \
             from exc
+    _claim_shape_check(rule)
 
 
 @transaction.atomic
@@ -70,32 +97,39 @@ class PreviewRow:
     ended: list[str] = field(default_factory=list)
     admin: str = ""
     refused: str = ""
+    kept: str = ""
 
     @property
     def changes(self) -> bool:
-        return bool(self.started or self.ended or self.admin or self.refused)
+        return bool(self.started or self.ended or self.admin or self.refused or self.kept)
 
 
 def _describe(team_name: str, role: str, billing: bool) -> str:
     return f"{role} of {team_name}" + (" (billing)" if billing else "")
 
 
+def _kept(grants, current: dict) -> str:
+    """What a login keeps as it is because a rule could not read its claim, and why."""
+    teams = sorted(name for team_id, name in grants.uncertain_teams.items()
+                   if team_id in current)
+    what = teams + (["the admin flag"] if grants.admin_uncertain else [])
+    why = "; ".join(f"{claim}: {reason}" for claim, reason in sorted(grants.unread.items()))
+    return f"kept as they are ({', '.join(what) or 'nothing yet'}): {why}"
+
+
 def _preview_one(identity: ExternalIdentity, rules: list[MappingRule], now: datetime
                  ) -> PreviewRow:
     row = PreviewRow(user=identity.user, provider=identity.provider,
                      last_login_at=identity.last_login_at)
-    try:
-        grants = grants_for(rules=rules, claims=identity.last_claims, provider=identity.provider)
-    except DomainError as exc:
-        row.refused = exc.message
-        return row
+    grants = grants_for(rules=rules, claims=identity.last_claims, provider=identity.provider)
     current = {m.team_id: m for m in memberships_current(user=identity.user, at=now)
                .select_related("team")}
-    by_hand = {t for t, m in current.items() if m.source == Membership.Source.HAND}
-    billing = {g.team_name for g in grants.billing_teams() if g.team_id not in by_hand}
+    kept = {t for t, m in current.items() if m.source == Membership.Source.HAND
+            or t in grants.uncertain_teams}
+    billing = {g.team_name for g in grants.billing_teams() if g.team_id not in kept}
     for team_id, m in current.items():
         grant = grants.teams.get(team_id)
-        if m.source == Membership.Source.HAND:
+        if team_id in kept:
             billing |= {m.team.name} if m.is_billing else set()
         elif grant is None or (grant.role, grant.is_billing) != (m.role, m.is_billing):
             row.ended.append(_describe(m.team.name, m.role, m.is_billing))
@@ -104,10 +138,12 @@ def _preview_one(identity: ExternalIdentity, rules: list[MappingRule], now: date
         if m is None or (m.source == Membership.Source.RULES and (grant.role, grant.is_billing)
                          != (m.role, m.is_billing)):
             row.started.append(_describe(grant.team_name, grant.role, grant.is_billing))
-    if grants.admin and not identity.user.is_staff:
+    if not grants.admin_uncertain and grants.admin and not identity.user.is_staff:
         row.admin = "becomes a platform admin"
-    elif not grants.admin and identity.admin_by_rules:
+    elif not grants.admin_uncertain and not grants.admin and identity.admin_by_rules:
         row.admin = "is no longer a platform admin"
+    if grants.unread:
+        row.kept = _kept(grants, current)
     if len(billing) > 1:
         row.refused = f"login refused: two billing teams ({' and '.join(sorted(billing))})"
     return row
@@ -138,13 +174,38 @@ def rules_with_candidate(*, candidate: MappingRule | None) -> list[MappingRule]:
 
 
 def sso_attention(now: datetime) -> list[Attention]:
-    """Provider logins refused in the last 7 days (two billing teams): the rules or the
-    groups want fixing. Nothing while no provider login was ever refused."""
-    refused = AuditEntry.objects.filter(action="sso.login_refused",
-                                        at__gte=now - timedelta(days=7))
-    if not AuditEntry.objects.filter(action="sso.login_refused").exists():
-        return []
-    users = refused.values("object_id").distinct().count()
-    return [Attention(key="sso-refused", label="People refused at login by the sign-in rules",
-                      count=users, url=reverse("sso_rules_preview"),
-                      detail="two billing teams at once, in the last 7 days", order=60)]
+    """What single sign-on leaves to the admins: provider logins refused in the last 7 days
+    (two billing teams), people whose last login a rule could not read (memberships kept),
+    first logins waiting to be linked to an existing account, and unix names or uids from
+    a claim refused in the last 7 days. Nothing of a kind that never happened."""
+    items = []
+    if AuditEntry.objects.filter(action="sso.login_refused").exists():
+        refused = AuditEntry.objects.filter(action="sso.login_refused",
+                                            at__gte=now - timedelta(days=7))
+        items.append(Attention(
+            key="sso-refused", label="People refused at login by the sign-in rules",
+            count=refused.values("object_id").distinct().count(),
+            url=reverse("sso_rules_preview"),
+            detail="two billing teams at once, in the last 7 days", order=60))
+    unread = ExternalIdentity.objects.exclude(claims_unread={})
+    if unread.exists():
+        items.append(Attention(
+            key="sso-unread", label="People whose groups the provider did not send readably",
+            count=unread.count(), url=reverse("sso_rules_preview"),
+            detail="their memberships are kept as they were; see the preview", order=61))
+    waiting = IdentityLinkRequest.objects.filter(status=IdentityLinkRequest.Status.PENDING)
+    if waiting.exists():
+        items.append(Attention(
+            key="sso-links", label="First sign-ins waiting to be linked to an account",
+            count=waiting.count(), url=reverse("sso_links"),
+            detail="their provider vouches for an existing account's address", order=62))
+    names = AuditEntry.objects.filter(action="sso.cluster_name_refused",
+                                      at__gte=now - timedelta(days=7))
+    if names.exists():
+        items.append(Attention(
+            key="sso-names", label="Unix names or uids from sign-in claims refused",
+            count=names.values("object_id").distinct().count(),
+            url=reverse("admin:core_auditentry_changelist")
+            + "?action__exact=sso.cluster_name_refused",
+            detail="no cluster identity was made from them; in the last 7 days", order=63))
+    return items

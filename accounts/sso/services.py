@@ -2,6 +2,8 @@
 their name and email, their memberships and admin flag by the mapping rules, their cluster
 identities. A refused login changes nothing but the audit and the admins' mail."""
 
+import json
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -15,18 +17,21 @@ from accounts.models import ClusterIdentity, ExternalIdentity, MappingRule, Memb
 from accounts.selectors import memberships_current, memberships_not_ended, platform_admins
 from accounts.services import identity_save, membership_save
 from accounts.sso import conf
-from accounts.sso.mapping import Grants, claim_values, grants_for
-from gpuquota.core.errors import DomainError
+from accounts.sso.claims import claim_read
+from accounts.sso.errors import LoginRefused
+from accounts.sso.links import link_request_hold
+from accounts.sso.mapping import Grants, grants_for
+from accounts.sso.notify import sso_mail
+from gpuquota.core.names import unix_user_error
 from gpuquota.core.services import audit_record
 from gpuquota.inventory.models import Cluster
-from gpuquota.mail.outbox import mail_send_later
 
-
-class LoginRefused(DomainError):
-    """A login refused with a message the person can act on; nothing was changed."""
-
-    status_code = 403
-    code = "login_refused"
+logger = logging.getLogger(__name__)
+#: A unix uid a claim may give: not root's, below the "no uid" of 32 bits (-1).
+UID_MAX = 2**32 - 2
+#: Claims never kept with the last login: `_claim_sources` may carry access tokens.
+CLAIMS_NOT_KEPT = frozenset({"_claim_sources", "nonce", "at_hash", "c_hash"})
+CLAIM_KEPT_MAX = 16384
 
 
 @dataclass
@@ -50,6 +55,10 @@ class LoginOutcome:
     started: list[str] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
     identities: list[str] = field(default_factory=list)
+    identities_refused: list[str] = field(default_factory=list)
+    #: claim: why it could not be read; the memberships it decides were kept
+    unread: dict[str, str] = field(default_factory=dict)
+    kept: list[str] = field(default_factory=list)
 
 
 def _now() -> datetime:
@@ -76,10 +85,12 @@ def _billing_conflict(*, user: User | None, grants: Grants, now: datetime) -> li
     """Names of the billing teams the user would have at once after this login."""
     current = list(memberships_current(user=user, at=now).select_related("team")) \
         if user is not None else []
-    by_hand = {m.team_id: m for m in current if m.source == Membership.Source.HAND}
-    # a grant for a team the user is in by hand changes nothing: the hand-made one stays
-    teams = {g.team_id: g.team_name for g in grants.billing_teams() if g.team_id not in by_hand}
-    teams.update({m.team_id: m.team.name for m in by_hand.values() if m.is_billing})
+    # a hand-made membership stays whatever the rules say, and so does a rule-made one of
+    # a team whose rule could not read its claim
+    kept = {m.team_id: m for m in current if m.source == Membership.Source.HAND
+            or m.team_id in grants.uncertain_teams}
+    teams = {g.team_id: g.team_name for g in grants.billing_teams() if g.team_id not in kept}
+    teams.update({m.team_id: m.team.name for m in kept.values() if m.is_billing})
     return sorted(teams.values()) if len(teams) > 1 else []
 
 
@@ -93,10 +104,10 @@ def _refuse_billing(*, login: ProviderLogin, user: User | None, teams: list[str]
         if user is not None:
             audit_record(actor=None, action="sso.login_refused", obj=user, reason=message,
                          changes={"provider": login.provider, "billing_teams": teams})
-        mail_send_later(template="sso_billing_conflict", recipients=platform_admins(),
-                        context={"who": who, "provider": login.provider, "teams": teams},
-                        key=f"sso-billing-conflict:{login.issuer}:{login.subject}:"
-                            f"{'+'.join(teams)}:{_now().date().isoformat()}")
+        sso_mail(template="sso_billing_conflict", recipients=platform_admins(),
+                 context={"who": who, "provider": login.provider, "teams": teams},
+                 key=f"sso-billing-conflict:{login.issuer}:{login.subject}:"
+                     f"{'+'.join(teams)}:{_now().date().isoformat()}")
     raise LoginRefused(message, field="groups")
 
 
@@ -111,6 +122,10 @@ def _memberships_reconcile(*, user: User, grants: Grants, now: datetime,
                .select_related("team").order_by("valid_from")}
     for team_id, membership in current.items():
         grant = grants.teams.get(team_id)
+        if membership.source == Membership.Source.RULES and team_id in grants.uncertain_teams:
+            outcome.kept.append(_label(membership.team.name, membership.role,
+                                       membership.is_billing))
+            continue
         if membership.source != Membership.Source.RULES or (
                 grant and (grant.role, grant.is_billing) == (membership.role,
                                                              membership.is_billing)):
@@ -131,28 +146,57 @@ def _memberships_reconcile(*, user: User, grants: Grants, now: datetime,
         outcome.started.append(_label(grant.team_name, grant.role, grant.is_billing))
 
 
+def _uid_error(value: str) -> str | None:
+    if not value.isascii() or not value.isdigit() or not 0 < int(value) <= UID_MAX:
+        return f"A unix uid is a whole number from 1 to {UID_MAX}, not {value[:40]!r}."
+    return None
+
+
+def _cluster_key(kind: str, claim: str, claims: dict) -> tuple[str, str]:
+    """The key of `kind` the claim gives (or ''), and why it is refused (or '')."""
+    read = claim_read(claims, claim)
+    if read.problem or not read.values:
+        return "", read.problem
+    value = read.values[0]
+    if kind == ClusterIdentity.Kind.UNIX_USER:
+        error = unix_user_error(value, what=f"The unix user name {value[:40]!r}")
+    else:
+        error = _uid_error(value)
+    return ("", error) if error else (value, "")
+
+
 def _cluster_identities_ensure(*, user: User, claims: dict, now: datetime,
                                outcome: LoginOutcome) -> None:
     """The user's unix user name and uid, from the configured claims, on every cluster;
-    a key already mapped to someone else is left to the admins."""
+    a key already mapped to someone else is left to the admins, and a value that is no
+    valid name or uid (`zed,root`) becomes no identity: it is logged and audited."""
     wanted = [(ClusterIdentity.Kind.UNIX_USER, conf.cluster_user_claim()),
               (ClusterIdentity.Kind.UNIX_UID, conf.cluster_uid_claim())]
     for kind, claim in wanted:
-        values = claim_values(claims, claim) if claim else []
-        if not values:
+        if not claim:
+            continue
+        key, refused = _cluster_key(kind, claim, claims)
+        if refused:
+            outcome.identities_refused.append(f"{kind} from “{claim}”: {refused}")
+            logger.warning("sso: no %s identity for %s from the claim %r: %s", kind,
+                           user.username, claim, refused)
+            continue
+        if not key:
             continue
         for cluster in Cluster.objects.all():
-            held = (ClusterIdentity.objects.filter(cluster=cluster, kind=kind, key=values[0])
+            held = (ClusterIdentity.objects.filter(cluster=cluster, kind=kind, key=key)
                     .filter(valid_from__lte=now).exclude(valid_until__lte=now).first())
             if held is not None:
                 continue
             identity_save(identity=ClusterIdentity(
-                cluster=cluster, kind=kind, key=values[0], user=user, valid_from=now),
+                cluster=cluster, kind=kind, key=key, user=user, valid_from=now),
                 actor=None)
-            outcome.identities.append(f"{cluster.slug}:{kind}:{values[0]}")
+            outcome.identities.append(f"{cluster.slug}:{kind}:{key}")
 
 
 def _admin_apply(*, user: User, identity: ExternalIdentity, grants: Grants) -> None:
+    if grants.admin_uncertain:  # a rule that could not read its claim: left as it is
+        return
     if grants.admin and not user.is_staff:
         user.is_staff, identity.admin_by_rules = True, True
     elif not grants.admin and identity.admin_by_rules:
@@ -160,31 +204,36 @@ def _admin_apply(*, user: User, identity: ExternalIdentity, grants: Grants) -> N
 
 
 def sso_login(*, login: ProviderLogin) -> LoginOutcome:
-    """The user of (issuer, subject) after this login: created the first time, name and
-    email refreshed, memberships and admin flag as the active mapping rules say, cluster
-    identities created. Raises LoginRefused, changing nothing, for a login to refuse."""
+    """The user of (issuer, subject) after this login: created the first time (unless its
+    vouched address is an existing account's: then held for an admin to link), name and
+    email refreshed, memberships and admin flag as the active mapping rules say (those a
+    rule cannot read its claim for kept), cluster identities created. Raises LoginRefused,
+    changing no user, for a login to refuse."""
     if not login.issuer or not login.subject:
         raise LoginRefused("The provider's answer names no subject (sub): the login is "
                            "refused; ask its admin.", field="sub")
     rules = list(MappingRule.objects.filter(is_active=True).select_related("team"))
-    try:
-        claim_values(login.claims, "groups")
-        grants = grants_for(rules=rules, claims=login.claims, provider=login.provider)
-    except DomainError as exc:
-        raise LoginRefused(f"{exc.message} The login is refused.", field=exc.field) from exc
+    grants = grants_for(rules=rules, claims=login.claims, provider=login.provider)
     now = _now()
     found = (ExternalIdentity.objects.select_related("user")
              .filter(issuer=login.issuer, subject=login.subject).first())
     if found is not None and not found.user.is_active:
         raise LoginRefused("This account is disabled in gpuquota; ask an admin.")
+    if found is None and login.email:
+        link_request_hold(source=login.source, provider=login.provider, issuer=login.issuer,
+                          subject=login.subject, email=login.email, username=login.username,
+                          claims=claims_kept(login.claims), now=now)
     teams = _billing_conflict(user=found.user if found else None, grants=grants, now=now)
     if teams:
         _refuse_billing(login=login, user=found.user if found else None, teams=teams)
     try:
-        return _login_apply(login=login, grants=grants, now=now)
+        outcome = _login_apply(login=login, grants=grants, now=now)
     except (ValidationError, IntegrityError) as exc:
         raise LoginRefused(f"This login would break a rule of gpuquota's data ({exc}); "
                            "nothing was changed. Ask an admin.") from exc
+    if outcome.unread:
+        _unread_tell(login=login, outcome=outcome, now=now)
+    return outcome
 
 
 @transaction.atomic
@@ -208,24 +257,58 @@ def _login_apply(*, login: ProviderLogin, grants: Grants, now: datetime) -> Logi
     user.save()
     created = identity.pk is None
     identity.user, identity.provider, identity.last_login_at = user, login.provider, now
-    identity.last_claims = {k: v for k, v in login.claims.items() if _keepable(v)}
+    identity.last_claims = claims_kept(login.claims)
+    identity.claims_unread = dict(grants.unread)
     identity.disabled_at, identity.disabled_reason = None, ""
     identity.save()
-    outcome = LoginOutcome(user=user)
+    outcome = LoginOutcome(user=user, unread=dict(grants.unread))
     _memberships_reconcile(user=user, grants=grants, now=now, outcome=outcome)
     _cluster_identities_ensure(user=user, claims=login.claims, now=now, outcome=outcome)
     audit_record(actor=user, action="sso.user_create" if created else "sso.login", obj=user,
                  changes={"provider": login.provider, "subject": login.subject,
                           "started": outcome.started, "ended": outcome.ended,
-                          "admin": user.is_staff, "identities": outcome.identities})
+                          "kept": outcome.kept, "unread": outcome.unread,
+                          "admin": user.is_staff, "identities": outcome.identities,
+                          "identities_refused": outcome.identities_refused})
+    if outcome.identities_refused:
+        audit_record(actor=None, action="sso.cluster_name_refused", obj=user,
+                     reason="; ".join(outcome.identities_refused),
+                     changes={"provider": login.provider, "refused": outcome.identities_refused})
     return outcome
 
 
-def _keepable(value) -> bool:
-    if isinstance(value, str | int | bool):
-        return len(str(value)) <= 512
-    return isinstance(value, list) and len(value) <= 500 and all(
-        isinstance(v, str | int) for v in value)
+def claims_kept(claims: dict) -> dict:
+    """The claims kept with a login for the rules' preview, objects included; none that
+    may carry a secret or is larger than CLAIM_KEPT_MAX once written as JSON."""
+    kept = {}
+    for name, value in claims.items():
+        if name in CLAIMS_NOT_KEPT:
+            continue
+        try:
+            size = len(json.dumps(value))
+        except (TypeError, ValueError):
+            continue
+        if size <= CLAIM_KEPT_MAX:
+            kept[name] = value
+    return kept
+
+
+def _unread_tell(*, login: ProviderLogin, outcome: LoginOutcome, now: datetime) -> None:
+    """Tell the user and the admins, once a day per problem, that a claim the rules read
+    could not be read and which memberships were kept for it."""
+    user = outcome.user
+    context = {"who": user.username, "provider": login.provider, "kept": outcome.kept,
+               "unread": [f"{claim}: {why}" for claim, why in sorted(outcome.unread.items())]}
+    key = (f"sso-claims-unread:{login.issuer}:{login.subject}:"
+           f"{'+'.join(sorted(outcome.unread))}:{now.date().isoformat()}")
+    with transaction.atomic():
+        audit_record(actor=None, action="sso.claims_unread", obj=user,
+                     changes={"provider": login.provider, "unread": outcome.unread,
+                              "kept": outcome.kept})
+        sso_mail(template="sso_claims_unread", recipients=platform_admins(), context=context,
+                 key=key)
+        sso_mail(template="sso_claims_unread_you", recipients=[user], context=context,
+                 key=f"{key}:you")
 
 
 def sso_identities_check(*, now: datetime | None = None,

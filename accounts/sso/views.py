@@ -14,9 +14,10 @@ from django.views.decorators.http import require_GET
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView
 
 from accounts.sso import conf
+from accounts.sso.conf import OidcProvider
 from accounts.sso.discovery import oidc_discovery
+from accounts.sso.errors import LoginRefused, ProviderUnreachable
 from accounts.sso.forms import LoginForm
-from accounts.sso.services import LoginRefused
 
 SESSION_PROVIDER = "sso_provider"
 SESSION_ID_TOKEN = "oidc_id_token"  # where mozilla-django-oidc stores it (OIDC_STORE_ID_TOKEN)
@@ -31,6 +32,15 @@ class LoginView(auth_views.LoginView):
         return {**super().get_context_data(**kwargs), "oidc_providers": conf.oidc_providers(),
                 "break_glass_only": bool(conf.break_glass_users()),
                 "ldap_configured": conf.ldap_directory() is not None}
+
+
+def _unread_said(request, label: str) -> None:
+    """Tell the person whose login a rule could not read that their teams were kept."""
+    outcome = getattr(request, "sso_login_outcome", None)
+    if outcome is not None and outcome.unread:
+        messages.warning(request, f"{label} did not send your groups in a form gpuquota can "
+                         "read, so your teams were left as they were; the admins have been "
+                         "told.")
 
 
 def _callback_uri(request) -> str:
@@ -59,7 +69,9 @@ class OidcLoginView(OIDCAuthenticationRequestView):
         if self.provider is None:
             raise Http404("No such identity provider.")
         try:
-            metadata = oidc_discovery(self.provider)
+            metadata = oidc_discovery(self.provider, fresh=True)
+        except ProviderUnreachable as exc:
+            return provider_unavailable(request, self.provider, exc.message)
         except LoginRefused as exc:
             messages.error(request, exc.message)
             return redirect("login")
@@ -75,6 +87,17 @@ class OidcLoginView(OIDCAuthenticationRequestView):
 def _refused(request, message: str):
     messages.error(request, message)
     return redirect("login")
+
+
+def provider_unavailable(request, provider: OidcProvider, message: str):
+    """A page of its own, 503 with Retry-After: the provider does not answer; try again,
+    or log in with a password where that is allowed."""
+    response = render(request, "accounts/sso_unavailable.html", {
+        "provider": provider, "message": message,
+        "break_glass_only": bool(conf.break_glass_users()),
+        "ldap_configured": conf.ldap_directory() is not None}, status=503)
+    response["Retry-After"] = "60"
+    return response
 
 
 @require_GET
@@ -98,6 +121,8 @@ def oidc_callback(request):
         user = auth.authenticate(request, provider=provider, redirect_uri=_callback_uri(request),
                                  nonce=entry.get("nonce"),
                                  code_verifier=entry.get("code_verifier"))
+    except ProviderUnreachable as exc:
+        return provider_unavailable(request, provider, exc.message)
     except LoginRefused as exc:
         return _refused(request, exc.message)
     if user is None or not user.is_active:
@@ -108,6 +133,7 @@ def oidc_callback(request):
     request.session[SESSION_PROVIDER] = provider.name
     request.session[SESSION_ID_TOKEN] = id_token
     _session_bound(request, id_token)
+    _unread_said(request, provider.label)
     return HttpResponseRedirect(next_url or resolve_url("home"))
 
 

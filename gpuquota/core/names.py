@@ -114,3 +114,26 @@ def unix_user_validate(value: str) -> None:
 def dns1123_label_validate(value: str) -> None:
     """A Django validator: `value` is a DNS-1123 label."""
     _raise(dns1123_label_error(value))
+
+
+#: A team's slug names its Kubernetes queues (`gq-<slug>`, a DNS-1123 label and the value
+#: of the label `kueue.x-k8s.io/queue-name`) and is itself a label value: a DNS-1123 label
+#: short enough to stay one with the prefix.
+TEAM_SLUG_MAX = 63 - len(OWN_PREFIX)
+
+
+def team_slug_error(value: object, *, what: str = "A team slug") -> str | None:
+    """Why `value` cannot be a team's slug (it names the team's Kubernetes queues and
+    labels), or None."""
+    found = dns1123_label_error(value, what=what)
+    if found:
+        return found
+    if len(value) > TEAM_SLUG_MAX:
+        return (f"{what} is {len(value)} characters long; at most {TEAM_SLUG_MAX}, so that "
+                f"{OWN_PREFIX}<slug> stays a Kubernetes name.")
+    return None
+
+
+def team_slug_validate(value: str) -> None:
+    """A Django validator: `value` can be a team's slug."""
+    _raise(team_slug_error(value))

@@ -12,7 +12,8 @@ them there:
   for (a team's existing account); `owns()` says which are ours, and only those are
   ever deleted;
 - `diff(plan, observed)`: the actions that make the scheduler match the plan;
-- `apply(actions)`: performs them one by one, stopping at the first failure;
+- `apply(actions)`: performs them one by one, stopping at the first failure (or, for a
+  backend whose objects stand alone, going on past each);
 - `render(actions)`: the same actions as the commands they run (the dry run and the
   export for sites that forbid writes).
 
@@ -112,8 +113,9 @@ class CapabilityReport:
 @dataclass
 class ApplyResult:
     applied: list[Action] = field(default_factory=list)
-    failed: Action | None = None
+    failed: Action | None = None  # the first refused action
     error: BackendError | None = None
+    refused: list[tuple[Action, BackendError]] = field(default_factory=list)  # every one
 
 
 class Backend(ABC):
@@ -122,6 +124,9 @@ class Backend(ABC):
 
     scheduler: ClassVar[str]
     kinds: ClassVar[tuple[str, ...]]
+    #: Whether each object stands alone, so one refused action leaves the rest worth
+    #: applying: `apply` then goes on past refusals (each becomes its own problem).
+    independent_objects: ClassVar[bool] = False
 
     def __init__(self, *, cluster, config):
         self.cluster = cluster
@@ -175,14 +180,19 @@ class Backend(ABC):
     def apply(
         self, actions: Iterable[Action], *, on_applied: Callable[[Action], None] | None = None
     ) -> ApplyResult:
-        """Apply in order, stopping at the first failure (what was done is in `applied`);
-        `on_applied` records each action as soon as the scheduler took it."""
+        """Apply in order, stopping at the first failure (what was done is in `applied`), or
+        going on past each one where `independent_objects`; `on_applied` records each
+        action as soon as the scheduler took it."""
         result = ApplyResult()
         for action in actions:
             try:
                 self.apply_action(action)
             except BackendError as exc:
-                result.failed, result.error = action, exc
+                result.refused.append((action, exc))
+                if result.failed is None:
+                    result.failed, result.error = action, exc
+                if self.independent_objects:
+                    continue
                 break
             result.applied.append(action)
             if on_applied is not None:

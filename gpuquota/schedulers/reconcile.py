@@ -119,7 +119,16 @@ def _reconcile(*, backend: Backend, config, reason: str, render_only: bool, dry_
         actions, on_applied=lambda action: _applied_record(run, cluster, action, at, drifts)
     )
     if result.error is not None:
-        return _fail(run, summary, result.error, applied=result.applied, failed=result.failed)
+        if backend.independent_objects:  # the rest of the plan is applied: it binds, and
+            _bindings_store(plan, at)    # only the refusals of this run stay problems
+            problems_resolve(cluster=cluster, keep=[
+                f"{action}: {error.message}" for action, error in result.refused])
+        for action, error in result.refused[1:]:  # the first is the run's own problem
+            problem_record(cluster=cluster, summary=f"{action}: {error.message}",
+                           detail=error.detail)
+        in_place = backend.independent_objects and len(plan.objects) > len(result.refused)
+        return _fail(run, summary, result.error, applied=result.applied, failed=result.failed,
+                     refused=len(result.refused), partial=in_place)
     _bindings_store(plan, at)
     problems_resolve(cluster=cluster)
     run.applied = len(result.applied)
@@ -141,13 +150,18 @@ def _finish(run: ReconcileRun, summary: RunSummary, config) -> RunSummary:
 
 
 def _fail(run: ReconcileRun, summary: RunSummary, error: BackendError, *,
-          applied: list[Action], failed: Action | None = None) -> RunSummary:
-    """A clear problem on the cluster, the run marked, and an audit entry naming what was
-    applied before the failure and what failed."""
+          applied: list[Action], failed: Action | None = None, refused: int = 1,
+          partial: bool = False) -> RunSummary:
+    """A clear problem on the cluster, the run marked (`partial` where something was applied
+    or the rest of the plan is in place), and an audit entry naming what was applied before
+    the failure and what failed (the first of `refused` refusals)."""
     cluster = run.cluster
     what = f"{failed}: " if failed else ""
     problem_record(cluster=cluster, summary=f"{what}{error.message}", detail=error.detail)
-    run.outcome = ReconcileRun.Outcome.PARTIAL if applied else ReconcileRun.Outcome.FAILED
+    if refused > 1:
+        what = f"{refused} actions refused, the others applied; first {what}"
+    run.outcome = (ReconcileRun.Outcome.PARTIAL if applied or partial
+                   else ReconcileRun.Outcome.FAILED)
     run.applied = len(applied)
     run.error = f"{what}{error.message}"
     run.finished_at = timezone.now()

@@ -3,12 +3,15 @@ cluster problems, and the request to reconcile after a reservation, quota or loa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db import transaction
 from django.utils import timezone
 
 from gpuquota.core.dispatch import task_enqueue_on_commit
 from gpuquota.core.errors import DomainError
 from gpuquota.core.services import audit_record
+from gpuquota.schedulers.kubernetes.options import options_parse
 from gpuquota.schedulers.models import BackendConfig, Problem
 from gpuquota.schedulers.secrets import secret_encrypt
 from gpuquota.schedulers.slurm.options import SlurmOptions
@@ -39,6 +42,8 @@ def backend_config_update(
         raise DomainError("A JSON object.", field="options")
     if "options" in values and cluster.scheduler == cluster.Scheduler.SLURM:
         SlurmOptions.parse(values["options"])  # refuses unknown or malformed options
+    if "options" in values and cluster.scheduler == cluster.Scheduler.KUBERNETES:
+        options_parse(values["options"], cluster_slug=cluster.slug)  # and names it refuses
     config, created = BackendConfig.objects.select_for_update().get_or_create(cluster=cluster)
     changes = {}
     for name, value in values.items():
@@ -74,8 +79,10 @@ def problem_record(*, cluster, summary: str, detail: str = "") -> Problem:
     return problem
 
 
-def problems_resolve(*, cluster) -> int:
-    """Resolve every open problem of the cluster (a reconcile run just succeeded)."""
-    return Problem.objects.filter(cluster=cluster, status=Problem.Status.OPEN).update(
+def problems_resolve(*, cluster, keep: Iterable[str] = ()) -> int:
+    """Resolve every open problem of the cluster but those summarised in `keep` (a reconcile
+    run just succeeded, or applied all but the refused objects `keep` names)."""
+    return Problem.objects.filter(cluster=cluster, status=Problem.Status.OPEN).exclude(
+        summary__in=[k[:255] for k in keep]).update(
         status=Problem.Status.RESOLVED, resolved_at=timezone.now()
     )

@@ -13,6 +13,7 @@ from gpuquota.inventory.models import Cluster
 from gpuquota.reservations.serializers import ErrorSerializer
 from gpuquota.telemetry.forms import FIELDS
 from gpuquota.telemetry.models import TelemetrySource
+from gpuquota.telemetry.selectors import source_limits
 from gpuquota.telemetry.services import source_delete, source_save
 
 ERRORS = {400: OpenApiResponse(ErrorSerializer, description="A field is missing or wrong; "
@@ -27,14 +28,20 @@ class SourceSerializer(serializers.ModelSerializer):
                                    trim_whitespace=False,
                                    help_text='Password or bearer token; "" removes it.')
     lag_s = serializers.SerializerMethodField()
+    limits = serializers.SerializerMethodField(
+        help_text="What this source's variant of dcgm-exporter cannot carry, from what its "
+                  "series showed.")
 
     class Meta:
         model = TelemetrySource
-        fields = ["id", *FIELDS, "secret", "secret_prefix", "cursor", "lag_s",
+        fields = ["id", *FIELDS, "secret", "secret_prefix", "cursor", "lag_s", "limits",
                   "last_pull_at", "last_success_at", "last_error", "last_error_at",
                   "failures"]
         read_only_fields = ["secret_prefix", "cursor", "last_pull_at", "last_success_at",
                             "last_error", "last_error_at", "failures"]
+
+    def get_limits(self, source) -> list[str]:
+        return source_limits(observed=source.observed)
 
     def get_lag_s(self, source) -> int | None:
         return int((timezone.now() - source.cursor).total_seconds()) if source.cursor else None

@@ -5,3 +5,8 @@ class TelemetryConfig(AppConfig):
     name = "gpuquota.telemetry"
     label = "telemetry"
     verbose_name = "Telemetry import (dcgm-exporter, Prometheus)"
+
+    def ready(self):
+        from gpuquota.telemetry.netguard import allowed_networks
+
+        allowed_networks()  # a bad TELEMETRY_ALLOWED_NETWORKS stops the start, named

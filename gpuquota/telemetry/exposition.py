@@ -8,10 +8,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuquota.telemetry import conf
 from gpuquota.telemetry.errors import SourceError
-from gpuquota.telemetry.fields import FIGURES, METRICS, reading_usable
+from gpuquota.telemetry.fields import DEV_UTIL, FIGURES, METRICS, PROF_UTIL, reading_usable
+from gpuquota.telemetry.labels import gpu_uuid, mig_instance
 from gpuquota.telemetry.prometheus import WindowTable
 
 WANTED = frozenset(METRICS)
+UTIL_METRICS = frozenset({PROF_UTIL, DEV_UTIL})
 
 
 def exposition_parse(text: str, *, where: str) -> list[list]:
@@ -42,7 +44,8 @@ def exposition_parse(text: str, *, where: str) -> list[list]:
     except SourceError:
         raise
     except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise SourceError(f"{where}: not Prometheus exposition text ({exc})") from exc
+        # never the parser's message: it quotes the offending line of the answer
+        raise SourceError(f"{where}: not Prometheus exposition text") from exc
     return series
 
 
@@ -87,3 +90,25 @@ def window_figures(readings: list[tuple[float, list]], *, start: int, stop: int,
                 table[figure.name].append((labels_of[key], {
                     ws: _figure(figure.fn, values) for ws, values in by_window.items()}))
     return table
+
+
+def point_times(readings: list[tuple[float, list]], wanted: dict[int, set], *,
+                window_s: int) -> dict:
+    """`prometheus.point_times` from stored scrapes."""
+    times: dict = {}
+    for at, series in readings:
+        ws = int(at) - int(at) % window_s
+        keys = wanted.get(ws)
+        if not keys:
+            continue
+        for metric, labels, value in series:
+            if metric not in UTIL_METRICS or not reading_usable(metric, value):
+                continue
+            instance = mig_instance(labels)
+            if instance and metric == DEV_UTIL:
+                continue
+            key = (gpu_uuid(labels), instance)
+            if key in keys:
+                first, last = times.get((*key, ws), (at, at))
+                times[(*key, ws)] = (min(first, at), max(last, at))
+    return times

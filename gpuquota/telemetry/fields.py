@@ -18,10 +18,12 @@ XID = "DCGM_FI_DEV_XID_ERRORS"  # the last XID; never resets
 XID_COUNT = "DCGM_EXP_XID_ERRORS_COUNT"  # per xid label, when the exporter counts them
 ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 ECC_SBE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
-REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"  # not in dcgm-exporter's default set
+UNC_REMAPPED = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"  # in the default set
+REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"  # in the default set; sticky
 
 METRICS = (PROF_UTIL, DEV_UTIL, FB_USED, POWER, TEMP, ENERGY, XID, XID_COUNT, ECC_DBE,
-           ECC_SBE, REMAP_PENDING)
+           ECC_SBE, REMAP_PENDING, UNC_REMAPPED, REMAP_FAILURE)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ FIGURES = (
     Figure("dbe_last", "last_over_time", ECC_DBE, True),
     Figure("sbe_last", "last_over_time", ECC_SBE, True),
     Figure("remap_max", "max_over_time", REMAP_PENDING, True),
+    Figure("unc_remapped_last", "last_over_time", UNC_REMAPPED, True),
+    Figure("remap_failure_max", "max_over_time", REMAP_FAILURE, True),
 )
 
 # DCGM's "blank" values (no data, not supported): int64 from 0x7ffffffffffffff0 (~9.22e18),
@@ -57,7 +61,7 @@ FIGURES = (
 INT32_BLANK = 0x7FFFFFF0
 FP64_BLANK = 140737488355328.0
 PLAUSIBLE_MAX = 1e15
-INT32_METRICS = frozenset({DEV_UTIL, TEMP, XID, REMAP_PENDING})
+INT32_METRICS = frozenset({DEV_UTIL, TEMP, XID, REMAP_PENDING, REMAP_FAILURE})
 
 
 def reading_usable(metric: str, value: float) -> bool:
@@ -68,4 +72,5 @@ def reading_usable(metric: str, value: float) -> bool:
 
 
 def figure_usable(value: float) -> bool:
-    return math.isfinite(value) and 0 <= value < PLAUSIBLE_MAX and value != FP64_BLANK
+    """False for NaN (every comparison fails), infinities, negative values and blanks."""
+    return 0 <= value < PLAUSIBLE_MAX and value != FP64_BLANK

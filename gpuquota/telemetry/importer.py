@@ -1,8 +1,12 @@
 """Importing a source's windows: figures read (Prometheus or stored exporter readings),
 normalised into the agent protocol's records and stored by the agent's own ingestion
 service (`gpuquota.ingest.batches.batch_ingest`), so the same checks, identities and
-rules apply. Batch ids come from the source, node and range: importing a range again
-stores nothing twice."""
+rules apply. Batch ids come from the source, node, boot and range: importing a range
+again stores nothing twice.
+
+Each chunk reads one window before its range (for changes and counters' growth) and one
+after (to know where a GPU stopped reporting): a range is imported once the window after
+it has closed."""
 
 import logging
 import time
@@ -20,8 +24,11 @@ from gpuquota.ingest.protocol import batch_check
 from gpuquota.inventory.models import Gpu, Node
 from gpuquota.inventory.services import gpu_register
 from gpuquota.telemetry import conf, exposition, prometheus
+from gpuquota.telemetry.gather import Observed, gpus_gather, node_mates
+from gpuquota.telemetry.health import GpuState, iso, life_boot
 from gpuquota.telemetry.models import ScrapedReading, SourceGpu, SourceKind, TelemetrySource
-from gpuquota.telemetry.normalise import GpuReport, iso, reports_build
+from gpuquota.telemetry.normalise import GpuReport, edges_wanted, gpu_reports
+from gpuquota.telemetry.stored import gpu_states, slurm_owners_fill
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +48,7 @@ class ImportResult:
     rejected: int = 0
     skipped_series: int = 0
     replayed_batches: int = 0
+    unknown_jobs: int = 0  # Slurm process records whose job the accounting does not know
     # wall and CPU (this process) seconds by phase: reading the figures, normalising them,
     # storing the records
     phases_s: dict = field(default_factory=lambda: {"read": 0.0, "normalise": 0.0,
@@ -61,127 +69,236 @@ def aligned(instant: datetime, window_s: int) -> datetime:
     return datetime.fromtimestamp(epoch - epoch % window_s, UTC)
 
 
-def _node_for(report: GpuReport, *, source: TelemetrySource, known: dict) -> Node:
-    """The GPU's current node when it is known (UUID decides); else it is registered, as
-    the agent's are, on the node the source's node label names (in the source's cluster,
-    created when new), from its first window: a back-fill's history is the GPU's own."""
-    gpu = known.get(report.uuid)
-    if gpu is not None:
-        return gpu.node
-    labels = report.labels
-    hostname = (labels.get(source.node_label) or labels.get("Hostname")
-                or labels.get("hostname") or "unnamed")[:253]
-    node, _ = Node.objects.get_or_create(cluster=source.cluster, hostname=hostname)
-    first = min([r["window_start"] for r in report.samples]
-                + [r["ts"] for r in report.events])
+def _register(report: GpuReport, *, node: Node, known: dict) -> None:
+    first = min([u.sample["window_start"] for u in report.units]
+                + [e["ts"] for e in report.events])
     entry = report.entry()
     try:
         with transaction.atomic():
             known[report.uuid] = gpu_register(
                 node=node, uuid=report.uuid, model_name=entry["name"] or "",
                 at=datetime.fromisoformat(first), index=entry["index"],
-                pci_bus_id=entry["pci_bus_id"] or "")
+                pci_bus_id=entry["pci_bus_id"] or "",
+                parent=known.get(report.parent_uuid) if report.parent_uuid else None)
     except IntegrityError:  # registered meanwhile (an agent, another pull): its node wins
         known[report.uuid] = Gpu.objects.select_related("node").get(uuid=report.uuid)
+
+
+def _node_for(report: GpuReport, *, source: TelemetrySource, known: dict) -> Node:
+    """The GPU's current node when it is known (UUID decides; a MIG device's is its
+    GPU's); else it is registered, as the agent's are, on the node the source's node
+    label names (in the source's cluster, created when new), from its first window: a
+    back-fill's history is the GPU's own."""
+    gpu = known.get(report.uuid)
+    if gpu is not None:
+        return gpu.node
+    if report.parent_uuid:
+        node = known[report.parent_uuid].node
+    else:
+        labels = report.labels
+        hostname = (labels.get(source.node_label) or labels.get("Hostname")
+                    or labels.get("hostname") or "unnamed")[:253]
+        node, _ = Node.objects.get_or_create(cluster=source.cluster, hostname=hostname)
+    _register(report, node=node, known=known)
     return known[report.uuid].node
 
 
-def _parts(reports: list[GpuReport]) -> list[dict]:
-    """The reports cut into bodies within the protocol's per-batch limits."""
-    parts: list[dict] = []
-    body: dict = {}
+def _parts(reports: list[GpuReport]) -> dict[str, list[dict]]:
+    """The reports' records by boot, cut into bodies within the protocol's per-batch
+    limits; a sample and its process records stay in one body."""
+    bodies: dict[str, list[dict]] = {}
+
+    def body_for(boot: str, samples: int, processes: int, events: int) -> dict:
+        parts = bodies.setdefault(boot, [])
+        if not parts or len(parts[-1]["samples"]) + samples > ingest_conf.MAX_SAMPLES or \
+                len(parts[-1]["processes"]) + processes > ingest_conf.MAX_PROCESSES or \
+                len(parts[-1]["events"]) + events > ingest_conf.MAX_EVENTS:
+            parts.append({"gpus": {}, "samples": [], "processes": [], "events": []})
+        return parts[-1]
+
+    entries = {r.uuid: r.entry() for r in reports}
     for report in reports:
-        for kind, limit in (("samples", ingest_conf.MAX_SAMPLES),
-                            ("processes", ingest_conf.MAX_PROCESSES),
-                            ("events", ingest_conf.MAX_EVENTS)):
-            for record in getattr(report, kind):
-                if not body or len(body[kind]) >= limit:
-                    body = {"gpus": {}, "samples": [], "processes": [], "events": []}
-                    parts.append(body)
-                body["gpus"][report.uuid] = report.entry()
-                body[kind].append(record)
-    return parts
+        for unit in report.units:
+            body = body_for(unit.boot, 1, len(unit.processes), 0)
+            body["samples"].append(unit.sample)
+            body["processes"].extend(unit.processes)
+            body["gpus"][report.uuid] = entries[report.uuid]
+            if report.parent_uuid in entries:
+                body["gpus"][report.parent_uuid] = entries[report.parent_uuid]
+        for event, boot in report.event_boots:
+            body = body_for(boot, 0, 0, 1)
+            body["events"].append(event)
+            body["gpus"][report.uuid] = entries[report.uuid]
+    return bodies
 
 
 def _send(*, source: TelemetrySource, node: Node, reports: list[GpuReport], start: int,
           stop: int, now: datetime, result: ImportResult) -> None:
     driver = next((r.labels.get("DCGM_FI_DRIVER_VERSION") for r in reports
                    if r.labels.get("DCGM_FI_DRIVER_VERSION")), None)
-    for index, part in enumerate(_parts(reports)):
-        key = f"{source.pk}|{node.pk}|{start}|{stop}|{index}"
-        body = {"schema_version": 1, "batch_id": str(uuid.uuid5(BATCH_NAMESPACE, key)),
-                "agent_instance_id": str(uuid.uuid5(BATCH_NAMESPACE, f"source {source.pk}")),
-                "sent_at": iso(int(now.timestamp())),
-                "node": {"hostname": node.hostname, "driver_version": driver,
-                         "agent_version": f"{AGENT_VERSION[source.kind]} via {source.name}"[:64]},
-                **part, "gpus": list(part["gpus"].values())}
-        stored = batch_ingest(node=node, body=batch_check(body), now=now, check_age=False)
-        if stored.status == 200:
-            result.replayed_batches += 1  # this very range was imported before
-        else:
-            result.add(stored.body)
+    for boot, parts in _parts(reports).items():
+        for index, part in enumerate(parts):
+            key = f"{source.pk}|{node.pk}|{boot}|{start}|{stop}|{index}"
+            body = {"schema_version": 1, "batch_id": str(uuid.uuid5(BATCH_NAMESPACE, key)),
+                    "agent_instance_id": str(uuid.uuid5(BATCH_NAMESPACE,
+                                                        f"source {source.pk}")),
+                    "sent_at": iso(int(now.timestamp())),
+                    "node": {"hostname": node.hostname, "driver_version": driver,
+                             "boot_id": boot,
+                             "agent_version": f"{AGENT_VERSION[source.kind]} via "
+                                              f"{source.name}"[:64]},
+                    **part, "gpus": list(part["gpus"].values())}
+            stored = batch_ingest(node=node, body=batch_check(body), now=now, check_age=False)
+            if stored.status == 200:
+                result.replayed_batches += 1  # this very range was imported before
+            else:
+                result.add(stored.body)
 
 
 def _used_metric_record(*, source: TelemetrySource, reports: list[GpuReport]) -> None:
-    gpus = dict(Gpu.objects.filter(uuid__in=[r.uuid for r in reports]).values_list("uuid", "id"))
-    for report in reports:
-        if report.uuid in gpus and report.samples:
-            SourceGpu.objects.update_or_create(
-                source=source, gpu_id=gpus[report.uuid],
-                defaults={"util_metric": report.util_metric,
-                          "last_window_end": datetime.fromisoformat(
-                              report.samples[-1]["window_end"])})
+    """Each GPU's SourceGpu row (the metric its utilization is read from, its last
+    window), in a few queries whatever the number of GPUs."""
+    physical = {r.uuid: r for r in reports if not r.parent_uuid and r.units}
+    gpus = dict(Gpu.objects.filter(uuid__in=list(physical)).values_list("uuid", "id"))
+    rows = {row.gpu_id: row for row in SourceGpu.objects.filter(
+        source=source, gpu_id__in=list(gpus.values()))}
+    new, changed = [], []
+    for gpu_uuid, gpu_id in gpus.items():
+        report = physical[gpu_uuid]
+        end = datetime.fromisoformat(report.units[-1].sample["window_end"])
+        row = rows.get(gpu_id)
+        if row is None:
+            new.append(SourceGpu(source=source, gpu_id=gpu_id, util_metric=report.util_metric,
+                                 last_window_end=end))
+        elif (row.util_metric, row.last_window_end) != (report.util_metric, end):
+            row.util_metric, row.last_window_end = report.util_metric, end
+            changed.append(row)
+    SourceGpu.objects.bulk_create(new, ignore_conflicts=True)
+    SourceGpu.objects.bulk_update(changed, ["util_metric", "last_window_end"])
 
 
 def reports_store(*, source: TelemetrySource, reports: list[GpuReport], start: int, stop: int,
                   now: datetime, result: ImportResult) -> None:
-    """Send the reports of [start, stop) node by node through the agent's ingestion."""
+    """Send the reports of [start, stop) node by node (and boot by boot) through the
+    agent's ingestion."""
+    reports = [r for r in reports if r.units or r.event_boots]
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(
-        uuid__in=[r.uuid for r in reports])}
+        uuid__in=[r.uuid for r in reports] + [r.parent_uuid for r in reports if r.parent_uuid])}
     by_node: dict[int, tuple[Node, list[GpuReport]]] = {}
-    for report in reports:
+    for report in sorted(reports, key=lambda r: bool(r.parent_uuid)):  # GPUs, then MIG
         node = _node_for(report, source=source, known=known)
         by_node.setdefault(node.pk, (node, []))[1].append(report)
     for node, node_reports in by_node.values():
         _send(source=source, node=node, reports=node_reports, start=start, stop=stop, now=now,
               result=result)
     _used_metric_record(source=source, reports=reports)
-    result.gpus += len(reports)
+    result.gpus += sum(1 for r in reports if not r.parent_uuid)
 
 
-def _figures(source: TelemetrySource, *, start: int, stop: int) -> prometheus.WindowTable:
-    """The window figures of [start - window, stop): one window before, for deltas."""
-    before = start - source.window_s
-    if source.kind == SourceKind.PROMETHEUS:
-        return prometheus.window_figures(source, start=datetime.fromtimestamp(before, UTC),
-                                         end=datetime.fromtimestamp(stop, UTC))
-    readings = ScrapedReading.objects.filter(source=source, at__gte=before, at__lt=stop)
-    return exposition.window_figures([(r.at, r.series) for r in readings.order_by("at")],
-                                     start=before, stop=stop, window_s=source.window_s)
+class _Reader:
+    """A source's figures and reading times, from Prometheus or the stored scrapes."""
+
+    def __init__(self, source: TelemetrySource):
+        self.source = source
+        self.readings: list = []
+        self.spent = [0.0, 0.0]  # wall and CPU seconds reading
+
+    def figures(self, *, start: int, stop: int) -> prometheus.WindowTable:
+        began = (time.perf_counter(), time.process_time())
+        try:
+            return self._figures(start=start, stop=stop)
+        finally:
+            self.spent[0] += time.perf_counter() - began[0]
+            self.spent[1] += time.process_time() - began[1]
+
+    def _figures(self, *, start: int, stop: int) -> prometheus.WindowTable:
+        source = self.source
+        if source.kind == SourceKind.PROMETHEUS:
+            return prometheus.window_figures(source, start=datetime.fromtimestamp(start, UTC),
+                                             end=datetime.fromtimestamp(stop, UTC))
+        found = ScrapedReading.objects.filter(source=source, at__gte=start, at__lt=stop)
+        self.readings = [(r.at, r.series) for r in found.order_by("at")]
+        return exposition.window_figures(self.readings, start=start, stop=stop,
+                                         window_s=source.window_s)
+
+    def times(self, wanted: dict[int, set]) -> dict:
+        if not wanted:
+            return {}
+        began = (time.perf_counter(), time.process_time())
+        try:
+            return self._times(wanted)
+        finally:
+            self.spent[0] += time.perf_counter() - began[0]
+            self.spent[1] += time.process_time() - began[1]
+
+    def _times(self, wanted: dict[int, set]) -> dict:
+        if self.source.kind == SourceKind.PROMETHEUS:
+            return prometheus.point_times(self.source, wanted)
+        return exposition.point_times(self.readings, wanted, window_s=self.source.window_s)
+
+
+def _observed_record(source: TelemetrySource, observed: Observed, unknown_jobs: int) -> None:
+    """Merge what this read showed into the source's `observed` (the pages read it)."""
+    before = TelemetrySource.objects.filter(pk=source.pk).values_list("observed", flat=True)
+    merged = dict(before.first() or {})
+    now = observed.as_json()
+    merged["metrics"] = sorted(set(merged.get("metrics", [])) | set(now["metrics"]))
+    for name in ("kubernetes", "exported", "shared_pods", "hpc_job", "mig"):
+        merged[name] = bool(merged.get(name)) or now[name]
+    merged["unknown_jobs"] = int(merged.get("unknown_jobs", 0)) + unknown_jobs
+    TelemetrySource.objects.filter(pk=source.pk).update(observed=merged)
+
+
+def chunk_reports(reader: _Reader, *, start: int, stop: int,
+                  states: dict[str, GpuState]) -> tuple[list[GpuReport], int, Observed]:
+    """The reports of the windows in [start, stop) (reading one window either side);
+    `states` carries each GPU's state from chunk to chunk."""
+    source = reader.source
+    window_s = source.window_s
+    table = reader.figures(start=start - window_s, stop=stop + window_s)
+    gpus, skipped, observed = gpus_gather(table, node_label=source.node_label)
+    times = reader.times(edges_wanted(gpus, start=start, stop=stop, window_s=window_s))
+    states.update(gpu_states([u for u in gpus if u not in states], before=start))
+    mates = node_mates(gpus)
+    reports = []
+    for gpu_uuid in sorted(gpus):
+        reports += gpu_reports(gpus[gpu_uuid], start=start, stop=stop, window_s=window_s,
+                               scrape_s=source.scrape_interval_s,
+                               state=states.setdefault(gpu_uuid, GpuState(
+                                   boot_id=life_boot(gpu_uuid, None))),
+                               mates=mates[gpu_uuid], times=times)
+    return reports, skipped, observed
 
 
 def range_import(*, source: TelemetrySource, start: datetime, end: datetime,
                  advance_cursor: bool = False, now: datetime | None = None) -> ImportResult:
     """Import the whole windows in [start, end), a chunk (TELEMETRY_CHUNK_S) at a time;
-    with `advance_cursor`, the source's cursor follows each chunk stored (resumable)."""
+    with `advance_cursor`, the source's cursor follows each chunk stored (resumable).
+    The window after `end` must have closed: it tells where GPUs stopped reporting."""
     window_s = source.window_s
     first = int(aligned(start, window_s).timestamp())
     last = int(aligned(end, window_s).timestamp())
     chunk_s = max(window_s, conf.CHUNK_S - conf.CHUNK_S % window_s)
     result = ImportResult()
+    reader = _Reader(source)
+    states: dict[str, GpuState] = {}
     for chunk_start in range(first, last, chunk_s):
         chunk_stop = min(last, chunk_start + chunk_s)
         marks = [(time.perf_counter(), time.process_time())]
-        table = _figures(source, start=chunk_start, stop=chunk_stop)
-        marks.append((time.perf_counter(), time.process_time()))
-        reports, skipped = reports_build(table, start=chunk_start, stop=chunk_stop,
-                                         window_s=window_s)
+        read_before = list(reader.spent)
+        reports, skipped, observed = chunk_reports(reader, start=chunk_start, stop=chunk_stop,
+                                                   states=states)
+        unknown = slurm_owners_fill(cluster=source.cluster,
+                                    processes=[p for r in reports for p in r.processes])
+        read = (reader.spent[0] - read_before[0], reader.spent[1] - read_before[1])
+        marks.append((marks[0][0] + read[0], marks[0][1] + read[1]))
         marks.append((time.perf_counter(), time.process_time()))
         stamp = whole_second(now or timezone.now())
         # Each batch is stored whole (its own transaction); the figures were all read and
         # checked before the first one, and a chunk stored again replays its batch ids.
         reports_store(source=source, reports=reports, start=chunk_start, stop=chunk_stop,
                       now=stamp, result=result)
+        _observed_record(source, observed, unknown)
         if advance_cursor:
             TelemetrySource.objects.filter(pk=source.pk).update(
                 cursor=datetime.fromtimestamp(chunk_stop, UTC))
@@ -192,4 +309,5 @@ def range_import(*, source: TelemetrySource, start: datetime, end: datetime,
             result.phases_cpu_s[phase] += after[1] - before[1]
         result.windows += (chunk_stop - chunk_start) // window_s
         result.skipped_series += skipped
+        result.unknown_jobs += unknown
     return result

@@ -23,6 +23,7 @@ class AuthKind(models.TextChoices):
 class UtilMetric(models.TextChoices):
     GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "graphics engine active (profiling)"
     GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL", "GPU utilization (kernel active)"
+    NONE = "none", "none (MIG without profiling metrics: no data)"
 
 
 class TelemetrySource(models.Model):
@@ -69,6 +70,10 @@ class TelemetrySource(models.Model):
     last_error = models.CharField(max_length=500, blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)
     failures = models.PositiveIntegerField(default=0)
+    observed = models.JSONField(
+        default=dict, blank=True,
+        help_text="What its series showed: the fields read and the labels naming workloads "
+                  "(the pages say what this variant of dcgm-exporter cannot carry).")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -12,14 +12,17 @@ import orjson
 
 from gpuquota.telemetry import conf
 from gpuquota.telemetry.errors import SourceError
-from gpuquota.telemetry.fields import FIGURES, Figure
+from gpuquota.telemetry.fields import DEV_UTIL, FIGURES, PROF_UTIL, Figure, figure_usable
 from gpuquota.telemetry.http import body_get, session_for
+from gpuquota.telemetry.labels import gpu_uuid, mig_instance
 from gpuquota.telemetry.models import TelemetrySource
 
 EPSILON_S = 0.001
 # Label matchers only: `name="value"`, `name=~"re"`, comma-separated; no braces, no newlines.
 SELECTOR_RE = re.compile(
     r'^\s*([A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"([^"\\\n]|\\.)*"\s*,?\s*)*$')
+
+ERROR_TYPE_RE = re.compile(r"^[a-z_]{1,32}$")
 
 WindowTable = dict[str, list[tuple[dict, dict[int, float]]]]
 
@@ -29,7 +32,9 @@ def selector_valid(selector: str) -> bool:
 
 
 def figure_query(figure: Figure, *, selector: str, window_s: int) -> str:
-    return f"{figure.fn}({figure.metric}{{{selector.strip()}}}[{window_s}s])"
+    query = f"{figure.fn}({figure.metric}{{{selector.strip()}}}[{window_s}s])"
+    # resets are rare: Prometheus answers only the windows that have one
+    return f"{query} > 0" if figure.fn == "resets" else query
 
 
 def _labels_check(labels: dict, where: str) -> None:
@@ -44,10 +49,13 @@ def answer_parse(raw: bytes, *, window_s: int, where: str) -> list[tuple[dict, d
     try:
         answer = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise SourceError(f"{where}: the answer is not JSON ({exc})") from exc
+        raise SourceError(f"{where}: the answer is not JSON") from exc
     if type(answer) is not dict or answer.get("status") != "success":
-        error = answer.get("error") if type(answer) is dict else None
-        raise SourceError(f"{where}: the query failed ({str(error)[:200]})")
+        # Only Prometheus's error type, a word of its fixed vocabulary: never the text of
+        # an answer, which may come from a service that is not Prometheus at all.
+        kind = answer.get("errorType") if type(answer) is dict else None
+        kind = kind if isinstance(kind, str) and ERROR_TYPE_RE.match(kind) else "no error type"
+        raise SourceError(f"{where}: the query failed ({kind})")
     data = answer.get("data")
     if type(data) is not dict or data.get("resultType") != "matrix" or \
             type(data.get("result")) is not list:
@@ -60,9 +68,13 @@ def answer_parse(raw: bytes, *, window_s: int, where: str) -> list[tuple[dict, d
         try:
             labels, values = entry["metric"], entry["values"]
             _labels_check(labels, where)
-            points = {round(float(t) + EPSILON_S) - window_s: float(v) for t, v in values}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SourceError(f"{where}: a malformed series ({exc})") from exc
+            # a point stands for the window ending at its time (+ EPSILON_S); values that
+            # are not figures (NaN, infinities, negative, DCGM's blanks) are left out here
+            points = {int(t + 0.5) - window_s: value for t, value in
+                      zip((p[0] for p in values), map(float, (p[1] for p in values)),
+                          strict=True) if figure_usable(value)}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SourceError(f"{where}: a malformed series") from exc
         series.append((labels, points))
     return series
 
@@ -90,3 +102,51 @@ def window_figures(source: TelemetrySource, *, start: datetime, end: datetime) -
     finally:
         session.close()
     return table
+
+
+def point_times(source: TelemetrySource, wanted: dict[int, set]) -> dict:
+    """The first and last reading times of the utilization series of the GPUs (or MIG
+    instances) in `wanted` ({window start: {(uuid, instance)}}), read raw (a range
+    selector at the window's end): {(uuid, instance, window start): (first, last)}."""
+    window_s = source.window_s
+    selector = source.selector.strip()
+    query = (f'{{__name__=~"{PROF_UTIL}|{DEV_UTIL}"{"," if selector else ""}{selector}}}'
+             f"[{window_s}s]")
+    url = source.base_url.rstrip("/") + "/api/v1/query"
+    times: dict = {}
+    session = session_for(source)
+    try:
+        for ws, keys in sorted(wanted.items()):
+            raw = body_get(session, url, params={
+                "query": query, "time": f"{ws + window_s - EPSILON_S:.3f}"})
+            for labels, points in _raw_series(raw, where=f"{source.name} reading times"):
+                instance = mig_instance(labels)
+                if instance and labels.get("__name__") == DEV_UTIL:
+                    continue
+                key = (gpu_uuid(labels), instance)
+                stamps = [t for t, v in points if ws <= t < ws + window_s and figure_usable(v)]
+                if key not in keys or not stamps:
+                    continue
+                first, last = times.get((*key, ws), (stamps[0], stamps[0]))
+                times[(*key, ws)] = (min(first, *stamps), max(last, *stamps))
+    finally:
+        session.close()
+    return times
+
+
+def _raw_series(raw: bytes, *, where: str) -> list[tuple[dict, list[tuple[float, float]]]]:
+    try:
+        answer = orjson.loads(raw)
+        if answer.get("status") != "success":
+            raise SourceError(f"{where}: the query failed")
+        result = answer["data"]["result"]
+        if len(result) > conf.MAX_SERIES:
+            raise SourceError(f"{where}: {len(result)} series, over the limit of "
+                              f"{conf.MAX_SERIES}; narrow the source's selector")
+        out = []
+        for entry in result:
+            _labels_check(entry["metric"], where)
+            out.append((entry["metric"], [(float(t), float(v)) for t, v in entry["values"]]))
+        return out
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SourceError(f"{where}: not a query answer gpuquota can read") from exc

@@ -2,19 +2,22 @@
 recorded), and pulled on their interval (`source_pull`)."""
 
 import logging
-import time
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from gpuquota.core.errors import DomainError
 from gpuquota.core.services import audit_record
-from gpuquota.telemetry import exposition
+from gpuquota.inventory.models import Cluster
+from gpuquota.schedulers.models import BackendConfig, ImportCursor
+from gpuquota.telemetry import conf, exposition
 from gpuquota.telemetry.errors import SourceError
-from gpuquota.telemetry.http import body_get, session_for
+from gpuquota.telemetry.http import body_get, session_for, url_shown
 from gpuquota.telemetry.importer import ImportResult, aligned, range_import
 from gpuquota.telemetry.models import AuthKind, ScrapedReading, SourceKind, TelemetrySource
+from gpuquota.telemetry.netguard import url_refusal
 from gpuquota.telemetry.prometheus import selector_valid
 from gpuquota.telemetry.secrets import secret_seal
 
@@ -30,10 +33,14 @@ def _check(source: TelemetrySource) -> None:
     if source.kind == SourceKind.EXPORTER and not source.url_list:
         raise DomainError("An exporter source needs at least one /metrics URL.", field="urls")
     for url in source.url_list:
-        if not url.startswith(("http://", "https://")) or len(url) > 500:
-            raise DomainError(f"Not an http(s) URL: {url[:100]}", field="urls")
+        why = "longer than 500 characters" if len(url) > 500 else url_refusal(url)
+        if why:
+            raise DomainError(f"{url_shown(url)[:100]}: {why}", field="urls")
     if source.kind == SourceKind.PROMETHEUS and not source.base_url:
         raise DomainError("A Prometheus source needs the query API's URL.", field="base_url")
+    why = source.base_url and url_refusal(source.base_url)
+    if why:
+        raise DomainError(f"{url_shown(source.base_url)[:100]}: {why}", field="base_url")
     if not selector_valid(source.selector):
         raise DomainError('Label matchers only, like job="dcgm-exporter".', field="selector")
     if 3600 % source.window_s:
@@ -94,7 +101,7 @@ def exporters_scrape(*, source: TelemetrySource) -> list[str]:
         for url in source.url_list:
             try:
                 raw = body_get(session, url)
-                at = time.time()
+                at = timezone.now().timestamp()
                 series = exposition.exposition_parse(raw.decode("utf-8", "replace"), where=url)
             except SourceError as exc:
                 failed.append(exc.reason)
@@ -105,16 +112,37 @@ def exporters_scrape(*, source: TelemetrySource) -> list[str]:
     return failed
 
 
+def _slurm_settled(source: TelemetrySource, *, end: datetime, now: datetime) -> datetime:
+    """How far a source naming Slurm jobs (`hpc_job`) may be imported: to where the
+    cluster's Slurm accounting import has reached (its jobs' accounts and users are
+    known there), waiting at most TELEMETRY_SLURM_WAIT_S; no wait where no Slurm backend
+    imports the accounting."""
+    if not source.observed.get("hpc_job"):
+        return end
+    on = BackendConfig.objects.filter(cluster_id=source.cluster_id).exclude(
+        mode=BackendConfig.Mode.OFF).filter(cluster__scheduler=Cluster.Scheduler.SLURM)
+    if not on.exists():
+        return end
+    settled = ImportCursor.objects.filter(cluster_id=source.cluster_id).values_list(
+        "imported_until", flat=True).first()
+    waited = now - timedelta(seconds=conf.SLURM_WAIT_S)
+    reached = max(settled or waited, waited)
+    return min(end, aligned(reached, source.window_s) - timedelta(seconds=source.window_s))
+
+
 def source_pull(*, source: TelemetrySource, now: datetime) -> ImportResult | None:
-    """Import the source's windows closed since its cursor (exporters: scrape first);
+    """Import the source's windows closed since its cursor (exporters: scrape first),
+    up to the last whose next window has closed too (it tells where a GPU stopped);
     the cursor follows each chunk stored. A failure is recorded on the source (its page,
     /metrics and the admin's home page show it) and nothing of the failing chunk is kept."""
     failed: list[str] = []
+    window = timedelta(seconds=source.window_s)
     if source.kind == SourceKind.EXPORTER:
         failed = exporters_scrape(source=source)
-        end = aligned(now, source.window_s)
+        end = aligned(now, source.window_s) - window
     else:
-        end = aligned(now - timedelta(seconds=source.delay_s), source.window_s)
+        end = aligned(now - timedelta(seconds=source.delay_s), source.window_s) - window
+    end = _slurm_settled(source, end=end, now=now)
     start = source.cursor or end - timedelta(seconds=FIRST_PULL_S)
     try:
         result = range_import(source=source, start=start, end=end, advance_cursor=True, now=now)

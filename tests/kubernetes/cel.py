@@ -16,6 +16,7 @@ def evaluate(policy: dict, review: dict) -> tuple[bool, str]:
     env = celpy.Environment()
     request = review["request"]
     activation = {"object": celpy.json_to_cel(request["object"]),
+                  "oldObject": celpy.json_to_cel(request.get("oldObject")),
                   "request": celpy.json_to_cel({k: v for k, v in request.items()
                                                 if k not in ("object", "oldObject")})}
     variables: dict = {}

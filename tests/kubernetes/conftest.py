@@ -11,7 +11,6 @@ from django.conf import settings
 from accounts.models import ClusterIdentity
 from gpuquota.inventory.models import Cluster
 from gpuquota.reservations.models import Assignment, Loan, Reservation
-from gpuquota.schedulers.kubernetes.fake_apiserver import FakeApiServer
 from gpuquota.schedulers.services import backend_config_update
 from tests.factories import (
     AdminFactory,
@@ -22,6 +21,7 @@ from tests.factories import (
     TeamFactory,
     make_gpu,
 )
+from tests.kubernetes.fake_apiserver import FakeApiServer
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 TOKEN = "sa-token-for-tests"
@@ -94,3 +94,26 @@ def apiserver():
                            rbac_roles=shipped_roles()).start()
     yield server
     server.stop()
+
+
+def gpu_slice(node: str, gpus) -> dict:
+    """The ResourceSlice the NVIDIA DRA driver publishes for `node`: devices `gpu-<index>`
+    with the GPU's NVML UUID as attribute `uuid` (its pool is the node's name)."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpu.nvidia.com"},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": f"gpu-{g.index}", "attributes": {
+                         "uuid": {"string": g.uuid}, "index": {"int": g.index}}}
+                         for g in gpus]}}
+
+
+def dra_server(*, version: str = "v1.37.0", runtime_config=frozenset(),
+               slices=()) -> FakeApiServer:
+    """A started fake of Kubernetes `version` with the NVIDIA DRA driver publishing `slices`
+    (default: one empty slice on gpu-a), limited by the shipped ClusterRole and Role."""
+    server = FakeApiServer(token=TOKEN, rbac_rules=shipped_rules(), rbac_roles=shipped_roles(),
+                           version=version, runtime_config=set(runtime_config)).start()
+    for resource_slice in slices or [gpu_slice("gpu-a", [])]:
+        server.put(resource_slice)
+    return server

@@ -5,7 +5,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from gpuquota.schedulers.kubernetes.fake_apiserver import FakeApiServer
+from tests.kubernetes.fake_apiserver import FakeApiServer
 
 pytestmark = pytest.mark.kubernetes
 FLAVOR = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",

@@ -6,7 +6,6 @@ from io import StringIO
 
 import pytest
 import time_machine
-from django.core.management import call_command
 from django.test import Client
 from django.urls import reverse
 
@@ -17,6 +16,7 @@ from gpuquota.schedulers.models import ReservationBinding
 from gpuquota.schedulers.reconcile import cluster_reconcile
 from tests.factories import MembershipFactory, UserFactory
 from tests.kubernetes.conftest import NOW
+from tests.kubernetes.fake_apiserver.__main__ import run
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 
@@ -96,13 +96,13 @@ def test_the_team_and_the_admins_are_told(kube):
     assert "Foreign GPU use on kube this month" in home
 
 
-def test_the_fake_api_server_command_configures_a_cluster_and_reconciles_it(kube):
+def test_the_fake_api_server_script_configures_a_cluster_and_reconciles_it(kube):
     kube.reserve("vision", kube.gpus["gpu-a"][:2])
     out = StringIO()
     with time_machine.travel(NOW, tick=False):
-        call_command("kubernetes_fake_apiserver", "--cluster", "kube", "--once", stdout=out)
+        run(["--cluster", "kube", "--once"], out)
     text = out.getvalue()
-    assert "kube: ok, 16 write(s)" in text
+    assert "kube: ok, 24 write(s)" in text
     assert "POST /apis/kueue.x-k8s.io/v1beta1/clusterqueues" in text
     assert kube.cluster.backend_config.api_url.startswith("http://127.0.0.1:")
     binding = ReservationBinding.objects.get()

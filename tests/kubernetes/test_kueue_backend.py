@@ -7,11 +7,10 @@ from datetime import timedelta
 
 import pytest
 
+from gpuquota.core.errors import DomainError
 from gpuquota.schedulers.backend import Action, BackendError, SchedulerObject
 from gpuquota.schedulers.kubernetes.api import KINDS, Api
 from gpuquota.schedulers.kubernetes.backend import MANAGED_KINDS, KubernetesBackend
-from gpuquota.schedulers.kubernetes.fake_apiserver import FakeApiServer
-from gpuquota.schedulers.kubernetes.fake_apiserver.server import VERBS
 from gpuquota.schedulers.models import (
     BackendConfig,
     Capabilities,
@@ -22,11 +21,12 @@ from gpuquota.schedulers.models import (
 )
 from gpuquota.schedulers.reconcile import cluster_reconcile
 from tests.kubernetes.conftest import NOW, shipped_roles, shipped_rules
+from tests.kubernetes.fake_apiserver import FakeApiServer
+from tests.kubernetes.fake_apiserver.server import VERBS
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 KUEUE = "/apis/kueue.x-k8s.io/v1beta1"
 ADMISSION = "/apis/admissionregistration.k8s.io/v1"
-POLICIES = ("pods", "jobs", "jobsets", "rayjobs", "rayclusters")
 
 
 def writes(server, since=0):
@@ -49,8 +49,8 @@ def test_the_first_run_creates_everything_and_the_second_sends_no_write(kube, ap
         ("POST", f"{KUEUE}/namespaces/speech/localqueues"),
         ("POST", f"{KUEUE}/namespaces/vision/localqueues"),
         ("POST", f"{KUEUE}/namespaces/vision-dev/localqueues"),
-        *[("POST", f"{ADMISSION}/validatingadmissionpolicies")] * 5,
-        *[("POST", f"{ADMISSION}/validatingadmissionpolicybindings")] * 5,
+        *[("POST", f"{ADMISSION}/validatingadmissionpolicies")] * 9,
+        *[("POST", f"{ADMISSION}/validatingadmissionpolicybindings")] * 9,
     ]
     flavor = apiserver.get("ResourceFlavor", "gq-h100-80gb")
     assert flavor["spec"]["nodeLabels"] == {"gpuquota.io/gpu-class": "h100-80gb"}
@@ -174,18 +174,23 @@ def test_rbac_denied_is_a_clear_cluster_problem(kube):
     finally:
         server.stop()
     assert summary.outcome == "partial"
-    problem = Problem.objects.get(cluster=kube.cluster, status="open")
-    assert "create LocalQueue gq-speech/speech" in problem.summary
+    problems = Problem.objects.filter(cluster=kube.cluster, status="open").order_by("summary")
+    assert [p.summary.split(":")[0] for p in problems] == [
+        "create LocalQueue gq-speech/speech", "create LocalQueue gq-vision/vision-dev",
+        "create LocalQueue gq-vision/vision"]  # one each, the rest applied
+    problem = problems[0]
     assert "RBAC" in problem.summary and "deploy/kubernetes/base/rbac.yaml" in problem.summary
     assert "cannot create resource \"localqueues\"" in problem.detail
 
 
 def test_an_invalid_object_is_refused_with_422_naming_the_field(kube, apiserver):
-    kube.configure(apiserver, cohort="Not_A_Name")
+    labels = {f"example.org/k{i}": "v" for i in range(9)}  # Kueue allows 8
+    kube.configure(apiserver, flavors={"H100-80GB": {"node_labels": labels}})
     summary = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
-    assert summary.outcome == "partial"  # the flavor went in, the first queue did not
+    assert summary.outcome == "partial"  # the flavor was refused, the rest went in
     problem = Problem.objects.get(cluster=kube.cluster, status="open")
-    assert "invalid" in problem.summary and "spec.cohort" in problem.summary
+    assert "invalid" in problem.summary and "spec.nodeLabels" in problem.summary
+    assert apiserver.get("ClusterQueue", "gq-vision") is not None
 
 
 def test_a_wrong_token_is_reported(kube, apiserver):
@@ -211,51 +216,12 @@ def test_without_kueue_reservations_are_advisory_and_nothing_is_written(kube):
     assert caps.best_binding == "advisory" and "Kueue is not installed" in caps.notes[0]
 
 
-def test_exact_gpus_pins_claims_to_uuids_and_taints_the_devices(kube):
-
-    server = FakeApiServer(token="t", rbac_rules=shipped_rules(), rbac_roles=shipped_roles(),
-                           version="v1.34.1").start()
-    server.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                "metadata": {"name": "gpu-a-gpu.nvidia.com"},
-                "spec": {"driver": "gpu.nvidia.com", "pool": {"name": "gpu-a",
-                                                               "resourceSliceCount": 1,
-                                                               "generation": 1},
-                         "nodeName": "gpu-a", "devices": []}})
-    try:
-        kube.configure(server, exact_gpus=True)
-        gpus = kube.gpus["gpu-a"][1:3]
-        reservation = kube.reserve("vision", gpus)
-        summary = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
-        claims = [server.get("ResourceClaimTemplate", f"gq-res-{reservation.pk}", ns)
-                  for ns in ("vision", "vision-dev")]
-        rules = [server.get("DeviceTaintRule", f"gq-res-{reservation.pk}-gpu-a-gpu{g.index}")
-                 for g in gpus]
-        verbs = {(r.method, r.path.rsplit("/", 1)[0]) for r in server.requests}
-    finally:
-        server.stop()
-    assert summary.outcome == "ok", summary.error
-    request = claims[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]
-    assert request["count"] == 2
-    for gpu in gpus:
-        assert f"'{gpu.uuid}'" in request["selectors"][0]["cel"]["expression"]
-    assert request["tolerations"][0]["value"] == "vision"
-    assert claims[1] is not None
-    assert [r["spec"]["deviceSelector"] for r in rules] == [
-        {"driver": "gpu.nvidia.com", "pool": "gpu-a", "device": f"gpu-{g.index}"} for g in gpus]
-    binding = ReservationBinding.objects.get(reservation=reservation)
-    assert binding.level == "exact_gpus" and "Kueue cannot count" in binding.why
-    caps = Capabilities.objects.get(cluster=kube.cluster)
-    assert caps.best_binding == "exact_gpus" and caps.facts["device_taint_rules"] is True
-    assert any("Kueue cannot count" in note for note in caps.notes)
-    assert ("GET", "/apis/resource.k8s.io/v1") in verbs  # the driver's slices were read
-
-
 def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
     """Every rule's verb is used in these scenarios, and nothing else is asked for; outside
     the ClusterRole only Kueue's controller Deployment is read, as the shipped Role allows."""
 
-    server = FakeApiServer(token="t", rbac_rules=shipped_rules(),
-                           rbac_roles=shipped_roles()).start()
+    server = FakeApiServer(token="t", rbac_rules=shipped_rules(), rbac_roles=shipped_roles(),
+                           version="v1.37.0").start()
     server.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
                 "metadata": {"name": "s"}, "spec": {"driver": "gpu.nvidia.com", "pool": {
                     "name": "gpu-a", "resourceSliceCount": 1, "generation": 1},
@@ -269,8 +235,8 @@ def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
         cluster_reconcile(cluster=kube.cluster, reason="t", at=NOW + timedelta(hours=1))
         used, named = set(), set()
         for r in server.requests:
-            if r.path.rstrip("/") in ("/version", "/apis"):
-                continue
+            if r.path.rstrip("/") in ("/version", "/apis") or r.path.count("/") == 3:
+                continue  # discovery, which every authenticated client may read
             parts = r.path.strip("/").split("/")
             group = "" if parts[0] == "api" else parts[1]
             rest = parts[2:] if parts[0] == "api" else parts[3:]
@@ -290,6 +256,7 @@ def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
     # kind it manages; observe lists them; capabilities read the DRA driver's slices)...
     designed = {(KINDS[k].group, KINDS[k].plural, verb) for k in MANAGED_KINDS
                 for verb in Api.rbac_verbs} | {("resource.k8s.io", "resourceslices", "list"),
+                                               ("resource.k8s.io", "resourceclaims", "list"),
                                                ("kueue.x-k8s.io", "workloads", "list")}
     assert granted == designed
     # ...and these runs used every kind of call, none outside the grant.
@@ -314,7 +281,10 @@ def test_the_dry_run_renders_kubectl_commands_and_writes_nothing(kube, apiserver
 
 
 def test_unusable_options_are_a_cluster_problem_not_a_crash(kube, apiserver):
-    kube.configure(apiserver, lead_time_s=-5)
+    with pytest.raises(DomainError, match="lead_time_s"):  # refused where they enter...
+        kube.configure(apiserver, lead_time_s=-5)
+    kube.configure(apiserver)  # ...and, stored before that check, at each run
+    BackendConfig.objects.filter(cluster=kube.cluster).update(options={"lead_time_s": -5})
     summary = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
     assert summary.outcome == "failed" and "lead_time_s" in summary.error
     assert writes(apiserver) == []

@@ -6,17 +6,18 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from gpuquota.schedulers.kubernetes.fake_apiserver import FakeApiServer
-from gpuquota.schedulers.kubernetes.fake_apiserver.resources import kueue_controller
+from gpuquota.core.errors import DomainError
 from gpuquota.schedulers.kubernetes.kueue_release import (
     Release,
     image_tag,
     release_from_deployment,
     release_notes,
 )
-from gpuquota.schedulers.models import Capabilities, Problem, ReservationBinding
+from gpuquota.schedulers.models import BackendConfig, Capabilities, Problem, ReservationBinding
 from gpuquota.schedulers.reconcile import cluster_reconcile
 from tests.kubernetes.conftest import NOW, shipped_roles, shipped_rules
+from tests.kubernetes.fake_apiserver import FakeApiServer
+from tests.kubernetes.fake_apiserver.resources import kueue_controller
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 DEPLOYMENT = "/apis/apps/v1/namespaces/kueue-system/deployments/kueue-controller-manager"
@@ -108,7 +109,7 @@ def test_no_access_is_a_note_naming_the_role_not_a_failed_run(kube):
     assert "deploy/kubernetes/kueue/rbac.yaml" in caps.notes[0]
     assert caps.notes[0].startswith("The Kueue release is unknown (")
     assert not Problem.objects.filter(cluster=kube.cluster, status="open").exists()
-    assert len(server.writes()) == 16  # the queues and policies went in all the same
+    assert len(server.writes()) == 24  # the queues and policies went in all the same
 
 
 def test_no_deployment_is_a_note_and_the_options_say_where_to_look(kube):
@@ -118,7 +119,7 @@ def test_no_deployment_is_a_note_and_the_options_say_where_to_look(kube):
     assert reads(server) == [("GET", DEPLOYMENT)]
     assert "there is no Deployment kueue-system/kueue-controller-manager (set the options " \
            "kueue_namespace and kueue_deployment" in caps.notes[0]
-    assert caps.best_binding == "quota" and len(server.writes()) == 16
+    assert caps.best_binding == "quota" and len(server.writes()) == 24
 
     elsewhere = served("registry.k8s.io/kueue/kueue:v0.14.1", rules=False)
     elsewhere.remove("Deployment", "kueue-controller-manager", "kueue-system")
@@ -133,7 +134,11 @@ def test_no_deployment_is_a_note_and_the_options_say_where_to_look(kube):
 def test_unusable_kueue_options_are_refused_naming_the_option(kube):
     server = served()
     try:
-        kube.configure(server, kueue_namespace="Kueue_System")
+        with pytest.raises(DomainError, match="kueue_namespace"):
+            kube.configure(server, kueue_namespace="Kueue_System")
+        kube.configure(server)
+        BackendConfig.objects.filter(cluster=kube.cluster).update(
+            options={"kueue_namespace": "Kueue_System"})
         summary = cluster_reconcile(cluster=kube.cluster, reason="test", at=NOW)
     finally:
         server.stop()

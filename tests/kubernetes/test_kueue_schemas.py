@@ -11,7 +11,6 @@ import pytest
 
 from gpuquota.schedulers.kubernetes.objects import dra_objects, kueue_objects
 from gpuquota.schedulers.kubernetes.options import options_parse
-from gpuquota.schedulers.kubernetes.schemas import KUEUE_API_REFERENCE, SCHEMAS, kueue_errors
 from gpuquota.schedulers.selectors import (
     GpuRef,
     LoanInput,
@@ -19,6 +18,7 @@ from gpuquota.schedulers.selectors import (
     ReservationInput,
     TeamInput,
 )
+from tests.kubernetes.fake_apiserver.kueue_schemas import KUEUE_API_REFERENCE, SCHEMAS, kueue_errors
 
 pytestmark = pytest.mark.kubernetes
 AT = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
@@ -109,9 +109,15 @@ def test_workloads_as_kueue_writes_them_are_read_and_checked():
     assert any(e.startswith("spec.podSets") for e in kueue_errors(workload))
 
 
-def test_exact_gpu_objects_are_valid_for_kubernetes_1_37():
+@pytest.mark.parametrize(("release", "taints"), [
+    ("1.34.0", "resource.k8s.io/v1alpha3"), ("1.35.0", "resource.k8s.io/v1alpha3"),
+    ("1.36.0", "resource.k8s.io/v1beta2"), ("1.37.0", "resource.k8s.io/v1")])
+def test_exact_gpu_objects_are_valid_for_the_release_that_serves_them(release, taints):
     options = options_parse({"exact_gpus": True}, cluster_slug="kube")
-    objects = dra_objects(inputs(), cluster_slug="kube", options=options, taint_rules=True)
-    assert [o["kind"] for o in objects] == ["ResourceClaimTemplate"] * 2 + ["DeviceTaintRule"] * 2
+    objects = dra_objects(inputs(), cluster_slug="kube", options=options,
+                          taint_api_version=taints)
+    # GPUS[1] is on loan: not in the claim, not tainted.
+    assert [o["kind"] for o in objects] == ["ResourceClaimTemplate"] * 2 + ["DeviceTaintRule"]
+    assert objects[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
     for obj in objects:
-        kubernetes_validate.validate(obj, "1.37.0", strict=True)
+        kubernetes_validate.validate(obj, release, strict=True)

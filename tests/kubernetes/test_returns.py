@@ -9,8 +9,8 @@ import pytest
 from gpuquota.core.models import AuditEntry
 from gpuquota.reservations.models import Loan
 from gpuquota.schedulers.kubernetes.returns import clusters_returns_observe
-from gpuquota.schedulers.kubernetes.schemas import kueue_errors
 from tests.kubernetes.conftest import NOW
+from tests.kubernetes.fake_apiserver.kueue_schemas import kueue_errors
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 

@@ -51,7 +51,12 @@ def _slapd(tmp_path, settings, *, tls):
 @pytest.fixture
 def oidc_provider(settings):
     """oidc-provider-mock, in this process, on a loopback port, configured as the provider
-    `mock` ("Mock SSO"). `.set_user(sub, **claims)` chooses a subject's claims."""
+    `mock` ("Mock SSO"). `.set_user(sub, **claims)` chooses a subject's claims (any JSON:
+    objects and lists of objects too); `.configure(name=..., groups_claim=...)` changes
+    gpuquota's settings of it; `.login(sub)` logs in through it without a browser and
+    answers (the Django test client, the callback's response)."""
+    import dataclasses
+
     import requests
     from oidc_provider_mock import run_server_in_thread
 
@@ -71,6 +76,25 @@ def oidc_provider(settings):
             def set_user(sub: str, **claims) -> None:
                 response = requests.put(f"{issuer}/users/{sub}", json=claims, timeout=10)
                 response.raise_for_status()
+
+            @classmethod
+            def configure(cls, **changes) -> None:
+                cls.provider = dataclasses.replace(cls.provider, **changes)
+                settings.GPUQUOTA_OIDC_PROVIDERS = [cls.provider]
+
+            @classmethod
+            def login(cls, sub: str):
+                from urllib.parse import urlparse
+
+                from django.test import Client
+
+                client = Client()
+                authorize = client.get(f"/accounts/oidc/{cls.provider.name}/login/")
+                assert authorize.status_code == 302, authorize
+                answer = requests.post(authorize["Location"], data={"sub": sub},
+                                       allow_redirects=False, timeout=10)
+                callback = urlparse(answer.headers["Location"])
+                return client, client.get(f"{callback.path}?{callback.query}")
 
         settings.GPUQUOTA_OIDC_PROVIDERS = [Handle.provider]
         yield Handle

@@ -1,6 +1,7 @@
 """A real OpenLDAP server (Debian's slapd) for the tests: its own configuration and
 database in a temporary folder, on a loopback port, with users and groups of both kinds
-(groupOfNames and posixGroup)."""
+(groupOfNames and posixGroup), and the memberof overlay keeping each user's `memberOf` as
+Active Directory does."""
 
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ include /etc/ldap/schema/inetorgperson.schema
 include /etc/ldap/schema/nis.schema
 modulepath /usr/lib/ldap
 moduleload back_mdb
+moduleload memberof
 pidfile {folder}/slapd.pid
 database mdb
 maxsize 10485760
@@ -44,6 +46,7 @@ suffix "{suffix}"
 rootdn "{root_dn}"
 rootpw {root_password}
 directory {folder}/data
+overlay memberof
 access to attrs=userPassword by self =xw by anonymous auth by * none
 access to * by users read by * none
 """
@@ -92,9 +95,11 @@ userPassword: {password}
 """
 
 
-def group_of_names_ldif(cn: str, members: list[str]) -> str:
+def group_of_names_ldif(cn: str, members: list[str], groups: list[str] = ()) -> str:
+    """A groupOfNames of users (`members`, uids) and of other groups (`groups`, cns)."""
     lines = [f"dn: cn={cn},{GROUP_BASE}", "objectClass: groupOfNames", f"cn: {cn}"]
     lines += [f"member: uid={uid},{USER_BASE}" for uid in members]
+    lines += [f"member: cn={group},{GROUP_BASE}" for group in groups]
     return "\n".join(lines) + "\n"
 
 

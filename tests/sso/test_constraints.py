@@ -14,8 +14,8 @@ def _insert_identity(user_id: int, issuer: str, subject: str, source: str = "oid
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO accounts_externalidentity (user_id, source, provider, issuer, subject,"
-            " first_login_at, last_login_at, last_claims, admin_by_rules, disabled_reason)"
-            " VALUES (%s, %s, 'kc', %s, %s, now(), now(), '{}', false, '')",
+            " first_login_at, last_login_at, last_claims, admin_by_rules, disabled_reason,"
+            " claims_unread) VALUES (%s, %s, 'kc', %s, %s, now(), now(), '{}', false, '', '{}')",
             [user_id, source, issuer, subject])
 
 

@@ -64,7 +64,7 @@ def test_directory_login_creates_the_user_keyed_by_entry_uuid_with_the_groups_ro
 def test_wrong_password_is_refused_and_creates_nothing(slapd):
     _, response = _login("alice", "not-her-password")
     assert response.status_code == 200
-    assert "correct username and password" in response.text
+    assert "Wrong user name or password." in response.text
     assert not User.objects.filter(username="alice").exists()
 
 
@@ -93,14 +93,16 @@ def test_a_user_added_to_a_group_leads_at_next_login_and_removed_the_membership_
                                      changes__ended=["lead of Vision"]).exists()
 
 
-def test_two_billing_teams_are_refused_naming_both_and_admins_are_told(slapd, settings):
+def test_two_billing_teams_are_refused_naming_both_and_admins_are_told(
+        slapd, settings, django_capture_on_commit_callbacks):
     settings.MAIL_ENABLED = True
     admin = AdminFactory(email="root@example.org")
     vision, nlp = TeamFactory(slug="vision", name="Vision"), TeamFactory(slug="nlp", name="NLP")
     _rule(1, "vision-staff", "member", vision, billing=True)
     _rule(2, "nlp", "member", nlp, billing=True)
 
-    _, response = _login("bob", "pw-bob")
+    with django_capture_on_commit_callbacks(execute=True):
+        _, response = _login("bob", "pw-bob")
 
     page = response.text
     assert response.status_code == 200 and "two teams at once" in page
@@ -114,7 +116,8 @@ def test_cluster_identities_come_from_the_directory_attributes(slapd, settings):
     settings.GPUQUOTA_SSO_CLUSTER_USER_CLAIM = "uid"
     settings.GPUQUOTA_SSO_CLUSTER_UID_CLAIM = "uidNumber"
     cluster = ClusterFactory(slug="hpc")
-    UserFactory(username="alice")  # a local account of the same name is not her
+    # a local account of the same name (another address) is not her
+    UserFactory(username="alice", email="alice@elsewhere.example.org")
 
     _login("alice", "pw-alice")
 

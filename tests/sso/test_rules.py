@@ -1,6 +1,7 @@
 """The mapping rules: the login service applying them, their API (admins, audited, one
 error format), their preview, and the local login limited to break-glass accounts."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -9,7 +10,8 @@ from django.utils import timezone
 
 from accounts.models import ExternalIdentity, MappingRule, Membership, User
 from accounts.services import api_token_create, api_token_use
-from accounts.sso.services import LoginRefused, ProviderLogin, sso_identities_check, sso_login
+from accounts.sso.errors import LoginRefused
+from accounts.sso.services import ProviderLogin, sso_identities_check, sso_login
 from gpuquota.core.models import AuditEntry
 from tests.factories import AdminFactory, MembershipFactory, TeamFactory, UserFactory
 
@@ -43,8 +45,8 @@ def test_a_rule_limited_to_a_provider_ignores_the_others():
     vision = TeamFactory(slug="vision")
     _rule(1, "vision", "member", vision, provider="okta")
     assert not Membership.objects.filter(user=_login(groups=["vision"]).user).exists()
-    assert Membership.objects.filter(user=_login(groups=["vision"], provider="okta").user
-                                     ).exists()
+    assert Membership.objects.filter(user=_login(sub="s-2", groups=["vision"],
+                                                 provider="okta").user).exists()
 
 
 def test_admin_by_rule_is_taken_back_but_a_hand_made_admin_stays():
@@ -160,7 +162,7 @@ def test_the_preview_says_what_a_rule_would_do_and_saves_nothing():
         "value": "nothing-matches"}}, content_type="application/json").json()
     assert one == [{"user": "user-b", "provider": "kc", "last_login_at": one[0]["last_login_at"],
                     "started": [], "ended": ["member of Vision (billing)"], "admin": "",
-                    "refused": ""}]
+                    "refused": "", "kept": ""}]
     page = admin.get("/manage/sso/preview/", {"value": "nlp", "grant": "member", "team": nlp.pk,
                                               "position": 5, "claim": "groups",
                                               "match": "equals", "with_candidate": "on"})
@@ -170,13 +172,32 @@ def test_the_preview_says_what_a_rule_would_do_and_saves_nothing():
     assert outsider.get("/manage/sso/preview/").status_code == 404
 
 
-def test_local_passwords_can_be_limited_to_break_glass_accounts(settings):
+def _login_error(username: str, password: str) -> str:
+    response = Client().post("/accounts/login/", {"username": username, "password": password})
+    assert response.status_code == 200
+    errors = re.search(r'<div class="errors">(.*?)</div>', response.content.decode(), re.S)
+    return re.sub(r"<[^>]+>|\s+", " ", errors[1]).strip()
+
+
+@pytest.mark.parametrize("with_provider", [False, True])
+def test_local_passwords_limited_to_break_glass_refuse_everyone_else_with_one_message(
+        settings, with_provider):
+    """A refused password says the same whoever tried: a break-glass name with a wrong
+    password, another local account with its right one, a name nobody has. Which names are
+    break-glass accounts is never told."""
+    from accounts.sso.conf import OidcProvider
+
     settings.GPUQUOTA_LOCAL_LOGIN_USERS = "root"
+    if with_provider:
+        settings.GPUQUOTA_OIDC_PROVIDERS = [OidcProvider(
+            name="kc", label="Keycloak", issuer="https://kc.example.org", client_id="g",
+            client_secret="s")]
     AdminFactory(username="root")
     UserFactory(username="carol")
-    refused = Client().post("/accounts/login/", {"username": "carol", "password": "password"})
-    assert refused.status_code == 200
-    assert "only for break-glass accounts" in refused.content.decode()
+    answers = {_login_error("root", "wrong"), _login_error("carol", "password"),
+               _login_error("nobody", "password")}
+    assert len(answers) == 1, answers
+    assert "only for break-glass accounts" in answers.pop()
     assert Client().post("/accounts/login/", {"username": "root", "password": "password"}
                          ).status_code == 302
 

@@ -1,10 +1,17 @@
-import time
-
 import pytest
 
 from gpuquota.ingest import partitions
 from tests.factories import ClusterFactory
 from tests.telemetry.promserver import Prometheus, backfill
+
+LOOPBACK = "127.0.0.0/8,::1/128"
+
+
+@pytest.fixture(autouse=True)
+def _loopback_allowed(monkeypatch):
+    """These tests run Prometheus and exporters on loopback, which sources may reach only
+    where the site allows it (docs/telemetry.md, "Where sources may connect")."""
+    monkeypatch.setenv("TELEMETRY_ALLOWED_NETWORKS", LOOPBACK)
 
 
 @pytest.fixture(autouse=True)
@@ -15,10 +22,13 @@ def _forget_partitions():
     partitions._known.clear()
 
 
+FIXED_NOW = 1_794_729_600  # 2026-11-15T08:00:00Z: history is written at fixed instants
+
+
 def hours_ago(hours: int) -> int:
-    """A whole hour `hours` before now, in Unix seconds."""
-    now = int(time.time())
-    return now - now % 3600 - hours * 3600
+    """A whole hour `hours` before the tests' fixed instant, in Unix seconds (Prometheus
+    keeps ten years of history: any fixed instant of these years will do)."""
+    return FIXED_NOW - hours * 3600
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
 """The sources page in a real browser: reached from the Operations menu, a source added
 with the form (the secret typed into a password field and never shown again), its
-failing pull shown, and the fleet page listing it; no script error, nothing the CSP
-blocks."""
+failing pull shown, and the fleet page listing it with what its exporter variant cannot
+carry; no script error, nothing the CSP blocks."""
 
 import pytest
 
+from gpuquota.telemetry.models import TelemetrySource
 from tests.factories import AdminFactory, ClusterFactory
 from tests.helpers import browser_login, screenshot
 
@@ -39,6 +40,17 @@ def test_an_admin_adds_a_source_and_sees_its_problem(browser_page):
     page.wait_for_selector('#sources tr[data-source="prom-a"] .badge.bad')
     assert "cannot connect" in page.locator("#sources").inner_text()
     screenshot(page, "telemetry-sources")
+    # what an import showed of this exporter variant: Slurm jobs, no profiling fields,
+    # the default field set
+    TelemetrySource.objects.filter(name="prom-a").update(observed={
+        "metrics": ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
+                    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"],
+        "hpc_job": True, "mig": True, "unknown_jobs": 3})
     page.goto("/fleet/")
-    assert page.locator('#telemetry-sources tr[data-source="prom-a"]').is_visible()
+    row = page.locator('#telemetry-sources tr[data-source="prom-a"]')
+    assert row.is_visible()
+    limits = row.locator(".source-limits").inner_text()
+    assert "its MIG GPUs have no utilization (no data)" in limits
+    assert "3 process record(s) named a Slurm job" in limits
+    screenshot(page, "telemetry-fleet-limits")
     assert errors == []

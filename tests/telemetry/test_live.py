@@ -46,7 +46,7 @@ def test_prometheus_scraping_an_exporter_every_second(prometheus_with, exporter,
     _wait_for_window_boundary()
     source.cursor = datetime.fromtimestamp(int(time.time()) // WINDOW_S * WINDOW_S, UTC)
     source.save()
-    time.sleep(3 * WINDOW_S + 2.5)
+    time.sleep(4 * WINDOW_S + 2.5)  # a window is imported once the one after it has closed
     result = source_pull(source=source, now=_now())
     assert result is not None and result.counts["samples"]["stored"] >= 2
     samples = list(Sample.objects.order_by("window_start"))
@@ -57,7 +57,7 @@ def test_prometheus_scraping_an_exporter_every_second(prometheus_with, exporter,
     broken_from = time.time()
     time.sleep(3 * WINDOW_S)
     exporter.status = 200
-    time.sleep(2 * WINDOW_S + 3)
+    time.sleep(3 * WINDOW_S + 3)
     source.refresh_from_db()
     source_pull(source=source, now=_now())
     whole_gap = [s for s in Sample.objects.all()
@@ -75,7 +75,7 @@ def test_exporters_scraped_directly(exporter, cluster):
     _wait_for_window_boundary()
     source.cursor = datetime.fromtimestamp(int(time.time()) // WINDOW_S * WINDOW_S, UTC)
     source.save()
-    deadline = time.time() + 2 * WINDOW_S + 0.5
+    deadline = time.time() + 3 * WINDOW_S + 0.5  # a window is imported once the next closed
     while time.time() < deadline:
         source_pull(source=source, now=_now())
         source.refresh_from_db()

@@ -9,6 +9,7 @@ from django.core.management import call_command
 
 from gpuquota.ingest.models import GpuEvent, ProcessRecord, Sample
 from gpuquota.inventory.models import Gpu, GpuClass, GpuModelMapping
+from gpuquota.telemetry.labels import mig_device_uuid
 from gpuquota.telemetry.models import SourceGpu, TelemetrySource
 from tests.telemetry import scenario as sc
 from tests.telemetry.conftest import hours_ago
@@ -79,18 +80,27 @@ def test_the_utilization_metric_is_chosen_per_gpu_and_recorded(history_source):
     assert slurm[start + 120].util_gpu_avg == pytest.approx(sc.util_of(sc.SLURM_GPU, 2))
 
 
-def test_mig_instances_count_once_and_blank_sentinels_are_dropped(history_source):
+def test_mig_instances_are_devices_of_their_gpu_and_blanks_are_dropped(history_source):
     source, start = history_source
     _import(source, start)
-    mig = _samples(sc.MIG_GPU.uuid)
-    assert len(mig) == 60
-    window = mig[start + 300]
+    parent = Gpu.objects.get(uuid=sc.MIG_GPU.uuid)
+    devices = {g.uuid: g for g in Gpu.objects.filter(parent=parent)}
+    assert set(devices) == {mig_device_uuid(parent.uuid, i) for i in sc.MIG_GPU.mig_instances}
+    assert {g.model_name for g in devices.values()} == {f"{sc.MIG_GPU.model} MIG 3g.40gb"}
+    own = _samples(sc.MIG_GPU.uuid)
+    assert len(own) == 60
+    window = own[start + 300]
     assert window.readings == 6  # not 12: two instances, one GPU
     assert window.energy_j == pytest.approx(60 * sc.POWER_W)  # not doubled
     assert window.memory_used_bytes_avg == (2048 + 5) * 1024 * 1024  # instances summed
-    assert window.util_gpu_avg == pytest.approx(sc.util_of(sc.MIG_GPU, 5))
-    blank = mig[start + 600]  # the power field was DCGM's blank all that window
-    assert blank.power_w_avg is None and blank.util_gpu_avg is not None
+    assert window.util_gpu_avg is None  # as the agent's: utilization is the devices'
+    assert own[start + 600].power_w_avg is None  # the power field was DCGM's blank
+    for device in devices.values():
+        mine = {int(s.window_start.timestamp()): s for s in Sample.objects.filter(gpu=device)}
+        assert len(mine) == 60
+        assert mine[start + 300].util_gpu_avg == pytest.approx(sc.util_of(sc.MIG_GPU, 5))
+        assert mine[start + 300].memory_used_bytes_avg == round((2048 + 5) / 2 * 1024 * 1024)
+        assert mine[start + 300].power_w_avg is None
 
 
 def test_counter_reset_and_xid_change_become_events(history_source):
@@ -122,12 +132,13 @@ def test_pod_and_hpc_job_labels_become_process_records(history_source):
 def test_importing_again_stores_nothing_twice(history_source):
     source, start = history_source
     _import(source, start, minutes=30)
-    assert Sample.objects.count() == 4 * 30 - 5  # the gap's 5 windows are in the first half
+    # 4 GPUs and 2 MIG devices a window; the gap's 5 windows are in the first half
+    assert Sample.objects.count() == 6 * 30 - 5
     report = _import(source, start, minutes=60)  # overlaps the first half
-    assert Sample.objects.count() == 4 * 60 - 5
-    assert "samples 120 stored, 115 already there, 0 conflicting" in report, report
+    assert Sample.objects.count() == 6 * 60 - 5
+    assert "samples 180 stored, 175 already there, 0 conflicting" in report, report
     again = _import(source, start, minutes=60)
-    assert Sample.objects.count() == 4 * 60 - 5
+    assert Sample.objects.count() == 6 * 60 - 5
     assert "samples 0 stored" in again, again
     assert GpuEvent.objects.count() == 2
 
@@ -139,11 +150,12 @@ def test_the_pull_follows_its_cursor(history_source):
     source.cursor = at(start)
     source.delay_s = 0
     source.save()
-    result = source_pull(source=source, now=at(start + 1800 + 30))
+    # a window is imported once the one after it has closed too
+    result = source_pull(source=source, now=at(start + 1800 + 60 + 30))
     source.refresh_from_db()
     assert source.cursor == at(start + 1800) and source.last_error == ""
     assert result.windows == 30
-    source_pull(source=source, now=at(start + 3600))
+    source_pull(source=source, now=at(start + 3600 + 60))
     source.refresh_from_db()
     assert source.cursor == at(start + 3600)
     assert len(_samples(sc.IDLE_GPU.uuid)) == 60
@@ -190,7 +202,7 @@ def test_a_gpu_reported_by_its_agent_too_is_counted_once_on_its_node(history_sou
     assert batch_ingest(node=node, body=batch_check(body), now=at(start + 660),
                         check_age=False).status == 202
     report = _import(source, start)
-    assert "225 stored, 0 already there, 10 conflicting" in report, report  # other values
+    assert "345 stored, 0 already there, 10 conflicting" in report, report  # other values
     slurm = _samples(sc.SLURM_GPU.uuid)
     assert len(slurm) == 60
     assert [float(slurm[start + w * 60].util_gpu_avg) for w in range(9, 11)] == [

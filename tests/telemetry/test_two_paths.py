@@ -24,10 +24,10 @@ def test_scraped_and_queried_figures_make_the_same_records(prometheus_with, clus
     source = TelemetrySource(name="p", cluster=cluster, kind="prometheus", base_url=server.url,
                              window_s=60)
     queried = prometheus.window_figures(source, start=datetime.fromtimestamp(start - 60, UTC),
-                                        end=datetime.fromtimestamp(start + seconds, UTC))
+                                        end=datetime.fromtimestamp(start + seconds + 60, UTC))
     scraped = exposition.window_figures(
         [(at, exposition.exposition_parse(exposition_text(readings), where="t"))
-         for at, readings in points], start=start - 60, stop=start + seconds, window_s=60)
+         for at, readings in points], start=start - 60, stop=start + seconds + 60, window_s=60)
     by_prometheus, _ = reports_build(queried, start=start, stop=start + seconds, window_s=60)
     by_scrapes, _ = reports_build(scraped, start=start, stop=start + seconds, window_s=60)
     assert [r.uuid for r in by_scrapes] == [r.uuid for r in by_prometheus]
@@ -37,4 +37,4 @@ def test_scraped_and_queried_figures_make_the_same_records(prometheus_with, clus
         assert mine.processes == theirs.processes
         for a, b in zip(mine.samples, theirs.samples, strict=True):
             assert a == pytest.approx(b), (a, b)
-    assert sum(len(r.samples) for r in by_scrapes) == 4 * 60 - 5
+    assert sum(len(r.samples) for r in by_scrapes) == 6 * 60 - 5  # 4 GPUs, 2 MIG devices

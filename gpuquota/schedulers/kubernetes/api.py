@@ -5,7 +5,7 @@ becomes a BackendError that says what to do."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import urllib3
 from kubernetes import client as k8s
@@ -27,6 +27,9 @@ class Kind:
     plural: str
     namespaced: bool
     rbac_file: str = RBAC_FILE  # where the shipped manifests grant the calls on it
+    #: Older versions that serve the same object where `version` is not served yet, newest
+    #: first (capabilities pick the one the cluster serves).
+    older: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -42,8 +45,12 @@ KINDS = {k.kind: k for k in (
     Kind("ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io", "v1",
          "validatingadmissionpolicybindings", False),
     Kind("ResourceClaimTemplate", "resource.k8s.io", "v1", "resourceclaimtemplates", True),
-    Kind("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules", False),
+    # v1 from Kubernetes 1.37; v1beta2 in 1.36; v1alpha3 in 1.33 to 1.35 (alpha: only with
+    # the DRADeviceTaints feature gate and --runtime-config=resource.k8s.io/v1alpha3=true).
+    Kind("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules", False,
+         older=("v1beta2", "v1alpha3")),
     Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
+    Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True),
     Kind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads", True),
     # Read only, one object: Kueue's controller, for its release (capabilities).
     Kind("Deployment", "apps", "v1", "deployments", True, rbac_file=KUEUE_RBAC_FILE),
@@ -87,6 +94,9 @@ def _refusal(exc: ApiException, what: str, rbac_file: str = RBAC_FILE) -> Backen
     if exc.status == 409:
         return BackendError(f"Could not {what}: it changed on the cluster meanwhile "
                             "(resourceVersion); the next reconcile retries.", detail=message)
+    if exc.status == 404 and 'namespaces "' in message:
+        return BackendError(f"Could not {what}: {message} on the cluster (create the namespace, "
+                            "or end its mapping to the team in gpuquota).", detail=message)
     if exc.status == 422:
         return BackendError(f"The Kubernetes API refused to {what} as invalid: {causes}",
                             detail=message)
@@ -104,6 +114,17 @@ class Api:
         self.api = api
         self.custom = k8s.CustomObjectsApi(api)
         self.timeout = api.timeout_s
+        self._versions: dict[str, str] = {}
+
+    def kind(self, name: str) -> Kind:
+        """`KINDS[name]` in the version this cluster serves it in (`use`)."""
+        kind = KINDS[name]
+        version = self._versions.get(name, kind.version)
+        return kind if version == kind.version else replace(kind, version=version)
+
+    def use(self, name: str, version: str) -> None:
+        """Talk to kind `name` in `version` from now on (one the cluster serves)."""
+        self._versions[name] = version
 
     def _call(self, what: str, fn, *args, rbac_file: str = RBAC_FILE, **kwargs):
         try:
@@ -120,6 +141,24 @@ class Api:
     def groups(self) -> dict[str, list[str]]:
         found = self._call("discover the API groups", k8s.ApisApi(self.api).get_api_versions)
         return {g.name: [v.version for v in g.versions] for g in found.groups}
+
+    def resources(self, group: str, version: str) -> set[str]:
+        """The resources (plurals) `group/version` serves; empty when it is not served.
+        Discovery: every authenticated client may read it (system:discovery)."""
+        def read():
+            try:
+                return self.api.call_api(f"/apis/{group}/{version}", "GET",
+                                         response_types_map={200: "object"},
+                                         auth_settings=["BearerToken"],
+                                         _return_http_data_only=True,
+                                         _request_timeout=self.timeout)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return {}
+                raise
+
+        found = self._call(f"discover {group}/{version}", lambda **_: read())
+        return {r.get("name", "") for r in (found or {}).get("resources", [])}
 
     def list(self, kind: Kind, selector: str = MANAGED_SELECTOR) -> list[dict]:
         """Every object of `kind` (in every namespace) matching `selector`."""

@@ -12,6 +12,7 @@ from datetime import datetime
 import yaml
 
 from gpuquota.core.errors import DomainError
+from gpuquota.core.names import team_slug_error
 from gpuquota.schedulers.backend import (
     Action,
     Backend,
@@ -23,14 +24,17 @@ from gpuquota.schedulers.backend import (
     SchedulerObject,
 )
 from gpuquota.schedulers.kubernetes.admission import admission_objects
-from gpuquota.schedulers.kubernetes.api import KINDS, Api, api_client
+from gpuquota.schedulers.kubernetes.api import Api, api_client
 from gpuquota.schedulers.kubernetes.capabilities import detect
+from gpuquota.schedulers.kubernetes.kueue_release import Release
+from gpuquota.schedulers.kubernetes.names import manifest_refusal, namespaces_usable
 from gpuquota.schedulers.kubernetes.objects import (
     dra_objects,
     kueue_objects,
     queue_name,
 )
 from gpuquota.schedulers.kubernetes.options import KubernetesOptions, options_parse
+from gpuquota.schedulers.kubernetes.stored import server_form
 from gpuquota.schedulers.models import BindingLevel
 from gpuquota.schedulers.secrets import secret_decrypt
 from gpuquota.schedulers.selectors import plan_inputs
@@ -41,15 +45,6 @@ MANAGED_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue", "ValidatingAdmi
 
 def _canonical(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _project(observed, planned):
-    """`observed` reduced to what `planned` names (the API server's defaults are not drift)."""
-    if isinstance(planned, dict) and isinstance(observed, dict):
-        return {k: _project(observed[k], v) for k, v in planned.items() if k in observed}
-    if isinstance(planned, list) and isinstance(observed, list) and len(planned) == len(observed):
-        return [_project(o, p) for o, p in zip(observed, planned, strict=True)]
-    return observed
 
 
 def object_key(obj: dict) -> str:
@@ -66,13 +61,14 @@ def _from_key(name: str) -> tuple[str, str]:
 class KubernetesBackend(Backend):
     scheduler = "kubernetes"
     kinds = MANAGED_KINDS
+    independent_objects = True  # one team's refused object never holds up the others
 
     def __init__(self, *, cluster, config):
         super().__init__(cluster=cluster, config=config)
         self._options: KubernetesOptions | None = None
         self._api: Api | None = None
         self._planned: dict[tuple[str, str], dict] = {}
-        self._served: set[str] = set(MANAGED_KINDS)
+        self._served: set[str] | None = None  # the kinds served, once capabilities ran
 
     @property
     def options(self) -> KubernetesOptions:
@@ -107,13 +103,17 @@ class KubernetesBackend(Backend):
         facts, slug = capabilities.facts, self.cluster.slug
         manifests: list[dict] = []
         if facts.get("kueue_writable"):
-            manifests += kueue_objects(inputs, cluster_slug=slug, options=self.options)
-            queues = {ns: queue_name(t.slug) for t in inputs.teams.values() for ns in t.namespaces}
+            manifests += kueue_objects(inputs, cluster_slug=slug, options=self.options,
+                                       kueue_minor=Release(facts.get("kueue_release", "")).minor)
+            queues = {ns: queue_name(t.slug) for t in inputs.teams.values()
+                      for ns in namespaces_usable(t.namespaces)}
             manifests += admission_objects(queues, cluster_slug=slug, options=self.options)
         exact = capabilities.best_binding == BindingLevel.EXACT_GPUS
         if exact:
+            taints = self.api.kind("DeviceTaintRule").api_version if facts.get(
+                "device_taint_rules") else ""
             manifests += dra_objects(inputs, cluster_slug=slug, options=self.options,
-                                     taint_rules=bool(facts.get("device_taint_rules")))
+                                     taint_api_version=taints)
         plan = Plan(at=at)
         self._planned = {}
         for manifest in manifests:
@@ -127,12 +127,19 @@ class KubernetesBackend(Backend):
         return plan
 
     def _binding(self, reservation, capabilities: CapabilityReport, *, exact: bool) -> Binding:
+        facts = capabilities.facts
+        misnamed = team_slug_error(reservation.team_slug)
+        if misnamed and (exact or facts.get("kueue_writable")):
+            return Binding(BindingLevel.ADVISORY, f"{misnamed} Nothing of the team is written "
+                           "to the cluster until an admin corrects it: nothing holds the GPUs")
         if exact:
+            others = ("" if facts.get("device_taint_rules") else
+                      "; nothing keeps other teams' claims off these GPUs here (the cluster "
+                      "serves no DeviceTaintRules: see its capabilities)")
             return Binding(BindingLevel.EXACT_GPUS,
                            "DRA claims pinned to the reserved GPUs' UUIDs (use the claim template "
                            f"gq-res-{reservation.id}); Kueue cannot count such claims against "
-                           "quotas yet", f"gq-res-{reservation.id}")
-        facts = capabilities.facts
+                           f"quotas yet{others}", f"gq-res-{reservation.id}")
         if facts.get("kueue_writable"):
             return Binding(BindingLevel.QUOTA,
                            f"Kueue nominalQuota of ClusterQueue {queue_name(reservation.team_slug)}"
@@ -149,17 +156,19 @@ class KubernetesBackend(Backend):
     def observe(self) -> Observed:
         selector = f"app.kubernetes.io/managed-by=gpuquota,gpuquota.io/cluster={self.cluster.slug}"
         observed = Observed()
+        if self._served is None:
+            self.capabilities()
         for kind in MANAGED_KINDS:
             if kind not in self._served:
                 continue
-            for item in self.api.list(KINDS[kind], selector):
+            for item in self.api.list(self.api.kind(kind), selector):
                 name = object_key(item)
                 planned = self._planned.get((kind, name))
-                spec = item.get("spec", {})
+                spec = server_form(kind, item.get("spec", {}), planned and planned["spec"])
                 observed.objects.append(SchedulerObject(kind, name, {
                     "labels": _canonical({k: v for k, v in item["metadata"].get(
                         "labels", {}).items() if k.startswith(("gpuquota.io/", "app.kube"))}),
-                    "spec": _canonical(_project(spec, planned["spec"]) if planned else spec),
+                    "spec": _canonical(spec),
                     "resourceVersion": item["metadata"].get("resourceVersion", "")}))
         return observed
 
@@ -168,12 +177,15 @@ class KubernetesBackend(Backend):
         metadata = {"name": name, "labels": json.loads(obj.fields["labels"])}
         if namespace:
             metadata["namespace"] = namespace
-        return {"apiVersion": KINDS[obj.kind].api_version, "kind": obj.kind,
+        return {"apiVersion": self.api.kind(obj.kind).api_version, "kind": obj.kind,
                 "metadata": metadata, "spec": json.loads(obj.fields["spec"])}
 
     def apply_action(self, action: Action) -> None:
-        kind = KINDS[action.obj.kind]
+        kind = self.api.kind(action.obj.kind)
         name, namespace = _from_key(action.obj.name)
+        refused = action.verb != "delete" and manifest_refusal(self._manifest(action.obj))
+        if refused:
+            raise BackendError(refused)
         if action.verb == "create":
             self.api.create(kind, self._manifest(action.obj))
         elif action.verb == "update":
@@ -191,7 +203,7 @@ class KubernetesBackend(Backend):
     def render(self, actions: Iterable[Action]) -> list[str]:
         commands = []
         for action in actions:
-            kind = KINDS[action.obj.kind]
+            kind = self.api.kind(action.obj.kind)
             name, namespace = _from_key(action.obj.name)
             ns = f" -n {namespace}" if namespace else ""
             resource = f"{kind.plural}.{kind.group}"

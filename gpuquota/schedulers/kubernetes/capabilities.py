@@ -1,22 +1,26 @@
 """What a Kubernetes cluster can hold (kubernetes.md#capabilities): its version, whether
 Kueue's v1beta1 API is served and Kueue's release can hold what gpuquota writes, whether DRA
 is (resource.k8s.io/v1, Kubernetes >= 1.34) with the NVIDIA driver publishing devices, and
-DeviceTaintRules."""
+DeviceTaintRules in the version the cluster serves them (or what the DRA mode cannot do)."""
 
 from __future__ import annotations
 
 import re
 
-from gpuquota.schedulers.backend import BackendError, CapabilityReport
+from gpuquota.schedulers.backend import CapabilityReport
 from gpuquota.schedulers.kubernetes.api import KINDS, Api
 from gpuquota.schedulers.kubernetes.kueue_release import kueue_release, release_notes
 from gpuquota.schedulers.kubernetes.options import KubernetesOptions
+from gpuquota.schedulers.kubernetes.stored import stored_version
 from gpuquota.schedulers.models import BindingLevel
 
 KUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue")
 ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 DRA_KINDS = ("ResourceClaimTemplate", "DeviceTaintRule")
 DRA_MIN_MINOR = 34
+#: DeviceTaintRule: v1alpha3 from 1.33, v1beta2 from 1.36, v1 from 1.37 (kubernetes-validate's
+#: schemas of each release).
+TAINTS_ALPHA_MINOR, TAINTS_BETA_MINOR, TAINTS_GA_MINOR = 33, 36, 37
 
 
 def _minor(version: str) -> int:
@@ -31,7 +35,7 @@ def _kueue(api: Api, groups: dict, options: KubernetesOptions) -> tuple[dict, li
     facts: dict[str, object] = {"kueue_api": "kueue.x-k8s.io/v1beta1" if "v1beta1" in versions
                                 else "", "kueue_versions": versions, "kueue_release": "",
                                 "kueue_release_source": "", "kueue_release_unknown": "",
-                                "kueue_writable": False}
+                                "kueue_writable": False, "kueue_storage_version": ""}
     if not versions:
         return facts, ["Kueue is not installed (no kueue.x-k8s.io/v1beta1): reservations are "
                        "advisory; nothing is written to the cluster."]
@@ -45,7 +49,41 @@ def _kueue(api: Api, groups: dict, options: KubernetesOptions) -> tuple[dict, li
                        "nothing is written to the cluster."]
     notes, holds = release_notes(release)
     facts["kueue_writable"] = holds
+    facts["kueue_storage_version"] = stored_version(release.minor)
     return facts, notes
+
+
+def _device_taint_rules(api: Api, groups: dict) -> str:
+    """The newest version in which the cluster serves DeviceTaintRules ("" for none); the
+    Api talks to them in it from now on. Found by discovery, which needs no RBAC rule."""
+    kind = KINDS["DeviceTaintRule"]
+    for version in (kind.version, *kind.older):
+        if version in groups.get(kind.group, []) and kind.plural in api.resources(
+                kind.group, version):
+            api.use(kind.kind, version)
+            return version
+    return ""
+
+
+def _no_taints_note(version: str) -> str:
+    """What the exact-GPU mode cannot do without DeviceTaintRules, and why on this release."""
+    minor = _minor(version)
+    if minor < TAINTS_ALPHA_MINOR:
+        why = f"Kubernetes 1.{minor} has none (they came as alpha in 1.{TAINTS_ALPHA_MINOR})"
+    elif minor < TAINTS_BETA_MINOR:
+        why = (f"Kubernetes 1.{minor} has them only as resource.k8s.io/v1alpha3, an alpha API "
+               "served only with the feature gate DRADeviceTaints and "
+               "--runtime-config=resource.k8s.io/v1alpha3=true on the API server")
+    elif minor < TAINTS_GA_MINOR:
+        why = (f"Kubernetes 1.{minor} has them as resource.k8s.io/v1beta2 (beta), not served "
+               "here: turn on the feature gate DRADeviceTaints and "
+               "--runtime-config=resource.k8s.io/v1beta2=true")
+    else:
+        why = (f"Kubernetes 1.{minor} has them as resource.k8s.io/v1, not served here (the "
+               "feature gate DRADeviceTaints is off)")
+    return (f"DeviceTaintRules are not served: {why}. Each reservation's claim template still "
+            "asks for exactly its GPUs, but nothing keeps other teams' claims off those GPUs "
+            "(only the admission policies keep them in their own queues).")
 
 
 def detect(api: Api, *, options: KubernetesOptions) -> CapabilityReport:
@@ -62,14 +100,10 @@ def detect(api: Api, *, options: KubernetesOptions) -> CapabilityReport:
             s.get("spec", {}).get("driver") == options.dra_driver
             for s in api.list(KINDS["ResourceSlice"], selector=""))
         facts["dra_driver"] = driver
-        taints = False
+        taints = _device_taint_rules(api, groups) if driver else ""
         if driver:
-            try:
-                api.list(KINDS["DeviceTaintRule"], selector="app.kubernetes.io/managed-by")
-                taints = True
-            except BackendError:  # not served (the DRADeviceTaints feature is off)
-                notes.append("DeviceTaintRules are not served: other teams are kept off the "
-                             "reserved GPUs only by admission, not by the scheduler.")
+            if not taints:
+                notes.append(_no_taints_note(version))
             served += list(DRA_KINDS) if taints else ["ResourceClaimTemplate"]
             best = BindingLevel.EXACT_GPUS
             notes.append("Exact GPUs (DRA) is on: Kueue cannot count ResourceClaims against "
@@ -79,6 +113,7 @@ def detect(api: Api, *, options: KubernetesOptions) -> CapabilityReport:
             notes.append(f"Exact GPUs was asked for, but the cluster has no DRA "
                          f"(Kubernetes >= 1.{DRA_MIN_MINOR}, resource.k8s.io/v1) with the "
                          f"{options.dra_driver} driver publishing devices.")
-        facts["device_taint_rules"] = taints
+        facts["device_taint_rules"] = bool(taints)
+        facts["device_taint_rules_version"] = taints
     facts["served_kinds"] = served
     return CapabilityReport(version=version, best_binding=best, facts=facts, notes=tuple(notes))

@@ -132,7 +132,10 @@ def release_notes(release: Release) -> tuple[list[str], bool]:
                         "needs Kueue >= 0.8): reservations are advisory; nothing is written "
                         "to the cluster.")
     if release.minor >= (0, 15):
+        stored = ("stores as v1beta2 (since 0.16)" if release.minor >= (0, 16) else
+                  "stores as v1beta1 until 0.16")
         notes.append(f"Kueue {release.version} serves kueue.x-k8s.io/v1beta2 (since 0.15); "
-                     "gpuquota writes v1beta1, which Kueue still converts, stores as v1beta2 "
-                     "from 0.16 and tentatively plans to stop serving in 0.18.")
+                     f"gpuquota writes v1beta1, which this release {stored}, in its words "
+                     "(flavorFungibility MayStopSearch, not the deprecated Borrow), and compares "
+                     "what it reads back as Kueue keeps it.")
     return notes, holds

@@ -9,13 +9,14 @@ from datetime import timedelta
 from django.utils.text import slugify
 
 from gpuquota.schedulers.backend import owned_name
+from gpuquota.schedulers.kubernetes.api import KINDS
+from gpuquota.schedulers.kubernetes.names import namespaces_usable
 from gpuquota.schedulers.kubernetes.options import KubernetesOptions
-from gpuquota.schedulers.kubernetes.schemas import GROUP as KUEUE_GROUP
-from gpuquota.schedulers.kubernetes.schemas import VERSION as KUEUE_VERSION
+from gpuquota.schedulers.kubernetes.stored import when_can_borrow
 from gpuquota.schedulers.selectors import PlanInputs, ReservationInput
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpuquota"}
-KUEUE = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+KUEUE = KINDS["ClusterQueue"].api_version
 RESERVED_TAINT = "gpuquota.io/reserved"
 
 
@@ -46,7 +47,7 @@ def resource_flavor(gpu_class: str, *, cluster_slug: str, options: KubernetesOpt
 
 
 def cluster_queue(team, *, classes, reserved: dict, lendable: dict, cluster_slug: str,
-                  options: KubernetesOptions) -> dict:
+                  options: KubernetesOptions, kueue_minor: tuple[int, int] | None = None) -> dict:
     """The team's ClusterQueue: per flavor, nominalQuota = GPUs reserved now; only GPUs on
     loan may be lent (lendingLimit), and the owner reclaims them by preempting borrowers."""
     flavors = []
@@ -63,9 +64,10 @@ def cluster_queue(team, *, classes, reserved: dict, lendable: dict, cluster_slug
         "cohort": options.cohort,
         "namespaceSelector": {"matchExpressions": [{
             "key": "kubernetes.io/metadata.name", "operator": "In",
-            "values": sorted(team.namespaces)}]},
+            "values": sorted(namespaces_usable(team.namespaces))}]},
         "queueingStrategy": "BestEffortFIFO",
-        "flavorFungibility": {"whenCanBorrow": "Borrow", "whenCanPreempt": "TryNextFlavor"},
+        "flavorFungibility": {"whenCanBorrow": when_can_borrow(kueue_minor),
+                              "whenCanPreempt": "TryNextFlavor"},
         "preemption": {"reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority",
                        "borrowWithinCohort": {"policy": "Never"}},
         "stopPolicy": "None",
@@ -86,9 +88,10 @@ def local_queue(team, namespace: str, *, cluster_slug: str) -> dict:
             "spec": {"clusterQueue": queue_name(team.slug), "stopPolicy": "None"}}
 
 
-def kueue_objects(inputs: PlanInputs, *, cluster_slug: str,
-                  options: KubernetesOptions) -> list[dict]:
-    """Flavors, then a ClusterQueue per team with a namespace, then its LocalQueues."""
+def kueue_objects(inputs: PlanInputs, *, cluster_slug: str, options: KubernetesOptions,
+                  kueue_minor: tuple[int, int] | None = None) -> list[dict]:
+    """Flavors, then a ClusterQueue per team with a namespace, then its LocalQueues, in the
+    words of Kueue release `kueue_minor` (None: unknown)."""
     reserved: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for r in held_now(inputs, options):
         reserved[r.team_id][r.gpu_class] += r.count
@@ -102,17 +105,17 @@ def kueue_objects(inputs: PlanInputs, *, cluster_slug: str,
     for team in sorted(teams, key=lambda t: t.slug):
         objects.append(cluster_queue(team, classes=classes, reserved=reserved[team.id],
                                      lendable=lendable[team.id], cluster_slug=cluster_slug,
-                                     options=options))
+                                     options=options, kueue_minor=kueue_minor))
     for team in sorted(teams, key=lambda t: t.slug):
         objects += [local_queue(team, ns, cluster_slug=cluster_slug) for ns in team.namespaces]
     return objects
 
 
 def claim_template(reservation: ReservationInput, namespace: str, *, cluster_slug: str,
-                   options: KubernetesOptions) -> dict:
-    """Exact GPUs (DRA): a claim for exactly the reservation's GPUs, by NVML UUID, that
-    tolerates the taint keeping every other team off them."""
-    uuids = sorted(g.uuid for g in reservation.gpus)
+                   options: KubernetesOptions, gpus) -> dict:
+    """Exact GPUs (DRA): a claim for exactly `gpus` (the reservation's, less those on loan),
+    by NVML UUID, that tolerates the taint keeping every other team off them."""
+    uuids = sorted(g.uuid for g in gpus)
     cel = ("device.attributes['gpu.nvidia.com'].uuid in ["
            + ", ".join(f"'{u}'" for u in uuids) + "]")
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
@@ -124,17 +127,18 @@ def claim_template(reservation: ReservationInput, namespace: str, *, cluster_slu
                 "deviceClassName": options.dra_device_class, "allocationMode": "ExactCount",
                 "count": len(uuids), "selectors": [{"cel": {"expression": cel}}],
                 "tolerations": [{"key": RESERVED_TAINT, "operator": "Equal",
-                                 "value": reservation.team_slug, "effect": "NoSchedule"}]}}]}}}}
+                                 "value": reservation.team_slug}]}}]}}}}
 
 
 def device_taint_rules(reservation: ReservationInput, *, cluster_slug: str,
-                       options: KubernetesOptions) -> list[dict]:
-    """One DeviceTaintRule per reserved GPU (the NVIDIA driver names a node's GPUs gpu-N in
-    the node's pool): claims without the team's toleration are never given it."""
+                       options: KubernetesOptions, api_version: str, gpus) -> list[dict]:
+    """One DeviceTaintRule per reserved GPU not on loan (the NVIDIA driver names a node's
+    GPUs gpu-N in the node's pool): claims without the team's toleration are never given it,
+    and NoExecute evicts the pods of those that hold it (a borrower when its loan ends)."""
     rules = []
-    for gpu in sorted(reservation.gpus, key=lambda g: (g.node, g.index or 0)):
+    for gpu in sorted(gpus, key=lambda g: (g.node, g.index or 0)):
         rules.append({
-            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "apiVersion": api_version, "kind": "DeviceTaintRule",
             "metadata": {"name": owned_name("res", reservation.id, slugify(gpu.node),
                                             f"gpu{gpu.index}"),
                          "labels": labels(cluster_slug, **{
@@ -142,18 +146,27 @@ def device_taint_rules(reservation: ReservationInput, *, cluster_slug: str,
             "spec": {"deviceSelector": {"driver": options.dra_driver, "pool": gpu.node,
                                         "device": f"gpu-{gpu.index}"},
                      "taint": {"key": RESERVED_TAINT, "value": reservation.team_slug,
-                               "effect": "NoSchedule"}}})
+                               "effect": "NoExecute"}}})
     return rules
 
 
 def dra_objects(inputs: PlanInputs, *, cluster_slug: str, options: KubernetesOptions,
-                taint_rules: bool) -> list[dict]:
+                taint_api_version: str) -> list[dict]:
+    """Per held reservation its claim templates, and its GPUs' DeviceTaintRules in
+    `taint_api_version` (the version the cluster serves them in; "": not served). A GPU on
+    loan is in neither, so a borrower's claim can be given it; when the loan ends both come
+    back and the taint evicts the borrower."""
+    lent = {loan.gpu.gpu_id for loan in inputs.loans}
     objects = []
     for r in sorted(held_now(inputs, options), key=lambda r: r.id):
+        gpus = [g for g in r.gpus if g.gpu_id not in lent]
+        if not gpus:
+            continue
         team = inputs.teams.get(r.team_id)
         for namespace in (team.namespaces if team else ()):
             objects.append(claim_template(r, namespace, cluster_slug=cluster_slug,
-                                          options=options))
-        if taint_rules:
-            objects += device_taint_rules(r, cluster_slug=cluster_slug, options=options)
+                                          options=options, gpus=gpus))
+        if taint_api_version:
+            objects += device_taint_rules(r, cluster_slug=cluster_slug, options=options,
+                                          api_version=taint_api_version, gpus=gpus)
     return objects

@@ -6,9 +6,24 @@ import re
 from dataclasses import dataclass, field
 
 from gpuquota.core.errors import DomainError
+from gpuquota.core.names import dns1123_label_error, label_value_error
 
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_TOLERATIONS = ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)
+#: Who creates the objects of a judged parent, as the API server names the caller
+#: (kubernetes.md#admission): a Job's pods come from kube-controller-manager's job
+#: controller (its own ServiceAccount where it runs with --use-service-account-credentials,
+#: as kubeadm sets it up), a JobSet's Jobs from the JobSet controller, a RayJob's RayCluster
+#: and a RayCluster's pods from the KubeRay operator, a PyTorchJob's pods from Kubeflow's
+#: training operator, each as their upstream manifests install them.
+DEFAULT_WORKLOAD_CONTROLLERS = {
+    "Job": ("system:serviceaccount:kube-system:job-controller",
+            "system:kube-controller-manager"),
+    "JobSet": ("system:serviceaccount:jobset-system:jobset-controller-manager",),
+    "RayJob": ("system:serviceaccount:ray-system:kuberay-operator",),
+    "RayCluster": ("system:serviceaccount:ray-system:kuberay-operator",),
+    "PyTorchJob": ("system:serviceaccount:kubeflow:training-operator",),
+}
+_USER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._@-]{0,252}$")
 
 
 @dataclass(frozen=True)
@@ -24,6 +39,9 @@ class KubernetesOptions:
     ca_file: str = ""  # the API server's CA certificate, when it is private
     kueue_namespace: str = "kueue-system"  # where Kueue's controller runs (its release)
     kueue_deployment: str = "kueue-controller-manager"
+    #: Parent kind -> the user names its controller creates objects as (admission).
+    workload_controllers: dict = field(
+        default_factory=lambda: dict(DEFAULT_WORKLOAD_CONTROLLERS))
 
     def node_labels(self, gpu_class: str, slug: str) -> dict:
         return dict(self.flavors.get(gpu_class, {}).get("node_labels")
@@ -39,7 +57,7 @@ def options_parse(raw: dict | None, *, cluster_slug: str) -> KubernetesOptions:
     raw = dict(raw or {})
     known = {"cohort", "resource_name", "lead_time_s", "flavors", "borrowing_limit",
              "exact_gpus", "dra_device_class", "dra_driver", "ca_file", "kueue_namespace",
-             "kueue_deployment"}
+             "kueue_deployment", "workload_controllers"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise DomainError(f"Unknown Kubernetes option(s): {', '.join(unknown)}.",
@@ -56,11 +74,19 @@ def options_parse(raw: dict | None, *, cluster_slug: str) -> KubernetesOptions:
                           field="options")
     for name in ("kueue_namespace", "kueue_deployment"):
         value = raw.get(name)
-        if value is not None and not (isinstance(value, str) and DNS1123_LABEL.match(value)):
-            raise DomainError(f"{name} is a Kubernetes name: lower-case letters, digits and "
-                              "'-', at most 63.", field="options")
+        error = value is not None and dns1123_label_error(value, what=name)
+        if error:
+            raise DomainError(error, field="options")
+    controllers = _workload_controllers(raw.get("workload_controllers") or {})
+    cohort = str(raw.get("cohort") or f"gq-{cluster_slug}")
+    refused = dns1123_label_error(cohort, what="The cohort") or next(filter(None, (
+        label_value_error(v, what=f"The node label {k} of {c}")
+        for c, f in raw.get("flavors", {}).items() if isinstance(f, dict)
+        for k, v in (f.get("node_labels") or {}).items())), None)
+    if refused:
+        raise DomainError(refused, field="options")
     return KubernetesOptions(
-        cohort=str(raw.get("cohort") or f"gq-{cluster_slug}"),
+        cohort=cohort,
         resource_name=str(raw.get("resource_name") or "nvidia.com/gpu"),
         lead_time_s=lead, flavors=raw.get("flavors", {}), borrowing_limit=limit,
         exact_gpus=bool(raw.get("exact_gpus", False)),
@@ -68,4 +94,21 @@ def options_parse(raw: dict | None, *, cluster_slug: str) -> KubernetesOptions:
         dra_driver=str(raw.get("dra_driver") or "gpu.nvidia.com"),
         ca_file=str(raw.get("ca_file") or ""),
         kueue_namespace=raw.get("kueue_namespace") or "kueue-system",
-        kueue_deployment=raw.get("kueue_deployment") or "kueue-controller-manager")
+        kueue_deployment=raw.get("kueue_deployment") or "kueue-controller-manager",
+        workload_controllers=controllers)
+
+
+def _workload_controllers(raw) -> dict[str, tuple[str, ...]]:
+    """The defaults, with the kinds `raw` names replaced by its user names."""
+    if not isinstance(raw, dict) or any(k not in DEFAULT_WORKLOAD_CONTROLLERS for k in raw):
+        raise DomainError("workload_controllers maps a kind ("
+                          + ", ".join(DEFAULT_WORKLOAD_CONTROLLERS) + ") to the user names "
+                          "its controller acts as.", field="options")
+    found = dict(DEFAULT_WORKLOAD_CONTROLLERS)
+    for kind, names in raw.items():
+        if not isinstance(names, list) or not all(
+                isinstance(n, str) and _USER_NAME.match(n) for n in names):
+            raise DomainError(f"workload_controllers.{kind} is a list of user names such as "
+                              "system:serviceaccount:<namespace>:<name>.", field="options")
+        found[kind] = tuple(names)
+    return found

@@ -1,20 +1,24 @@
 """Loan returns seen on the cluster (kubernetes.md#lending): a loan whose return was asked
 is freed when Kueue preempts the borrowers to give the quota back (a Workload preempted
-for reclamation within the cohort); `freed_at - returned_at` is its time-to-return."""
+for reclamation within the cohort), or in the exact-GPU mode when the API server shows no
+ResourceClaim of another team holding the GPU any more; `freed_at - returned_at` is its
+time-to-return."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from django.db import transaction
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from accounts.models import ClusterIdentity
 from gpuquota.core.services import audit_record
 from gpuquota.inventory.models import Cluster
 from gpuquota.reservations.models import Loan
 from gpuquota.schedulers.backend import BackendError, backend_for
 from gpuquota.schedulers.kubernetes.api import KINDS, Api
-from gpuquota.schedulers.models import BackendConfig
+from gpuquota.schedulers.models import BackendConfig, BindingLevel, Capabilities
 from gpuquota.schedulers.services import problem_record
 
 #: Kueue's reasons of the Preempted condition that give quota back to its owner.
@@ -56,15 +60,61 @@ def loan_returns_record(*, cluster, preemptions: list[tuple[datetime, str]]) -> 
     return freed
 
 
-def cluster_returns_observe(*, cluster, api: Api) -> int:
-    """Read the cluster's Workloads and record the loans they show returned."""
+def _held_devices(claims: list[dict], *, owners: set[str]) -> set[tuple[str, str, str]]:
+    """(driver, pool, device) of every device allocated to a claim outside `owners`."""
+    held = set()
+    for claim in claims:
+        if claim["metadata"].get("namespace", "") in owners:
+            continue
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results", []):
+            held.add((result.get("driver", ""), result.get("pool", ""),
+                      result.get("device", "")))
+    return held
+
+
+@transaction.atomic
+def dra_loans_freed(*, cluster, claims: list[dict], driver: str, at: datetime) -> int:
+    """Each returned loan on `cluster` not yet freed whose GPU no ResourceClaim outside the
+    reserving team's namespaces holds any more (the claims as the API server shows them at
+    `at`) is freed at `at`; audited. Idempotent."""
+    freed = 0
+    loans = (Loan.objects.select_for_update()
+             .filter(gpu__node__cluster=cluster, returned_at__isnull=False,
+                     freed_at__isnull=True)
+             .select_related("gpu__node", "assignment__reservation").order_by("returned_at", "id"))
+    for loan in loans:
+        owners = set(ClusterIdentity.objects.filter(
+            cluster=cluster, kind=ClusterIdentity.Kind.K8S_NAMESPACE,
+            team_id=loan.assignment.reservation.team_id, valid_from__lte=at,
+        ).exclude(valid_until__lte=at).values_list("key", flat=True))
+        device = (driver, loan.gpu.node.hostname, f"gpu-{loan.gpu.index}")
+        if device in _held_devices(claims, owners=owners):
+            continue
+        loan.freed_at = at.replace(microsecond=0)
+        loan.save(update_fields=["freed_at"])
+        audit_record(actor=None, action="loan.freed", obj=loan, changes={
+            "freed_at": loan.freed_at.isoformat(), "device": "/".join(device),
+            "seen_by": "ResourceClaims on the API server",
+            "time_to_return_s": int((loan.freed_at - loan.returned_at).total_seconds())})
+        freed += 1
+    return freed
+
+
+def cluster_returns_observe(*, cluster, api: Api, dra_driver: str = "") -> int:
+    """Read the cluster's Workloads (or, in the exact-GPU mode, with `dra_driver`, its
+    ResourceClaims) and record the loans they show returned."""
+    what, kind = ("ResourceClaims", "ResourceClaim") if dra_driver else ("Workloads", "Workload")
     try:
-        workloads = api.list(KINDS["Workload"], selector="")
+        found = api.list(KINDS[kind], selector="")
     except BackendError as exc:
-        problem_record(cluster=cluster, summary=f"Reading Workloads: {exc.message}",
+        problem_record(cluster=cluster, summary=f"Reading {what}: {exc.message}",
                        detail=exc.detail)
         return 0
-    return loan_returns_record(cluster=cluster, preemptions=reclaim_preemptions(workloads))
+    if dra_driver:
+        return dra_loans_freed(cluster=cluster, claims=found, driver=dra_driver,
+                               at=timezone.now())
+    return loan_returns_record(cluster=cluster, preemptions=reclaim_preemptions(found))
 
 
 def clusters_returns_observe() -> dict[str, int]:
@@ -74,6 +124,13 @@ def clusters_returns_observe() -> dict[str, int]:
             mode=BackendConfig.Mode.WRITE,
             cluster__scheduler=Cluster.Scheduler.KUBERNETES).select_related("cluster"):
         backend = backend_for(config.cluster, config)
+        caps = Capabilities.objects.filter(cluster=config.cluster).first()
+        exact = caps is not None and caps.best_binding == BindingLevel.EXACT_GPUS
+        try:
+            driver = backend.options.dra_driver if exact else ""
+        except BackendError:  # unusable options: the reconcile reports them
+            continue
         freed[config.cluster.slug] = cluster_returns_observe(cluster=config.cluster,
-                                                             api=backend.api)
+                                                             api=backend.api,
+                                                             dra_driver=driver)
     return freed

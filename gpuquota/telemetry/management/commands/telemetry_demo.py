@@ -3,6 +3,7 @@ through the Prometheus importer instead of gpuquota's agent: fake dcgm-exporters
 GPUs, Debian's Prometheus scraping them every 5 s, and a source `<cluster>-prometheus`
 that beat pulls. Run `seed_demo` first (`make demo-telemetry` does)."""
 
+import os
 from datetime import timedelta
 
 from django.core.management import call_command
@@ -26,6 +27,12 @@ class Command(BaseCommand):
         found = Cluster.objects.filter(slug=cluster).first()
         if found is None:
             raise CommandError(f"No cluster {cluster!r}: run `manage.py seed_demo` first.")
+        # The demo's exporters and Prometheus listen on loopback, which sources reach only
+        # where the site allows it: this process and the demo's own allow their loopback.
+        allowed = os.environ.get("TELEMETRY_ALLOWED_NETWORKS", "")
+        if "127.0.0.1/32" not in allowed.split(","):
+            os.environ["TELEMETRY_ALLOWED_NETWORKS"] = ",".join(
+                filter(None, [allowed, "127.0.0.1/32"]))
         gpus = demo_gpus(cluster=found)
         exporters = Exporters(gpus)
         try:

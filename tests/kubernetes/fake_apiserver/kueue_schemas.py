@@ -5,9 +5,12 @@ as Kueue's CRD validation does; the tests validate every rendered object against
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 
 import jsonschema
+
+from tests.kubernetes.fake_apiserver.kueue_api import release_minor
 
 KUEUE_API_REFERENCE = "Kueue v0.14, kueue.x-k8s.io/v1beta1"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta1"
@@ -129,13 +132,25 @@ SCHEMAS = {"ResourceFlavor": RESOURCE_FLAVOR, "ClusterQueue": CLUSTER_QUEUE,
            "LocalQueue": LOCAL_QUEUE, "Workload": WORKLOAD}
 
 
+#: Kueue 0.15 renamed flavorFungibility's `Borrow` and `Preempt` to `MayStopSearch` (the old
+#: names deprecated, still accepted): v1beta1's enums take it from that release on.
+MAY_STOP_SEARCH = (0, 15)
+
+
 @cache
-def _validator(kind: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(SCHEMAS[kind])
+def _validator(kind: str, may_stop_search: bool) -> jsonschema.Draft202012Validator:
+    schema = copy.deepcopy(SCHEMAS[kind])
+    if kind == "ClusterQueue" and may_stop_search:
+        fungibility = schema["properties"]["spec"]["properties"]["flavorFungibility"]
+        for field in ("whenCanBorrow", "whenCanPreempt"):
+            fungibility["properties"][field]["enum"].append("MayStopSearch")
+    return jsonschema.Draft202012Validator(schema)
 
 
-def kueue_errors(obj: dict) -> list[str]:
-    """What is wrong with a Kueue object, as `path: message` lines (empty: valid)."""
-    validator = _validator(obj.get("kind", ""))
+def kueue_errors(obj: dict, *, release: str | None = None) -> list[str]:
+    """What is wrong with a Kueue object written as v1beta1 to Kueue `release` (None: the
+    newest), as `path: message` lines (empty: valid)."""
+    newer = release is None or release_minor(release) >= MAY_STOP_SEARCH
+    validator = _validator(obj.get("kind", ""), newer)
     return [f"{'.'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
             for e in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))]

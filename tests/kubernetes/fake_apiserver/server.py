@@ -1,6 +1,8 @@
-"""The fake API server: stores objects, enforces resourceVersion (409 on a stale write),
-validates writes (422), answers 404 and 403 (from RBAC rules, e.g. the shipped ClusterRole)
-as the real one does, and records every request. Plain HTTP on 127.0.0.1."""
+"""The fake API server: serves the API versions of the Kubernetes and Kueue releases it claims
+(resources.py, kueue_api.py), stores each object as that release stores it and converts it to
+the version asked for, enforces resourceVersion (409 on a stale write), validates writes
+(422), answers 404 and 403 (from RBAC rules, e.g. the shipped ClusterRole) as the real one
+does, and records every request. Plain HTTP on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -13,12 +15,15 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from gpuquota.schedulers.kubernetes.fake_apiserver.resources import (
-    ALWAYS_SERVED,
+from gpuquota.schedulers.kubernetes.kueue_release import image_tag
+from tests.kubernetes.fake_apiserver import dra
+from tests.kubernetes.fake_apiserver.kueue_api import GROUP as KUEUE_GROUP
+from tests.kubernetes.fake_apiserver.kueue_api import KueueApi
+from tests.kubernetes.fake_apiserver.resources import (
     KUEUE_IMAGE,
-    RESOURCES,
     Resource,
     kueue_controller,
+    served_resources,
     validation_errors,
 )
 
@@ -73,20 +78,27 @@ def _selected(obj: dict, selector: str) -> bool:
 
 
 class FakeApiServer:
-    """Start with `start()`; `url`, `token`, `requests`. `rbac_rules` (a ClusterRole's
-    rules) and `rbac_roles` (a Role's rules per namespace, e.g. the shipped ones) limit what
-    the token may do; None for both allows everything. `groups` limits which API groups are
-    served (a cluster without Kueue, without DRA). Where Kueue is served, its controller
-    Deployment runs `kueue_image` (None: no Deployment)."""
+    """Start with `start()`; `url`, `token`, `requests`. `version` is the Kubernetes release it
+    claims (the API versions it serves follow it; `runtime_config` turns alpha ones on, e.g.
+    {"resource.k8s.io/v1alpha3"}). `rbac_rules` (a ClusterRole's rules) and `rbac_roles` (a
+    Role's rules per namespace, e.g. the shipped ones) limit what the token may do; None for
+    both allows everything. `groups` limits which API groups are served (a cluster without
+    Kueue, without DRA). Kueue's controller Deployment runs `kueue_image` (None: no
+    Deployment), and Kueue's API behaves as `kueue_release` (default: the image's tag).
+    `namespaces`: the namespaces that exist (None: any)."""
 
     def __init__(self, *, token: str = "fake-token", version: str = "v1.34.2",
                  rbac_rules: list[dict] | None = None,
                  rbac_roles: dict[str, list[dict]] | None = None,
-                 groups: set[str] | None = None, kueue_image: str | None = KUEUE_IMAGE):
+                 groups: set[str] | None = None, kueue_image: str | None = KUEUE_IMAGE,
+                 kueue_release: str | None = None, runtime_config: set[str] = frozenset(),
+                 namespaces: set[str] | None = None):
         self.token, self.version = token, version
         self.rbac_rules, self.rbac_roles = rbac_rules, rbac_roles
-        self.resources = [r for r in RESOURCES if groups is None or r.group in groups
-                          or r.group in ALWAYS_SERVED]
+        self.namespaces = namespaces
+        self.kueue = KueueApi(kueue_release or image_tag(kueue_image or KUEUE_IMAGE))
+        self.resources = served_resources(release=version, kueue=self.kueue, groups=groups,
+                                          runtime_config=frozenset(runtime_config))
         self.objects: dict[tuple[str, str], dict[tuple[str, str], dict]] = {}
         self.requests: list[Recorded] = []
         self.lock = threading.Lock()
@@ -96,7 +108,7 @@ class FakeApiServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_port}"
         self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
                                         daemon=True)
-        if kueue_image and any(r.group == "kueue.x-k8s.io" for r in self.resources):
+        if kueue_image and self.serves(KUEUE_GROUP):
             self.put(kueue_controller(image=kueue_image))
 
     def start(self) -> FakeApiServer:
@@ -107,29 +119,54 @@ class FakeApiServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def serves(self, group: str, kind: str | None = None) -> tuple[str, ...]:
+        """The versions in which `group` (`kind` of it) is served; () for none."""
+        versions: list[str] = []
+        for r in self.resources:
+            if r.group == group and kind in (None, r.kind):
+                versions += [v for v in r.versions if v not in versions]
+        return tuple(versions)
+
     # What tests (and the demo) do behind the reconciler's back.
     def put(self, obj: dict) -> dict:
         """Store `obj` as a person or a controller would (no RBAC, no validation)."""
-        resource = self._resource_for(obj["apiVersion"], obj["kind"])
+        resource = self._resource_for(obj["kind"])
         with self.lock:
             return self._store(resource, copy.deepcopy(obj))
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict | None:
-        resource = next(r for r in self.resources if r.kind == kind)
+        """The object as the server stores it (its storage version)."""
+        resource = self._resource_for(kind)
         stored = self.objects.get((resource.group, resource.plural), {}).get((namespace, name))
         return copy.deepcopy(stored) if stored else None
 
+    def items(self, kind: str) -> list[dict]:
+        resource = self._resource_for(kind)
+        return [copy.deepcopy(o) for _, o in sorted(
+            self.objects.get((resource.group, resource.plural), {}).items())]
+
     def remove(self, kind: str, name: str, namespace: str = "") -> None:
-        resource = next(r for r in self.resources if r.kind == kind)
+        resource = self._resource_for(kind)
         self.objects.get((resource.group, resource.plural), {}).pop((namespace, name), None)
 
     def writes(self) -> list[Recorded]:
         return [r for r in self.requests if r.method != "GET"]
 
-    def _resource_for(self, api_version: str, kind: str) -> Resource:
-        return next(r for r in self.resources if r.api_version == api_version and r.kind == kind)
+    def _resource_for(self, kind: str) -> Resource:
+        return next(r for r in self.resources if r.kind == kind)
+
+    def _stored_form(self, resource: Resource, obj: dict) -> dict:
+        if resource.group == KUEUE_GROUP:
+            return self.kueue.to_storage(obj)
+        return {**obj, "apiVersion": resource.api_version()}
+
+    def _present(self, resource: Resource, obj: dict, version: str) -> dict:
+        if resource.group == KUEUE_GROUP:
+            return self.kueue.present(obj, version)
+        return {**copy.deepcopy(obj), "apiVersion": resource.api_version(version)}
 
     def _store(self, resource: Resource, obj: dict) -> dict:
+        obj = self._stored_form(resource, obj)
         meta = obj.setdefault("metadata", {})
         meta["resourceVersion"] = str(next(self._rv))
         meta.setdefault("uid", str(uuid.uuid4()))
@@ -148,7 +185,7 @@ class FakeApiServer:
                    and (not rule.get("resourceNames") or name in rule["resourceNames"])
                    for rule in rules)
 
-    def _route(self, path: str) -> tuple[Resource, str, str]:
+    def _route(self, path: str) -> tuple[Resource, str, str, str]:
         parts = path.strip("/").split("/")
         if parts[0] == "api" and len(parts) >= 3:
             group, version, rest = "", parts[1], parts[2:]
@@ -161,8 +198,9 @@ class FakeApiServer:
             namespace, rest = rest[1], rest[2:]
         plural, name = rest[0], (rest[1] if len(rest) > 1 else "")
         for resource in self.resources:
-            if (resource.group, resource.version, resource.plural) == (group, version, plural):
-                return resource, namespace, name
+            if (resource.group, resource.plural) == (group, plural) and \
+                    version in resource.versions:
+                return resource, version, namespace, name
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
 
     def handle(self, method: str, path: str, query: str, body: object) -> tuple[int, dict]:
@@ -175,7 +213,10 @@ class FakeApiServer:
                          "compiler": "gc", "platform": "linux/amd64"}
         if path == "/apis":
             return 200, self._discovery()
-        resource, namespace, name = self._route(path)
+        parts = path.strip("/").split("/")
+        if method == "GET" and parts[0] == "apis" and len(parts) == 3:
+            return 200, self._resource_list(parts[1], parts[2])
+        resource, version, namespace, name = self._route(path)
         verb = VERBS.get(method) or ("get" if name else "list")
         if not self._allowed(resource, verb, namespace, name):
             scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
@@ -185,25 +226,30 @@ class FakeApiServer:
                 f'"{SERVICE_ACCOUNT}" cannot {verb} resource "{resource.plural}" in API group '
                 f'"{resource.group}" {scope}'))
         with self.lock:
-            return self._serve(resource, namespace, name, method, query, body)
+            dra.settle(self)
+            answer = self._serve(resource, version, namespace, name, method, query, body)
+            if resource.kind == "DeviceTaintRule" and method != "GET":
+                dra.taints_evict(self)
+            return answer
 
-    def _serve(self, resource, namespace, name, method, query, body) -> tuple[int, dict]:
+    def _serve(self, resource, version, namespace, name, method, query, body):
         bucket = self.objects.setdefault((resource.group, resource.plural), {})
         if method == "GET" and not name:
             selector = parse_qs(query).get("labelSelector", [""])[0]
-            items = [copy.deepcopy(o) for (ns, _), o in sorted(bucket.items())
+            items = [self._present(resource, o, version) for (ns, _), o in sorted(bucket.items())
                      if (not namespace or ns == namespace) and _selected(o, selector)]
-            return 200, {"apiVersion": resource.api_version, "kind": f"{resource.kind}List",
+            return 200, {"apiVersion": resource.api_version(version),
+                         "kind": f"{resource.kind}List",
                          "metadata": {"resourceVersion": str(next(self._rv))}, "items": items}
         if method == "POST":
-            return self._create(resource, namespace, body, bucket)
+            return self._create(resource, version, namespace, body, bucket)
         key = (namespace, name)
         current = bucket.get(key)
         if current is None:
             raise ApiError(404, "NotFound", f'{resource.plural}.{resource.group} "{name}" '
                                             "not found")
         if method == "GET":
-            return 200, copy.deepcopy(current)
+            return 200, self._present(resource, current, version)
         if method == "DELETE":
             del bucket[key]
             return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
@@ -213,38 +259,53 @@ class FakeApiServer:
                 f'Operation cannot be fulfilled on {resource.plural}.{resource.group} "{name}": '
                 "the object has been modified; please apply your changes to the latest version "
                 "and try again"))
-        updated = merge_patch(current, body) if method == "PATCH" else copy.deepcopy(body)
+        seen = self._present(resource, current, version)
+        updated = merge_patch(seen, body) if method == "PATCH" else copy.deepcopy(body)
         updated["metadata"] = {**current["metadata"], **updated.get("metadata", {})}
-        errors = validation_errors(resource, updated)
+        errors = validation_errors(resource, version, updated, release=self.version,
+                                   kueue=self.kueue)
         if errors:
             raise ApiError(422, "Invalid", f'{resource.kind} "{name}" is invalid', errors)
-        return 200, self._store(resource, updated)
+        return 200, self._present(resource, self._store(resource, updated), version)
 
-    def _create(self, resource, namespace, body, bucket) -> tuple[int, dict]:
+    def _create(self, resource, version, namespace, body, bucket) -> tuple[int, dict]:
         obj = copy.deepcopy(body) if isinstance(body, dict) else {}
         meta = obj.setdefault("metadata", {})
         if resource.namespaced:
             meta["namespace"] = namespace
-        errors = validation_errors(resource, obj)
+            if self.namespaces is not None and namespace not in self.namespaces:
+                raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found')
+        errors = validation_errors(resource, version, obj, release=self.version,
+                                   kueue=self.kueue)
         if errors:
             raise ApiError(422, "Invalid",
                            f'{resource.kind} "{meta.get("name", "")}" is invalid', errors)
         if (namespace, meta["name"]) in bucket:
             raise ApiError(409, "AlreadyExists",
                            f'{resource.plural}.{resource.group} "{meta["name"]}" already exists')
-        return 201, self._store(resource, obj)
+        return 201, self._present(resource, self._store(resource, obj), version)
 
     def _discovery(self) -> dict:
         groups: dict[str, list[str]] = {}
         for r in self.resources:
             if r.group:
                 groups.setdefault(r.group, [])
-                if r.version not in groups[r.group]:
-                    groups[r.group].append(r.version)
+                groups[r.group] += [v for v in r.versions if v not in groups[r.group]]
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
             {"name": g, "versions": [{"groupVersion": f"{g}/{v}", "version": v} for v in vs],
              "preferredVersion": {"groupVersion": f"{g}/{vs[0]}", "version": vs[0]}}
             for g, vs in sorted(groups.items())]}
+
+    def _resource_list(self, group: str, version: str) -> dict:
+        found = [r for r in self.resources if r.group == group and version in r.versions]
+        if not found:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return {"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": f"{group}/{version}", "resources": [
+                    {"name": r.plural, "singularName": r.kind.lower(), "kind": r.kind,
+                     "namespaced": r.namespaced,
+                     "verbs": ["create", "delete", "get", "list", "patch", "update"]}
+                    for r in found]}
 
     def _handler(self):
         server = self
