@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import signal
+import threading
 import time
 
 import psycopg
@@ -67,10 +68,21 @@ def test_a_second_beat_stands_by_takes_over_and_a_lost_lock_stops_a_beat(own_red
         _wait_for_log(second_log, SENT, timeout_s=60)
 
         # Second's lock session is cut (a PostgreSQL restart, a network cut) and another
-        # session takes the lock before second can: second must stop, not run unlocked.
+        # session takes the lock before second can: second must stop, not run unlocked. The
+        # other session waits for the lock first, so PostgreSQL hands it over at the cut.
+        other = stack.enter_context(psycopg.connect(database_url(), autocommit=True))
+        taker = threading.Thread(target=other.execute,
+                                 args=("SELECT pg_advisory_lock(%s)", [LOCK_KEY]))
+        taker.start()
+        deadline = time.monotonic() + 30
+        while not db.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                             "NOT granted").fetchone()[0]:
+            assert time.monotonic() < deadline, "the other session never queued"
+            time.sleep(0.1)
         db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                    "WHERE application_name = %s", [f"gpuquota-beat {os.uname().nodename} "
                                                    f"pid {second.pid}"])
-        assert db.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY]).fetchone()[0]
+        taker.join(timeout=30)
+        assert not taker.is_alive()
         second.wait(timeout=60)
         assert "beat lock: lost to" in second_log.read_text()

@@ -379,7 +379,8 @@ def test_more_gpus_than_the_class_has_is_refused_not_left_pending(fleet):
         request(fleet, count=9)
     assert exc.value.message == (
         "No capacity: 9 asked, but only 8 H100-80GB GPUs are in service in that window, never "
-        "enough at once (8 are free for all of it); ask for at most 8.")
+        "enough at once (8 are free for all of it); ask for at most 6, what other teams' "
+        "quotas leave Vision.")
     assert not Reservation.objects.exists()
 
 
