@@ -3,20 +3,30 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
+## The runtime (requirements.txt) is all `make demo` installs; `make test` and `make lint` add
+## the tests' and tools' packages and the LDAP extra (requirements-dev.txt), which builds
+## python-ldap from source (docs/development.md).
 INSTALLED := $(VENV)/.installed
+DEV_INSTALLED := $(VENV)/.installed-dev
+PIP := $(PY) -m pip --disable-pip-version-check install --quiet --no-compile
 
 .PHONY: demo demo-telemetry test lint check bench-ingest bench-agent clean
 
 $(INSTALLED): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PIP) -r requirements.txt
+	touch $@
+
+$(DEV_INSTALLED): $(INSTALLED) requirements-dev.txt requirements-ldap.txt
+	$(PIP) -r requirements-dev.txt
 	touch $@
 
 ## Run the product on the embedded default: SQLite, no broker, demo data, simulated agents
 ## (on another port: `PORT=8001 make demo`). Mail is written to files under var/mail/ unless
 ## EMAIL_URL says otherwise; last month's statements can be approved at once (the settlement
 ## delay is 72 h otherwise).
+## Logins are logged at WARNING (failures and lockouts), not three lines each.
+demo: export LOGIN_LOG_LEVEL ?= WARNING
 demo: export GPUQUOTA_SETTLEMENT_DELAY_HOURS ?= 0
 demo: export EMAIL_URL ?= file://var/mail
 ## Links in the demo's mail point at the port it serves on; it comes from the demo
@@ -44,7 +54,8 @@ SSO_PORT ?= 8900
 SLURM ?= 0
 DEMO_RUN ?= demo
 DEMO_COMMAND = $(if $(filter 1,$(SSO)),demo_sso --provider-port $(SSO_PORT),$(if $(filter 1,$(SLURM)),slurm_demo,$(DEMO_RUN)))
-demo: $(INSTALLED)
+## The loopback provider of `SSO=1` is a development package.
+demo: $(if $(filter 1,$(SSO)),$(DEV_INSTALLED),$(INSTALLED))
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
 	$(PY) manage.py $(DEMO_COMMAND) --addr 127.0.0.1:$(PORT)
@@ -58,17 +69,17 @@ demo-telemetry:
 ## in TEST_WORKERS pytest-xdist processes, a test file per worker at a time (each worker has
 ## its own test database and Redis database: tests/parallel.py).
 TEST_WORKERS ?= 2
-test: $(INSTALLED)
+test: $(DEV_INSTALLED)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-lint: $(INSTALLED)
+lint: $(DEV_INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(PY) manage.py makemigrations --check --dry-run
 
-bench-ingest: $(INSTALLED)
+bench-ingest: $(DEV_INSTALLED)
 	$(PY) bench/ingest.py
 
-bench-agent: $(INSTALLED)
+bench-agent: $(DEV_INSTALLED)
 	$(PY) bench/agent.py
 
 clean:

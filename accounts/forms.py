@@ -44,8 +44,15 @@ class ProfileForm(forms.ModelForm):
 
 class ApiTokenForm(forms.Form):
     name = forms.CharField(max_length=120, help_text="What will use it, e.g. “nightly CI”.")
+    # Typed as the pages write dates (2027-01-31), not the browser's date picker, whose
+    # format follows the browser's locale (01/31/2027) beside pages that say 2027-01-31.
     expires_on = forms.DateField(
-        required=False, widget=forms.DateInput(attrs={"type": "date"}),
+        required=False, input_formats=["%Y-%m-%d"],
+        widget=forms.DateInput(format="%Y-%m-%d", attrs={
+            "placeholder": "YYYY-MM-DD", "inputmode": "numeric", "autocomplete": "off",
+            "pattern": r"\d{4}-\d{2}-\d{2}", "class": "when-input",
+            "title": "A date like 2027-01-31"}),
+        error_messages={"invalid": "Enter a date like 2027-01-31."},
         help_text="Optional: it stops working after this day (your time zone).")
 
     def expires_at(self, tz: zoneinfo.ZoneInfo) -> datetime | None:

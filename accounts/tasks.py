@@ -2,7 +2,7 @@
 
 from celery import shared_task
 
-from accounts.sso.ldap import ldap_subjects_active
+from accounts.sso import conf
 from accounts.sso.services import sso_identities_check
 
 BEAT_SCHEDULE = {
@@ -16,4 +16,14 @@ BEAT_SCHEDULE = {
 def sso_identities_check_task() -> int:
     """Disable the provider accounts no longer vouched for: their API tokens stop
     (idempotent)."""
-    return sso_identities_check(directory_active=ldap_subjects_active())
+    return sso_identities_check(directory_active=_directory_subjects_active())
+
+
+def _directory_subjects_active() -> set[str] | None:
+    """The directory's enabled subjects; None without a directory (the LDAP extra, which
+    python-ldap needs, is imported only where one is configured)."""
+    if conf.ldap_directory() is None:
+        return None
+    from accounts.sso.ldap import ldap_subjects_active
+
+    return ldap_subjects_active()

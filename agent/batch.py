@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from agent import __version__
 from agent.model import GpuInfo, Owner
 from agent.validate import clean_strings
 from agent.windows import GpuWindow, iso, round_half_up
@@ -73,10 +72,10 @@ def batch_record(*, instance_id: str, seq_first: int, seq_last: int, node: Recor
             "processes": processes, "events": events}
 
 
-def node_record(*, hostname: str, driver_version: str | None, boot_id: str | None,
-                spool_backlog: int, dropped_records_total: int) -> Record:
+def node_record(*, hostname: str, agent_version: str, driver_version: str | None,
+                boot_id: str | None, spool_backlog: int, dropped_records_total: int) -> Record:
     """The node part of a batch."""
-    record = {"hostname": hostname, "agent_version": __version__,
+    record = {"hostname": hostname, "agent_version": agent_version,
               "driver_version": driver_version, "boot_id": boot_id,
               "spool_backlog": spool_backlog, "dropped_records_total": dropped_records_total}
     clean_strings(record, ("hostname",))

@@ -36,6 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "server": None, "token_file": None, "bootstrap_file": None, "ca_file": None,
     "hostname": socket.gethostname(),
     "window": 60, "poll": 10.0, "spool_dir": None, "spool_max_mb": 512, "spool_max_days": 7.0,
+    "keep_delivered_hours": 26.0,
     "send_jitter": 5.0, "once": False, "simulate": 0, "seed": 0,
     "simulate_model": "NVIDIA H100 80GB HBM3", "simulate_profiles": "",
     "simulate_users": ",".join(DEFAULT_USERS), "simulate_accounts": ",".join(DEFAULT_ACCOUNTS),
@@ -63,6 +64,9 @@ def parser() -> argparse.ArgumentParser:
                    "/var/lib/gpuquota-agent/spool, or var/agent/HOSTNAME when simulating)")
     p.add_argument("--spool-max-mb", type=int, help="spool size cap in MiB (default 512)")
     p.add_argument("--spool-max-days", type=float, help="spool age cap in days (default 7)")
+    p.add_argument("--keep-delivered-hours", type=float, help="keep delivered batches this long "
+                   "in the spool's delivered/ folder, for a server restored from a dump "
+                   "(default 26: a nightly dump and two hours; 0: delete them at once)")
     p.add_argument("--send-jitter", type=float, help="max random delay before sending, in s, "
                    "to spread a fleet's requests (default 5)")
     p.add_argument("--once", action="store_true", help="sample one window, send, exit")
@@ -121,6 +125,8 @@ def load_options(argv: list[str] | None, environ: dict[str, str]) -> dict[str, A
     check_window_s(options["window"])
     if not options["nvml_retry"] > 0:
         raise ValueError("--nvml-retry must be a positive number of seconds")
+    if not options["keep_delivered_hours"] >= 0:
+        raise ValueError("--keep-delivered-hours must be 0 or more")
     if not options["spool_dir"]:
         options["spool_dir"] = (f"var/agent/{options['hostname']}" if options["simulate"]
                                 else "/var/lib/gpuquota-agent/spool")
@@ -175,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         token = TokenFile(options["token_file"])
         token.read()
         spool = Spool(options["spool_dir"], max_bytes=options["spool_max_mb"] * 2**20,
-                      max_age_s=options["spool_max_days"] * 86400)
+                      max_age_s=options["spool_max_days"] * 86400,
+                      keep_delivered_s=options["keep_delivered_hours"] * 3600)
         clock = Clock()
         try:
             backend: Backend | None = make_backend(options, clock)

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from agent import __version__
 from agent.batch import batch_record, event_record, gpu_record, job_record, node_record
 from agent.batch import sample_record as make_sample
 from agent.model import Backend, BackendNotReady, GpuInfo, GpuLost, GpuReading
@@ -285,10 +286,12 @@ class Agent:
         return node_record(hostname=self.hostname, driver_version=self.driver_version,
                            boot_id=self.boot_id, **self.node_status())
 
-    def node_status(self) -> dict[str, int]:
-        """The node fields that change between spooling and sending."""
+    def node_status(self) -> dict[str, int | str]:
+        """The node fields that change between spooling and sending: the sender's version
+        among them, so batches spooled before an upgrade go out as the new agent's."""
         return {"spool_backlog": len(self.spool.pending()),
-                "dropped_records_total": self.dropped_records_total}
+                "dropped_records_total": self.dropped_records_total,
+                "agent_version": __version__}
 
     def _live_gpus(self) -> list[GpuInfo]:
         return [g for g in self.gpus if g.uuid not in self.lost]

@@ -70,6 +70,15 @@ class Outcome:
     slow: bool = False
 
 
+def _detail(body: str) -> str:
+    """The server's `detail` of a refusal (its first characters when it is not our JSON)."""
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return body[:300]
+    return str(found.get("detail", ""))[:300] if isinstance(found, dict) else body[:300]
+
+
 def parse_retry_after(value: str | None, now: float) -> float | None:
     """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
     if not value:
@@ -161,6 +170,9 @@ class Sender:
             return Outcome(False, slow=True)
         if status == 413:
             return self._split(path, batch)
+        if status == 422:
+            log.error("event=server_refuses_version batch=%s detail=%r action=keep_spooling",
+                      batch_id, _detail(body))
         retry_after = parse_retry_after(headers.get("Retry-After"), self.clock())
         log.warning("event=send_deferred batch=%s status=%d retry_after=%s body=%r", batch_id,
                     status, retry_after, body[:300])

@@ -1,7 +1,10 @@
 """The on-disk spool: every closed batch is here before it is sent, until the server has it.
 
 One JSON file per batch, named so that names sort oldest first; written to a temporary file,
-fsynced and renamed, so a crash leaves either the whole batch or none of it.
+fsynced and renamed, so a crash leaves either the whole batch or none of it. With
+`keep_delivered_s`, a batch the server stored moves to `delivered/` for that long, so a
+server restored from a dump older than that can be given the batches again (`manage.py
+import_batches`; docs/operations.md, "Backup and restore").
 """
 
 from __future__ import annotations
@@ -41,13 +44,17 @@ class Dropped:
 
 
 class Spool:
-    """Pending batches in one folder, refused ones in its `rejected/` folder."""
+    """Pending batches in one folder, refused ones in its `rejected/` folder, delivered ones
+    kept a while in `delivered/`."""
 
     def __init__(self, directory: str | Path, *, max_bytes: int = 512 * 2**20,
-                 max_age_s: float = 7 * 86400, clock: Callable[[], float] = time.time) -> None:
+                 max_age_s: float = 7 * 86400, keep_delivered_s: float = 0,
+                 clock: Callable[[], float] = time.time) -> None:
         self.dir = Path(directory)
         self.rejected_dir = self.dir / "rejected"
         self.rejected_dir.mkdir(parents=True, exist_ok=True)
+        self.delivered_dir = self.dir / "delivered"
+        self.keep_delivered_s = keep_delivered_s
         self.max_bytes, self.max_age_s, self.clock = max_bytes, max_age_s, clock
         self._lock = threading.Lock()
         for leftover in self.dir.glob(".tmp-*"):
@@ -80,9 +87,17 @@ class Spool:
         return json.loads(path.read_bytes())
 
     def remove(self, path: Path) -> None:
-        """Forget a batch the server has stored."""
+        """Forget a batch the server has stored (keep it in `delivered/` a while, if asked;
+        its time there counts from now)."""
         with self._lock:
-            path.unlink(missing_ok=True)
+            if self.keep_delivered_s <= 0 or not path.exists():
+                path.unlink(missing_ok=True)
+                return
+            self.delivered_dir.mkdir(exist_ok=True)
+            target = self.delivered_dir / path.name
+            os.replace(path, target)
+            now = self.clock()
+            os.utime(target, (now, now))
 
     def reject(self, path: Path) -> Path:
         """Move a batch the server refused to `rejected/`, where it is kept but never resent."""
@@ -125,6 +140,10 @@ class Spool:
             total -= size
         for path in self.rejected_dir.glob("*.json"):
             if _stamp_ns(path) < oldest_kept:
+                path.unlink(missing_ok=True)
+        delivered_before = self.clock() - self.keep_delivered_s
+        for path in self.delivered_dir.glob("*.json"):
+            if path.stat().st_mtime < delivered_before:
                 path.unlink(missing_ok=True)
         if dropped.batches:
             log.error("event=spool_dropped batches=%d samples=%d processes=%d events=%d",

@@ -43,3 +43,12 @@ def _install_beat_schedule(sender: Celery, **_kwargs) -> None:
 def _beat_state_folder(**_kwargs) -> None:
     """Beat keeps its schedule's state in var/ (`CELERY_BEAT_SCHEDULE_FILENAME`): make it."""
     Path(app.conf.beat_schedule_filename).parent.mkdir(parents=True, exist_ok=True)
+
+
+@signals.beat_init.connect
+def _one_beat(**_kwargs) -> None:
+    """Run the schedule only while this beat holds the one-beat lock; stand by until then
+    (`gpuquota.core.beat_lock`). beat_init is sent for an embedded beat (`worker -B`) too."""
+    from gpuquota.core.beat_lock import beat_lock_hold
+
+    beat_lock_hold()

@@ -15,6 +15,9 @@ import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
+from agent import __version__ as GPUQUOTA_VERSION
+from gpuquota.core.env import modules_installed
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("GPUQUOTA_VAR_DIR", BASE_DIR / "var"))
 
@@ -272,7 +275,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "gpuquota API",
     "DESCRIPTION": "GPU quotas, reservations, telemetry ingestion and chargeback.",
-    "VERSION": "1.0.0",
+    "VERSION": GPUQUOTA_VERSION,
     "SERVE_INCLUDE_SCHEMA": False,
     # Swagger UI and ReDoc from pinned local static files: the docs work offline.
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -321,7 +324,9 @@ AUTHENTICATION_BACKENDS = [
     # --- sso: local passwords (break-glass where limited), OIDC, LDAP/AD (docs/sso.md)
     "accounts.sso.forms.LocalBackend",
     "accounts.sso.oidc.OidcBackend",
-    "accounts.sso.ldap.DirectoryBackend",
+    # The LDAP/AD login is an extra (requirements-ldap.txt); without it, it is off.
+    *(["accounts.sso.ldap.DirectoryBackend"] if modules_installed("ldap", "django_auth_ldap")
+      else []),
 ]
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15))
@@ -341,6 +346,9 @@ LOGGING = {
     "loggers": {
         # runserver's access log; the demo quiets it so its banner stays readable.
         "django.server": {"level": os.environ.get("ACCESS_LOG_LEVEL", "INFO")},
+        # django-axes: each login's success and clean-up at INFO, failures and lockouts at
+        # WARNING; the demo keeps the warnings only.
+        "axes": {"level": os.environ.get("LOGIN_LOG_LEVEL", "INFO")},
         # Every Slurm/Kubernetes command with its output; `slurm_demo` quiets it likewise.
         "gpuquota.schedulers.runner": {
             "level": os.environ.get("SCHEDULER_COMMAND_LOG_LEVEL", "INFO")},

@@ -83,11 +83,14 @@ def svg_utilization_strips(*, start: datetime, end: datetime, rows: Sequence[Gpu
             w = piece.seconds / total_s * plot_w
             reported = w * min(1.0, (piece.covered_s or 0) / max(1, piece.seconds))
             tip = f"<title>{escape(_tip(row.label, piece))}</title>"
+            # The dotted outline is the legend's "no report": only where a part of the
+            # piece was not reported, so a piece's edge is no unexplained dotted line.
+            outline = ('' if reported >= w else
+                       ' class="unreported" stroke="#cfd4dc" stroke-dasharray="2 2"')
             parts.append(f'<g class="piece" data-covered-s="{piece.covered_s or 0}" '
                          f'data-seconds="{piece.seconds}">{tip}'
                          f'<rect x="{x:.2f}" y="{y}" width="{max(w - 0.5, 0.2):.2f}" '
-                         f'height="{CELL_H}" fill="#fff" stroke="#cfd4dc" '
-                         f'stroke-dasharray="2 2"/>')
+                         f'height="{CELL_H}" fill="#fff"{outline}/>')
             if reported > 0:
                 parts.append(f'<rect class="reported" x="{x:.2f}" y="{y}" '
                              f'width="{reported:.2f}" height="{CELL_H}" '

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from accounts.models import Team, User
 from accounts.selectors import teams_visible
+from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Assignment
 from reclaim.models import Recommendation, RecommendationGpu
 from reclaim.savings import spans_amount
@@ -93,7 +94,10 @@ def reclaim_figures(*, now: datetime | None = None) -> ReclaimFigures:
             released.setdefault(row["recommendation__reservation__gpu_class_id"], []).append(
                 (a, b))
     saved = [spans_amount(gpu_class_id=c, spans=s) for c, s in released.items()]
-    currency = next((x.currency for x in reclaimable + saved if x.currency), "")
+    # Nothing to reclaim or saved is still an amount: 0.00 in the currency of the rates.
+    currency = next((x.currency for x in reclaimable + saved if x.currency), "") or (
+        RateCard.objects.filter(valid_from__lte=now).exclude(valid_until__lte=now)
+        .order_by("valid_from").values_list("currency", flat=True).last() or "")
     return ReclaimFigures(
         reclaimable_gpus=sum(len(v) for v in spans.values()),
         reclaimable_gpu_hours=Decimal(sum(x.seconds for x in reclaimable)) / 3600,

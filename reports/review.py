@@ -13,6 +13,7 @@ from django.db.models import QuerySet, Sum
 
 from accounts.models import Team
 from gpuquota.core.timeutil import Period
+from reports.conf import lending_credit_share
 from reports.foreign import ForeignUseCount, foreign_use_by_cluster
 from reports.late_scan import late_usage_checks_pending
 from reports.models import LateUsageCheck, Statement, StatementLine
@@ -45,11 +46,15 @@ class ReviewRow:
     borrowed: Decimal = Decimal("0.00")
     lending_credit: Decimal = Decimal("0.00")
     approvable: bool = False
+    #: The month is still running: its figures are to date, not a month to compare.
+    in_progress: bool = False
 
     @property
     def change(self) -> Fraction | None:
-        """Relative change of the total against the previous month (None: no base)."""
-        if self.statement is None or self.previous is None or not self.previous.total:
+        """Relative change of the total against the previous month (None: no base, or the
+        month is in progress: a part of a month is not compared with a whole one)."""
+        if (self.in_progress or self.statement is None or self.previous is None
+                or not self.previous.total):
             return None
         return Fraction(self.statement.total - self.previous.total) / Fraction(self.previous.total)
 
@@ -91,6 +96,8 @@ class Review:
     rows: list[ReviewRow]
     earlier_late: list[LateUsageCheck]
     foreign_use: list[ForeignUseCount] = field(default_factory=list)
+    #: The month is running: drafts are to date, refreshed every 30 minutes.
+    in_progress: bool = False
 
     @property
     def approvable(self) -> list[ReviewRow]:
@@ -107,6 +114,26 @@ class Review:
     @property
     def flagged(self) -> int:
         return sum(1 for row in self.rows if row.flags)
+
+    @property
+    def column_totals(self) -> list[dict]:
+        """The table's total row, one per currency: totals this month and the month before,
+        failure credits, borrowed, lending credits and late usage."""
+        totals: dict[str, dict] = {}
+        for row in self.rows:
+            s = row.statement
+            if s is None or s.error:
+                continue
+            t = totals.setdefault(s.currency, defaultdict(Decimal, currency=s.currency))
+            t["total"] += s.total
+            t["failure_credit"] += row.failure_credit
+            t["borrowed"] += row.borrowed
+            t["lending_credit"] += row.lending_credit
+            if row.previous is not None and row.previous.currency == s.currency:
+                t["previous"] += row.previous.total
+            if row.late_usage is not None and row.late_usage.difference:
+                t["late_usage"] += row.late_usage.difference
+        return [totals[currency] for currency in sorted(totals)]
 
 
 def statements_review(*, period: Period, now: datetime) -> Review:
@@ -141,7 +168,9 @@ def statements_review(*, period: Period, now: datetime) -> Review:
     for check in earlier_late:
         if check.statement.team_id in rows:
             rows[check.statement.team_id].earlier_late.append(check)
+    in_progress = period.start <= now < period.end
     for team_id, row in rows.items():
+        row.in_progress = in_progress
         row.failure_credit, row.borrowed, row.lending_credit = (
             sums[team_id, kind] for kind in kinds)
         s = row.statement
@@ -154,7 +183,26 @@ def statements_review(*, period: Period, now: datetime) -> Review:
         rows=sorted(rows.values(), key=lambda r: r.team_name),
         earlier_late=earlier_late,
         foreign_use=foreign_use_by_cluster(period=period),
+        in_progress=in_progress,
     )
+
+
+def line_kinds_explained(*, kinds: set[str]) -> list[tuple[str, str]]:
+    """How each kind of line among `kinds` is priced, in the statement's order: the rate
+    column's meaning, the lending credit's share of the reserved rate included."""
+    share = lending_credit_share()
+    texts = {
+        K.RESERVED: "every reserved second × the reserved rate.",
+        K.FAILURE_CREDIT: "the reserved seconds a GPU was failed × the reserved rate, "
+                          "credited.",
+        K.ON_DEMAND: "busy seconds outside any reservation × the on-demand rate.",
+        K.BORROWED: "busy seconds on another team's lent GPU × the borrowed rate.",
+        K.LENDING_CREDIT: f"borrowed busy seconds on this team's lent GPUs × its reserved "
+                          f"rate × {share.normalize()} (GPUQUOTA_LENDING_CREDIT_SHARE): the "
+                          "rate shown is that share of the reserved rate, credited.",
+        K.ADJUSTMENT: "an amount an admin added, with its reason.",
+    }
+    return [(label, texts[kind]) for kind, label in K.choices if kind in kinds]
 
 
 def statement_page_late_usage(*, statement: Statement) -> LateUsage | None:

@@ -20,7 +20,12 @@ from gpuquota.usage.selectors import team_reservations_utilization
 from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
 from reports.forms import AdjustmentForm, approval_confirmation_parse, period_parse
 from reports.models import Statement
-from reports.review import previous_period, statement_page_late_usage, statements_review
+from reports.review import (
+    line_kinds_explained,
+    previous_period,
+    statement_page_late_usage,
+    statements_review,
+)
 from reports.services_statements import (
     adjustment_add,
     approval_opens,
@@ -118,12 +123,14 @@ def statement_detail(request, slug: str, month: str):
 def _detail_page(request, statement: Statement, period: Period, form, status: int = 200):
     now = timezone.now()
     opens_at = approval_opens(period)
+    lines = list(statement.lines.order_by("position"))
     context = {
         "statement": statement,
         "team": statement.team,
         "period": period,
         "month_text": f"{period.start:%Y-%m}",
-        "lines": list(statement.lines.order_by("position")),
+        "lines": lines,
+        "line_kinds": line_kinds_explained(kinds={line.kind for line in lines}),
         "utilization": Fraction(statement.busy_s, statement.reserved_s or 1),
         "coverage": Fraction(statement.covered_s, statement.reserved_s or 1),
         "late": statement_page_late_usage(statement=statement),

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from gpuquota.core.env import modules_installed
+
 PROVIDER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 
@@ -140,6 +142,12 @@ def ldap_directory() -> LdapDirectory | None:
     uri = _setting("GPUQUOTA_LDAP_SERVER_URI")
     if not uri:
         return None
+    if not modules_installed("ldap", "django_auth_ldap"):
+        raise ImproperlyConfigured(
+            "GPUQUOTA_LDAP_SERVER_URI is set but the LDAP extra is not installed: "
+            "pip install -r requirements-ldap.txt (python-ldap builds from source and needs "
+            "gcc and the OpenLDAP and Cyrus SASL headers, e.g. Debian's libldap-dev and "
+            "libsasl2-dev; with Docker, build with LDAP=1; docs/sso.md)")
     if not uri.startswith(("ldap://", "ldaps://")):
         raise ImproperlyConfigured(f"GPUQUOTA_LDAP_SERVER_URI must be ldap:// or ldaps://: "
                                    f"{uri!r}")

@@ -1,6 +1,7 @@
 """Reading the apps' settings from the environment: a bad value stops the start with the
 variable's name and the reason, never later in a request."""
 
+import importlib.util
 import os
 
 from django.core.exceptions import ImproperlyConfigured
@@ -16,3 +17,12 @@ def env_int(name: str, default: int, minimum: int) -> int:
     if value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
     return value
+
+
+def modules_installed(*names: str) -> bool:
+    """Whether every module named can be imported (an optional extra, such as LDAP's, is
+    installed), without importing it."""
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in names)
+    except (ImportError, ValueError):
+        return False

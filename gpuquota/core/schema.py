@@ -78,6 +78,7 @@ AREAS = {
     "teams": "Reservations", "gpu-classes": "Reservations", "availability": "Reservations",
     "reservations": "Reservations", "usage": "Usage", "statements": "Statements",
     "reclaim": "Reclaim", "agent": "Agent", "me": "Account", "audit": "Audit",
+    "lending": "Lending", "telemetry": "Telemetry", "sso": "Single sign-on",
 }
 AREA_DESCRIPTIONS = {
     "Reservations": "Teams, GPU classes, availability and reservations: request, extend, "
@@ -87,6 +88,11 @@ AREA_DESCRIPTIONS = {
                   "and PDF.",
     "Reclaim": "Idle and oversized reservations: recommendations, objections, exemptions, "
                "the policy backtest.",
+    "Lending": "Idle reserved GPUs lent to preemptible work: loans, returns, the pool, "
+               "the policy and teams' opt-outs.",
+    "Telemetry": "Telemetry sources (dcgm-exporter endpoints, Prometheus) and their pulls.",
+    "Single sign-on": "The mapping rules from an identity provider's groups to teams and "
+                      "roles, and their preview.",
     "Agent": "The node agent's telemetry batches (node tokens).",
     "Account": "The caller.",
     "Audit": "Who changed what, when.",

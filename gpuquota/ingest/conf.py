@@ -5,6 +5,9 @@
 from gpuquota.core.env import env_int
 
 SUPPORTED_SCHEMA_VERSIONS = (1,)
+#: The oldest agent this server takes batches from (docs/operations.md, "Agents and server");
+#: an older one is answered 422 and keeps its batches spooled until it is upgraded.
+MIN_AGENT_VERSION = "1.0.0"
 # Raw samples and process records older than this are dropped, a whole partition at a time.
 # At least 9: the protocol accepts windows up to 8 days old.
 RAW_SAMPLE_RETENTION_DAYS = env_int("RAW_SAMPLE_RETENTION_DAYS", 90, 9)

@@ -3,6 +3,7 @@ the structure check (`protocol.py`), the record judge (`records.py`), the GPU pl
 (`placement.py`) and the batch itself (`batches.py`). Each returns None for what it
 cannot read; the caller says why it refuses."""
 
+import re
 import uuid
 from datetime import UTC, datetime
 
@@ -34,3 +35,10 @@ def uuid_parse(value) -> uuid.UUID | None:
         return uuid.UUID(value)
     except ValueError:
         return None
+
+
+def release_parse(text: object) -> tuple[int, int, int] | None:
+    """(major, minor, patch) of an agent version such as `1.2.0` or `1.2.0rc1`, or None for
+    text of another shape (another source that speaks the protocol names itself freely)."""
+    match = re.match(r"^(\d+)\.(\d+)\.(\d+)", text) if isinstance(text, str) else None
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None

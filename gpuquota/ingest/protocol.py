@@ -14,8 +14,9 @@ from typing import Any
 
 import orjson
 
+from agent import __version__ as RELEASE
 from gpuquota.ingest import conf
-from gpuquota.ingest.parsing import instant_parse, uuid_parse
+from gpuquota.ingest.parsing import instant_parse, release_parse, uuid_parse
 
 MAX_LISTED_ERRORS = 200
 INT64 = 2**63 - 1
@@ -178,6 +179,23 @@ def schema_version_check(body: Any) -> list[tuple[str, str]]:
     return []
 
 
+def agent_version_check(body: dict) -> None:
+    """422 for a gpuquota agent older than the server takes: it keeps its batches spooled and
+    retries slowly, so nothing is lost while it waits for its upgrade."""
+    node = body.get("node")
+    agent = release_parse(node.get("agent_version")) if type(node) is dict else None
+    if agent is None or agent >= release_parse(conf.MIN_AGENT_VERSION):
+        return
+    raise ProtocolError(
+        422, "agent_too_old",
+        f"agent {node['agent_version']} is older than this server (gpuquota "
+        f"{RELEASE}) takes: at least {conf.MIN_AGENT_VERSION}. Upgrade the "
+        "agent; it keeps its batches until then.",
+        [("node.agent_version", f"at least {conf.MIN_AGENT_VERSION}")],
+        {"min_agent_version": conf.MIN_AGENT_VERSION,
+         "server_version": RELEASE})
+
+
 def size_check(body: dict) -> None:
     """413 when a batch holds more records than the protocol allows."""
     errors = []
@@ -245,6 +263,7 @@ def batch_check(body: Any, *, idempotency_key: str | None = None) -> dict:
     """The structural tiers on an already decoded document."""
     version_errors = schema_version_check(body)
     if not version_errors:
+        agent_version_check(body)
         size_check(body)
     structure_check(body, idempotency_key=idempotency_key, found=version_errors)
     return body

@@ -175,7 +175,12 @@ def _components() -> dict:
                 "properties": {"field": {"type": "string", "description": "The path."},
                                "message": {"type": "string"}}}},
             "supported_schema_versions": {"type": "array", "items": {"type": "integer"},
-                                          "description": "422 only."}}}
+                                          "description": "422 only."},
+            "min_agent_version": {"type": "string",
+                                  "description": "422 agent_too_old only: the oldest agent "
+                                                 "this server takes."},
+            "server_version": {"type": "string",
+                               "description": "422 agent_too_old only."}}}
     return schemas
 
 
@@ -219,8 +224,10 @@ def _operation() -> dict:
             "413": _response("Over 5000 samples, 5000 processes, 1000 events or 4 MiB "
                              "decompressed: split it, each part with a new batch_id.",
                              "AgentError"),
-            "422": _response("schema_version not supported; supported_schema_versions says "
-                             "which are.", "AgentError"),
+            "422": _response("schema_version not supported (supported_schema_versions says "
+                             "which are), or the agent is older than min_agent_version "
+                             "(code agent_too_old): keep the batch spooled, retry slowly.",
+                             "AgentError"),
             "429": _response("The node sends faster than INGEST_NODE_BATCHES_PER_MINUTE: "
                              "resend after Retry-After seconds.", "AgentError",
                              {"Retry-After": "Seconds to wait."}),

@@ -1,6 +1,7 @@
 """Web forms: they parse local times in the user's time zone; services decide."""
 
 from django import forms
+from django.utils import timezone
 
 from accounts.models import Team
 from gpuquota.core.forms import LocalDateTimeField
@@ -8,12 +9,18 @@ from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import Gpu, GpuClass
 from gpuquota.reservations.models import Reservation
 from gpuquota.reservations.selectors import gpu_classes_reservable
+from gpuquota.reservations.services import (
+    COUNT_AT_LEAST_ONE,
+    LEAD_START_TOLERANCE,
+    START_IN_THE_PAST,
+)
 
 
 class ReservationForm(forms.Form):
     team = forms.ModelChoiceField(queryset=None, empty_label=None)
     gpu_class = forms.ModelChoiceField(queryset=None, empty_label=None, label="GPU class")
-    count = forms.IntegerField(label="GPUs", initial=1)
+    count = forms.IntegerField(label="GPUs", initial=1, min_value=1,
+                               error_messages={"min_value": COUNT_AT_LEAST_ONE})
     start = LocalDateTimeField()
     end = LocalDateTimeField()
     placement = forms.ChoiceField(choices=Reservation.Placement.choices,
@@ -58,18 +65,26 @@ class WindowCheckForm(forms.Form):
     start = LocalDateTimeField()
     end = LocalDateTimeField()
     team = forms.ModelChoiceField(queryset=None, required=False, to_field_name="pk")
-    count = forms.IntegerField(required=False, min_value=1, max_value=100_000)
+    count = forms.IntegerField(required=False, min_value=1, max_value=100_000,
+                               error_messages={"min_value": COUNT_AT_LEAST_ONE})
     placement = forms.ChoiceField(choices=Reservation.Placement.choices, required=False)
+    #: The admins' back-fill form, whose windows may lie in the past.
+    backfill = forms.BooleanField(required=False)
 
-    def __init__(self, *args, teams=None, **kwargs):
+    def __init__(self, *args, teams=None, may_backfill=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["gpu_class"].queryset = gpu_classes_reservable()
         self.fields["team"].queryset = teams if teams is not None else Team.objects.none()
+        if not may_backfill:
+            self.fields.pop("backfill")
 
     def clean(self):
         data = super().clean()
         if data.get("start") and data.get("end") and data["end"] <= data["start"]:
             self.add_error("end", "The end must be after the start.")
+        if (data.get("start") and not data.get("backfill")
+                and data["start"] < timezone.now() - LEAD_START_TOLERANCE):
+            self.add_error("start", START_IN_THE_PAST)
         return data
 
 

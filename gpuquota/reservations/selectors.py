@@ -168,6 +168,14 @@ class AvailabilityCell:
 
     @property
     def level(self) -> str:
+        """The cell's colour: with a team, whether it can have all its quota left at once
+        (high), only part of it or only with approval (mid), or nothing (none); without one,
+        the fleet's free share."""
+        if self.room is not None:
+            room = self.room
+            if room.can_get == 0:
+                return "none"
+            return "high" if room.quota_left and room.within_quota >= room.quota_left else "mid"
         if self.total == 0 or self.free_max == 0:
             return "none"
         ratio = self.free_all_day / self.total

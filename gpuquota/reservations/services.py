@@ -38,6 +38,8 @@ __all__ = [
 ]
 
 LEAD_START_TOLERANCE = timedelta(minutes=5)
+COUNT_AT_LEAST_ONE = "Ask for at least 1 GPU."
+START_IN_THE_PAST = "The start cannot be in the past (5 minutes of tolerance)."
 MAX_GPUS_PER_REQUEST = 512
 MAX_WINDOW = timedelta(days=366)
 S = Reservation.Status
@@ -76,7 +78,7 @@ def validate_request(
 ) -> bool:
     """Check a requested window and size; True when it is an admin's backfill."""
     if not isinstance(count, int) or count < 1:
-        raise DomainError("Ask for at least 1 GPU.", field="count")
+        raise DomainError(COUNT_AT_LEAST_ONE, field="count")
     if count > MAX_GPUS_PER_REQUEST:
         raise DomainError(f"At most {MAX_GPUS_PER_REQUEST} GPUs per request.", field="count")
     if start.tzinfo is None or end.tzinfo is None:
@@ -85,9 +87,7 @@ def validate_request(
         raise DomainError("The end must be after the start.", field="end")
     backfill = start < now - LEAD_START_TOLERANCE
     if backfill and not is_admin(actor):
-        raise DomainError(
-            "The start cannot be in the past (5 minutes of tolerance).", field="start"
-        )
+        raise DomainError(START_IN_THE_PAST, field="start")
     if end - start > MAX_WINDOW:
         raise DomainError("A reservation lasts at most 366 days.", field="end")
     horizon_check(instant=start, now=now, field="start")
@@ -181,12 +181,15 @@ def _refuse_impossible(*, team: Team, gpu_class: GpuClass, start: datetime, end:
     ledger = ClassLedger(gpu_class=gpu_class, start=start, end=end, fmap=fmap)
     in_service = len(fmap.gpus)
     if count > in_service:
+        # The most to ask for is this team's ceiling, the number the form's hint gives.
+        most = ledger.ceiling(team_id=team.id, start=start, end=end, same_node=same_node)
+        left = "" if most == in_service else f", what other teams' quotas leave {team}"
         free = len(fmap.gpus_free_over(start, end))
         raise NoCapacity(
             f"No capacity: {count} asked, but only {gpus_text(in_service, gpu_class.name)} "
             f"{'is' if in_service == 1 else 'are'} in service in that window, never enough at "
             f"once ({free} {'is' if free == 1 else 'are'} free for all of it); ask for at most "
-            f"{in_service}.",
+            f"{most}{left}.",
             field="count", free_gpus=free,
         )
     largest = ledger.largest_node()

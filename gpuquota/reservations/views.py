@@ -2,6 +2,7 @@
 backfill and maintenance. Views parse, ask accounts.permissions, call one service."""
 
 import uuid
+from datetime import timedelta
 from zoneinfo import ZoneInfo
 
 from django.contrib import messages
@@ -13,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.permissions import (
     can_act_for_team,
+    is_admin,
     is_lead_anywhere,
     require_admin,
     team_for_action,
@@ -89,6 +91,7 @@ def _reservation_form_page(request, *, backfill: bool):
     initial = {}
     if slug := request.GET.get("team"):
         initial["team"] = teams.filter(slug=slug).first()
+    initial.update(_default_window())
     form = ReservationForm(request.POST or None, teams=teams, initial=initial)
     context = {}
     if request.method == "POST" and form.is_valid():
@@ -136,6 +139,13 @@ def _reservation_submit(request, form):
     return redirect("team_detail", slug=team.slug)
 
 
+def _default_window() -> dict:
+    """The form's first window: from the next quarter hour, for a day."""
+    now = timezone.localtime().replace(second=0, microsecond=0)
+    start = now + timedelta(minutes=15 - now.minute % 15)
+    return {"start": start, "end": start + timedelta(days=1)}
+
+
 def _grid_team(teams, value):
     """The team whose quota the grid counts: the one picked (first led by default)."""
     team = teams.filter(pk=value).first() if str(value or "").isdigit() else None
@@ -168,10 +178,13 @@ def window_check(request):
     team can get within and beyond its quota and what submitting would do."""
     if not is_lead_anywhere(request.user):
         return JsonResponse({"error": "Only team leads and admins can reserve."}, status=403)
-    form = WindowCheckForm(request.GET, teams=teams_led(user=request.user))
+    form = WindowCheckForm(request.GET, teams=teams_led(user=request.user),
+                           may_backfill=is_admin(request.user))
     if not form.is_valid():
+        # A window being typed is not a failed request: the hint shows why (200), and the
+        # browser logs no error for each keystroke.
         errors = {field: " ".join(messages_) for field, messages_ in form.errors.items()}
-        return JsonResponse({"errors": errors}, status=400)
+        return JsonResponse({"errors": errors})
     v = form.cleaned_data
     found = window_availability(gpu_class=v["gpu_class"], start=v["start"], end=v["end"])
     body = {"free_gpus": found["free_gpus"], "total_gpus": found["total_gpus"],

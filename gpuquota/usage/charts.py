@@ -28,6 +28,16 @@ def svg_bar_chart(*, points: Sequence[tuple[datetime, float | Decimal | None]], 
                      f'text-anchor="end" font-size="10" fill="#667085">{escape(label)}</text>')
     if points:
         step = plot_w / len(points)
+        gaps = [i for i, (_at, value) in enumerate(points) if value is None]
+        for first, last in _runs(gaps):  # no data: shaded, so a gap is not read as 0
+            parts.append(
+                f'<rect class="nodata" x="{PAD_L + first * step:.1f}" y="{PAD_T}" '
+                f'width="{(last - first + 1) * step:.1f}" height="{plot_h:.1f}" '
+                f'fill="#eef0f4"><title>no data from {instant_text(points[first][0])}'
+                f'</title></rect>')
+        if gaps:
+            parts.append(f'<text x="{WIDTH / 2}" y="{HEIGHT - 6}" font-size="10" fill="#667085" '
+                         f'text-anchor="middle">shaded: no data</text>')
         for i, (at, value) in enumerate(points):
             x = PAD_L + i * step
             if value is None:
@@ -49,6 +59,17 @@ def svg_bar_chart(*, points: Sequence[tuple[datetime, float | Decimal | None]], 
                      f'fill="#667085">No data</text>')
     parts.append("</svg>")
     return mark_safe("".join(parts))
+
+
+def _runs(indexes: list[int]) -> list[tuple[int, int]]:
+    """Consecutive runs of sorted indexes as (first, last) pairs."""
+    runs: list[tuple[int, int]] = []
+    for i in indexes:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
 
 
 RESERVED_COLOR, BUSY_COLOR = "#c7d4f5", "#2f5bd3"

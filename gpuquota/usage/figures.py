@@ -133,6 +133,21 @@ class FleetFigures:
     def available_hours(self) -> Decimal:
         return display_decimal(Fraction(self.available_s, 3600))
 
+    @property
+    def coverage(self) -> Fraction:
+        """How much of the in-service, non-failed time the agents reported: the fleet
+        utilization's denominator that is measured, not assumed idle."""
+        return self.sums.ok_covered_s / self.available_s if self.available_s else Fraction(0)
+
+    @property
+    def covered_hours(self) -> Decimal:
+        return display_decimal(self.sums.ok_covered_s / 3600)
+
+    @property
+    def reported_utilization(self) -> Fraction | None:
+        """Busy seconds ÷ reported seconds: how busy the time the agents saw was."""
+        return self.sums.ok_busy_s / self.sums.ok_covered_s if self.sums.ok_covered_s else None
+
 
 def sums_by(rows, key) -> dict:
     """Fold rollup rows (or buckets as dicts) into Sums per key(row)."""

@@ -37,6 +37,14 @@ class NodeNow:
     silent: bool
     gpus: list[GpuNow] = field(default_factory=list)
 
+    @property
+    def util_mean(self) -> Decimal | None:
+        """Mean utilization of the node's GPUs shown that are not failed, in their last
+        reported window (the fleet's "mean utilization now", for one node); None: none
+        reported."""
+        found = [g.util for g in self.gpus if g.util is not None and g.health != "failed"]
+        return (sum(found) / len(found)).quantize(Decimal("0.1")) if found else None
+
 
 def node_is_silent(node: Node, now: datetime) -> bool:
     """No report for AGENT_SILENT_AFTER_S (or never)."""

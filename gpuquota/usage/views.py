@@ -68,12 +68,16 @@ def fleet(request):
 @login_required
 def gpu_detail(request, uuid: str):
     gpu = _gpu_or_404(uuid)
-    try:
-        days = min(14, max(1, int(request.GET.get("days", 2))))
-    except ValueError:
-        days = 2
     end = hour_floor(timezone.now()) + timedelta(hours=1)
-    history = gpu_history(gpu=gpu, start=end - timedelta(days=days), end=end)
+    try:
+        days = min(14, max(1, int(request.GET["days"])))
+    except (KeyError, ValueError):
+        days = None
+    history = gpu_history(gpu=gpu, start=end - timedelta(days=days or 2), end=end)
+    if days is None:  # a GPU with a day of history or less is not drawn over two
+        first = min((p.hour for p in history["points"]), default=end)
+        days = 1 if first >= end - timedelta(days=1) else 2
+        history["points"] = [p for p in history["points"] if p.hour >= end - timedelta(days=days)]
     by_hour = {p.hour: p for p in history["points"]}
     hours = [end - timedelta(hours=h) for h in range(days * 24, 0, -1)]
     memory = [(h, by_hour[h].memory_used_bytes_max if h in by_hour else None) for h in hours]
@@ -88,8 +92,10 @@ def gpu_detail(request, uuid: str):
             points=[(h, None if m is None else m / 2**30) for h, m in memory],
             max_value=memory_max / 2**30, unit=" GiB", color="#7a5af8",
             title="Peak memory used per hour"),
+        # Only a GPU failed or degraded now has a recovery to record.
         "recover_form": HealthRecoverForm()
-        if is_admin(request.user) and history["health"] else None,
+        if is_admin(request.user) and any(h.valid_until is None and h.state != "healthy"
+                                          for h in history["health"]) else None,
     }
     return render(request, "usage/gpu_detail.html", context)
 

@@ -69,6 +69,7 @@
     var params = new URLSearchParams({gpu_class: cls, start: start, end: end,
       team: field("team").value, count: field("count").value || "",
       placement: field("placement").value});
+    if (hint.getAttribute("data-backfill")) { params.set("backfill", "1"); }
     var question = ++asked;
     fetch(hint.getAttribute("data-url") + "?" + params.toString(), {credentials: "same-origin"})
       .then(function (response) { return response.json(); })

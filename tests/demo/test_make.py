@@ -1,6 +1,7 @@
 """What `make demo` gives the commands it runs: the demo's environment (mail to files,
 links to its port, a sender in the demo organisation's domain), without running them."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -59,3 +60,16 @@ def test_what_the_user_sets_wins(tmp_path):
 def test_make_demo_slurm_runs_the_demo_with_the_dev_slurm_cluster(tmp_path):
     [_migrate, _seed, demo] = _make_demo(tmp_path, SLURM="1")
     assert demo["argv"] == ["manage.py", "slurm_demo", "--addr", "127.0.0.1:8123"]
+
+
+def test_the_demo_logs_failed_logins_only(tmp_path):
+    """Three axes lines per login drowned the demo's banner: it logs failures only."""
+    for command in _make_demo(tmp_path):
+        assert command["env"]["LOGIN_LOG_LEVEL"] == "WARNING"
+    script = ("import logging, django; django.setup(); "
+              "print(logging.getLogger('axes.handlers.database').getEffectiveLevel())")
+    env = {**os.environ, "LOGIN_LOG_LEVEL": "WARNING", "DJANGO_SETTINGS_MODULE":
+           "gpuquota.settings"}
+    level = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, check=True,
+                           capture_output=True, text=True, timeout=60).stdout.split()[-1]
+    assert int(level) == logging.WARNING

@@ -125,3 +125,18 @@ def test_the_django_admin_shows_a_token_read_only(roles):
     assert page.status_code == 200 and 'name="name"' not in page.content.decode()
     client.post(f"/admin/accounts/apitoken/{token.pk}/change/", {"name": "renamed"})
     assert ApiToken.objects.get(pk=token.pk).name == "ci"
+
+
+def test_the_expiry_is_typed_as_the_pages_write_dates(roles):
+    """Not the browser's date picker, whose format follows its locale (01/31/2030)."""
+    client = Client()
+    client.force_login(roles.lead)
+    page = client.get("/accounts/profile/").content.decode()
+    field = page.split('name="expires_on"')[0].rsplit("<input", 1)[1] + page.split(
+        'name="expires_on"')[1].split(">", 1)[0]
+    assert 'type="text"' in field and 'placeholder="YYYY-MM-DD"' in field
+    assert 'type="date"' not in field
+    response = client.post("/accounts/profile/tokens/", {"name": "ci",
+                                                         "expires_on": "01/31/2030"})
+    assert "Enter a date like 2027-01-31." in response.content.decode()
+    assert not ApiToken.objects.exists()

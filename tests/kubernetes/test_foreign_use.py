@@ -49,6 +49,7 @@ def test_another_teams_pod_on_a_reserved_gpu_is_foreign_unless_lent(kube):
     assert (asr.first_seen, asr.last_seen) == (NOW + timedelta(minutes=5),
                                               NOW + timedelta(minutes=9))
     assert asr.reservation_id == reservation.pk and asr.reserving_team == "vision"
+    assert asr.seen_s == 4 * 60  # four one-minute windows
     assert foreign_uses(cluster=kube.cluster, start=NOW, end=NOW + timedelta(hours=1),
                         team=kube.teams["speech"]) == []
 
@@ -74,6 +75,7 @@ def test_the_cluster_page_shows_bindings_objects_and_foreign_use_to_admins_only(
     assert "LocalQueue gq-vision/vision-dev" in row
     assert "v1.34.2" in html and "kueue.x-k8s.io/v1beta1" in html
     assert "Foreign use in December 2026: 1" in html and "asr-7" in html
+    assert ">Seen for</th>" in html and ">1 min</td>" in html  # a length, not "Windows 1"
     assert admin.get(reverse("kubernetes_cluster", args=["kube"]) + "?month=nope"
                      ).status_code == 200
 

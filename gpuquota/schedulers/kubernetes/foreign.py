@@ -32,6 +32,7 @@ class ForeignUse:
     first_seen: datetime
     last_seen: datetime
     windows: int
+    seen_s: int = 0  # the seconds of those windows: how long it ran there, as sampled
 
 
 def _intervals(rows, key):
@@ -88,7 +89,9 @@ def foreign_uses(*, cluster, start: datetime, end: datetime, team=None) -> list[
                 gpu_uuid=gpu.uuid, node=gpu.node.hostname, reservation_id=reservation.pk,
                 reserving_team=reservation.team.slug, namespace=namespace or "",
                 using_team=owner.team.slug if owner and owner.team else "", pod=pod or "",
-                first_seen=window_start, last_seen=window_end, windows=1)
+                first_seen=window_start, last_seen=window_end, windows=1,
+                seen_s=int((window_end - window_start).total_seconds()))
         else:
             use.last_seen, use.windows = max(use.last_seen, window_end), use.windows + 1
+            use.seen_s += int((window_end - window_start).total_seconds())
     return sorted(found.values(), key=lambda u: (u.first_seen, u.gpu_uuid, u.pod))

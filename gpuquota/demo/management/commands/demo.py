@@ -113,7 +113,7 @@ class Command(BaseCommand):
     def _serve(self, addr: str) -> subprocess.Popen:
         command = [sys.executable, "manage.py", "runserver", addr, "--noreload"]
         # Agents post every few seconds: keep the access log to errors.
-        env = {**os.environ, "ACCESS_LOG_LEVEL": "WARNING"}
+        env = {"LOGIN_LOG_LEVEL": "WARNING", **os.environ, "ACCESS_LOG_LEVEL": "WARNING"}
         return subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, start_new_session=True)
 
     def _wait_until_up(self, url: str) -> None:
