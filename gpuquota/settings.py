@@ -122,6 +122,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "gpuquota.core.dispatch.TasksAfterResponseMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "gpuquota.core.middleware.ApiErrorMiddleware",

@@ -7,7 +7,7 @@ mail module never mails one lead twice under one key). The objection's mails (to
 and the upheld decision to the leads) are written with the step itself, through the mail
 outbox, like the reservation decisions."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db.models import Q
 from django.urls import reverse
@@ -42,7 +42,7 @@ def notice_context(rec: Recommendation) -> dict:
                      "busy_pct": _pct(ev.get("busy_fraction")),
                      "mean_util": ev.get("mean_util_gpu"),
                      "memory_gib": _gib(ev.get("memory_used_bytes_max")),
-                     "last_busy_at": ev.get("last_busy_at") or "never in the window"})
+                     "last_busy_at": _instant(ev.get("last_busy_at"))})
     reservation = rec.reservation
     return {"rec": rec, "reservation": reservation, "team": reservation.team, "gpus": gpus,
             "kind": rec.get_kind_display(), "target_count": rec.target_count,
@@ -50,6 +50,11 @@ def notice_context(rec: Recommendation) -> dict:
             "grace_until": rec.grace_until, "released_at": rec.released_at,
             "savings": rec.savings, "currency": rec.currency, "note": rec.closed_note,
             "reason": rec.objection_decision_reason or rec.dismissed_reason}
+
+
+def _instant(value: str | None) -> datetime | None:
+    """An instant the evidence keeps as ISO text, for the mail to write as the pages do."""
+    return datetime.fromisoformat(value) if value else None
 
 
 def _pct(value: str | None) -> str:

@@ -32,6 +32,12 @@ from reportlab.platypus import (
 )
 
 from gpuquota.core.timeutil import Period
+from reports.lines_shown import (
+    UNDER_A_HUNDREDTH,
+    UNDER_HALF_A_CENT,
+    amount_under_half_a_cent,
+    hours_under_a_hundredth,
+)
 from reports.pdf_chart import DailyUsage, daily_chart
 
 INK = colors.HexColor("#1f2933")
@@ -203,6 +209,14 @@ def _header(export: dict, header: StatementHeader, st: _Styles) -> list:
     return flow
 
 
+def _hours_cell(line: dict) -> str:
+    if line["hours"] is None:
+        return ""
+    if hours_under_a_hundredth(line["seconds"]):
+        return UNDER_A_HUNDREDTH
+    return f"{Decimal(line['hours']):,.2f}"
+
+
 def _lines_table(export: dict, st: _Styles) -> Table:
     currency = export["currency"]
     rows = [["Description", "GPU class", "Seconds", "Hours", "Rate", f"Amount ({currency})"]]
@@ -210,12 +224,14 @@ def _lines_table(export: dict, st: _Styles) -> Table:
         description = [_plain(KIND_LABELS.get(line["kind"], line["kind"]), st.cell)]
         if line.get("reason"):
             description.append(_plain(line["reason"], st.reason))
+        if amount_under_half_a_cent(line["seconds"], line["amount"]):
+            description.append(_plain(UNDER_HALF_A_CENT.capitalize(), st.reason))
         rows.append(
             [
                 description,
                 line["gpu_class"] or "",
                 "" if line["seconds"] is None else f"{line['seconds']:,}",
-                "" if line["hours"] is None else f"{Decimal(line['hours']):,.2f}",
+                _hours_cell(line),
                 line["rate"] or "",
                 _money(line["amount"]),
             ]

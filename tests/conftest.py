@@ -135,6 +135,16 @@ def _celery_app_stays_current():
 
 
 @pytest.fixture(autouse=True)
+def _tasks_after_response_done():
+    """Tasks a request queued for after its response (`gpuquota.core.dispatch`) have run
+    before the test's database is rolled back or flushed."""
+    yield
+    from gpuquota.core.dispatch import tasks_after_response_wait
+
+    assert tasks_after_response_wait(timeout_s=120), "a task queued by a request still runs"
+
+
+@pytest.fixture(autouse=True)
 def _celery_joins_allowed():
     """Celery marks "inside a task" with a process-wide flag that every eager `delay()`
     sets and restores. Two threads doing so at once (the live server's request thread and
@@ -173,6 +183,11 @@ def smtp_server(settings):
     try:
         yield server
     finally:
+        from gpuquota.core.dispatch import tasks_after_response_wait
+
+        server.hang.clear()
+        server.holding = False
+        tasks_after_response_wait(timeout_s=120)  # the mail a request left for later
         server.stop()
 
 

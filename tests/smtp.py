@@ -53,6 +53,10 @@ class _Handler:
             while self.server.hang & set(envelope.rcpt_tos):  # the sender waits for our reply
                 await asyncio.sleep(0.05)
             return "451 4.3.0 try again later"
+        if self.server.holding:
+            self.server.held += 1
+            while self.server.holding:  # a slow server: the sender waits for our 250
+                await asyncio.sleep(0.05)
         message = email.message_from_bytes(envelope.original_content or envelope.content,
                                            policy=email.policy.default)
         with self.server.lock:
@@ -68,13 +72,16 @@ class SmtpServer:
     connection refused, as with a server that is down) and `start()` opens it again;
     `refused` holds addresses the server answers 550 for; a message to an address in `hang`
     is held without an answer (`hanging` counts them) until the address leaves `hang`, then
-    refused with 451, never captured."""
+    refused with 451, never captured. While `holding`, every message is held without an
+    answer (`held` counts them) and accepted once `holding` is False again: a slow server."""
 
     port: int = 0
     messages: list[Received] = field(default_factory=list)
     refused: set[str] = field(default_factory=set)
     hang: set[str] = field(default_factory=set)
     hanging: int = 0
+    holding: bool = False
+    held: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     _controller: Controller | None = None
 
@@ -88,6 +95,7 @@ class SmtpServer:
 
     def stop(self) -> None:
         self.hang.clear()
+        self.holding = False
         if self._controller is not None:
             self._controller.stop()
             self._controller = None

@@ -2,13 +2,34 @@
 (tasks call services, never the reverse).
 
 `task_enqueue_on_commit` queues the named task once the caller's transaction commits (at
-once outside a transaction); on the embedded default (no broker, eager tasks) it runs in
-process right after the commit, as `.delay` would. A failure to queue (broker down) is
-logged by Django's robust on-commit hook and never undoes the commit: every task queued
-this way is idempotent and has a periodic sweep that finds its work again.
+once outside a transaction). A failure to queue (broker down) is logged by Django's robust
+on-commit hook and never undoes the commit: every task queued this way is idempotent and
+has a periodic sweep that finds its work again.
+
+On the embedded default (no broker: Celery runs tasks eagerly, in process) a task queued
+while a web request is served runs on the process's one task thread, not in the request:
+a response never waits for an SMTP server or a statement's PDF, and neither does the next
+request on the same keep-alive connection (the page a redirect leads to). Requests mark
+themselves with `TasksAfterResponseMiddleware`. Anywhere else (the in-process beat, a
+management command, a task queueing another) the task runs in the caller's thread right
+after the commit, as `.delay` would.
 """
 
-from django.db import transaction
+import contextvars
+import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+
+from django.db import connections, transaction
+
+logger = logging.getLogger(__name__)
+
+_serving_request = contextvars.ContextVar("gpuquota_serving_request", default=False)
+# One thread, so tasks run one at a time in the order queued (SQLite has one writer); the
+# interpreter waits for it at exit, so a stopped server finishes the mail it accepted.
+_task_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuquota-tasks")
+_queued: set[Future] = set()
+_queued_lock = threading.Lock()
 
 
 def task_enqueue_on_commit(name: str, /, **kwargs) -> None:
@@ -16,7 +37,52 @@ def task_enqueue_on_commit(name: str, /, **kwargs) -> None:
     transaction.on_commit(lambda: _send(name, kwargs), robust=True)
 
 
+def tasks_after_response_wait(timeout_s: float | None = None) -> bool:
+    """Wait until every task handed to the task thread has run; False if `timeout_s`
+    passed first."""
+    with _queued_lock:
+        queued = set(_queued)
+    _done, not_done = wait(queued, timeout=timeout_s)
+    return not not_done
+
+
+class TasksAfterResponseMiddleware:
+    """Marks the request being served: tasks it queues on the embedded default run after
+    its response, on the task thread."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        token = _serving_request.set(True)
+        try:
+            return self.get_response(request)
+        finally:
+            _serving_request.reset(token)
+
+
 def _send(name: str, kwargs: dict) -> None:
     from gpuquota.celery import app
 
-    app.tasks[name].apply_async(kwargs=kwargs)
+    task = app.tasks[name]
+    if app.conf.task_always_eager and _serving_request.get():
+        future = _task_thread.submit(_run_on_task_thread, task, kwargs)
+        with _queued_lock:
+            _queued.add(future)
+        future.add_done_callback(_forget)
+    else:
+        task.apply_async(kwargs=kwargs)
+
+
+def _run_on_task_thread(task, kwargs: dict) -> None:
+    try:
+        task.apply_async(kwargs=kwargs)
+    except Exception:  # as a worker would: logged; the task's sweep finds the work again
+        logger.exception("task %s %s failed", task.name, kwargs)
+    finally:
+        connections.close_all()  # this thread's own: a request's are closed by Django
+
+
+def _forget(future: Future) -> None:
+    with _queued_lock:
+        _queued.discard(future)

@@ -1,5 +1,7 @@
 """A message from its template set: templates/mail/<name>/{subject.txt, body.txt, body.html},
-rendered in the recipient's time zone. Text parts are rendered without HTML escaping."""
+rendered in the recipient's time zone. Text parts are rendered without HTML escaping.
+Instants are written as the pages write them (`{% load when %}`: `2026-12-01 16:00`), and
+the mail names the zone once (`time_zone`, in the footer; beside an instant in a subject)."""
 
 import hashlib
 from dataclasses import dataclass
@@ -24,12 +26,14 @@ def template_names(template: str) -> tuple[str, str, str]:
 
 
 def mail_render(*, template: str, context: dict, recipient) -> RenderedMail:
-    """The three parts of `template` for `recipient` (context gains `recipient`, `base_url`
-    and `profile_url`, where opting out is); datetimes show in the recipient's time zone."""
+    """The three parts of `template` for `recipient` (context gains `recipient`, `time_zone`,
+    `base_url` and `profile_url`, where opting out is); datetimes show in the recipient's
+    time zone."""
     subject_name, text_name, html_name = template_names(template)
-    full = {**context, "recipient": recipient, "base_url": base_url(),
+    zone = recipient.timezone or "UTC"
+    full = {**context, "recipient": recipient, "time_zone": zone, "base_url": base_url(),
             "profile_url": base_url() + reverse("profile")}
-    with timezone.override(recipient.timezone or "UTC"):
+    with timezone.override(zone):
         engine = Engine.get_default()
         subject = engine.get_template(subject_name).render(Context(full, autoescape=False))
         text = engine.get_template(text_name).render(Context(full, autoescape=False))

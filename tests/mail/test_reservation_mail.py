@@ -43,7 +43,8 @@ def test_admins_are_told_of_a_request_waiting_for_approval(
         f"Approval needed: Vision asks for 6 H100-80GB GPUs (#{reservation.pk})")
     text = mail.text()
     assert "6 × H100-80GB (over quota)" in text and "ablation runs" in text
-    assert "Tue 1 Dec 2026, 20:00 JST" in text  # NOW + 1 h in Tokyo
+    assert "From:          2026-12-01 20:00" in text  # NOW + 1 h in Tokyo
+    assert "Times are in your time zone (Asia/Tokyo)" in text
     assert "http://127.0.0.1:8000/reservations/pending/" in text
     assert 'href="http://127.0.0.1:8000/reservations/pending/"' in mail.html()
     quiet = MailDelivery.objects.get(recipient=admins[2])

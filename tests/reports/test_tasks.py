@@ -67,7 +67,8 @@ def test_month_start_drafts_and_tells_admins_once(month, time_machine, smtp_serv
     assert message.message["Subject"] == ("Statements for October 2026 are ready for review "
                                           "(1 draft)")
     assert "/statements/review/?month=2026-10" in message.text()
-    assert "Wed 4 Nov 2026, 00:00 UTC" in message.text()
+    assert "approved from 2026-11-04 00:00," in message.text()
+    assert "Times are in your time zone (UTC)" in message.text()
     statements_month_start_task.delay().get()  # a second run mails nobody again
     assert len(smtp_server.messages) == len(admins)
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from gpuquota.core.dispatch import tasks_after_response_wait
 from gpuquota.core.timeutil import Period
 from reports.late_scan import late_usage_scan
 from reports.models import Statement
@@ -83,9 +84,12 @@ def test_admin_reviews_adjusts_and_approves_the_month(org, browser_page, smtp_se
     page.click("#approve-all-submit")
     page.wait_for_selector("text=2 statements of")
     assert "Robotics not approved" in page.inner_text(".messages")
-    assert "Sent" in page.inner_text("#review-vision")  # approved, then mailed after commit
+    assert "Approved" in page.inner_text("#review-vision")  # mailed after the response
     assert page.locator("#approve-all").count() == 0
     assert page.inner_text("#nothing-to-approve") == "No draft left to approve."
+    assert tasks_after_response_wait(timeout_s=60)
+    page.reload()
+    assert "Sent" in page.inner_text("#review-vision")
     screenshot(page, "statements-review-approved")
     statuses = dict(
         Statement.objects.filter(month=month.start.date()).values_list("team_slug", "status")
