@@ -2,9 +2,11 @@
 bucket, changed by the same write as the hourly rows (`rollup_rows.rollup_rows_write`).
 
 The write hands over what it changed, as signed differences per hourly row; here they
-are summed per day bucket and applied to the stored day rows, which are locked first (in
-key order, so two workers writing hours of one GPU-day wait for each other instead of
-deadlocking). A bucket whose last hourly row went is deleted. `rollup_days_rebuild` sums
+are summed per day bucket and applied to the stored day rows. The GPU-days are locked
+first (advisory locks, in key order), so two workers writing hours of one GPU-day wait for
+each other instead of deadlocking: row locks alone cannot order a bucket one worker
+inserts while the other updates a bucket it found stored. A bucket whose last hourly row
+went is deleted. `rollup_days_rebuild` sums
 the hourly rows afresh: for rows written by SQL (the benches' seeding) or a repair.
 """
 
@@ -24,6 +26,7 @@ KEY = ("gpu_id", "kind", "gpu_class_id", "assignment_id", "reservation_id", "tea
        "split_ways", "failed")
 SUMS = ("hours", "covered_s", "busy_s", "util_weighted")
 _DAY_TABLE = GpuDayUsage._meta.db_table
+_EPOCH = date(1970, 1, 1)
 #: The unique bucket constraint's columns, as PostgreSQL infers its expression index.
 _CONFLICT = ("gpu_id, day, gpu_class_id, kind, COALESCE(assignment_id, 0), "
              "COALESCE(team_id, 0), split_ways, failed")
@@ -50,6 +53,7 @@ class DayChanges:
         changes = {key: change for key, change in self.by_key.items() if any(change)}
         if not changes:
             return
+        _gpu_days_lock(changes)
         stored = _stored_locked(changes)
         updated, created, gone = [], [], []
         for key, change in sorted(changes.items(), key=lambda item: _order(item[0])):
@@ -70,6 +74,20 @@ class DayChanges:
 def _order(key: tuple) -> tuple:
     """A day key sortable whatever its empty (None) references."""
     return tuple((value is None, value if value is not None else 0) for value in key)
+
+
+def _gpu_days_lock(changes: dict) -> None:
+    """Wait for the GPU-days these changes touch, in key order, until the transaction
+    ends (PostgreSQL; SQLite writes are serial). A key is 0x7564 ("ud") << 48 | GPU id << 24
+    | days since 1970 (ids and day numbers below 2**24; a collision only makes one wait)."""
+    if connection.vendor != "postgresql":
+        return
+    keys = sorted({(0x7564 << 48) | ((key[1] & 0xFFFFFF) << 24) | ((key[0] - _EPOCH).days
+                                                                  & 0xFFFFFF)
+                   for key in changes})
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(pg_advisory_xact_lock(k)) FROM "
+                       "(SELECT unnest(%s::bigint[]) AS k ORDER BY 1) AS keys", [keys])
 
 
 def _stored_locked(changes: dict) -> dict[tuple, tuple[int, list]]:

@@ -265,8 +265,9 @@ def test_the_lines_and_lent_hours_reach_every_place_they_are_shown(client):
     page = client.get("/statements/vision/2026-10/").content.decode()
     assert "Lending credit" in page and "Lent busy h" in page
     review = client.get("/statements/review/?month=2026-10").content.decode()
-    assert '<td class="num lending-credit">-2.29</td>' in review
-    assert '<td class="num borrowed">2.75</td>' in review
+    usd = ' <span class="muted small">USD</span></td>'
+    assert '<td class="num lending-credit">-2.29' + usd in review
+    assert '<td class="num borrowed">2.75' + usd in review
     usage = client.get("/api/v1/usage/teams/vision",
                        {"start": "2026-10-10T00:00:00Z", "end": "2026-10-11T00:00:00Z"}).json()
     assert (usage["figures"]["lent_s"], usage["figures"]["lent_busy_s"]) == (6600, 6600)
