@@ -1,0 +1,63 @@
+"""Settings of the job reports (docs/jobs.md), read at call time from Django settings, else
+the environment, else the defaults below: jobstats' published thresholds where it has one
+(PrincetonUniversity/jobstats, config.py)."""
+
+import os
+
+from django.conf import settings
+
+from gpuquota.jobs.analysis import Thresholds
+
+
+def _value(name: str, default) -> str:
+    value = getattr(settings, name, None)
+    if value is None:
+        value = os.environ.get(name) or default
+    return str(value)
+
+
+def _int(name: str, default: int) -> int:
+    return int(_value(name, default))
+
+
+def thresholds() -> Thresholds:
+    """The notes' thresholds (JOBS_* settings); the defaults are `Thresholds()`'s."""
+    d = Thresholds()
+    return Thresholds(
+        idle_util_pct=_int("JOBS_IDLE_UTIL_PCT", d.idle_util_pct),
+        low_util_pct=_int("JOBS_LOW_UTIL_PCT", d.low_util_pct),
+        min_runtime_s=_int("JOBS_MIN_RUNTIME_S", d.min_runtime_s),
+        mig_memory_bytes=_int("JOBS_MIG_MEMORY_BYTES", d.mig_memory_bytes),
+        idle_tail_s=_int("JOBS_IDLE_TAIL_S", d.idle_tail_s),
+        time_efficiency_pct=_int("JOBS_TIME_EFFICIENCY_PCT", d.time_efficiency_pct),
+        interactive_idle_s=_int("JOBS_INTERACTIVE_IDLE_S", d.interactive_idle_s),
+        bursty_share_pct=_int("JOBS_BURSTY_SHARE_PCT", d.bursty_share_pct),
+    )
+
+
+def report_settle_s() -> int:
+    """JOBS_REPORT_SETTLE_S: a finished job is reported this long after its end, once its
+    last samples have arrived (agents send every minute, the importer every few)."""
+    return _int("JOBS_REPORT_SETTLE_S", 600)
+
+
+def notify_enabled() -> bool:
+    """JOBS_NOTIFY_ENABLED (default on): mail the owner of a wasteful finished job."""
+    return _value("JOBS_NOTIFY_ENABLED", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def notify_min_waste_gpu_s() -> int:
+    """JOBS_NOTIFY_MIN_WASTE_GPU_S: a finished job is mailed about only when its notes waste
+    at least this many GPU-seconds (default one GPU-hour)."""
+    return _int("JOBS_NOTIFY_MIN_WASTE_GPU_S", 3600)
+
+
+def notify_interval_s() -> int:
+    """JOBS_NOTIFY_INTERVAL_S: at most one such mail per user in this many seconds (a day)."""
+    return _int("JOBS_NOTIFY_INTERVAL_S", 86400)
+
+
+def interactive_partitions() -> set[str]:
+    """JOBS_INTERACTIVE_PARTITIONS: Slurm partitions whose jobs are interactive sessions."""
+    return {p.strip() for p in _value("JOBS_INTERACTIVE_PARTITIONS", "interactive").split(",")
+            if p.strip()}
