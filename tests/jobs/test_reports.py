@@ -1,0 +1,90 @@
+"""Jobs collected from Slurm's accounting and the GPUs slurmctld named, their stored reports
+(figures, notes, exact cost), and the mail about a wasteful job: once, rate-limited, never
+to a user who opted out."""
+
+from datetime import timedelta
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from gpuquota.jobs.models import Job
+from gpuquota.jobs.services import job_mail_opt_out_set, jobs_refresh
+from gpuquota.mail.models import MailDelivery
+from tests.jobs.shapes import T0
+from tests.jobs.world import JobWorld
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+NOW = T0 + timedelta(hours=3)
+
+
+@pytest.fixture
+def world():
+    return JobWorld.build()
+
+
+def _mails(user):
+    return MailDelivery.objects.filter(recipient=user, template="jobs_wasteful")
+
+
+def test_a_job_holding_four_gpus_and_using_one(world):
+    world.slurm_job("101", utils=[[90] * 120] + [[0] * 120] * 3)
+    world.slurm_job("102", utils=[[90] * 60], start=T0 + timedelta(minutes=5))
+    assert jobs_refresh(now=NOW) == {"collected": 2, "reported": 2}
+    job = Job.objects.get(job_id="101")
+    assert (job.owner, job.team, job.gpus_held) == (world.member, world.team, 4)
+    assert job.held_gpu_s == 4 * 7200 and job.wasted_gpu_s == 3 * 7200
+    assert job.cost == Decimal("24.00") and job.wasted_cost == Decimal("18.00")
+    note = job.notes.get()
+    assert (note.code, note.wasted_gpu_s, note.wasted_cost) == (
+        "gpus_unused", 3 * 7200, Decimal("18.00"))
+    assert note.title == "This job did not use 3 of the 4 GPUs it held."
+    healthy = Job.objects.get(job_id="102")
+    assert healthy.wasted_gpu_s == 0 and not healthy.notes.exists()
+    mail = _mails(world.member).get()
+    assert mail.key == f"jobs.wasteful.{job.pk}"
+    assert "did not use 3 of the 4 GPUs" in mail.context_json
+    # A second run changes nothing: reports are final, the mail is not sent twice.
+    assert jobs_refresh(now=NOW + timedelta(minutes=5)) == {"collected": 0, "reported": 0}
+    assert _mails(world.member).count() == 1
+
+
+def test_the_cost_is_rounded_once(world):
+    from gpuquota.rates.models import RateCard
+
+    RateCard.objects.update(on_demand_rate=Decimal("3.0001"))
+    world.slurm_job("103", utils=[[90] * 7] * 3)  # 3 × 420 s × 3.0001 / 3600 = 1.0500350
+    jobs_refresh(now=NOW)
+    assert Job.objects.get(job_id="103").cost == Decimal("1.05")
+
+
+def test_mail_is_rate_limited_and_opt_out_is_honoured(world):
+    world.slurm_job("201", utils=[[90] * 60, [0] * 60])
+    world.slurm_job("202", utils=[[90] * 60, [0] * 60], start=T0 + timedelta(minutes=70))
+    jobs_refresh(now=NOW)
+    assert _mails(world.member).count() == 1  # one a day, not one a job
+    job_mail_opt_out_set(user=world.member, opted_out=True, now=NOW)
+    world.slurm_job("203", utils=[[90] * 60, [0] * 60], start=T0 + timedelta(days=1, hours=2))
+    jobs_refresh(now=NOW + timedelta(days=1, hours=2))
+    assert Job.objects.get(job_id="203").reported_at is not None
+    assert _mails(world.member).count() == 1
+    job_mail_opt_out_set(user=world.member, opted_out=False, now=NOW)
+    world.slurm_job("204", utils=[[90] * 60, [0] * 60], start=T0 + timedelta(days=1, hours=4))
+    jobs_refresh(now=NOW + timedelta(days=1, hours=4))
+    assert _mails(world.member).count() == 2
+
+
+def test_jobstats_command_prints_the_report(world):
+    world.slurm_job("301", utils=[[90] * 60, [0] * 60])
+    jobs_refresh(now=NOW)
+    out = StringIO()
+    call_command("jobstats", "della", "301", stdout=out)
+    text = out.getvalue()
+    assert "Job ID:      301 (Slurm)" in text
+    assert "This job did not use 1 of the 2 GPUs it held." in text
+    assert "Cost:        6.00 USD at the on-demand rate" in text
+    assert "Wasted in all: 1.00 GPU-hours, 3.00 USD" in text
+    out = StringIO()
+    call_command("job_report", "301", stdout=out)
+    assert out.getvalue() == text
