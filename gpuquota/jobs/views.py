@@ -44,13 +44,14 @@ def team_jobs(request, slug: str):
 def fleet_jobs(request):
     require_admin(request.user)
     month = request.GET.get("month")
-    now = _now()
+    now, status = _now(), 200
     try:
         period = Period.parse_month(month) if month else Period.month(now.year, now.month)
     except ValueError:
         messages.error(request, "month: give it as YYYY-MM.")
-        period = Period.month(now.year, now.month)
-    return render(request, "jobs/fleet.html", pages.fleet_jobs_context(period=period))
+        period, status = Period.month(now.year, now.month), 400
+    return render(request, "jobs/fleet.html", pages.fleet_jobs_context(period=period),
+                  status=status)
 
 
 @login_required
