@@ -1,4 +1,4 @@
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -9,7 +9,9 @@ from gpuquota.ingest.partitions import partitions_ensure
 def django_db_setup(django_db_setup, django_db_blocker):
     """Raw-data partitions (PostgreSQL) for the days these tests write samples on."""
     with django_db_blocker.unblock():
-        partitions_ensure(days=[date(2026, 11, 1) + timedelta(days=d) for d in range(4)])
+        today = datetime.now(UTC).date()  # the browser test's jobs ran in the last hours
+        partitions_ensure(days=[date(2026, 11, 1) + timedelta(days=d) for d in range(4)]
+                          + [today + timedelta(days=d) for d in (-1, 0, 1)])
 
 
 @pytest.fixture(autouse=True)
