@@ -4,8 +4,9 @@ the report, the notifications and the benchmark judge a job the same way.
 What a note covers, so that the waste of a job is the sum of its notes' and never counts a
 GPU-second twice (docs/jobs.md):
 
-- a GPU held but not used (its mean utilization under `idle_util_pct`) is wasted whole:
-  `gpus_unused`, or `memory_held_idle` when it held memory all the same;
+- a GPU held but not used (busy, at `idle_util_pct` or more, for less than
+  `used_min_busy_s` and less than half its time: a brief burst does not count) is wasted
+  whole: `gpus_unused`, or `memory_held_idle` when it held memory (on the mean) all the same;
 - on the GPUs it used, an idle stretch at the end of the job (`idle_tail`) is wasted whole;
 - before that tail, at most one of `mig_sized`, `interactive_idle`, `input_bound`,
   `low_utilization` (in that order) names what the used GPUs' spare share wasted;
@@ -44,6 +45,7 @@ class Thresholds:
     time_efficiency_pct: int = 10  # jobstats TIME_EFFICIENCY_RED
     interactive_idle_s: int = 8 * 3600  # jobstats: sessions over 8 hours at low use
     bursty_share_pct: int = 50  # share of a used GPU's time in bursts to call it input-bound
+    used_min_busy_s: int = 600  # a GPU busy less (or under half its time) was not used
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class GpuFigures:
     sampled_s: int = 0
     idle_s: int = 0
     busy_util_s: float = 0.0  # Σ seconds × utilization / 100
+    memory_s: float = 0.0  # Σ seconds × memory used (bytes)
     util_max_pct: float | None = None
     memory_max_bytes: int | None = None
     memory_total_bytes: int | None = None
@@ -88,6 +91,14 @@ class GpuFigures:
     @property
     def util_avg_pct(self) -> float | None:
         return 100 * self.busy_util_s / self.sampled_s if self.sampled_s else None
+
+    @property
+    def busy_s(self) -> int:
+        return self.sampled_s - self.idle_s
+
+    @property
+    def memory_mean_bytes(self) -> float:
+        return self.memory_s / self.sampled_s if self.sampled_s else 0.0
 
     @property
     def memory_max_pct(self) -> float | None:
@@ -165,6 +176,7 @@ def gpu_figures(series: GpuSeries, facts: JobFacts, t: Thresholds) -> GpuFigures
         peak = point.util_max_pct if point.util_max_pct is not None else point.util_pct
         figures.util_max_pct = max(figures.util_max_pct or 0, float(peak))
         if point.memory_used_bytes is not None:
+            figures.memory_s += seconds * point.memory_used_bytes
             figures.memory_max_bytes = max(figures.memory_max_bytes or 0, point.memory_used_bytes)
         if point.energy_j:
             figures.energy_j += point.energy_j * seconds / max(
@@ -173,8 +185,10 @@ def gpu_figures(series: GpuSeries, facts: JobFacts, t: Thresholds) -> GpuFigures
 
 
 def _used(figures: GpuFigures, t: Thresholds) -> bool:
-    util = figures.util_avg_pct
-    return util is not None and util >= t.idle_util_pct
+    """Busy (a window at `idle_util_pct` or more) for `used_min_busy_s`, or half its time:
+    a brief burst on a GPU otherwise idle does not make it used."""
+    return figures.busy_s > 0 and figures.busy_s >= min(t.used_min_busy_s,
+                                                        figures.sampled_s / 2)
 
 
 def _hours(seconds: int) -> str:
@@ -183,7 +197,7 @@ def _hours(seconds: int) -> str:
 
 def _unused_notes(unused: list[GpuFigures], held: int) -> list[Note]:
     notes = []
-    holding = [g for g in unused if (g.memory_max_bytes or 0) >= MEMORY_HELD_BYTES]
+    holding = [g for g in unused if g.memory_mean_bytes >= MEMORY_HELD_BYTES]
     empty = [g for g in unused if g not in holding]
     if empty:
         title = (f"This job did not use {len(empty)} of the {held} GPUs it held."
@@ -240,8 +254,11 @@ def _efficiency_note(used: list[GpuFigures], series: list[GpuSeries], facts: Job
     sampled = sum(g.sampled_s for g in used)
     if not sampled:
         return None
-    util = 100 * sum(g.busy_util_s for g in used) / sampled
     before_tail = max(0, sampled - tail_s * len(used))
+    if not before_tail:
+        return None
+    # The tail is idle: the time before it carries all the used GPUs' work.
+    util = min(100.0, 100 * sum(g.busy_util_s for g in used) / before_tail)
     spare = int(before_tail * max(0.0, 1 - util / 100))
     duration = int((facts.end - facts.start).total_seconds())
     one = used[0]

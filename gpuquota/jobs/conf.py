@@ -32,6 +32,7 @@ def thresholds() -> Thresholds:
         time_efficiency_pct=_int("JOBS_TIME_EFFICIENCY_PCT", d.time_efficiency_pct),
         interactive_idle_s=_int("JOBS_INTERACTIVE_IDLE_S", d.interactive_idle_s),
         bursty_share_pct=_int("JOBS_BURSTY_SHARE_PCT", d.bursty_share_pct),
+        used_min_busy_s=_int("JOBS_USED_MIN_BUSY_S", d.used_min_busy_s),
     )
 
 

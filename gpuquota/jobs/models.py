@@ -49,8 +49,9 @@ class Job(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "source", "job_id", "started_at"],
                                     name="job_unique_run"),
-            models.CheckConstraint(condition=Q(source__in=["slurm", "kubernetes", "docker", "unix"]),
-                                   name="job_source_valid"),
+            models.CheckConstraint(
+                condition=Q(source__in=["slurm", "kubernetes", "docker", "unix"]),
+                name="job_source_valid"),
             models.CheckConstraint(condition=Q(ended_at__isnull=True)
                                    | Q(ended_at__gte=models.F("started_at")),
                                    name="job_end_after_start"),
@@ -71,6 +72,9 @@ class JobGpu(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["job", "gpu"], name="jobgpu_unique")]
 
+    def __str__(self) -> str:
+        return f"job #{self.job_id}: GPU {self.gpu_id}"
+
 
 class JobNote(models.Model):
     """One pitfall the report named, with the GPU-seconds and money it wasted."""
@@ -87,6 +91,9 @@ class JobNote(models.Model):
         ordering = ["-wasted_gpu_s", "id"]
         constraints = [models.UniqueConstraint(fields=["job", "code"], name="jobnote_unique")]
 
+    def __str__(self) -> str:
+        return f"job #{self.job_id}: {self.code}"
+
 
 class JobMailOptOut(models.Model):
     """A user who asked not to be mailed about their wasteful jobs."""
@@ -94,3 +101,6 @@ class JobMailOptOut(models.Model):
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                                 related_name="+")
     created_at = WholeSecondDateTimeField()
+
+    def __str__(self) -> str:
+        return f"user #{self.user_id}: no job mail"

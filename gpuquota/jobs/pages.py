@@ -50,7 +50,8 @@ def job_page_context(*, job: Job, now: datetime) -> dict:
             "held_hours": f"{a.held_gpu_s / 3600:.2f}",
             "wasted_hours": f"{a.wasted_gpu_s / 3600:.2f}",
             "wasted_cost": report.wasted_cost(a.wasted_gpu_s),
-            "energy_kwh": a.energy_j / 3.6e6, "thresholds": conf.thresholds(), "running": job.ended_at is None}
+            "energy_kwh": a.energy_j / 3.6e6, "thresholds": conf.thresholds(),
+            "running": job.ended_at is None}
 
 
 def my_jobs_context(*, user, now: datetime) -> dict:

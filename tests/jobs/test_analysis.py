@@ -108,3 +108,26 @@ def test_notes_never_count_a_gpu_second_twice():
     result = analyse(facts=facts(120), gpus_held=3, series=gpus)
     assert codes(result) == ["gpus_unused", "idle_tail"]
     assert result.wasted_gpu_s == 7200 + 2 * 3600 <= result.held_gpu_s
+
+
+def test_a_few_minutes_of_burst_on_a_short_job_do_not_count_as_use():
+    utils = [0] * 5 + [100] * 3 + [0] * 22  # 3 busy minutes of 30: under 10 min and half
+    result = analyse(facts=facts(30), gpus_held=2,
+                     series=[series("n1/0", [80] * 30), series("n1/1", utils, memory_gib=0)])
+    assert codes(result) == ["gpus_unused"]
+
+
+def test_an_idle_tail_does_not_also_read_as_low_utilization():
+    utils = [80] * 30 + [0] * 170
+    result = analyse(facts=facts(200), gpus_held=2,
+                     series=[series("n1/0", utils), series("n1/1", utils)])
+    assert codes(result) == ["idle_tail"]
+
+
+def test_the_benchmark_prints_a_result_per_note(capsys):
+    from bench.jobs import main
+
+    main(["--jobs", "120", "--seed", "7"])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("RESULT")]
+    assert any(line.startswith("RESULT note=gpus_unused precision=") for line in lines)
+    assert "RESULT healthy_noted=0" in lines
