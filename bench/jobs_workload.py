@@ -141,8 +141,8 @@ def _low_util(rng, start):
 
 
 BEHAVIOURS = {
-    _healthy: 40, _n_of_m: 6, _burst_on_idle: 2, _memory_held: 6, _input_bound: 8, _short: 6, _over_limit: 6,
-    _mig_sized: 8, _interactive_idle: 4, _idle_tail: 8, _low_util: 6,
+    _healthy: 40, _n_of_m: 6, _burst_on_idle: 2, _memory_held: 6, _input_bound: 8, _short: 6,
+    _over_limit: 6, _mig_sized: 8, _interactive_idle: 4, _idle_tail: 8, _low_util: 6,
 }
 
 
