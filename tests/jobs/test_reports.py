@@ -88,3 +88,39 @@ def test_jobstats_command_prints_the_report(world):
     out = StringIO()
     call_command("job_report", "301", stdout=out)
     assert out.getvalue() == text
+
+
+def _pod_records(gpu, start, minutes, *, pod="train-7f9c", namespace="vision-ns", util=90):
+    from django.utils import timezone
+
+    from gpuquota.ingest.models import ProcessRecord, Sample
+
+    now = timezone.now()
+    for i in range(minutes):
+        at = start + timedelta(minutes=i)
+        Sample.objects.create(gpu=gpu, window_start=at, window_end=at + timedelta(minutes=1),
+                              readings=6, util_gpu_avg=util, util_gpu_max=util,
+                              memory_used_bytes_max=8 * 1024 ** 3, received_at=now)
+        ProcessRecord.objects.create(gpu=gpu, window_start=at, window_end=at + timedelta(minutes=1),
+                                     pid=7, pid_start=1, user="root", command="python",
+                                     job_source="kubernetes", job_id=pod, job_account=namespace,
+                                     received_at=now)
+
+
+def test_a_pod_is_a_job_from_the_agents_records(world):
+    from accounts.models import ClusterIdentity
+    from tests.factories import EPOCH, ClusterIdentityFactory
+
+    ClusterIdentityFactory(cluster=world.cluster, kind=ClusterIdentity.Kind.K8S_NAMESPACE,
+                           key="vision-ns", user=None, team=world.team, valid_from=EPOCH)
+    _pod_records(world.gpus[0], T0, 60, util=5)
+    # Still running: its last record is recent, so it is collected but not reported.
+    assert jobs_refresh(now=T0 + timedelta(minutes=62)) == {"collected": 1, "reported": 0}
+    pod = Job.objects.get(source="kubernetes")
+    assert (pod.job_id, pod.team, pod.ended_at, pod.gpus_held) == ("train-7f9c", world.team,
+                                                                   None, 1)
+    # Seen again later, it is the same job, now ended and reported once settled.
+    jobs_refresh(now=T0 + timedelta(minutes=90))
+    pod = Job.objects.get(source="kubernetes")
+    assert pod.ended_at == T0 + timedelta(minutes=60) and pod.reported_at is not None
+    assert [n.code for n in pod.notes.all()] == ["mig_sized"]
