@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from accounts.models import Team
+from accounts.selectors import memberships_current
 from gpuquota.core.timeutil import Period
 from gpuquota.jobs import conf
 from gpuquota.jobs.models import Job
@@ -58,7 +60,9 @@ def my_jobs_context(*, user, now: datetime) -> dict:
     """The user's own jobs of the last week, worst offenders first, and the week's figures."""
     since = now - WEEK
     jobs = jobs_listed(jobs=jobs_visible(user=user).filter(owner=user), since=since)
-    return {"jobs": jobs[:LIST_LIMIT], "week": jobs_efficiency(jobs=jobs), "since": since}
+    teams = Team.objects.filter(pk__in=memberships_current(user=user).values("team_id"))
+    return {"jobs": jobs[:LIST_LIMIT], "week": jobs_efficiency(jobs=jobs), "since": since,
+            "teams": teams.order_by("name")}
 
 
 def team_jobs_context(*, team, user, now: datetime) -> dict:

@@ -64,6 +64,7 @@ def test_my_jobs_lists_the_owners_jobs_worst_first(world):
         f'id="job-{world.job.pk}"') + 5)
     assert first < second
     assert "<strong>9.0</strong> GPU-hours held, <strong>6.0</strong> wasted" in html
+    assert 'href="/teams/vision/jobs/"' in html  # the team's jobs, from My jobs
     lead = role_client(world, "lead").get("/jobs/").content.decode()
     assert 'id="jobs-list"' not in lead  # the lead ran no job himself
 

@@ -12,6 +12,7 @@ from django.core.management import call_command
 from gpuquota.jobs.models import Job
 from gpuquota.jobs.services import job_mail_opt_out_set, jobs_refresh
 from gpuquota.mail.models import MailDelivery
+from gpuquota.mail.outbox import mail_send_queued
 from tests.jobs.shapes import T0
 from tests.jobs.world import JobWorld
 
@@ -28,7 +29,7 @@ def _mails(user):
     return MailDelivery.objects.filter(recipient=user, template="jobs_wasteful")
 
 
-def test_a_job_holding_four_gpus_and_using_one(world):
+def test_a_job_holding_four_gpus_and_using_one(world, smtp_server):
     world.slurm_job("101", utils=[[90] * 120] + [[0] * 120] * 3)
     world.slurm_job("102", utils=[[90] * 60], start=T0 + timedelta(minutes=5))
     assert jobs_refresh(now=NOW) == {"collected": 2, "reported": 2}
@@ -45,6 +46,11 @@ def test_a_job_holding_four_gpus_and_using_one(world):
     mail = _mails(world.member).get()
     assert mail.key == f"jobs.wasteful.{job.pk}"
     assert "did not use 3 of the 4 GPUs" in mail.context_json
+    assert [u.pk for u in mail_send_queued(key=mail.key).sent] == [world.member.pk]
+    [sent] = smtp_server.messages
+    assert sent.message["Subject"] == "[gpuquota] Your job 101 on Della left 6.0 GPU-hours unused"
+    assert "18.00 USD at the on-demand rate" in sent.text() and "fewer GPUs" in sent.html()
+    assert f"/jobs/{job.pk}/" in sent.text() and "/jobs/mail/" in sent.text()
     # A second run changes nothing: reports are final, the mail is not sent twice.
     assert jobs_refresh(now=NOW + timedelta(minutes=5)) == {"collected": 0, "reported": 0}
     assert _mails(world.member).count() == 1
