@@ -151,3 +151,70 @@ def workload(*, jobs: int = 3000, seed: int = 32) -> list[BenchJob]:
     rng = random.Random(seed)
     makers, weights = list(BEHAVIOURS), list(BEHAVIOURS.values())
     return [rng.choices(makers, weights)[0](rng, T0 + i * MINUTE) for i in range(jobs)]
+
+
+@dataclass
+class RunningJob:
+    """A job still running at the end of its series: `zero_from` is when its GPUs truly
+    stopped working for good (None: they never do), `threshold_s` the one that applies."""
+
+    behaviour: str
+    start: datetime
+    minutes: int
+    series: list[GpuSeries]
+    zero_from: datetime | None
+    threshold_s: int
+
+
+def _running(rng, behaviour, start, per_gpu, zero_minute, threshold_s) -> RunningJob:
+    series = [_gpu(rng, f"r{rng.randrange(1000)}/{i}", start, rows)
+              for i, rows in enumerate(per_gpu)]
+    zero = None if zero_minute is None else start + zero_minute * MINUTE
+    return RunningJob(behaviour, start, len(per_gpu[0]), series, zero, threshold_s)
+
+
+def _pauses(rng, minutes):
+    """Work with checkpoints (1-5 min at 0) and one long pause of 20-40 min (an evaluation
+    on the CPU): never an hour at zero."""
+    rows = _busy(rng, minutes)
+    pause = rng.randint(20, 40)
+    at = rng.randint(0, max(0, minutes - pause))
+    rows[at:at + pause] = _idle(rng, pause, 30)
+    return rows
+
+
+def running_workload(*, jobs: int = 400, seed: int = 32, warn_s: int = 3600,
+                     staging_s: int = 7200) -> list[RunningJob]:
+    """Running jobs: healthy ones (staging first, pauses, bursty input) and ones that stop
+    using their GPUs (after working, before ever starting, behind a dummy kernel every ten
+    minutes, holding memory), each observed until 30 minutes after its warning is due."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(jobs):
+        start, kind = T0 + i * MINUTE, rng.choice(["healthy", "pauses", "bursty", "stopped",
+                                                   "never_started", "dummy_load",
+                                                   "memory_hold"])
+        gpus = rng.choice([1, 2, 4])
+        if kind in ("healthy", "pauses", "bursty"):
+            minutes, staging = rng.randint(120, 300), rng.randint(0, 30)
+            make = {"healthy": lambda m: _busy(rng, m), "pauses": lambda m: _pauses(rng, m),
+                    "bursty": lambda m: [(100.0 if k % 2 else 0.0, 100.0, 30.0)
+                                         for k in range(m)]}[kind]
+            per_gpu = [_idle(rng, staging, 1) + make(minutes - staging) for _ in range(gpus)]
+            out.append(_running(rng, kind, start, per_gpu, None, warn_s))
+        elif kind == "never_started":
+            minutes = staging_s // 60 + 30
+            out.append(_running(rng, kind, start, [_idle(rng, minutes) for _ in range(gpus)],
+                                0, staging_s))
+        else:
+            work = rng.randint(20, 120)
+            minutes = work + warn_s // 60 + 30
+            idle = minutes - work
+            if kind == "dummy_load":
+                tail = [(100.0, 100.0, 1.0) if k % 10 == 9 else (0.0, 0.0, 1.0)
+                        for k in range(idle)]
+            else:
+                tail = _idle(rng, idle, 40 if kind == "memory_hold" else 0)
+            out.append(_running(rng, kind, start, [_busy(rng, work) + tail
+                                                   for _ in range(gpus)], work, warn_s))
+    return out

@@ -7,6 +7,7 @@ import os
 from django.conf import settings
 
 from gpuquota.jobs.analysis import Thresholds
+from gpuquota.jobs.zero_use import ZeroUseRules
 
 
 def _value(name: str, default) -> str:
@@ -62,3 +63,19 @@ def interactive_partitions() -> set[str]:
     """JOBS_INTERACTIVE_PARTITIONS: Slurm partitions whose jobs are interactive sessions."""
     return {p.strip() for p in _value("JOBS_INTERACTIVE_PARTITIONS", "interactive").split(",")
             if p.strip()}
+
+
+def zero_use_rules() -> ZeroUseRules:
+    """The zero-use clock's rules (JOBS_ZERO_USE_* settings); defaults `ZeroUseRules()`'s."""
+    d = ZeroUseRules()
+    return ZeroUseRules(
+        idle_util_pct=_int("JOBS_IDLE_UTIL_PCT", d.idle_util_pct),
+        warn_s=_int("JOBS_ZERO_USE_WARN_S", d.warn_s),
+        staging_s=_int("JOBS_ZERO_USE_STAGING_S", d.staging_s),
+        burst_s=_int("JOBS_ZERO_USE_BURST_S", d.burst_s),
+    )
+
+
+def zero_use_scan_interval_s() -> int:
+    """JOBS_ZERO_USE_SCAN_INTERVAL_S: how often beat looks for running jobs at zero."""
+    return _int("JOBS_ZERO_USE_SCAN_INTERVAL_S", 120)

@@ -43,6 +43,9 @@ class Job(models.Model):
     wasted_cost = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
     currency = models.CharField(max_length=3, blank=True)
     notified_at = WholeSecondDateTimeField(null=True, blank=True)
+    zero_use_since = WholeSecondDateTimeField(
+        null=True, blank=True, help_text="The start of the zero use last warned about.")
+    zero_use_warned_at = WholeSecondDateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]

@@ -4,6 +4,8 @@ from celery import shared_task
 from django.utils import timezone
 
 from gpuquota.core.retry import DB_RETRY
+from gpuquota.jobs.alerts import jobs_zero_use_scan
+from gpuquota.jobs.conf import zero_use_scan_interval_s
 from gpuquota.jobs.services import jobs_refresh
 
 BEAT_SCHEDULE = {
@@ -12,6 +14,11 @@ BEAT_SCHEDULE = {
         "schedule": 300,
         "options": {"expires": 600},
     },
+    "jobs-zero-use": {
+        "task": "jobs.zero_use_scan",
+        "schedule": zero_use_scan_interval_s(),
+        "options": {"expires": max(60, 2 * zero_use_scan_interval_s())},
+    },
 }
 
 
@@ -19,3 +26,9 @@ BEAT_SCHEDULE = {
 def refresh() -> dict:
     """Collect the jobs of every cluster, then report (and mail about) those settled."""
     return jobs_refresh(now=timezone.now().replace(microsecond=0))
+
+
+@shared_task(name="jobs.zero_use_scan", **DB_RETRY)
+def zero_use_scan() -> int:
+    """Warn the running jobs whose GPUs have all been at zero past their threshold."""
+    return jobs_zero_use_scan(now=timezone.now().replace(microsecond=0))

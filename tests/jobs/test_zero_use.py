@@ -1,0 +1,72 @@
+"""The zero-use clock (no database) and the warning of a running job (database): what
+counts as zero, what a burst does, staging before the first kernel, warned once per stretch,
+with its evidence audited."""
+
+from datetime import timedelta
+
+import pytest
+
+from gpuquota.jobs.zero_use import zero_use
+from tests.jobs.shapes import T0, series
+
+
+def clock(per_gpu, minutes, **kw):
+    return zero_use(series=[series(f"n1/{i}", u, **kw) for i, u in enumerate(per_gpu)],
+                    start=T0, now=T0 + timedelta(minutes=minutes))
+
+
+def test_the_clock_starts_when_the_last_lasting_work_ends():
+    c = clock([[90] * 20 + [0] * 61], 81)
+    assert c.worked and c.since == T0 + timedelta(minutes=20) and c.idle_s == 61 * 60 and c.due
+
+
+def test_memory_held_at_zero_is_not_use():
+    assert clock([[90] * 20 + [0] * 61], 81, memory_gib=60).due
+
+
+def test_a_brief_burst_does_not_stop_the_clock_but_lasting_work_does():
+    bursts = [90] * 20 + ([0] * 9 + [100]) * 6  # a dummy kernel every ten minutes
+    assert clock([bursts], 80).since == T0 + timedelta(minutes=20)
+    assert not clock([[90] * 20 + [0] * 50 + [80] * 6 + [0] * 4], 80).due
+
+
+def test_one_busy_gpu_of_four_keeps_the_job_off_the_clock():
+    assert not clock([[80] * 90] + [[0] * 90] * 3, 90).due
+
+
+def test_staging_before_the_first_kernel_has_a_longer_threshold():
+    assert not clock([[0] * 90], 90).due  # staging: 2 h allowed
+    staged = clock([[0] * 121], 121)
+    assert staged.due and not staged.worked and staged.threshold_s == 7200
+
+
+def test_no_sample_no_clock():
+    assert zero_use(series=[series("n1/0", [])], start=T0, now=T0 + timedelta(hours=3)) is None
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_running_job_at_zero_is_warned_once_with_its_evidence():
+    from gpuquota.core.models import AuditEntry
+    from gpuquota.jobs.alerts import jobs_zero_use_scan
+    from gpuquota.jobs.models import Job
+    from gpuquota.jobs.services import jobs_collect
+    from gpuquota.mail.models import MailDelivery
+    from gpuquota.schedulers.models import SlurmJob
+    from tests.jobs.world import JobWorld
+
+    world = JobWorld.build()
+    world.slurm_job("501", utils=[[90] * 20 + [0] * 70, [0] * 90])
+    SlurmJob.objects.filter(job_id="501").update(ended_at=None, state="RUNNING")
+    now = T0 + timedelta(minutes=90)
+    jobs_collect(now=now, since=T0 - timedelta(hours=1))
+    assert jobs_zero_use_scan(now=now - timedelta(minutes=15)) == 0  # 55 min at zero
+    assert jobs_zero_use_scan(now=now) == 1
+    assert jobs_zero_use_scan(now=now + timedelta(minutes=2)) == 0  # once per stretch
+    job = Job.objects.get(job_id="501")
+    assert job.zero_use_since == T0 + timedelta(minutes=20)
+    entry = AuditEntry.objects.get(action="jobs.zero_use_warned")
+    assert entry.changes["idle_s"] == 70 * 60 and entry.changes["gpus"] == [
+        "h100-node-00/0", "h100-node-00/1"]
+    mail = MailDelivery.objects.get(template="jobs_zero_use")
+    assert mail.recipient == world.member and "70" in mail.context_json
