@@ -79,3 +79,13 @@ def zero_use_rules() -> ZeroUseRules:
 def zero_use_scan_interval_s() -> int:
     """JOBS_ZERO_USE_SCAN_INTERVAL_S: how often beat looks for running jobs at zero."""
     return _int("JOBS_ZERO_USE_SCAN_INTERVAL_S", 120)
+
+
+def digest_min_gpu_s() -> int:
+    """JOBS_DIGEST_MIN_GPU_S: a user gets the weekly digest from this many GPU-seconds held."""
+    return _int("JOBS_DIGEST_MIN_GPU_S", 36000)
+
+
+def digest_max_efficiency_pct() -> int:
+    """JOBS_DIGEST_MAX_EFFICIENCY_PCT: ...and an efficiency under this."""
+    return _int("JOBS_DIGEST_MAX_EFFICIENCY_PCT", 75)

@@ -130,3 +130,23 @@ def test_a_pod_is_a_job_from_the_agents_records(world):
     pod = Job.objects.get(source="kubernetes")
     assert pod.ended_at == T0 + timedelta(minutes=60) and pod.reported_at is not None
     assert [n.code for n in pod.notes.all()] == ["mig_sized"]
+
+
+def test_the_weekly_digest_goes_once_to_the_wasteful_user_and_the_leads(world, settings,
+                                                                        smtp_server):
+    from gpuquota.jobs.digest import jobs_digest_send
+
+    settings.JOBS_DIGEST_MIN_GPU_S = 3600
+    world.slurm_job("601", utils=[[90] * 120] + [[0] * 120] * 3)  # T0 is a Monday
+    jobs_refresh(now=NOW)
+    monday_after = T0 + timedelta(days=7, hours=1)
+    assert jobs_digest_send(now=monday_after) == {"users": 1, "leads": 1}
+    assert jobs_digest_send(now=monday_after + timedelta(hours=1)) == {"users": 0, "leads": 0}
+    mail_send_queued()  # the job's own mail and the two digests
+    [mine] = [m for m in smtp_server.to(world.member.email) if "last week" in m.message["Subject"]]
+    [lead] = smtp_server.to(world.lead.email)
+    assert "8.0 GPU-hours, 25 % efficiency" in mine.message["Subject"]
+    assert "job 601 on Della (4 GPUs): 6.0 GPU-hours wasted (gpus_unused)" in mine.text()
+    assert "- member: 1 job, 8.0 GPU-hours held, 6.0 wasted (efficiency 25 %)" in lead.text()
+    settings.JOBS_DIGEST_MAX_EFFICIENCY_PCT = 20  # 25 % is efficient enough for this site
+    assert jobs_digest_send(now=monday_after + timedelta(days=7)) == {"users": 0, "leads": 0}
