@@ -82,4 +82,4 @@ def team_section_context(*, team, user, now: datetime) -> dict | None:
     """The team page's line on its jobs: the week's efficiency and the link to the list."""
     jobs = jobs_visible(user=user).filter(team=team, started_at__gte=now - WEEK)
     week = jobs_efficiency(jobs=jobs)
-    return {"jobs_week": week, "jobs_team": team}
+    return {"jobs_week": week, "jobs_team": team, "jobs_users": team_users_ranked(jobs=jobs)[:5]}

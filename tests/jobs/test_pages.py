@@ -56,6 +56,7 @@ def test_team_jobs_and_the_team_page_link(world, role):
     assert 'id="team-users"' in html and "member" in html
     team_page = role_client(world, role).get("/teams/vision/").content.decode()
     assert 'href="/teams/vision/jobs/"' in team_page and 'id="team-jobs-line"' in team_page
+    assert 'id="team-jobs-users"' in team_page  # its users ranked, most wasted first
 
 
 def test_my_jobs_lists_the_owners_jobs_worst_first(world):
