@@ -127,7 +127,7 @@ def test_an_idle_tail_does_not_also_read_as_low_utilization():
 def test_the_benchmark_prints_a_result_per_note(capsys):
     from bench.jobs import main
 
-    main(["--jobs", "120", "--seed", "7", "--running", "14"])
+    main(["--jobs", "60", "--seed", "7", "--running", "8"])
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("RESULT")]
     assert any(line.startswith("RESULT note=gpus_unused precision=") for line in lines)
     assert "RESULT healthy_noted=0" in lines
