@@ -72,8 +72,14 @@ def slurm_jobs_collect(*, cluster: Cluster, since: datetime, now: datetime) -> i
     interactive = conf.interactive_partitions()
     runs = SlurmJob.objects.filter(cluster=cluster, started_at__isnull=False).filter(
         Q(ended_at__isnull=True) | Q(ended_at__gte=since))
+    reported = set(Job.objects.filter(cluster=cluster, source=Source.SLURM,
+                                      reported_at__isnull=False, started_at__gte=since
+                                      - timedelta(days=30))
+                   .values_list("job_id", "started_at"))
     written = 0
     for run in runs.order_by("started_at"):
+        if (run.job_id, run.started_at) in reported:
+            continue  # final: not read again
         end = run.ended_at or now
         gpu_ids = _slurm_gpu_ids(run, end)
         if not gpu_ids and not run.gpus:

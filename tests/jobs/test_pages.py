@@ -113,3 +113,18 @@ def test_the_schema_documents_the_jobs_api(world):
     schema = role_client(world, "admin").get("/api/schema/?format=json").json()
     assert "/api/v1/jobs" in schema["paths"] and "/api/v1/jobs/{id}" in schema["paths"]
     assert "JobReport" in schema["components"]["schemas"]
+
+
+def test_a_running_job_without_a_rate_card_reads_so(world):
+    from gpuquota.rates.models import RateCard
+    from gpuquota.schedulers.models import SlurmJob
+
+    world.slurm_job("777", utils=[[60] * 30], start=NOW - timedelta(minutes=30))
+    SlurmJob.objects.filter(job_id="777").update(ended_at=None, state="RUNNING")
+    jobs_refresh(now=NOW)
+    running = Job.objects.get(job_id="777")
+    assert running.ended_at is None and running.reported_at is None
+    RateCard.objects.all().delete()
+    html = role_client(world, "member").get(f"/jobs/{running.pk}/").content.decode()
+    assert "running: figures up to now" in html and "no rate card covers this job" in html
+    assert role_client(world, "member").get(f"/api/v1/jobs/{running.pk}").json()["cost"] is None
