@@ -52,6 +52,7 @@ class Efficiency:
     idle_gpu_s: int
     wasted_gpu_s: int
     wasted_cost: Decimal | None
+    currency: str = ""  # the one currency of the amounts ("" when none or several)
 
     @property
     def held_hours(self) -> str:
@@ -76,9 +77,12 @@ def jobs_efficiency(*, jobs: QuerySet[Job]) -> Efficiency:
         n=Count("pk"), reported=Count("pk", filter=Q(reported_at__isnull=False)),
         held=Sum("held_gpu_s"), idle=Sum("idle_gpu_s"), wasted=Sum("wasted_gpu_s"),
         cost=Sum("wasted_cost"))
+    currencies = set(jobs.exclude(currency="").order_by().values_list("currency", flat=True)
+                     .distinct())
     return Efficiency(jobs=sums["n"], reported=sums["reported"], held_gpu_s=sums["held"] or 0,
                       idle_gpu_s=sums["idle"] or 0, wasted_gpu_s=sums["wasted"] or 0,
-                      wasted_cost=sums["cost"])
+                      wasted_cost=sums["cost"] if len(currencies) <= 1 else None,
+                      currency=currencies.pop() if len(currencies) == 1 else "")
 
 
 def team_users_ranked(*, jobs: QuerySet[Job]) -> list[dict]:
@@ -97,14 +101,14 @@ def team_users_ranked(*, jobs: QuerySet[Job]) -> list[dict]:
 
 def fleet_waste(*, since: datetime, until: datetime) -> dict:
     """The notes of the jobs that started in [since, until): GPU-hours and money wasted by
-    team and pitfall, and by pitfall alone, most wasteful first."""
+    team and pitfall, and by pitfall alone, most wasteful first (a row per currency)."""
     notes = JobNote.objects.filter(job__started_at__gte=since, job__started_at__lt=until,
                                    severity="waste")
-    by_team = (notes.values("job__team__name", "code")
+    by_team = (notes.values("job__team__name", "code", "job__currency")
                .annotate(jobs=Count("job", distinct=True), wasted=Sum("wasted_gpu_s"),
                          cost=Sum("wasted_cost"))
                .order_by("-wasted", "job__team__name", "code"))
-    by_code = (notes.values("code")
+    by_code = (notes.values("code", "job__currency")
                .annotate(jobs=Count("job", distinct=True), wasted=Sum("wasted_gpu_s"),
                          cost=Sum("wasted_cost"))
                .order_by("-wasted", "code"))
