@@ -89,3 +89,15 @@ def digest_min_gpu_s() -> int:
 def digest_max_efficiency_pct() -> int:
     """JOBS_DIGEST_MAX_EFFICIENCY_PCT: ...and an efficiency under this."""
     return _int("JOBS_DIGEST_MAX_EFFICIENCY_PCT", 75)
+
+
+def zero_use_cancel() -> set[str]:
+    """JOBS_ZERO_USE_CANCEL: the Slurm clusters (`slug`) or partitions (`slug:partition`),
+    comma-separated, whose zero-use jobs are cancelled after their warning (default none)."""
+    return {p.strip() for p in _value("JOBS_ZERO_USE_CANCEL", "").split(",") if p.strip()}
+
+
+def zero_use_cancel_after_s() -> int:
+    """JOBS_ZERO_USE_CANCEL_AFTER_S: a warned job still at zero this much longer is cancelled
+    where the site opted in (default 3600: Job Defense Shield cancels at 120 minutes)."""
+    return _int("JOBS_ZERO_USE_CANCEL_AFTER_S", 3600)

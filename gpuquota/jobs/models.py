@@ -46,6 +46,8 @@ class Job(models.Model):
     zero_use_since = WholeSecondDateTimeField(
         null=True, blank=True, help_text="The start of the zero use last warned about.")
     zero_use_warned_at = WholeSecondDateTimeField(null=True, blank=True)
+    zero_use_cancelled_at = WholeSecondDateTimeField(null=True, blank=True)
+    zero_use_cancel_failed_at = WholeSecondDateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]
