@@ -17,6 +17,8 @@ NAV_SECTIONS = [
     ("/schedulers/", "operations"),
     ("/lending/", "operations"),
     ("/telemetry/", "operations"),
+    ("/jobs/", "jobs"),
+    ("/manage/jobs/", "operations"),
     ("/manage/", "manage"),
 ]
 

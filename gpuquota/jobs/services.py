@@ -1,0 +1,131 @@
+"""Writes of the job reports: collect the jobs, store a finished job's report once its
+samples have settled, mail its owner when it wasted GPU-hours (through the mail outbox, in
+the transaction that stores the report; at most one such mail per user a day; never to a
+user who opted out), and the opt-out itself."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from gpuquota.core.services import audit_record
+from gpuquota.inventory.models import Cluster
+from gpuquota.jobs import conf
+from gpuquota.jobs.collect import process_jobs_collect, slurm_jobs_collect
+from gpuquota.jobs.models import Job, JobMailOptOut, JobNote
+from gpuquota.jobs.report import JobReport, job_report
+from gpuquota.mail.outbox import mail_send_later
+
+#: Each refresh looks this far back for jobs that ran (the task runs every few minutes).
+LOOKBACK = timedelta(days=2)
+#: A finished job older than this is reported without mail (a site turning reports on late).
+TOO_OLD_TO_MAIL = timedelta(days=2)
+
+
+def jobs_collect(*, now: datetime, since: datetime | None = None) -> int:
+    """Jobs of every cluster that ran since `since` (default: LOOKBACK); returns how many
+    were written."""
+    since = since or now - LOOKBACK
+    written = 0
+    for cluster in Cluster.objects.order_by("pk"):
+        written += slurm_jobs_collect(cluster=cluster, since=since, now=now)
+        written += process_jobs_collect(cluster=cluster, since=since, now=now)
+    return written
+
+
+def _pct(value: float | None):
+    return None if value is None else round(value, 1)
+
+
+def job_report_store(*, job: Job, now: datetime, notify: bool = True) -> JobReport:
+    """Store a finished job's report (its figures and notes) and queue its owner's mail if it
+    was wasteful; the report is final: a job reported is never collected again."""
+    report = job_report(job=job, now=now)
+    a = report.analysis
+    with transaction.atomic():
+        job.held_gpu_s, job.idle_gpu_s, job.wasted_gpu_s = a.held_gpu_s, a.idle_gpu_s, \
+            a.wasted_gpu_s
+        job.util_avg_pct = _pct(a.util_avg_pct)
+        job.cost, job.currency = report.cost, report.currency
+        job.wasted_cost = report.wasted_cost(a.wasted_gpu_s)
+        job.reported_at = now
+        job.save()
+        job.notes.all().delete()
+        JobNote.objects.bulk_create([
+            JobNote(job=job, code=n.code, severity=n.severity, title=n.title[:300],
+                    advice=n.advice[:500], wasted_gpu_s=n.wasted_gpu_s,
+                    wasted_cost=report.wasted_cost(n.wasted_gpu_s))
+            for n in a.notes])
+        if notify:
+            job_notify(job=job, now=now)
+    return report
+
+
+def jobs_report_due(*, now: datetime, limit: int = 500) -> int:
+    """Report every job that ended at least `report_settle_s` ago and has no report yet;
+    returns how many were reported."""
+    settled = now - timedelta(seconds=conf.report_settle_s())
+    due = (Job.objects.filter(reported_at__isnull=True, ended_at__isnull=False,
+                              ended_at__lte=settled)
+           .select_related("owner", "cluster").order_by("ended_at", "pk")[:limit])
+    count = 0
+    for job in due:
+        job_report_store(job=job, now=now, notify=now - job.ended_at <= TOO_OLD_TO_MAIL)
+        count += 1
+    return count
+
+
+def jobs_refresh(*, now: datetime) -> dict:
+    """The periodic task's one call: collect, then report what is due."""
+    return {"collected": jobs_collect(now=now), "reported": jobs_report_due(now=now)}
+
+
+def _notify_blocked(job: Job, now: datetime) -> str:
+    if not conf.notify_enabled():
+        return "off"
+    if job.owner is None:
+        return "no owner"
+    if job.wasted_gpu_s < conf.notify_min_waste_gpu_s():
+        return "not wasteful enough"
+    if JobMailOptOut.objects.filter(user=job.owner).exists():
+        return "opted out"
+    recent = now - timedelta(seconds=conf.notify_interval_s())
+    if Job.objects.filter(owner=job.owner, notified_at__gt=recent).exists():
+        return "mailed recently"
+    return ""
+
+
+def job_notify(*, job: Job, now: datetime) -> bool:
+    """Queue the mail that tells a job's owner what it wasted and how to avoid it, unless
+    blocked (see `_notify_blocked`); True when queued. Runs in the caller's transaction."""
+    if _notify_blocked(job, now):
+        return False
+    notes = list(job.notes.filter(severity="waste").order_by("-wasted_gpu_s"))
+    context = {
+        "job_pk": job.pk, "job_id": job.job_id, "cluster": job.cluster.name,
+        "source": job.get_source_display(), "started_at": job.started_at,
+        "ended_at": job.ended_at, "gpus": job.gpus_held,
+        "wasted_hours": f"{job.wasted_gpu_s / 3600:.1f}",
+        "wasted_cost": job.wasted_cost, "currency": job.currency,
+        "notes": [{"title": n.title, "advice": n.advice,
+                   "hours": f"{n.wasted_gpu_s / 3600:.1f}"} for n in notes],
+    }
+    mail_send_later(template="jobs_wasteful", recipients=[job.owner], context=context,
+                    key=f"jobs.wasteful.{job.pk}")
+    job.notified_at = now
+    job.save(update_fields=["notified_at"])
+    return True
+
+
+def job_mail_opt_out_set(*, user, opted_out: bool, now: datetime) -> None:
+    """Stop (or resume) mail about the user's wasteful jobs; audited."""
+    with transaction.atomic():
+        if opted_out:
+            _row, created = JobMailOptOut.objects.get_or_create(user=user,
+                                                                defaults={"created_at": now})
+        else:
+            created = bool(JobMailOptOut.objects.filter(user=user).delete()[0])
+        if created:
+            audit_record(actor=user, obj=user,
+                         action="jobs.mail_opt_out" if opted_out else "jobs.mail_opt_in")
