@@ -54,10 +54,14 @@ class Forecast:
         return self.to_date + self.booked + self.recent
 
     @property
+    def booked_hours(self) -> Decimal:
+        return (Decimal(self.booked_s) / 3600).quantize(Decimal("0.01"))
+
+    @property
     def basis(self) -> str:
         """The forecast's method in one sentence, with its figures."""
         days = (self.recent_window.seconds // 86400) if self.recent_window else 0
-        return (f"{self.to_date} to date + {self.booked} for {Fraction(self.booked_s, 3600):.0f}"
+        return (f"{self.to_date} to date + {self.booked} for {self.booked_hours}"
                 f" booked GPU-hours still to come at today's reserved rates + {self.recent} "
                 f"on-demand and borrowed use at the last {days} days' rate "
                 f"({self.recent_amount} in those days)")

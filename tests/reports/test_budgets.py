@@ -1,0 +1,147 @@
+"""Budgets, the month-end forecast and its backtest, on a known month (docs/budgets.md).
+
+October 2026, card: reserved 2.50, on demand 3.00 per GPU-hour.
+- vision reserves one H100 for the whole month: 744 h × 2.50 = 1860.00.
+- speech's bob runs 20 busy minutes a day, every day, on an unreserved GPU: 1.00 a day,
+  31.00 in the month.
+As of October 11 00:00: vision 600.00 to date + 1260.00 booked = 1860.00; speech 10.00 to
+date + the last 7 days' 7.00 × 21/7 = 21.00 → 31.00. Both exact, so the backtest's error is
+0 from day 8 on (the 7-day window then lies inside the month)."""
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.core.management import call_command
+from django.db import transaction
+
+from accounts.models import Membership
+from gpuquota.core.errors import DomainError
+from gpuquota.core.timeutil import Period
+from gpuquota.ingest.models import ProcessRecord
+from gpuquota.mail.models import MailDelivery
+from gpuquota.outbox.services import gpu_hours_mark_dirty
+from gpuquota.reservations.models import Assignment, Reservation
+from gpuquota.usage.sweep import dirty_hours_process
+from reports.budgets import budget_set, budgets_check, team_budget_status
+from reports.forecast import forecasts
+from reports.forecast_backtest import forecast_backtest
+from reports.models import BudgetAlert
+from tests.factories import EPOCH, GpuClassFactory, RateCardFactory, make_gpu
+from tests.usage.factories import add_samples, team_with_user
+
+pytestmark = pytest.mark.django_db
+M, H, D = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
+OCTOBER = Period.month(2026, 10)
+OCT_11 = datetime(2026, 10, 11, tzinfo=UTC)
+
+
+def busy_minutes(gpu, start, minutes, user, pid):
+    """Ten-minute windows from `start`, each with the user's process, in one batch."""
+    windows, received = range(0, minutes, 10), start + minutes * M
+    add_samples(gpu, [{"start": start + i * M, "seconds": 600, "util": 80,
+                       "energy_j": 180000.0, "received_at": received} for i in windows])
+    with transaction.atomic():
+        ProcessRecord.objects.bulk_create([
+            ProcessRecord(gpu=gpu, window_start=start + i * M, window_end=start + (i + 10) * M,
+                          pid=pid, pid_start=1, user=user, command="python", job_source="unix",
+                          received_at=received) for i in windows])
+        gpu_hours_mark_dirty(marks=[(gpu.id, start + i * M) for i in windows])
+
+
+class Month:
+    def __init__(self):
+        h100 = GpuClassFactory(name="H100-80GB")
+        RateCardFactory(gpu_class=h100, valid_from=EPOCH, reserved_rate=Decimal("2.50"),
+                        on_demand_rate=Decimal("3.00"))
+        reserved = make_gpu(gpu_class=h100)
+        spare = make_gpu(gpu_class=h100, node=reserved.node, index=1)
+        cluster = reserved.node.cluster
+        self.vision, self.alice = team_with_user("vision", "alice", cluster)
+        self.speech, self.bob = team_with_user("speech", "bob", cluster)
+        # no rollups of the reserved GPU are needed (reserved time is priced from its
+        # assignment), so its 744 hours are not marked for the sweep
+        reservation = Reservation.objects.create(
+            team=self.vision, gpu_class=h100, count=1, start=OCTOBER.start, end=OCTOBER.end,
+            status="active", requested_by=self.alice, requested_at=OCTOBER.start)
+        Assignment.objects.create(reservation=reservation, gpu=reserved,
+                                  assigned_from=OCTOBER.start, assigned_until=OCTOBER.end)
+        for day in range(31):
+            busy_minutes(spare, OCTOBER.start + day * D + H, 20, "bob", 100 + day)
+        while dirty_hours_process():
+            pass
+
+
+    def lead(self):
+        Membership.objects.filter(user=self.alice, team=self.vision).update(role="lead")
+        return self.alice
+
+
+@pytest.fixture
+def month(db):
+    return Month()
+
+
+def test_the_forecast_is_to_date_plus_booked_plus_recent_use(month):
+    figures = forecasts(now=OCT_11)
+    vision, speech = figures[month.vision.id], figures[month.speech.id]
+    assert (vision.to_date, vision.booked, vision.recent) == (
+        Decimal("600.00"), Decimal("1260.00"), Decimal("0.00"))
+    assert vision.booked_s == 21 * 86400
+    assert vision.total == Decimal("1860.00")
+    assert (speech.to_date, speech.booked, speech.recent_amount, speech.recent) == (
+        Decimal("10.00"), Decimal("0.00"), Decimal("7.00"), Decimal("21.00"))
+    assert speech.total == Decimal("31.00")
+    assert "1260.00 for 504.00 booked GPU-hours" in vision.basis
+
+
+def test_the_backtest_on_a_known_month_is_exact_once_a_week_is_inside_it(
+        month, capsys, time_machine):
+    actual, days = forecast_backtest(month=OCTOBER)
+    assert actual == {month.vision.id: Decimal("1860.00"), month.speech.id: Decimal("31.00")}
+    assert [d.day for d in days] == list(range(1, 31))
+    assert all(d.mean_abs_error == 0 for d in days if d.day >= 8)
+    # day 1: speech's window holds one day of seven: 1.00 + 1.00 × 30/7 = 5.29 for 31.00
+    assert days[0].max_abs_error > Decimal("0.8")
+    time_machine.move_to(datetime(2026, 11, 20, tzinfo=UTC), tick=False)
+    call_command("forecast_backtest", "--month", "2026-10")
+    out = capsys.readouterr().out
+    assert "RESULT forecast_mean_abs_error_from_day_10_max=0.0000" in out
+    assert "  8      2        0.00%" in out
+
+
+def test_thresholds_fire_once_per_month_by_mail_to_the_leads(month):
+    lead = month.lead()
+    budget_set(team=month.vision, amount="1000", by=lead, now=OCT_11)
+    fired = budgets_check(now=OCT_11)
+    # 600.00 is 60 % (50 fires, 80 not); the forecast 1860.00 is 186 % (forecast 100 fires)
+    assert sorted((a.basis, a.threshold, a.spent) for a in fired) == [
+        ("actual", 50, Decimal("600.00")), ("forecast", 100, Decimal("1860.00"))]
+    assert budgets_check(now=OCT_11 + H) == []  # once per threshold and month
+    keys = set(MailDelivery.objects.filter(recipient=lead).values_list("key", flat=True))
+    assert keys == {f"budget:{month.vision.id}:2026-10:actual:50",
+                    f"budget:{month.vision.id}:2026-10:forecast:100"}
+    fired = budgets_check(now=datetime(2026, 10, 25, tzinfo=UTC))  # 1440.00: 144 %
+    assert sorted(a.threshold for a in fired) == [80, 100]
+    status = team_budget_status(team=month.vision, now=datetime(2026, 10, 25, tzinfo=UTC))
+    assert len(status.alerts) == 4 and status.actual_percent == 144
+
+
+def test_a_budget_is_set_by_the_teams_leads_and_refuses_bad_input(month):
+    outsider = month.bob
+    with pytest.raises(DomainError):
+        budget_set(team=month.vision, amount="10", by=outsider, now=OCT_11)
+    month.lead()
+    for field, kwargs in [("amount", {"amount": "ten"}), ("amount", {"amount": "1.001"}),
+                          ("amount", {"amount": "-1"}), ("thresholds", {"thresholds": "50,x"}),
+                          ("thresholds", {"thresholds": "0"}),
+                          ("valid_from", {"valid_from": datetime(2026, 9, 1).date()}),
+                          ("currency", {"currency": "EU"})]:
+        with pytest.raises(DomainError) as caught:
+            budget_set(team=month.vision, by=month.alice, now=OCT_11,
+                       **{"amount": "10", **kwargs})
+        assert caught.value.field == field
+    budget = budget_set(team=month.vision, amount="10.5", thresholds="100, 50", by=month.alice,
+                        now=OCT_11)
+    assert (budget.amount, budget.thresholds) == (Decimal("10.50"), [50, 100])
+    assert BudgetAlert.objects.count() == 0
