@@ -23,6 +23,7 @@ from reports import conf
 from reports.channels import channels_notify
 from reports.forecast import Forecast, forecasts, month_of
 from reports.models import Budget, BudgetAlert
+from reports.pricing import round_half_up_int
 
 DEFAULT_THRESHOLDS = [50, 80, 100]
 Basis = BudgetAlert.Basis
@@ -61,9 +62,27 @@ class BudgetStatus:
         return _percent(self.forecast.total, self.budget.amount)
 
     @property
+    def currency(self) -> str:
+        """The currency the figures are shown in."""
+        if self.forecast and self.forecast.currency:
+            return self.forecast.currency
+        return self.budget.currency if self.budget else conf.default_currency()
+
+    @property
     def currency_mismatch(self) -> bool:
         return bool(self.budget and self.forecast and self.forecast.currency
                     and self.forecast.currency != self.budget.currency)
+
+    @property
+    def actual_percent_shown(self) -> int | None:
+        """For people: whole percent, half up (nothing is computed from it)."""
+        value = self.actual_percent
+        return None if value is None else round_half_up_int(value)
+
+    @property
+    def forecast_percent_shown(self) -> int | None:
+        value = self.forecast_percent
+        return None if value is None else round_half_up_int(value)
 
     def crossed(self) -> list[tuple[str, int, Decimal]]:
         """(basis, threshold, figure) of every threshold the month has reached."""
