@@ -145,3 +145,37 @@ def test_a_budget_is_set_by_the_teams_leads_and_refuses_bad_input(month):
                         now=OCT_11)
     assert (budget.amount, budget.thresholds) == (Decimal("10.50"), [50, 100])
     assert BudgetAlert.objects.count() == 0
+
+
+def test_the_budget_api_shows_the_month_and_sets_the_budget(month, time_machine):
+    from django.test import Client
+
+    from tests.factories import UserFactory
+    from tests.helpers import assert_api_error
+    time_machine.move_to(OCT_11, tick=False)
+    lead = month.lead()
+    member, outsider, carol = Client(), Client(), UserFactory(username="carol")
+    Membership.objects.create(user=carol, team=month.vision, role="member", valid_from=EPOCH)
+    member.force_login(carol)
+    outsider.force_login(UserFactory(username="dave"))
+    leader = Client()
+    leader.force_login(lead)
+    body = member.get("/api/v1/teams/vision/budget").json()
+    assert (body["to_date"], body["forecast"]["amount"], body["budget"]) == (
+        "600.00", "1860.00", None)
+    assert body["forecast"]["booked_hours"] == "504.00" and body["energy_kwh"] == "0.000"
+    assert member.put("/api/v1/teams/vision/budget", {"amount": "10"},
+                      content_type="application/json").status_code == 403
+    assert outsider.get("/api/v1/teams/vision/budget").status_code == 404
+    assert_api_error(leader.put("/api/v1/teams/vision/budget", {"amount": "1,5"},
+                                content_type="application/json"), 400, "amount")
+    body = leader.put("/api/v1/teams/vision/budget",
+                      {"amount": "1200", "thresholds": [50, 100]},
+                      content_type="application/json").json()
+    assert body["budget"] == {"amount": "1200.00", "currency": "USD", "valid_from": "2026-10",
+                              "thresholds": [50, 100], "forecast_threshold": 100}
+    assert (body["actual_percent"], body["forecast_percent"]) == (50, 155)
+    speech = Client()
+    speech.force_login(month.bob)
+    # ten days of two 180 kJ windows: 3.6 MJ
+    assert speech.get("/api/v1/teams/speech/budget").json()["energy_kwh"] == "1.000"
