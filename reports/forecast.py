@@ -80,11 +80,14 @@ def _card_in_force(class_id: int, at: datetime, cards: dict[int, list[RateCard]]
 
 
 def _booked(now: datetime, month: Period, team_ids: list[int] | None, *,
-            booked_by: datetime) -> dict[int, tuple[Fraction, int, set[str], list[str]]]:
+            booked_by: datetime | None) -> dict[int, tuple[Fraction, int, set[str], list[str]]]:
     """Per team: (Σ seconds × rate, seconds, currencies, errors) of the reserved time still
-    to come in `month`, of reservations requested by `booked_by` (the backtest's now)."""
-    reservations = Reservation.objects.filter(
-        status__in=BOOKED, start__lt=month.end, end__gt=now, requested_at__lte=booked_by)
+    to come in `month`, of reservations requested by `booked_by` (the backtest's now) or
+    of every one (None)."""
+    reservations = Reservation.objects.filter(status__in=BOOKED, start__lt=month.end,
+                                              end__gt=now)
+    if booked_by is not None:
+        reservations = reservations.filter(requested_at__lte=booked_by)
     if team_ids is not None:
         reservations = reservations.filter(team_id__in=team_ids)
     reservations = list(reservations.select_related("gpu_class"))
@@ -124,7 +127,7 @@ def forecasts(*, now: datetime, team_ids: list[int] | None = None,
                           team_ids=team_ids)
     window = Period(now - timedelta(days=RECENT_DAYS), now)
     recent = team_drafts(period=window, month=month.start.date(), team_ids=team_ids)
-    booked = _booked(now, month, team_ids, booked_by=booked_by or now)
+    booked = _booked(now, month, team_ids, booked_by=booked_by)
     left = Fraction(Period(now, month.end).seconds, window.seconds)
     result: dict[int, Forecast] = {}
     for team_id in set(to_date) | set(recent) | set(booked):

@@ -22,16 +22,21 @@ class BacktestDay:
     max_abs_error: Fraction
 
 
-def forecast_backtest(*, month: Period, team_ids: list[int] | None = None
+def forecast_backtest(*, month: Period, team_ids: list[int] | None = None,
+                      all_booked: bool = False
                       ) -> tuple[dict[int, Decimal], list[BacktestDay]]:
-    """(actual total per team, the error of each day of the month from day 1 on)."""
+    """(actual total per team, the error of each day of the month from day 1 on).
+    `all_booked`: every reservation of the month counts as booked from its first day, for
+    data whose reservations were recorded after the fact (a back-filled history, the demo),
+    whose `requested_at` says nothing of when they were booked."""
     actual = {team_id: draft.total for team_id, draft in
               team_drafts(period=month, month=month.start.date(), team_ids=team_ids).items()
               if draft.total}
     days = []
     now, day = month.start + timedelta(days=1), 1
     while now < month.end:
-        predicted = forecasts(now=now, team_ids=list(actual), booked_by=now)
+        predicted = forecasts(now=now, team_ids=list(actual),
+                              booked_by=None if all_booked else now)
         errors = [abs(Fraction(predicted[t].total if t in predicted else 0) - Fraction(total))
                   / abs(Fraction(total)) for t, total in actual.items()]
         if errors:

@@ -13,15 +13,18 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--month", required=True, help="YYYY-MM (UTC), a month that has ended")
+        parser.add_argument("--all-booked", action="store_true",
+                            help="count every reservation of the month as booked from its first "
+                                 "day (for back-filled data, such as the demo's)")
 
-    def handle(self, *args, month, **options):
+    def handle(self, *args, month, all_booked, **options):
         try:
             period = Period.parse_month(month)
         except ValueError as exc:
             raise CommandError(f"--month: {exc}") from exc
         if period.end > timezone.now():
             raise CommandError("--month: the month has not ended yet")
-        actual, days = forecast_backtest(month=period)
+        actual, days = forecast_backtest(month=period, all_booked=all_booked)
         self.stdout.write(f"{len(actual)} team(s) with a non-zero month, total "
                           f"{sum(actual.values())}")
         self.stdout.write("day  teams  mean |error|  max |error|")
