@@ -3,6 +3,7 @@ month to date and its forecast have gone into it, and the alerts, each threshold
 once per month (a `BudgetAlert` row under a unique constraint), by mail to the team's
 leads and to every active channel of the team through the notification outbox."""
 
+import re
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal, InvalidOperation
@@ -145,7 +146,7 @@ def budget_set(*, team: Team, amount, by: User, valid_from: date | None = None,
         raise DomainError("A budget starts on the first of this month or a later one.",
                           field="valid_from")
     currency = (currency or conf.default_currency()).upper()
-    if len(currency) != 3 or not currency.isalpha():
+    if not re.fullmatch(r"[A-Z]{3}", currency):
         raise DomainError("A currency is a 3-letter ISO 4217 code.", field="currency")
     if forecast_threshold is not None and not 1 <= int(forecast_threshold) <= 1000:
         raise DomainError("From 1 to 1000 (%), or none.", field="forecast_threshold")

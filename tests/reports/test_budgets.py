@@ -20,6 +20,7 @@ from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period
 from gpuquota.ingest.models import ProcessRecord
 from gpuquota.mail.models import MailDelivery
+from gpuquota.mail.outbox import mail_send_queued
 from gpuquota.outbox.services import gpu_hours_mark_dirty
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.usage.sweep import dirty_hours_process
@@ -110,7 +111,7 @@ def test_the_backtest_on_a_known_month_is_exact_once_a_week_is_inside_it(
     assert "  8      2        0.00%" in out
 
 
-def test_thresholds_fire_once_per_month_by_mail_to_the_leads(month):
+def test_thresholds_fire_once_per_month_by_mail_to_the_leads(month, mailoutbox):
     lead = month.lead()
     budget_set(team=month.vision, amount="1000", by=lead, now=OCT_11)
     fired = budgets_check(now=OCT_11)
@@ -121,6 +122,12 @@ def test_thresholds_fire_once_per_month_by_mail_to_the_leads(month):
     keys = set(MailDelivery.objects.filter(recipient=lead).values_list("key", flat=True))
     assert keys == {f"budget:{month.vision.id}:2026-10:actual:50",
                     f"budget:{month.vision.id}:2026-10:forecast:100"}
+    assert len(mail_send_queued().sent) == 2
+    subjects = sorted(message.subject for message in mailoutbox)
+    assert subjects == ["[gpuquota] Vision: 100% of the 2026-10 budget forecast for the "
+                        "month's end", "[gpuquota] Vision: 50% of the 2026-10 budget spent to "
+                        "date"]
+    assert "Forecast basis: 600.00 to date + 1260.00 for 504.00 booked" in mailoutbox[0].body
     fired = budgets_check(now=datetime(2026, 10, 25, tzinfo=UTC))  # 1440.00: 144 %
     assert sorted(a.threshold for a in fired) == [80, 100]
     status = team_budget_status(team=month.vision, now=datetime(2026, 10, 25, tzinfo=UTC))
