@@ -26,7 +26,6 @@ from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.usage.sweep import dirty_hours_process
 from reports.budgets import budget_set, budgets_check, team_budget_status
 from reports.forecast import forecasts
-from reports.forecast_backtest import forecast_backtest
 from reports.models import BudgetAlert
 from tests.factories import EPOCH, GpuClassFactory, RateCardFactory, make_gpu
 from tests.usage.factories import add_samples, team_with_user
@@ -51,7 +50,7 @@ def busy_minutes(gpu, start, minutes, user, pid):
 
 
 class Month:
-    def __init__(self):
+    def __init__(self, busy: bool = True):
         h100 = GpuClassFactory(name="H100-80GB")
         RateCardFactory(gpu_class=h100, valid_from=EPOCH, reserved_rate=Decimal("2.50"),
                         on_demand_rate=Decimal("3.00"))
@@ -67,7 +66,7 @@ class Month:
             status="active", requested_by=self.alice, requested_at=OCTOBER.start)
         Assignment.objects.create(reservation=reservation, gpu=reserved,
                                   assigned_from=OCTOBER.start, assigned_until=OCTOBER.end)
-        for day in range(31):
+        for day in range(31 if busy else 0):
             busy_minutes(spare, OCTOBER.start + day * D + H, 20, "bob", 100 + day)
         while dirty_hours_process():
             pass
@@ -81,6 +80,12 @@ class Month:
 @pytest.fixture
 def month(db):
     return Month()
+
+
+@pytest.fixture
+def reserved_only(db):
+    """The month without speech's on-demand use."""
+    return Month(busy=False)
 
 
 def test_the_forecast_is_to_date_plus_booked_plus_recent_use(month):
@@ -98,20 +103,20 @@ def test_the_forecast_is_to_date_plus_booked_plus_recent_use(month):
 
 def test_the_backtest_on_a_known_month_is_exact_once_a_week_is_inside_it(
         month, capsys, time_machine):
-    actual, days = forecast_backtest(month=OCTOBER)
-    assert actual == {month.vision.id: Decimal("1860.00"), month.speech.id: Decimal("31.00")}
-    assert [d.day for d in days] == list(range(1, 31))
-    assert all(d.mean_abs_error == 0 for d in days if d.day >= 8)
-    # day 1: speech's window holds one day of seven: 1.00 + 1.00 × 30/7 = 5.29 for 31.00
-    assert days[0].max_abs_error > Decimal("0.8")
     time_machine.move_to(datetime(2026, 11, 20, tzinfo=UTC), tick=False)
-    call_command("forecast_backtest", "--month", "2026-10")
-    out = capsys.readouterr().out
-    assert "RESULT forecast_mean_abs_error_from_day_10_max=0.0000" in out
-    assert "  8      2        0.00%" in out
+    call_command("forecast_backtest", "--month", "2026-10")  # forecast_backtest() per day
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "2 team(s) with a non-zero month, total 1891.00"  # 1860.00 + 31.00
+    days = {int(line.split()[0]): line.split()[2:] for line in out[2:-1]}
+    assert list(days) == list(range(1, 31))
+    # day 1: speech's window holds one day of seven: 1.00 + 1.00 × 30/7 = 5.29 for 31.00
+    assert days[1] == ["41.47%", "82.94%"]  # |5.29 - 31.00| / 31.00, and vision 0 %: mean
+    assert all(days[day] == ["0.00%", "0.00%"] for day in range(8, 31))
+    assert out[-1] == "RESULT forecast_mean_abs_error_from_day_10_max=0.0000"
 
 
-def test_thresholds_fire_once_per_month_by_mail_to_the_leads(month, mailoutbox):
+def test_thresholds_fire_once_per_month_by_mail_to_the_leads(reserved_only, mailoutbox):
+    month = reserved_only
     lead = month.lead()
     budget_set(team=month.vision, amount="1000", by=lead, now=OCT_11)
     fired = budgets_check(now=OCT_11)
@@ -134,7 +139,8 @@ def test_thresholds_fire_once_per_month_by_mail_to_the_leads(month, mailoutbox):
     assert len(status.alerts) == 4 and status.actual_percent == 144
 
 
-def test_a_budget_is_set_by_the_teams_leads_and_refuses_bad_input(month):
+def test_a_budget_is_set_by_the_teams_leads_and_refuses_bad_input(reserved_only):
+    month = reserved_only
     outsider = month.bob
     with pytest.raises(DomainError):
         budget_set(team=month.vision, amount="10", by=outsider, now=OCT_11)
