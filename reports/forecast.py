@@ -5,7 +5,7 @@
                scheduled and active reservations (count × their time in [now, month end),
                from max(start, approval)), at the reserved rate in force now
              + recent: the on-demand, borrowed and lending-credit amounts of the last
-               `RECENT_DAYS` days (whole seconds before now), per second, times the
+               `RECENT_DAYS` days (the whole hours before now), per second, times the
                seconds left in the month
 
 To date is the draft statement's total (adjustments and credits included); nothing in
@@ -21,7 +21,7 @@ from fractions import Fraction
 
 from django.db.models import Q
 
-from gpuquota.core.timeutil import Period
+from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Reservation
 from reports.models import StatementLine
@@ -125,7 +125,8 @@ def forecasts(*, now: datetime, team_ids: list[int] | None = None,
     month = month_of(now)
     to_date = team_drafts(period=month.to_date(now), month=month.start.date(),
                           team_ids=team_ids)
-    window = Period(now - timedelta(days=RECENT_DAYS), now)
+    # whole hours: read from the rollups alone, without the raw samples of the edge hours
+    window = Period(hour_floor(now) - timedelta(days=RECENT_DAYS), hour_floor(now))
     recent = team_drafts(period=window, month=month.start.date(), team_ids=team_ids)
     booked = _booked(now, month, team_ids, booked_by=booked_by)
     left = Fraction(Period(now, month.end).seconds, window.seconds)
