@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from accounts.permissions import team_for_action
@@ -35,6 +36,7 @@ def team_budget_set(request, slug: str):
     return _back(slug)
 
 
+@never_cache  # the page shows the webhook's signing secret
 @login_required
 @require_POST
 def team_channel_add(request, slug: str):

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.test import Client
 
 from accounts.models import Membership
 from gpuquota.core.errors import DomainError
@@ -16,7 +17,7 @@ from gpuquota.reservations.models import Assignment, Reservation
 from reports.budgets import budget_set, budgets_check
 from reports.channels import channel_add, channel_deliveries, channel_test, channels_send_due
 from reports.models import TeamChannel
-from tests.factories import EPOCH, GpuClassFactory, RateCardFactory, make_gpu
+from tests.factories import EPOCH, GpuClassFactory, RateCardFactory, UserFactory, make_gpu
 from tests.reports.receiver import Receiver, standard_webhooks_verify
 from tests.usage.factories import team_with_user
 
@@ -124,3 +125,26 @@ def test_the_guard_holds_at_delivery_and_the_test_button_sends_at_once(vision, r
     row = channel_test(channel=channel, by=alice, now=NOW + S)
     assert row.status == "failed" and "loopback" in row.error
     assert len(receiver.requests) == 1  # the refused delivery never connected
+
+
+def test_the_pages_show_the_secret_once_uncached_and_only_to_leads(vision, receiver):
+    team, alice = vision
+    member = UserFactory(username="mia")
+    Membership.objects.create(user=member, team=team, role="member", valid_from=EPOCH)
+    as_member, as_outsider, as_lead = Client(), Client(), Client()
+    as_member.force_login(member)
+    as_outsider.force_login(UserFactory(username="olga"))
+    as_lead.force_login(alice)
+    form = {"kind": "webhook", "name": "ops", "url": receiver.url + "/hook"}
+    assert as_outsider.post("/teams/vision/channels/", form).status_code == 404
+    assert as_member.post("/teams/vision/channels/", form).status_code == 403
+    assert as_member.post("/teams/vision/budget/", {"amount": "5"}).status_code == 403
+    shown = as_lead.post("/teams/vision/channels/", form)
+    secret = TeamChannel.objects.get().secret_sealed
+    assert shown.status_code == 200 and 'id="channel-secret"' in shown.content.decode()
+    assert secret not in shown.content.decode()  # the sealed form never; the plain once
+    assert "whsec_" in shown.content.decode()
+    assert {"no-store", "no-cache", "private"} <= {
+        d.strip() for d in shown["Cache-Control"].split(",")}
+    page = as_lead.get("/teams/vision/").content.decode()
+    assert "whsec_" not in page and receiver.url not in page and "127.0.0.1" in page
