@@ -21,6 +21,7 @@ from gpuquota.usage.models import GpuHourUsage
 J_PER_KWH = Decimal(3_600_000)
 KWH_PLACES = Decimal("0.001")
 LINE_KIND = {"reserved": "reserved", "unreserved": "on_demand", "borrowed": "borrowed"}
+PRICED_KINDS = set(LINE_KIND.values())
 
 
 def kwh(joules: float | Decimal) -> Decimal:
@@ -49,3 +50,29 @@ def team_energy_kwh(*, team_id: int, period: Period) -> Decimal:
     """A team's kWh over `period`."""
     joules = sum(energy_by_team(period=period, team_ids=[team_id]).get(team_id, {}).values())
     return kwh(joules)
+
+
+def lines_energy_kwh(lines, joules_by_key: dict[tuple[int, str], float]) -> list[Decimal | None]:
+    """Per line (objects with `kind`, `gpu_class_id`, `seconds`): the kWh of its class and
+    kind, shared among that class and kind's lines by their seconds (a rate change splits a
+    line), each rounded once to the Wh; None for credits and adjustments."""
+    totals: dict[tuple, int] = defaultdict(int)
+    for line in lines:
+        if line.kind in PRICED_KINDS:
+            totals[(line.gpu_class_id, line.kind)] += line.seconds
+    out: list[Decimal | None] = []
+    for line in lines:
+        key = (line.gpu_class_id, line.kind)
+        if line.kind not in PRICED_KINDS:
+            out.append(None)
+            continue
+        joules = Decimal(str(joules_by_key.get(key, 0.0)))
+        out.append(kwh(joules * line.seconds / totals[key]))
+    return out
+
+
+def statement_energy_kwh(lines) -> Decimal | None:
+    """The kWh a statement's lines kept (None when none kept any: drafted before energy was
+    kept, or only credits and adjustments)."""
+    kept = [line.energy_kwh for line in lines if line.energy_kwh is not None]
+    return sum(kept, Decimal("0.000")) if kept else None

@@ -11,15 +11,13 @@ Mapping (no discounts exist, so ListCost = ContractedCost = EffectiveCost = Bill
 - the organisation is billing account, service provider, host provider and invoice issuer;
   the team is the sub account; the statement (team, month) is the invoice;
 - `x_` columns: GPU class, kind, seconds, GPU-hours, cost center, statement status, and the
-  energy (kWh) of the line's team, class and kind (informational: no amount uses it)."""
+  energy (kWh) the line kept when it was drafted (information: no amount uses it)."""
 
-from collections import defaultdict
 from decimal import Decimal
 
 from gpuquota.core.csvsafe import csv_document
 from gpuquota.core.timeutil import Period
 from reports import conf
-from reports.energy import energy_by_team, kwh
 from reports.export import instant_text, rate_text
 from reports.models import Statement, StatementLine
 
@@ -63,24 +61,6 @@ HOUR_PLACES = Decimal("0.000001")
 
 def _hours(seconds: int) -> Decimal:
     return (Decimal(seconds) / 3600).quantize(HOUR_PLACES)  # exact: 1 s = 0.000277…
-
-
-def _energy_per_line(statements: list[Statement], period: Period) -> dict[int, Decimal]:
-    """kWh per line id: a team's energy of a class and kind, shared among that class and
-    kind's lines (a rate change splits a line) by their seconds."""
-    energy = energy_by_team(period=period, team_ids=[s.team_id for s in statements])
-    out: dict[int, Decimal] = {}
-    for statement in statements:
-        groups: dict[tuple, list[StatementLine]] = defaultdict(list)
-        for line in statement.lines.all():
-            if line.kind in (Kind.RESERVED, Kind.ON_DEMAND, Kind.BORROWED):
-                groups[(line.gpu_class_id, line.kind)].append(line)
-        for key, lines in groups.items():
-            joules = energy.get(statement.team_id, {}).get(key, 0.0)
-            total = sum(line.seconds for line in lines)
-            for line in lines:
-                out[line.pk] = kwh(Decimal(str(joules)) * Decimal(line.seconds) / total)
-    return out
 
 
 def _row(statement: Statement, line: StatementLine, period: Period, energy: Decimal | None,
@@ -133,12 +113,11 @@ def _row(statement: Statement, line: StatementLine, period: Period, energy: Deci
 
 def focus_rows(*, statements: list[Statement], period: Period) -> list[dict]:
     """The FOCUS rows of these statements of `period` (failed drafts have no lines)."""
-    energy = _energy_per_line(statements, period)
     organisation = conf.organisation_name()
     rows = []
     for statement in statements:
         lines = sorted(statement.lines.select_related("adjustment"), key=lambda x: x.position)
-        rows += [_row(statement, line, period, energy.get(line.pk), organisation)
+        rows += [_row(statement, line, period, line.energy_kwh, organisation)
                  for line in lines]
     return rows
 

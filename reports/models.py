@@ -110,6 +110,11 @@ class StatementLine(models.Model):
     adjustment = models.ForeignKey(
         "Adjustment", null=True, blank=True, on_delete=models.PROTECT, related_name="lines"
     )
+    energy_kwh = models.DecimalField(
+        max_digits=14, decimal_places=3, null=True, blank=True,
+        help_text="The energy of the line's team, class and kind of time, shared among its "
+                  "lines by seconds (docs/budgets.md, Energy): information, never priced. "
+                  "Empty on credits, adjustments and lines drafted before energy was kept.")
 
     class Meta:
         ordering = ["statement", "position"]

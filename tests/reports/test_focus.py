@@ -122,4 +122,6 @@ def test_the_focus_json_and_who_sees_what(october):
     assert body["focus_version"] == "1.3"
     assert {row["SubAccountId"] for row in body["rows"]} == {"speech"}
     assert client.get("/api/v1/focus/2026-13.csv").json()["errors"][0]["field"] == "period"
+    page = client.get("/statements/speech/2026-10/").content.decode()
+    assert 'id="energy">3.100 kWh' in page  # kept on the statement's lines when drafted
     assert Client().get("/api/v1/focus/2026-10.csv").status_code in (401, 403, 404)
