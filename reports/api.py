@@ -20,7 +20,7 @@ from gpuquota.core.api import ErrorSerializer
 from gpuquota.core.errors import Conflict, DomainError
 from gpuquota.core.fields import whole_second
 from gpuquota.core.timeutil import Period
-from reports import export
+from reports import export, focus
 from reports.documents import statement_filename, statement_pdf_bytes
 from reports.models import Statement, StatementLine
 from reports.selectors import statements_visible
@@ -188,3 +188,28 @@ class OrganisationStatementsCsvView(_Organisation):
         month, statements = self.statements(request, period)
         return _csv_response(export.organisation_csv(statements),
                              f"statements-{month.start:%Y-%m}.csv")
+
+
+class FocusMonthCsvView(_Organisation):
+    """A month as a FinOps FOCUS 1.3 Cost and Usage dataset (CSV): one row per statement
+    line of the caller's teams (admins: all), BilledCost adding up to the statements."""
+
+    @extend_schema(responses={(200, "text/csv"): OpenApiResponse(
+        OpenApiTypes.STR, description="text/csv: " + ",".join(focus.COLUMNS)), **ERRORS},
+        operation_id="focus_month_csv")
+    def get(self, request, period: str):
+        month, statements = self.statements(request, period)
+        return _csv_response(focus.focus_csv(focus.focus_rows(statements=statements,
+                                                              period=month)),
+                             f"focus-{month.start:%Y-%m}.csv")
+
+
+class FocusMonthView(_Organisation):
+    """The same rows as JSON (`{"focus_version", "period", "columns", "rows"}`)."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS}, operation_id="focus_month")
+    def get(self, request, period: str):
+        month, statements = self.statements(request, period)
+        return Response({"focus_version": focus.FOCUS_VERSION,
+                         "period": f"{month.start:%Y-%m}", "columns": focus.COLUMNS,
+                         "rows": focus.focus_rows(statements=statements, period=month)})

@@ -71,3 +71,11 @@ def lending_credit_share() -> Decimal:
             f"GPUQUOTA_LENDING_CREDIT_SHARE must be a decimal from 0 to 1 with at most 4 "
             f"places, not {raw!r}.")
     return share
+
+
+def channel_allowed_networks_raw() -> str:
+    """Networks a team's notification channel may reach although they are not public
+    (`GPUQUOTA_CHANNEL_ALLOWED_NETWORKS`, comma-separated CIDRs; default none): a Slack or
+    Teams URL is public; an in-house webhook receiver needs its network listed here."""
+    default = os.environ.get("GPUQUOTA_CHANNEL_ALLOWED_NETWORKS") or ""
+    return str(getattr(settings, "CHANNEL_ALLOWED_NETWORKS", default))

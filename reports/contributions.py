@@ -4,7 +4,11 @@ month, and the statements to approve or still unsent on the admin's home page.""
 
 from gpuquota.core.sections import Section
 from reports.attention import statements_attention
+from reports.budgets import team_budget_status
+from reports.channels import channel_deliveries
 from reports.demo import demo_statements_seed
+from reports.energy import team_energy_kwh
+from reports.forecast import month_of
 from reports.review import team_statements
 
 
@@ -12,7 +16,22 @@ def team_statements_context(*, team) -> dict:
     return {"team_statements": team_statements(team=team)}
 
 
+def team_budget_context(*, team, can_act, now) -> dict:
+    """The month to date, its forecast and the budget; channels and deliveries for those
+    who may change them."""
+    status = team_budget_status(team=team, now=now)
+    month = month_of(now.replace(microsecond=0))
+    context = {"budget_status": status,
+               "energy_kwh": team_energy_kwh(team_id=team.pk, period=month.to_date(now))}
+    if can_act:
+        context |= {"channels": team.channels.filter(active=True),
+                    "deliveries": channel_deliveries(team=team)}
+    return context
+
+
 PAGE_SECTIONS = [
+    Section(page="team", slot="main", template="reports/_team_budget.html",
+            context=team_budget_context, order=35),
     Section(page="team", slot="main", template="reports/_team_statements.html",
             context=team_statements_context, order=40),
 ]

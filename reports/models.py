@@ -110,6 +110,11 @@ class StatementLine(models.Model):
     adjustment = models.ForeignKey(
         "Adjustment", null=True, blank=True, on_delete=models.PROTECT, related_name="lines"
     )
+    energy_kwh = models.DecimalField(
+        max_digits=14, decimal_places=3, null=True, blank=True,
+        help_text="The energy of the line's team, class and kind of time, shared among its "
+                  "lines by seconds (docs/budgets.md, Energy): information, never priced. "
+                  "Empty on credits, adjustments and lines drafted before energy was kept.")
 
     class Meta:
         ordering = ["statement", "position"]
@@ -180,3 +185,101 @@ class LateUsageCheck(models.Model):
 
     def __str__(self) -> str:
         return f"{self.statement} late {self.difference}"
+
+
+class Budget(models.Model):
+    """A team's monthly budget in money, in force from the month `valid_from` until the
+    team's next budget row (effective dates by month: a new row supersedes, none is edited
+    away). `thresholds` are percentages of the month's actual spend to date, each alerting
+    once per month; `forecast_threshold` (or None) alerts once when the month-end forecast
+    reaches it (docs/budgets.md)."""
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="budgets")
+    valid_from = models.DateField(help_text="First day of the first month it applies to.")
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    currency = models.CharField(max_length=3)
+    thresholds = models.JSONField(default=list, help_text="Percent of actual spend, e.g. "
+                                  "[50, 80, 100].")
+    forecast_threshold = models.PositiveSmallIntegerField(null=True, blank=True, default=100)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                                   related_name="+")
+    created_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["team", "-valid_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "valid_from"], name="budget_one_per_start"),
+            models.CheckConstraint(condition=Q(valid_from__day=1), name="budget_month_first_day"),
+            models.CheckConstraint(condition=Q(amount__gte=0), name="budget_amount_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} from {self.valid_from:%Y-%m}: {self.amount} {self.currency}"
+
+
+class BudgetAlert(models.Model):
+    """A threshold of a team's month that has fired: the unique constraint is what makes it
+    fire once per period, whoever checks and however often."""
+
+    class Basis(models.TextChoices):
+        ACTUAL = "actual", "Spend to date"
+        FORECAST = "forecast", "Month-end forecast"
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="+")
+    budget = models.ForeignKey(Budget, on_delete=models.PROTECT, related_name="alerts")
+    month = models.DateField()
+    basis = models.CharField(max_length=16, choices=Basis.choices)
+    threshold = models.PositiveSmallIntegerField()
+    spent = models.DecimalField(max_digits=14, decimal_places=2,
+                                help_text="The figure that crossed it (to date or forecast).")
+    fired_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["-month", "basis", "threshold"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "month", "basis", "threshold"],
+                                    name="budget_alert_once_per_month"),
+            models.CheckConstraint(condition=Q(basis__in=["actual", "forecast"]),
+                                   name="budget_alert_basis_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.month:%Y-%m} {self.basis} {self.threshold}%"
+
+
+class TeamChannel(models.Model):
+    """Where a team's notifications go besides mail: a Slack or Teams incoming webhook, or a
+    generic webhook signed per Standard Webhooks. The URL (a credential) and the signing
+    secret are sealed (`gpuquota.outbox.sealing`); pages show `url_host` only."""
+
+    class Kind(models.TextChoices):
+        SLACK = "slack", "Slack"
+        TEAMS = "teams", "Microsoft Teams"
+        WEBHOOK = "webhook", "Webhook (signed)"
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="channels")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    name = models.CharField(max_length=80)
+    url_sealed = models.TextField()
+    url_host = models.CharField(max_length=255)
+    secret_sealed = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                                   related_name="+")
+    created_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["team", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="team_channel_name_unique"),
+            models.CheckConstraint(condition=Q(kind__in=["slack", "teams", "webhook"]),
+                                   name="team_channel_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.kind} {self.name}"
+
+    @property
+    def target(self) -> str:
+        """The outbox's name for this channel."""
+        return f"team-channel:{self.pk}"

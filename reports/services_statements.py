@@ -18,6 +18,7 @@ from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import Period
 from reports import conf
 from reports.daily import daily_usage_snapshot
+from reports.energy import energy_by_team, lines_energy_kwh
 from reports.late_scan import late_usage_check_settled
 from reports.models import Adjustment, Statement, StatementLine
 from reports.pricing import TeamDraft, team_drafts, utc_label
@@ -75,15 +76,17 @@ def _draft_fields(draft: TeamDraft, team: Team, now: datetime, until: datetime) 
     return fields
 
 
-def _lines(statement: Statement, draft: TeamDraft) -> list[StatementLine]:
+def _lines(statement: Statement, draft: TeamDraft, energy: dict) -> list[StatementLine]:
     if draft.errors:
         return []  # a failed draft shows its reason, not a partial bill
+    kwh = lines_energy_kwh(draft.lines, energy.get(statement.team_id, {}))
     return [
         StatementLine(statement=statement, position=index, kind=line.kind,
                       gpu_class_id=line.gpu_class_id, gpu_class_name=line.gpu_class_name,
                       seconds=line.seconds, rate=line.rate, amount=line.amount,
-                      reason=line.reason, adjustment_id=line.adjustment_id)
-        for index, line in enumerate(draft.lines, start=1)
+                      reason=line.reason, adjustment_id=line.adjustment_id,
+                      energy_kwh=line_kwh)
+        for index, (line, line_kwh) in enumerate(zip(draft.lines, kwh, strict=True), start=1)
     ]
 
 
@@ -120,9 +123,10 @@ def statements_draft_month(*, period: Period, now: datetime | None = None,
     if refreshed:
         Statement.objects.bulk_update(refreshed, DRAFT_FIELDS)
         StatementLine.objects.filter(statement__in=refreshed).delete()
+    energy = energy_by_team(period=to_date, team_ids=[s.team_id for s in (*created, *refreshed)])
     StatementLine.objects.bulk_create(
-        [line for s in (*created, *refreshed) for line in _lines(s, drafts.get(s.team_id)
-                                                                  or TeamDraft(s.team_id))])
+        [line for s in (*created, *refreshed)
+         for line in _lines(s, drafts.get(s.team_id) or TeamDraft(s.team_id), energy)])
     for statement in created:
         audit_record(actor=None, action="statement.draft", obj=statement, team=statement.team,
                      changes={"month": f"{month:%Y-%m}", "total": str(statement.total)})

@@ -7,6 +7,8 @@ from celery.schedules import crontab
 from django.utils import timezone
 
 from gpuquota.core.errors import Conflict
+from reports.budgets import budgets_check
+from reports.channels import channels_send_due
 from reports.conf import statement_send_sweep_s
 from reports.late_scan import late_usage_scan
 from reports.models import Statement
@@ -81,7 +83,32 @@ def late_usage_scan_task() -> dict[str, int]:
     return late_usage_scan()
 
 
+@shared_task(name="reports.budgets_check", autoretry_for=(Exception,), retry_backoff=True,
+             max_retries=3)
+def budgets_check_task() -> dict:
+    """Fire the budget thresholds crossed this month (each once per team and month)."""
+    return {"fired": [alert.pk for alert in budgets_check()]}
+
+
+@shared_task(name="reports.channels_send_due")
+def channels_send_due_task() -> dict:
+    """Deliver the notification outbox's due rows (backoff and giving up are in the rows:
+    the task itself never retries)."""
+    outcome = channels_send_due()
+    return {"sent": len(outcome.sent), "failed": len(outcome.failed),
+            "given_up": len(outcome.given_up)}
+
+
 BEAT_SCHEDULE = {
+    "budgets-check": {
+        "task": "reports.budgets_check",
+        "schedule": crontab(minute=25),
+    },
+    "channels-send-due": {
+        "task": "reports.channels_send_due",
+        "schedule": 60.0,
+        "options": {"expires": 55},
+    },
     "statements-send-pending": {
         "task": "reports.statements_send_pending",
         "schedule": statement_send_sweep_s(),

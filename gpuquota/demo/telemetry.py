@@ -24,6 +24,8 @@ BATCH_NAMESPACE = uuid.UUID("6f1d3c9e-5b7a-4e2c-9a41-2d7c1e0b8f53")
 WINDOW = timedelta(seconds=600)
 DAY, HOUR = timedelta(days=1), timedelta(hours=1)
 GIB = 2**30
+# A GPU's draw idle and at full load, by model (the demo's energy counters grow with it)
+DRAW_W = {"H100": (70.0, 600.0), "A100": (50.0, 330.0), "L4": (16.0, 70.0)}
 # Who runs on a team's reserved GPUs (a demo person, the unix user of their processes).
 RUNNER = {"vision": "alice", "speech": "bruno", "robotics": "chen", "nlp": "dmitri"}
 
@@ -40,8 +42,12 @@ def windows(start: datetime, end: datetime) -> list[datetime]:
 
 
 def sample(gpu: Gpu, start: datetime, util: float, memory_gib: float = 30) -> dict:
+    idle_w, full_w = next((watts for name, watts in DRAW_W.items() if name in gpu.model_name),
+                          DRAW_W["H100"])
+    power_w = round(idle_w + (full_w - idle_w) * util / 100, 1)  # the energy counter's growth
     return {"seq": 1, "gpu_uuid": gpu.uuid, "window_start": iso(start),
             "window_end": iso(start + WINDOW), "readings": 10, "util_gpu_avg": util,
+            "power_w_avg": power_w, "energy_j": power_w * WINDOW.total_seconds(),
             "util_gpu_max": min(100.0, util + 5), "memory_used_bytes_avg": int(memory_gib * GIB),
             "memory_used_bytes_max": int((memory_gib + 2) * GIB), "ecc_uncorrected": 0,
             "ecc_corrected": 0}

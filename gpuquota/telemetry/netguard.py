@@ -63,12 +63,17 @@ def _embedded(ip: Address) -> ipaddress.IPv4Address | None:
     return ip.ipv4_mapped or ip.sixtofour
 
 
-def address_refusal(address: str) -> str | None:
-    """Why a source may not connect to `address` (an IP literal), or None when it may."""
+def address_refusal(address: str, *, networks: tuple | None = None,
+                    setting: str = "TELEMETRY_ALLOWED_NETWORKS",
+                    who: str = "telemetry sources") -> str | None:
+    """Why a source may not connect to `address` (an IP literal), or None when it may.
+    Another kind of outbound URL (a notification channel) passes its own allowed `networks`
+    and the name of the `setting` that lists them."""
     ip: Address = ipaddress.ip_address(address.split("%", 1)[0])
     embedded = _embedded(ip)
     seen = [ip] if embedded is None else [ip, embedded]
-    if any(found in network for found in seen for network in allowed_networks()
+    networks = allowed_networks() if networks is None else networks
+    if any(found in network for found in seen for network in networks
            if found.version == network.version):
         return None
     if all(found.is_global for found in seen):
@@ -76,8 +81,7 @@ def address_refusal(address: str) -> str | None:
     shown = embedded or ip
     kind = ("loopback" if shown.is_loopback else "link-local" if shown.is_link_local
             else "private" if shown.is_private else "not a public address")
-    return (f"{shown} is {kind}; telemetry sources reach it only when "
-            "TELEMETRY_ALLOWED_NETWORKS lists its network")
+    return f"{shown} is {kind}; {who} reach it only when {setting} lists its network"
 
 
 def _addresses(host: str, port: int) -> list[str]:
@@ -88,7 +92,7 @@ def _addresses(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(info[4][0] for info in found))
 
 
-def url_refusal(url: str, *, resolve: bool = True) -> str | None:
+def url_refusal(url: str, *, resolve: bool = True, refusal=address_refusal) -> str | None:
     """Why a source may not use `url`, or None: not http(s), credentials in it, no host,
     a bad port, or (with `resolve`) a host with an address it may not reach. A name that
     does not resolve here is left to the pull (it may resolve from the workers)."""
@@ -105,7 +109,7 @@ def url_refusal(url: str, *, resolve: bool = True) -> str | None:
     if not parts.hostname:
         return "the URL names no host"
     try:
-        return address_refusal(parts.hostname)  # an address literal (a zone id too)
+        return refusal(parts.hostname)  # an address literal (a zone id too)
     except ValueError:
         pass
     if not resolve:
@@ -115,7 +119,7 @@ def url_refusal(url: str, *, resolve: bool = True) -> str | None:
     except AddressRefused:
         return None
     for address in addresses:
-        why = address_refusal(address)
+        why = refusal(address)
         if why:
             return why
     return None
@@ -136,11 +140,13 @@ class _Guarded:
     """Resolve the host, refuse if any address may not be reached, connect to a checked
     address (never a second resolution)."""
 
+    refusal = staticmethod(address_refusal)
+
     def _new_conn(self):
         host = self._dns_host
         addresses = _addresses(host, self.port)
         for address in addresses:
-            why = address_refusal(address)
+            why = self.refusal(address)
             if why:
                 raise AddressRefused(f"{host}: {why}")
         self._dns_host = addresses[0]
@@ -173,3 +179,20 @@ class GuardedAdapter(HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = {"http": _GuardedHTTPPool,
                                                    "https": _GuardedHTTPSPool}
+
+
+def adapter_for(refusal) -> HTTPAdapter:
+    """A guarded adapter whose connections ask `refusal(address)` instead of the telemetry
+    sources' rule (the notification channels' own allowed networks)."""
+    rule = staticmethod(refusal)
+    http = type("Http", (_GuardedHTTPPool,), {
+        "ConnectionCls": type("Conn", (GuardedHTTPConnection,), {"refusal": rule})})
+    https = type("Https", (_GuardedHTTPSPool,), {
+        "ConnectionCls": type("Conn", (GuardedHTTPSConnection,), {"refusal": rule})})
+
+    class _Adapter(HTTPAdapter):
+        def init_poolmanager(self, *args, **kwargs):
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = {"http": http, "https": https}
+
+    return _Adapter()

@@ -56,6 +56,9 @@ def test_last_months_statements_carry_on_demand_lines_from_unreserved_busy_rollu
 def test_last_months_statements_show_every_kind_of_line_and_realistic_use(drafts):
     kinds = set(StatementLine.objects.filter(statement__in=drafts).values_list("kind", flat=True))
     assert kinds == {"reserved", "failure_credit", "on_demand"}
+    # the GPUs' energy counters reported: every reserved line keeps its kWh (docs/budgets.md)
+    reserved = StatementLine.objects.filter(statement__in=drafts, kind="reserved")
+    assert all(line.energy_kwh > 0 for line in reserved)
     assert {s.team_name for s in drafts} == {"Vision", "Speech", "Robotics", "NLP"}
     assert all(s.status == Statement.Status.DRAFT for s in drafts)
     # The first look at chargeback (one seed for both checks: it is the slow part): every

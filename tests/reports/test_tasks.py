@@ -38,6 +38,8 @@ def test_the_schedule_is_declared_and_collected():
         "statements-refresh-open": "reports.statements_refresh_open",
         "statements-send-pending": "reports.statements_send_pending",
         "late-usage-scan": "reports.late_usage_scan",
+        "budgets-check": "reports.budgets_check",
+        "channels-send-due": "reports.channels_send_due",
     }
     start = BEAT_SCHEDULE["statements-month-start"]["schedule"]
     assert start.day_of_month == {1} and start.hour == {0}

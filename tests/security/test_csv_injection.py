@@ -10,6 +10,7 @@ from django.test import Client
 
 from gpuquota.core.csvsafe import csv_cell, csv_document
 from reports.export import CSV_COLUMNS
+from reports.focus import COLUMNS as FOCUS_COLUMNS
 from reports.sending import statement_send
 from tests.security.conftest import FORMULAS, HOSTILE_COST_CENTER, MARKUP
 
@@ -63,6 +64,9 @@ def test_every_csv_the_product_writes_is_neutralised(hostile_statement, roles, s
     organisation = _assert_safe(files["organisation"].content.decode(), CSV_COLUMNS)
     _assert_hostile_reasons_neutralised(organisation)
     assert {r["cost_center"] for r in organisation} == {f"'{HOSTILE_COST_CENTER}"}
+    focus_rows = _assert_safe(admin.get("/api/v1/focus/2026-10.csv").content.decode(),
+                              FOCUS_COLUMNS)  # the FOCUS export too
+    assert {r["x_CostCenter"] for r in focus_rows} == {f"'{HOSTILE_COST_CENTER}"}
 
     assert statement_send(statement=hostile_statement).complete
     [message, *_] = smtp_server.to(roles.lead.email)

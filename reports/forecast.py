@@ -1,0 +1,157 @@
+"""A team's month to date and its month-end forecast (docs/budgets.md, "The forecast").
+
+    forecast = to date
+             + booked: the reserved seconds still to come this month of the team's
+               scheduled and active reservations (count × their time in [now, month end),
+               from max(start, approval)), at the reserved rate in force now
+             + recent: the on-demand, borrowed and lending-credit amounts of the last
+               `RECENT_DAYS` days (the whole hours before now), per second, times the
+               seconds left in the month
+
+To date is the draft statement's total (adjustments and credits included); nothing in
+the future is credited (a failure is not forecast). Each part is rounded once, to the cent,
+from an exact numerator (accounting.md, Time, money and rounding), and the forecast is the
+sum of the parts. Reads only, for every team (or some) at once: two pricing passes."""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+from django.db.models import Q
+
+from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.rates.models import RateCard
+from gpuquota.reservations.models import Reservation
+from reports.models import StatementLine
+from reports.pricing import line_amount, round_half_up_cents, team_drafts
+
+RECENT_DAYS = 7
+Kind = StatementLine.Kind
+RECENT_KINDS = (Kind.ON_DEMAND, Kind.BORROWED, Kind.LENDING_CREDIT)
+BOOKED = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE, Reservation.Status.ENDED)
+
+
+@dataclass
+class Forecast:
+    """A team's month as of `now`: what it has cost, what is booked, what recent use adds."""
+
+    team_id: int
+    now: datetime
+    month: Period
+    to_date: Decimal = Decimal("0.00")
+    booked: Decimal = Decimal("0.00")
+    booked_s: int = 0
+    recent: Decimal = Decimal("0.00")
+    recent_window: Period | None = None
+    recent_amount: Decimal = Decimal("0.00")
+    currency: str = ""
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> Decimal:
+        return self.to_date + self.booked + self.recent
+
+    @property
+    def booked_hours(self) -> Decimal:
+        return (Decimal(self.booked_s) / 3600).quantize(Decimal("0.01"))
+
+    @property
+    def basis(self) -> str:
+        """The forecast's method in one sentence, with its figures."""
+        days = (self.recent_window.seconds // 86400) if self.recent_window else 0
+        return (f"{self.to_date} to date + {self.booked} for {self.booked_hours}"
+                f" booked GPU-hours still to come at today's reserved rates + {self.recent} "
+                f"on-demand and borrowed use at the last {days} days' rate "
+                f"({self.recent_amount} in those days)")
+
+
+def month_of(now: datetime) -> Period:
+    return Period.month(now.year, now.month)
+
+
+def _card_in_force(class_id: int, at: datetime, cards: dict[int, list[RateCard]]
+                   ) -> RateCard | None:
+    for card in cards.get(class_id, []):
+        if card.valid_from <= at and (card.valid_until is None or at < card.valid_until):
+            return card
+    return None
+
+
+def _booked(now: datetime, month: Period, team_ids: list[int] | None, *,
+            booked_by: datetime | None) -> dict[int, tuple[Fraction, int, set[str], list[str]]]:
+    """Per team: (Σ seconds × rate, seconds, currencies, errors) of the reserved time still
+    to come in `month`, of reservations requested by `booked_by` (the backtest's now) or
+    of every one (None)."""
+    reservations = Reservation.objects.filter(status__in=BOOKED, start__lt=month.end,
+                                              end__gt=now)
+    if booked_by is not None:
+        reservations = reservations.filter(requested_at__lte=booked_by)
+    if team_ids is not None:
+        reservations = reservations.filter(team_id__in=team_ids)
+    reservations = list(reservations.select_related("gpu_class"))
+    cards: dict[int, list[RateCard]] = defaultdict(list)
+    for card in RateCard.objects.filter(
+            Q(valid_until__isnull=True) | Q(valid_until__gt=now),
+            gpu_class_id__in={r.gpu_class_id for r in reservations}).order_by("valid_from"):
+        cards[card.gpu_class_id].append(card)
+    out: dict[int, tuple[Fraction, int, set[str], list[str]]] = {}
+    for reservation in reservations:
+        charged_from = max(reservation.start, reservation.approved_at or reservation.start, now)
+        seconds = reservation.count * Period(now, month.end).clip(charged_from, reservation.end)
+        if not seconds:
+            continue
+        numerator, total, currencies, errors = out.get(reservation.team_id,
+                                                       (Fraction(0), 0, set(), []))
+        card = (_card_in_force(reservation.gpu_class_id, now, cards)
+                or _card_in_force(reservation.gpu_class_id, charged_from, cards))
+        if card is None:
+            errors.append(f"No rate card for {reservation.gpu_class.name}: reservation "
+                          f"#{reservation.pk} is left out of the forecast.")
+        else:
+            numerator += seconds * Fraction(card.reserved_rate)
+            currencies.add(card.currency)
+        out[reservation.team_id] = (numerator, total + seconds, currencies, errors)
+    return out
+
+
+def forecasts(*, now: datetime, team_ids: list[int] | None = None,
+              booked_by: datetime | None = None) -> dict[int, Forecast]:
+    """Every team's (or the given teams') month to date and month-end forecast as of `now`
+    (whole seconds). `booked_by` limits the reservations to those requested by then (the
+    backtest: what was known at `now`); by default every booked one counts."""
+    now = now.replace(microsecond=0)
+    month = month_of(now)
+    to_date = team_drafts(period=month.to_date(now), month=month.start.date(),
+                          team_ids=team_ids)
+    # whole hours: read from the rollups alone, without the raw samples of the edge hours
+    window = Period(hour_floor(now) - timedelta(days=RECENT_DAYS), hour_floor(now))
+    recent = team_drafts(period=window, month=month.start.date(), team_ids=team_ids)
+    booked = _booked(now, month, team_ids, booked_by=booked_by)
+    left = Fraction(Period(now, month.end).seconds, window.seconds)
+    result: dict[int, Forecast] = {}
+    for team_id in set(to_date) | set(recent) | set(booked):
+        forecast = result[team_id] = Forecast(team_id=team_id, now=now, month=month,
+                                              recent_window=window)
+        currencies: set[str] = set()
+        if team_id in to_date:
+            draft = to_date[team_id]
+            forecast.to_date = draft.total
+            forecast.errors += draft.errors
+            currencies |= {line.currency for line in draft.lines if line.currency}
+        if team_id in recent:
+            lines = [line for line in recent[team_id].lines if line.kind in RECENT_KINDS]
+            forecast.recent_amount = sum((line.amount for line in lines), Decimal("0.00"))
+            forecast.recent = round_half_up_cents(Fraction(forecast.recent_amount) * left)
+            currencies |= {line.currency for line in lines if line.currency}
+        if team_id in booked:
+            numerator, seconds, booked_currencies, errors = booked[team_id]
+            forecast.booked, forecast.booked_s = line_amount(numerator), seconds
+            forecast.errors += errors
+            currencies |= booked_currencies
+        if len(currencies) > 1:
+            named = ", ".join(sorted(currencies))
+            forecast.errors.append(f"Amounts in several currencies: {named}.")
+        forecast.currency = currencies.pop() if len(currencies) == 1 else ""
+    return result

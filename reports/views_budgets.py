@@ -1,0 +1,83 @@
+"""The team page's budget and channels: set the month's budget, add, test and remove a
+channel (a team's leads and admins; members read; anyone else 404). Views parse, ask
+accounts.permissions, call one service, redirect."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from accounts.permissions import team_for_action
+from gpuquota.core.errors import DomainError
+from reports.budgets import budget_set
+from reports.channels import channel_add, channel_remove, channel_test
+from reports.models import TeamChannel
+
+
+def _back(slug: str):
+    return redirect(f"/teams/{slug}/#budget")
+
+
+@login_required
+@require_POST
+def team_budget_set(request, slug: str):
+    team = team_for_action(request.user, slug)
+    try:
+        budget = budget_set(team=team, amount=request.POST.get("amount", ""), by=request.user,
+                            thresholds=request.POST.get("thresholds") or None,
+                            currency=request.POST.get("currency") or None)
+    except DomainError as exc:
+        messages.error(request, f"Budget not set ({exc.field or 'budget'}): {exc.message}")
+    else:
+        messages.success(request, f"Budget from {budget.valid_from:%Y-%m}: {budget.amount} "
+                                  f"{budget.currency}.")
+    return _back(slug)
+
+
+@never_cache  # the page shows the webhook's signing secret
+@login_required
+@require_POST
+def team_channel_add(request, slug: str):
+    team = team_for_action(request.user, slug)
+    try:
+        channel, secret = channel_add(team=team, kind=request.POST.get("kind", ""),
+                                      name=request.POST.get("name", ""),
+                                      url=request.POST.get("url", ""), by=request.user)
+    except DomainError as exc:
+        messages.error(request, f"Channel not added ({exc.field or 'channel'}): {exc.message}")
+        return _back(slug)
+    # the signing secret is shown once, on this page, never stored in a message or cookie
+    return render(request, "reports/channel_added.html",
+                  {"team": team, "channel": channel, "secret": secret})
+
+
+def _channel(request, slug: str, channel_id: int) -> TeamChannel:
+    team = team_for_action(request.user, slug)
+    channel = TeamChannel.objects.filter(team=team, pk=channel_id, active=True).first()
+    if channel is None:
+        raise Http404("No such channel.")
+    return channel
+
+
+@login_required
+@require_POST
+def team_channel_test(request, slug: str, channel_id: int):
+    channel = _channel(request, slug, channel_id)
+    row = channel_test(channel=channel, by=request.user)
+    if row.status == "sent":
+        messages.success(request, f"Test delivered to {channel.name} (HTTP "
+                                  f"{row.last_status_code}).")
+    else:
+        messages.error(request, f"Test to {channel.name} failed: {row.error} It is retried.")
+    return _back(slug)
+
+
+@login_required
+@require_POST
+def team_channel_remove(request, slug: str, channel_id: int):
+    channel = _channel(request, slug, channel_id)
+    channel_remove(channel=channel, by=request.user)
+    messages.success(request, f"Channel {channel.name} removed.")
+    return _back(slug)
