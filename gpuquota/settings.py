@@ -113,6 +113,7 @@ INSTALLED_APPS = [
     "gpuquota.schedulers",
     "gpuquota.schedulers.kubernetes",  # kubernetes: its page and contributions
     "gpuquota.lending",
+    "gpuquota.reliability",
     "reports",
     "gpuquota.mail",
     "gpuquota.demo",

@@ -1,0 +1,74 @@
+"""Drift (docs/reliability.md#drift): a class whose failure rate over the last `RECENT`
+days is significantly above its own rate over the `BASE` days before, or a node whose
+recent rate is significantly above its class's other nodes over the same days. The test
+is the conditional one (given both counts' sum, the recent count is binomial with the
+recent share of exposure); flagged at `ALPHA` (nodes: divided by the class's nodes) and
+when the recent rate is at least `MIN_RATIO` times the other."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gpuquota.reliability.history import History, fleet_history
+from gpuquota.reliability.lemons import classes_of, units
+from gpuquota.reliability.stats import rate_excess_p
+
+RECENT = timedelta(days=14)
+BASE = timedelta(days=90)
+ALPHA = 0.001
+MIN_RATIO = 1.5
+MIN_FAILURES = 3
+
+
+@dataclass
+class Drift:
+    kind: str  # "class" (against its own past) | "node" (against its class's other nodes)
+    key: str
+    gpu_class: str
+    recent_failures: int
+    recent_rate_per_1000: float
+    base_failures: int
+    base_rate_per_1000: float
+    p_value: float
+
+    @property
+    def ratio(self) -> float | None:
+        return (self.recent_rate_per_1000 / self.base_rate_per_1000
+                if self.base_rate_per_1000 else None)
+
+
+def _rate(count: int, days: float) -> float:
+    return round(1000 * count / days, 3) if days else 0.0
+
+
+def _flag(k_recent, t_recent, k_base, t_base, alpha) -> tuple[bool, float]:
+    p = rate_excess_p(k_recent=k_recent, t_recent=t_recent, k_base=k_base, t_base=t_base)
+    base_rate = max(k_base, 1) / t_base if t_base else 0.0
+    ratio_ok = t_recent > 0 and (k_recent / t_recent) >= MIN_RATIO * base_rate
+    return (k_recent >= MIN_FAILURES and ratio_ok and p <= alpha), p
+
+
+def drift_from(history: History) -> list[Drift]:
+    as_of = history.as_of
+    recent_start, base_start = as_of - RECENT, as_of - RECENT - BASE
+    found = []
+    for name, klass in sorted(classes_of(units(history, "gpu")).items()):
+        k_r, t_r = klass.totals(recent_start, as_of)
+        k_b, t_b = klass.totals(base_start, recent_start)
+        k_b -= sum(1 for t in klass.times if t == recent_start)  # [base, recent) half-open
+        flagged, p = _flag(k_r, t_r, k_b, t_b, ALPHA)
+        if flagged:
+            found.append(Drift("class", name, name, k_r, _rate(k_r, t_r), k_b, _rate(k_b, t_b), p))
+    for name, klass in sorted(classes_of(units(history, "node")).items()):
+        k_all, t_all = klass.totals(recent_start, as_of)
+        for node in klass.units:
+            k_r, t_r = node.count(recent_start, as_of), node.days(recent_start, as_of)
+            flagged, p = _flag(k_r, t_r, k_all - k_r, t_all - t_r, ALPHA / len(klass.units))
+            if flagged:
+                found.append(Drift("node", node.key, name, k_r, _rate(k_r, t_r), k_all - k_r,
+                                   _rate(k_all - k_r, t_all - t_r), p))
+    return found
+
+
+def drift(*, as_of: datetime) -> list[Drift]:
+    """The classes and nodes drifting as of `as_of`, from what was recorded by then."""
+    return drift_from(fleet_history(as_of=as_of, since=as_of - RECENT - BASE))
