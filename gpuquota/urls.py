@@ -42,6 +42,7 @@ urlpatterns = [
     path("", include("gpuquota.schedulers.kubernetes.urls")),
     path("", include("gpuquota.lending.urls")),
     path("", include("gpuquota.lending.urls_pages")),
+    path("", include("gpuquota.reliability.urls")),
     path("", include("reports.urls")),
     path("", include("reports.page_urls")),
     path("", include("reclaim.urls")),

@@ -152,8 +152,8 @@ def _evidence(unit: Unit, n: int, expected: float, as_of: datetime) -> list[str]
         lines.append("row remapping failed (xid 64): no spare row left, NVIDIA's RMA condition")
     elif remaps:
         left = max(0, REMAP_SPARE_ROWS_PER_BANK - remaps)
-        lines.append(f"{remaps} rows remapped: about {left} of {REMAP_SPARE_ROWS_PER_BANK} "
-                     "spare rows per bank left at worst")
+        lines.append(f"{remaps} row{'s' if remaps > 1 else ''} remapped: about {left} of "
+                     f"{REMAP_SPARE_ROWS_PER_BANK} spare rows per bank left at worst")
     return lines
 
 

@@ -1,0 +1,64 @@
+"""The reliability API's shapes (docs/api.md, Reliability)."""
+
+from rest_framework import serializers
+
+from gpuquota.core.api_fields import AwareDateTimeField, ChoiceField
+from gpuquota.reliability.selectors import GROUPS
+
+
+class AsOfQuerySerializer(serializers.Serializer):
+    as_of = AwareDateTimeField(required=False, help_text="The instant to evaluate at (default "
+                               "now): only what was recorded by then counts, so history "
+                               "replays.")
+
+
+class LemonQuerySerializer(AsOfQuerySerializer):
+    kind = ChoiceField(choices=["gpu", "node"], required=False, default="gpu")
+
+
+class FiguresQuerySerializer(AsOfQuerySerializer):
+    group = ChoiceField(choices=list(GROUPS), required=False, default="class")
+    days = serializers.IntegerField(required=False, default=90, min_value=1, max_value=366)
+
+
+class FlagSerializer(serializers.Serializer):
+    kind = serializers.CharField(help_text="gpu or node")
+    key = serializers.CharField(help_text="The GPU's UUID, or cluster/hostname")
+    gpu_class = serializers.CharField()
+    cluster = serializers.CharField()
+    score = serializers.FloatField(help_text="-log10 of the p-value (higher: more surprising)")
+    p_value = serializers.FloatField(help_text="Poisson upper tail against the class's rate")
+    failures = serializers.IntegerField(help_text="Hardware failures in the last 90 days")
+    expected = serializers.FloatField(help_text="What its class's rate would give it")
+    first_flagged = serializers.DateTimeField()
+    evidence = serializers.ListField(child=serializers.CharField())
+
+
+class LemonListSerializer(serializers.Serializer):
+    as_of = serializers.DateTimeField()
+    kind = serializers.CharField()
+    flagged = FlagSerializer(many=True)
+
+
+class FiguresSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    gpus = serializers.IntegerField()
+    gpu_days = serializers.FloatField()
+    failures = serializers.IntegerField()
+    hardware_warnings = serializers.IntegerField()
+    failures_per_1000_gpu_days = serializers.FloatField(allow_null=True)
+    ci95_low = serializers.FloatField(allow_null=True, help_text="Exact (Garwood) 95% interval")
+    ci95_high = serializers.FloatField(allow_null=True)
+    mtbf_days = serializers.FloatField(allow_null=True)
+    mttr_hours = serializers.FloatField(allow_null=True,
+                                        help_text="Failed -> back in service, closed intervals")
+    availability = serializers.FloatField(allow_null=True)
+    by_component = serializers.DictField(child=serializers.IntegerField())
+    by_action = serializers.DictField(child=serializers.IntegerField())
+
+
+class FiguresListSerializer(serializers.Serializer):
+    as_of = serializers.DateTimeField()
+    group = serializers.CharField()
+    days = serializers.IntegerField()
+    figures = FiguresSerializer(many=True)
