@@ -2,8 +2,8 @@
 more often than its class. Over the `WINDOW` before `as_of`, its failures are compared
 with those its days in service would see at its class's rate (the class without it): the
 Poisson upper tail is the p-value, flagged below `ALPHA` divided by the entities of the
-class (Bonferroni: a fleet of thousands of GPUs still sees about one false flag in a
-hundred evaluations) and with at least `MIN_FAILURES`. The score is -log10(p); the
+class (Bonferroni: a class of any size sees a false flag in at most one evaluation in
+four) and with at least `MIN_FAILURES`. The score is -log10(p); the
 evidence lists the failures by XID, repeats after a repair, hardware warnings and the
 row-remap headroom. The first-flagged time is the failure since which the entity has
 been flagged at every failure up to `as_of`: replaying history gives the same answer."""
@@ -18,8 +18,8 @@ from gpuquota.ingest.taxonomy import REMAP_SPARE_ROWS_PER_BANK
 from gpuquota.reliability.history import DAY_S, INCIDENT_GAP, GpuLife, History, fleet_history
 from gpuquota.reliability.stats import poisson_sf
 
-WINDOW = timedelta(days=90)
-ALPHA = 0.01
+WINDOW = timedelta(days=180)
+ALPHA = 0.25
 MIN_FAILURES = 3
 REPEAT_WITHIN = timedelta(days=7)
 REMAP_LABELS = {"xid 63", "remap_pending"}

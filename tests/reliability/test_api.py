@@ -30,7 +30,7 @@ def test_lemons_api_lists_the_lemon_with_evidence_and_replays(fleet, admin_clien
     body = admin_client.get(LEMONS).json()
     (flag,) = body["flagged"]
     assert flag["key"] == fleet["lemon"].uuid and flag["failures"] == 5
-    assert flag["evidence"][0].startswith("5 failures in 90 days")
+    assert flag["evidence"][0].startswith("5 failures in 180 days")
     first = datetime.fromisoformat(flag["first_flagged"])
     before = (first - timedelta(seconds=1)).isoformat()
     assert admin_client.get(LEMONS, {"as_of": before}).json()["flagged"] == []
