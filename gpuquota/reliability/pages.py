@@ -3,9 +3,11 @@
 from datetime import datetime, timedelta
 
 from gpuquota.ingest.taxonomy import XIDS
+from gpuquota.reliability.drains import FIXES
 from gpuquota.reliability.drift import drift_from
 from gpuquota.reliability.history import fleet_history
 from gpuquota.reliability.lemons import WINDOW, lemons_from
+from gpuquota.reliability.models import Drain
 from gpuquota.reliability.selectors import failures_by, figures_from
 
 DAYS = 90
@@ -13,7 +15,8 @@ DAYS = 90
 
 def reliability_page(*, as_of: datetime) -> dict:
     """Figures per class and cluster over the last 90 days, drift flags, the GPU and node
-    lemons with their evidence, the GPUs failed now and why, the taxonomy."""
+    lemons with their evidence, the GPUs failed now and why, the drained nodes (open, and
+    the last ten returned), the taxonomy."""
     history = fleet_history(as_of=as_of, since=as_of - 2 * WINDOW)
     start = as_of - timedelta(days=DAYS)
     failed_now = sorted(
@@ -34,4 +37,10 @@ def reliability_page(*, as_of: datetime) -> dict:
         "failed_now": [{"gpu": gpu, "since": f.start,
                         "incident": last_incident.get(gpu.id)} for gpu, f in failed_now],
         "taxonomy": sorted(XIDS.values(), key=lambda e: e.xid),
+        "drains": [{"drain": d, "fixes": sorted(FIXES.get(d.needs, {"admin"}))}
+                   for d in Drain.objects.filter(released_at__isnull=True)
+                   .select_related("node__cluster", "gpu")],
+        "drains_ended": list(Drain.objects.filter(released_at__isnull=False)
+                             .select_related("node__cluster", "gpu", "released_by")
+                             .order_by("-released_at")[:10]),
     }

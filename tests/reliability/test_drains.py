@@ -118,3 +118,17 @@ def test_a_reboot_with_a_good_sample_returns_it_automatically(site):
     assert os.path.exists(site["dir"] / "calls")
     drain.refresh_from_db()
     assert drain.released_at == NOW + timedelta(minutes=30)
+
+
+def test_the_page_lists_the_drain_and_an_admin_returns_it(site, client):
+    _event(site, 79)
+    (drain,) = drains_apply(since=NOW - timedelta(minutes=5), now=NOW)
+    client.force_login(AdminFactory())
+    page = client.get("/fleet/reliability/").content.decode()
+    assert "gpu-07" in page and "Return to service" in page and "xid 79" in page
+    url = f"/fleet/reliability/drains/{drain.pk}/return/"
+    refused = client.post(url, {"fix": "reset"}, follow=True).content.decode()
+    assert "needs reboot" in refused and Drain.objects.get().released_at is None
+    client.post(url, {"fix": "reboot"})
+    assert Drain.objects.get().release_fix == "reboot"
+    assert "State=RESUME" in (site["dir"] / "calls").read_text()
