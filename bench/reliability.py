@@ -17,7 +17,9 @@ the application XIDs counted as hardware. The last line:
     RESULT lemon_recall=<percent> lemon_precision=<percent> false_flags_per_day=<n>
            drift_days=<n> drain_p95_s=<n> app_xid_counted=<n>
 
-`drain_p95_s` is `na`: draining through the scheduler backends is not built yet.
+`drain_p95_s`: the time from a critical event's batch to its node showing DRAIN on the dev
+Slurm cluster (`bench/reliability_drain.py`), p95 of 20 trials plus the drain task's whole
+interval (an upper bound); `na` with `--no-slurm` or where the dev cluster cannot start.
 """
 
 import argparse
@@ -27,6 +29,7 @@ import uuid
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
+from bench.reliability_drain import drain_latency
 from bench.simdb import django_on_fresh_database
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -161,6 +164,8 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=180)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--database", default="gq_failures_reliability_bench")
+    parser.add_argument("--no-slurm", action="store_true",
+                        help="skip the drain latency on the dev Slurm cluster")
     args = parser.parse_args()
     module, _, function = args.workload.partition(":")
     work = getattr(importlib.import_module(module), function or "workload")(
@@ -181,9 +186,15 @@ def main() -> None:
           f"{','.join(result['other_classes_drifting']) or 'none'} failures_counted={failures} "
           f"eval_s_per_day={result['eval_s_mean']:.2f}")
     drift_days = "none" if result["drift_days"] is None else result["drift_days"]
+    drain = None if args.no_slurm else drain_latency()
+    if drain:
+        print(f"DETAIL drain_trials={drain['trials']} event_to_drain_p50_s={drain['p50_s']} "
+              f"event_to_drain_p95_s={drain['p95_s']} (task run at once); reported: "
+              f"+ the task's interval, an upper bound")
     print(f"RESULT lemon_recall={result['recall']:.1f} lemon_precision="
           f"{result['precision']:.1f} false_flags_per_day={result['false_flags_per_day']:.2f} "
-          f"drift_days={drift_days} drain_p95_s=na app_xid_counted={counted}")
+          f"drift_days={drift_days} drain_p95_s={drain['bound_p95_s'] if drain else 'na'} "
+          f"app_xid_counted={counted}")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ def _drain_node(drain: Drain) -> None:
 
 def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
     """Drain the node of every critical failure received in [since, now] whose node has
-    no open drain; idempotent (one open drain per node)."""
+    no open drain and no drain for it or a later failure; idempotent (one open drain per
+    node; a failure that was drained and returned never drains again)."""
     critical = (Q(type__in=CRITICAL_EVENT_TYPES)
                 | Q(type=EventType.XID, xid__in=CRITICAL_XIDS))
     events = (GpuEvent.objects.filter(critical, gpu__isnull=False, received_at__gte=since,
@@ -55,8 +56,10 @@ def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
               .select_related("gpu", "node", "node__cluster").order_by("ts"))
     made = []
     for event in events:
-        if Drain.objects.filter(node=event.node, released_at__isnull=True).exists():
-            continue
+        drained = Drain.objects.filter(node=event.node)
+        if (drained.filter(released_at__isnull=True).exists()
+                or drained.filter(event_at__gte=event.ts).exists()):
+            continue  # drained now, or for this failure or a later one already
         entry = classify(type=event.type, xid=event.xid)
         reason = f"xid {event.xid}" if event.type == EventType.XID else event.type
         with transaction.atomic():

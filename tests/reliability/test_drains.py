@@ -101,6 +101,7 @@ def test_return_only_after_the_fix_named(site):
     assert refused.value.field == "fix"
     drain_release(drain=drain, by=admin, fix="replaced", at=NOW)
     assert Drain.objects.get().released_by == admin
+    assert drains_apply(since=NOW - timedelta(minutes=5), now=NOW) == []  # not again
     assert "State=RESUME" in (site["dir"] / "calls").read_text()
 
 
