@@ -137,7 +137,10 @@ def evaluate(work) -> dict:
     for key, multiple in lemon_gpus.items():
         by_multiple[multiple][1] += 1
         by_multiple[multiple][0] += key in last["gpus"]
+    likely = [gpu_uuid(n, g) for (n, g), e in work.lemon_expected.items() if e >= 5]
     return {"recall": 100 * len(found) / len(planted),
+            "recall_expected_ge_5": (100 * len(set(likely) & last["gpus"]) / len(likely)
+                                     if likely else None), "likely": len(likely),
             "precision": 100 * len(true_flags) / len(flagged) if flagged else 100.0,
             "false_flags_per_day": sum(false_per_day) / len(false_per_day),
             "false_flags_max": max(false_per_day),
@@ -181,6 +184,9 @@ def main() -> None:
     counted, failures = app_xids_counted(work)
     for multiple, (found, total) in sorted(result["by_multiple"].items()):
         print(f"DETAIL lemon_multiple={multiple} found={found}/{total}")
+    if result["recall_expected_ge_5"] is not None:
+        print(f"DETAIL lemons_expected_5_or_more_failures={result['likely']} "
+              f"recall={result['recall_expected_ge_5']:.1f}")
     print(f"DETAIL flagged_last_day={result['flagged']} false_flags_max_day="
           f"{result['false_flags_max']} other_classes_drifting="
           f"{','.join(result['other_classes_drifting']) or 'none'} failures_counted={failures} "

@@ -56,6 +56,7 @@ class Workload:
     lemon_nodes: set = field(default_factory=set)
     drift: tuple | None = None  # (class, day the rate doubles)
     hardware_failures: int = 0  # generated critical failures (before incident merging)
+    lemon_expected: dict = field(default_factory=dict)  # (node, gpu) -> failures expected
     app_xids: int = 0
 
 
@@ -116,6 +117,8 @@ def workload(*, days: int = 180, seed: int = 7) -> Workload:
             _failure(rng, node, gpu, again, events)
             failures += 1
     app = sum(1 for e in events if e.type == "xid" and e.xid in APP_XIDS)
-    return Workload("fleet2048", days, [(n, m) for n, m, _, _ in CLASSES], nodes,
-                    sorted(events, key=lambda e: (e.at_s, e.node, e.gpu)), lemons, lemon_nodes,
-                    (DRIFT_CLASS, DRIFT_DAY), failures, app)
+    expected = {slot: m * rate_of[nodes[slot[0]][1]] * days for slot, m in lemons.items()}
+    return Workload(name="fleet2048", days=days, classes=[(n, m) for n, m, _, _ in CLASSES],
+                    nodes=nodes, events=sorted(events, key=lambda e: (e.at_s, e.node, e.gpu)),
+                    lemon_gpus=lemons, lemon_nodes=lemon_nodes, drift=(DRIFT_CLASS, DRIFT_DAY),
+                    hardware_failures=failures, app_xids=app, lemon_expected=expected)
