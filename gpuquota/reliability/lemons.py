@@ -4,9 +4,10 @@ with those its days in service would see at its class's rate (the class without 
 Poisson upper tail is the p-value, flagged below `ALPHA` divided by the entities of the
 class (Bonferroni: a class of any size sees a false flag in at most one evaluation in
 four) and with at least `MIN_FAILURES`. The score is -log10(p); the
-evidence lists the failures by XID, repeats after a repair, hardware warnings and the
-row-remap headroom. The first-flagged time is the failure since which the entity has
-been flagged at every failure up to `as_of`: replaying history gives the same answer."""
+evidence lists the failures by XID, repeats after a repair, the jobs that failed on it,
+hardware warnings and the row-remap headroom. The first-flagged time is the failure since
+which the entity has been flagged at every failure up to `as_of`: replaying history gives
+the same answer."""
 
 import bisect
 import math
@@ -133,7 +134,8 @@ def _first_flagged(unit: Unit, peers: _Class, as_of: datetime) -> datetime:
     return first
 
 
-def _evidence(unit: Unit, n: int, expected: float, as_of: datetime) -> list[str]:
+def _evidence(unit: Unit, n: int, expected: float, as_of: datetime,
+              killed: list) -> list[str]:
     start = as_of - WINDOW
     failures = [i for i in unit.failures if start <= i.at <= as_of]
     labels = Counter(i.label for i in failures)
@@ -143,6 +145,11 @@ def _evidence(unit: Unit, n: int, expected: float, as_of: datetime) -> list[str]
                   if b.at - a.at <= REPEAT_WITHIN)
     if repeats:
         lines.append(f"{repeats} failed again within {REPEAT_WITHIN.days} days of the last")
+    ids = {g.id for g in unit.gpus}
+    jobs = [j for j in killed if j.gpu_id in ids and start <= j.ended_at <= as_of]
+    if jobs:
+        lines.append(f"{len(jobs)} job{'s' if len(jobs) > 1 else ''} failed on it "
+                     f"({sum(j.gpu_hours for j in jobs):.1f} GPU-hours lost)")
     warnings = [i for i in unit.warnings if start <= i.at <= as_of]
     if warnings:
         lines.append(f"{len(warnings)} hardware warnings (" + ", ".join(
@@ -171,7 +178,7 @@ def lemons_from(history: History, *, kind: str) -> list[Flag]:
         flags.append(Flag(kind, unit.key, unit.gpu_class, unit.cluster,
                           round(min(99.0, -math.log10(max(p, 1e-99))), 2), p, n,
                           round(expected, 3), _first_flagged(unit, peers, as_of),
-                          _evidence(unit, n, expected, as_of)))
+                          _evidence(unit, n, expected, as_of, history.killed)))
     return sorted(flags, key=lambda f: (-f.score, f.key))
 
 

@@ -1,6 +1,7 @@
 """Reliability figures per GPU, node, class and cluster (docs/reliability.md): failures
 per 1,000 GPU-days with the exact Poisson interval, mean time between failures and to
-repair, availability, failures by component and by action. A failure is a hardware
+repair, availability, failures by component and by action, the Slurm jobs failures ended
+and their GPU-hours. A failure is a hardware
 incident of the taxonomy's critical severity; application XIDs never count."""
 
 from collections import Counter, defaultdict
@@ -21,6 +22,8 @@ class Figures:
     failures: int = 0
     warnings: int = 0
     failed_s: float = 0.0
+    jobs_killed: int = 0
+    gpu_hours_lost: float = 0.0
     repairs_s: list = field(default_factory=list)
     by_component: Counter = field(default_factory=Counter)
     by_action: Counter = field(default_factory=Counter)
@@ -56,6 +59,7 @@ class Figures:
                 "failures": self.failures, "hardware_warnings": self.warnings,
                 "failures_per_1000_gpu_days": _r(self.rate_per_1000),
                 "ci95_low": _r(ci[0]) if ci else None, "ci95_high": _r(ci[1]) if ci else None,
+                "jobs_killed": self.jobs_killed, "gpu_hours_lost": round(self.gpu_hours_lost, 2),
                 "mtbf_days": _r(self.mtbf_days), "mttr_hours": _r(self.mttr_hours),
                 "availability": _r(self.availability, 5),
                 "by_component": dict(self.by_component), "by_action": dict(self.by_action)}
@@ -96,6 +100,11 @@ def figures_from(history: History, *, group: str, start: datetime) -> list[Figur
             figures.by_action[incident.entry.action.value] += 1
         else:
             figures.warnings += 1
+    for job in history.killed:
+        if job.ended_at >= start and job.gpu_id in history.gpus:
+            figures = of(history.gpus[job.gpu_id])
+            figures.jobs_killed += 1
+            figures.gpu_hours_lost += job.gpu_hours
     for failed in history.failed:
         gpu = history.gpus.get(failed.gpu_id)
         if gpu is None:

@@ -49,6 +49,9 @@ class FiguresSerializer(serializers.Serializer):
     failures_per_1000_gpu_days = serializers.FloatField(allow_null=True)
     ci95_low = serializers.FloatField(allow_null=True, help_text="Exact (Garwood) 95% interval")
     ci95_high = serializers.FloatField(allow_null=True)
+    jobs_killed = serializers.IntegerField(help_text="Slurm jobs a failure ended (NODE_FAIL, "
+                                           "or ended within 10 minutes of a failure)")
+    gpu_hours_lost = serializers.FloatField(help_text="Those jobs' GPU-hours")
     mtbf_days = serializers.FloatField(allow_null=True)
     mttr_hours = serializers.FloatField(allow_null=True,
                                         help_text="Failed -> back in service, closed intervals")

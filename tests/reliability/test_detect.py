@@ -20,6 +20,7 @@ from gpuquota.reliability.drift import drift
 from gpuquota.reliability.lemons import lemons
 from gpuquota.reliability.selectors import reliability_figures
 from gpuquota.reliability.stats import poisson_ci, poisson_sf, rate_excess_p
+from gpuquota.schedulers.models import SlurmJob, SlurmJobGpu
 from tests.reliability.factories import event_add, fleet_build
 
 AS_OF = datetime(2026, 6, 1, tzinfo=UTC)
@@ -86,3 +87,26 @@ def test_drift_flags_a_node_against_its_peers_not_application_noise(fleet):
     found = drift(as_of=AS_OF)
     assert [(d.kind, d.key) for d in found] == [
         ("node", f"{fleet['lemon'].node.cluster.slug}/{fleet['lemon'].node.hostname}")]
+
+
+def test_jobs_a_failure_ended_count_against_the_gpu(fleet):
+    lemon, failure = fleet["lemon"], fleet["failures"][-1]
+    cluster = lemon.node.cluster
+
+    def job(job_id, state, ended):
+        started = ended - timedelta(hours=2)
+        SlurmJob.objects.create(cluster=cluster, job_id=job_id, submitted_at=started,
+                                started_at=started, ended_at=ended, state=state, gpus=4)
+        SlurmJobGpu.objects.create(cluster=cluster, job_id=job_id, node=lemon.node.hostname,
+                                   gpu_index=lemon.index, gpu=lemon, first_seen_at=started,
+                                   last_seen_at=ended)
+
+    job("1", "FAILED", failure + timedelta(minutes=2))  # the xid 79 ended it
+    job("2", "COMPLETED", failure + timedelta(minutes=1))
+    job("3", "FAILED", failure - timedelta(days=1))  # the program's own failure
+    job("4", "NODE_FAIL", failure - timedelta(days=2))
+    by_key = {f["key"]: f for f in reliability_figures(as_of=AS_OF, group="gpu", days=90)}
+    assert by_key[lemon.uuid]["jobs_killed"] == 2
+    assert by_key[lemon.uuid]["gpu_hours_lost"] == 16.0
+    (flag,) = lemons(as_of=AS_OF)
+    assert "2 jobs failed on it (16.0 GPU-hours lost)" in flag.evidence
