@@ -152,8 +152,10 @@ def _evidence(unit: Unit, n: int, expected: float, as_of: datetime,
                      f"({sum(j.gpu_hours for j in jobs):.1f} GPU-hours lost)")
     warnings = [i for i in unit.warnings if start <= i.at <= as_of]
     if warnings:
-        lines.append(f"{len(warnings)} hardware warnings (" + ", ".join(
-            f"{label} x{c}" for label, c in Counter(i.label for i in warnings).most_common()) + ")")
+        causes = ", ".join(f"{label} x{c}" for label, c in
+                           Counter(i.label for i in warnings).most_common())
+        plural = "s" if len(warnings) > 1 else ""
+        lines.append(f"{len(warnings)} hardware warning{plural} ({causes})")
     remaps = sum(1 for i in unit.warnings if i.label in REMAP_LABELS and i.at <= as_of)
     if any(i.label == "xid 64" for i in unit.failures if i.at <= as_of):
         lines.append("row remapping failed (xid 64): no spare row left, NVIDIA's RMA condition")
