@@ -30,29 +30,29 @@ def as_of_parse(query: dict) -> datetime:
 
 
 class LemonsView(APIView):
-    @extend_schema(parameters=[s.LemonQuerySerializer],
-                   responses={200: s.LemonListSerializer, **ERRORS},
+    @extend_schema(parameters=[s.ReliabilityLemonQuerySerializer],
+                   responses={200: s.ReliabilityLemonListSerializer, **ERRORS},
                    summary="GPUs or nodes flagged as lemons at `as_of`: score, evidence, "
                            "first-flagged time (admins)")
     def get(self, request):
         require_admin(request.user)
-        query = query_parse(s.LemonQuerySerializer, request)
+        query = query_parse(s.ReliabilityLemonQuerySerializer, request)
         as_of = as_of_parse(query)
         flags = lemons(as_of=as_of, kind=query["kind"])
-        return Response(s.LemonListSerializer(
+        return Response(s.ReliabilityLemonListSerializer(
             {"as_of": as_of, "kind": query["kind"], "flagged": flags}).data)
 
 
 class FiguresView(APIView):
-    @extend_schema(parameters=[s.FiguresQuerySerializer],
-                   responses={200: s.FiguresListSerializer, **ERRORS},
+    @extend_schema(parameters=[s.ReliabilityFiguresQuerySerializer],
+                   responses={200: s.ReliabilityFiguresListSerializer, **ERRORS},
                    summary="Failures per 1,000 GPU-days (95% interval), MTBF, MTTR, "
                            "availability per GPU, node, class or cluster (admins)")
     def get(self, request):
         require_admin(request.user)
-        query = query_parse(s.FiguresQuerySerializer, request)
+        query = query_parse(s.ReliabilityFiguresQuerySerializer, request)
         as_of = as_of_parse(query)
         figures = reliability_figures(as_of=as_of, group=query["group"], days=query["days"])
-        return Response(s.FiguresListSerializer(
+        return Response(s.ReliabilityFiguresListSerializer(
             {"as_of": as_of, "group": query["group"], "days": query["days"],
              "figures": figures}).data)

@@ -6,22 +6,22 @@ from gpuquota.core.api_fields import AwareDateTimeField, ChoiceField
 from gpuquota.reliability.selectors import GROUPS
 
 
-class AsOfQuerySerializer(serializers.Serializer):
+class ReliabilityAsOfQuerySerializer(serializers.Serializer):
     as_of = AwareDateTimeField(required=False, help_text="The instant to evaluate at (default "
                                "now): only what was recorded by then counts, so history "
                                "replays.")
 
 
-class LemonQuerySerializer(AsOfQuerySerializer):
+class ReliabilityLemonQuerySerializer(ReliabilityAsOfQuerySerializer):
     kind = ChoiceField(choices=["gpu", "node"], required=False, default="gpu")
 
 
-class FiguresQuerySerializer(AsOfQuerySerializer):
+class ReliabilityFiguresQuerySerializer(ReliabilityAsOfQuerySerializer):
     group = ChoiceField(choices=list(GROUPS), required=False, default="class")
     days = serializers.IntegerField(required=False, default=90, min_value=1, max_value=366)
 
 
-class FlagSerializer(serializers.Serializer):
+class ReliabilityFlagSerializer(serializers.Serializer):
     kind = serializers.CharField(help_text="gpu or node")
     key = serializers.CharField(help_text="The GPU's UUID, or cluster/hostname")
     gpu_class = serializers.CharField()
@@ -34,13 +34,13 @@ class FlagSerializer(serializers.Serializer):
     evidence = serializers.ListField(child=serializers.CharField())
 
 
-class LemonListSerializer(serializers.Serializer):
+class ReliabilityLemonListSerializer(serializers.Serializer):
     as_of = serializers.DateTimeField()
     kind = serializers.CharField()
-    flagged = FlagSerializer(many=True)
+    flagged = ReliabilityFlagSerializer(many=True)
 
 
-class FiguresSerializer(serializers.Serializer):
+class ReliabilityFiguresSerializer(serializers.Serializer):
     key = serializers.CharField()
     gpus = serializers.IntegerField()
     gpu_days = serializers.FloatField()
@@ -60,8 +60,8 @@ class FiguresSerializer(serializers.Serializer):
     by_action = serializers.DictField(child=serializers.IntegerField())
 
 
-class FiguresListSerializer(serializers.Serializer):
+class ReliabilityFiguresListSerializer(serializers.Serializer):
     as_of = serializers.DateTimeField()
     group = serializers.CharField()
     days = serializers.IntegerField()
-    figures = FiguresSerializer(many=True)
+    figures = ReliabilityFiguresSerializer(many=True)
