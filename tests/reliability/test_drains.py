@@ -10,12 +10,15 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 
+from gpuquota.celery import collect_beat_schedule
 from gpuquota.core.errors import DomainError
 from gpuquota.ingest.models import GpuEvent
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.reliability.drains import drain_release, drains_apply, drains_auto_release
 from gpuquota.reliability.models import Drain
+from gpuquota.reliability.tasks import drains_task
 from gpuquota.schedulers.models import BackendConfig
 from gpuquota.schedulers.runner import Runner
 from gpuquota.schedulers.slurm.drain import node_drain, node_resume, node_state
@@ -133,3 +136,11 @@ def test_the_page_lists_the_drain_and_an_admin_returns_it(site, client):
     client.post(url, {"fix": "reboot"})
     assert Drain.objects.get().release_fix == "reboot"
     assert "State=RESUME" in (site["dir"] / "calls").read_text()
+
+
+def test_the_task_drains_what_just_arrived(site):
+    assert collect_beat_schedule()["reliability-drains"]["task"] == "reliability.drains"
+    _event(site, 119)
+    with time_machine.travel(NOW + timedelta(minutes=1), tick=False):
+        assert drains_task() == {"drained": 1, "released": 0}
+        assert drains_task() == {"drained": 0, "released": 0}
