@@ -9,6 +9,7 @@ NAV_SECTIONS = [
     ("/reservations/pending/", "approvals"),
     ("/reservations/maintenance/", "operations"),
     ("/reservations/backfill/", "manage"),
+    ("/fleet/reliability/", "operations"),
     ("/fleet/", "fleet"),
     ("/statements/", "billing"),
     ("/manage/rate-cards/", "billing"),

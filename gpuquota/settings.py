@@ -114,6 +114,7 @@ INSTALLED_APPS = [
     "gpuquota.schedulers.kubernetes",  # kubernetes: its page and contributions
     "gpuquota.lending",
     "gpuquota.jobs",
+    "gpuquota.reliability",
     "reports",
     "gpuquota.mail",
     "gpuquota.demo",

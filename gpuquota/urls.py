@@ -43,6 +43,7 @@ urlpatterns = [
     path("", include("gpuquota.lending.urls")),
     path("", include("gpuquota.lending.urls_pages")),
     path("", include("gpuquota.jobs.urls")),
+    path("", include("gpuquota.reliability.urls")),
     path("", include("reports.urls")),
     path("", include("reports.page_urls")),
     path("", include("reclaim.urls")),

@@ -27,11 +27,10 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import EventType, GpuEvent, Sample
+from gpuquota.ingest.taxonomy import DEGRADED_XIDS, FAILED_XIDS
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.outbox.services import gpu_hours_mark_dirty, gpu_usage_mark_dirty
 
-FAILED_XIDS = frozenset({48, 64, 79, 95, 119, 120})
-DEGRADED_XIDS = frozenset({63, 74, 92, 94})
 FAILED, DEGRADED = GpuHealthInterval.State.FAILED, GpuHealthInterval.State.DEGRADED
 _RANK = {DEGRADED: 1, FAILED: 2}
 ONE_SECOND = timedelta(seconds=1)

@@ -155,6 +155,15 @@ class Backend(ABC):
     def render(self, actions: Iterable[Action]) -> list[str]:
         """The commands the actions run, one string per command, for people to read."""
 
+    def node_drain(self, *, hostname: str, reason: str) -> None:
+        """Keep new work off a node for a failure (docs/reliability.md#drains); read back.
+        A backend that cannot says so with a BackendError."""
+        raise BackendError(f"The {self.scheduler} backend cannot drain nodes yet.")
+
+    def node_resume(self, *, hostname: str) -> bool:
+        """Undo gpuquota's own drain of the node (never the site's); whether it did."""
+        raise BackendError(f"The {self.scheduler} backend cannot resume nodes yet.")
+
     def export(self, plan: Plan) -> dict[str, str]:
         """The whole plan as files a site applies itself: file name -> content."""
         return {"commands.txt": "\n".join(self.render(self.diff(plan, Observed()))) + "\n"}

@@ -90,7 +90,7 @@ def test_the_installed_apps_contribute_in_installed_apps_order():
         ("fleet", "figures", "telemetry/_fleet_sources.html"),
     ]
     assert [type(c).__name__ for c in contributed("METRICS_COLLECTORS")] == [
-        "LendingCollector", "ReclaimCollector", "TelemetryCollector"]
+        "LendingCollector", "ReliabilityCollector", "ReclaimCollector", "TelemetryCollector"]
     assert [seed.__module__ for seed in contributed("DEMO_SEEDS")] == ["gpuquota.lending.demo",
                                                                        "reports.demo"]
     assert contributions_check() == []

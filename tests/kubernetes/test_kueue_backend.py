@@ -257,7 +257,9 @@ def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
     designed = {(KINDS[k].group, KINDS[k].plural, verb) for k in MANAGED_KINDS
                 for verb in Api.rbac_verbs} | {("resource.k8s.io", "resourceslices", "list"),
                                                ("resource.k8s.io", "resourceclaims", "list"),
-                                               ("kueue.x-k8s.io", "workloads", "list")}
+                                               ("kueue.x-k8s.io", "workloads", "list"),
+                                               # drains (gpuquota.reliability): cordon, taint
+                                               ("", "nodes", "list"), ("", "nodes", "patch")}
     assert granted == designed
     # ...and these runs used every kind of call, none outside the grant.
     assert used <= granted and {v for _, _, v in used} == set(Api.rbac_verbs)

@@ -198,6 +198,17 @@ class Api:
             self._call(what, self.custom.patch_cluster_custom_object, kind.group,
                        kind.version, kind.plural, name, patch)
 
+    def node_find(self, name: str) -> dict | None:
+        """One Node as plain JSON (listed by name: the ClusterRole grants no `get`)."""
+        core = k8s.CoreV1Api(self.api)
+        found = self._call(f"list node {name}", core.list_node,
+                           field_selector=f"metadata.name={name}")
+        items = self.api.sanitize_for_serialization(found).get("items", [])
+        return next((n for n in items if n["metadata"]["name"] == name), None)
+
+    def node_patch(self, name: str, patch: dict) -> None:
+        self._call(f"patch node {name}", k8s.CoreV1Api(self.api).patch_node, name, patch)
+
     def delete(self, kind: Kind, name: str, namespace: str) -> None:
         what = f"delete {kind.kind} {name}"
         if kind.namespaced:

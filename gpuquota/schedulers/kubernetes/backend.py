@@ -23,6 +23,7 @@ from gpuquota.schedulers.backend import (
     Plan,
     SchedulerObject,
 )
+from gpuquota.schedulers.kubernetes import drain
 from gpuquota.schedulers.kubernetes.admission import admission_objects
 from gpuquota.schedulers.kubernetes.api import Api, api_client
 from gpuquota.schedulers.kubernetes.capabilities import detect
@@ -96,6 +97,12 @@ class KubernetesBackend(Backend):
                                        timeout_s=self.config.command_timeout_s,
                                        ca_file=self.options.ca_file))
         return self._api
+
+    def node_drain(self, *, hostname: str, reason: str) -> None:
+        drain.node_drain(self.api, hostname, reason)
+
+    def node_resume(self, *, hostname: str) -> bool:
+        return drain.node_resume(self.api, hostname)
 
     def capabilities(self) -> CapabilityReport:
         report = detect(self.api, options=self.options)

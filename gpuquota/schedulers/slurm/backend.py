@@ -19,7 +19,7 @@ from gpuquota.schedulers.models import ManagedObject
 from gpuquota.schedulers.runner import Runner
 from gpuquota.schedulers.secrets import secret_decrypt
 from gpuquota.schedulers.selectors import plan_inputs
-from gpuquota.schedulers.slurm import objects
+from gpuquota.schedulers.slurm import drain, objects
 from gpuquota.schedulers.slurm.capabilities import (
     capabilities_report,
     config_parse,
@@ -56,6 +56,12 @@ class SlurmBackend(Backend):
         self._cluster_name = self.options.cluster_name
 
     # -- the interface --------------------------------------------------------------------
+    def node_drain(self, *, hostname: str, reason: str) -> None:
+        drain.node_drain(self.runner, hostname, reason)
+
+    def node_resume(self, *, hostname: str) -> bool:
+        return drain.node_resume(self.runner, hostname)
+
     def capabilities(self) -> CapabilityReport:
         config = config_parse(self.runner.run(["scontrol", "show", "config"]).stdout)
         nodes = node_gres_types(self.runner.run(["scontrol", "-o", "show", "node"]).stdout)

@@ -1,0 +1,118 @@
+"""Drains by policy (docs/reliability.md#drains): a critical failure (the taxonomy's
+critical severity) drains its node at once through the cluster's scheduler backend, with
+a reason gpuquota owns (`[gpuquota] xid 79`); the node returns only after the fix the
+failure needs: automatically when that fix is a reset or a reboot and the GPU's failed
+interval closed after it (a new boot with a good sample), otherwise by an admin naming
+the fix. Every drain and return is audited."""
+
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Q
+
+from gpuquota.core.errors import DomainError, PermissionDenied
+from gpuquota.core.services import audit_record
+from gpuquota.ingest.models import EventType, GpuEvent
+from gpuquota.ingest.taxonomy import CRITICAL_EVENT_TYPES, CRITICAL_XIDS, Action, classify
+from gpuquota.inventory.models import GpuHealthInterval, Node
+from gpuquota.reliability.models import Drain
+from gpuquota.schedulers.backend import BackendError, backend_for
+from gpuquota.schedulers.models import BackendConfig
+
+AUTO_RETURN = {Action.RESET_GPU.value, Action.REBOOT.value}
+FIXES = {  # the fixes an admin may name, per what the failure needs
+    Action.RESET_GPU.value: {"reset", "reboot", "diagnostic", "replaced", "admin"},
+    Action.REBOOT.value: {"reboot", "diagnostic", "replaced", "admin"},
+    Action.REPLACE.value: {"replaced", "diagnostic", "admin"},
+}
+
+
+def _backend(node: Node):
+    config = BackendConfig.objects.filter(cluster=node.cluster,
+                                          mode=BackendConfig.Mode.WRITE).first()
+    return backend_for(node.cluster, config) if config is not None else None
+
+
+def _drain_node(drain: Drain) -> None:
+    backend = _backend(drain.node)
+    if backend is None:
+        drain.state = Drain.State.RECORDED
+        return
+    try:
+        backend.node_drain(hostname=drain.node.hostname, reason=drain.reason)
+        drain.state = Drain.State.DRAINED
+    except BackendError as exc:
+        drain.state, drain.error = Drain.State.REFUSED, str(exc)[:2000]
+
+
+def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
+    """Drain the node of every critical failure received in [since, now] whose node has
+    no open drain and no drain for it or a later failure; idempotent (one open drain per
+    node; a failure that was drained and returned never drains again)."""
+    critical = (Q(type__in=CRITICAL_EVENT_TYPES)
+                | Q(type=EventType.XID, xid__in=CRITICAL_XIDS))
+    events = (GpuEvent.objects.filter(critical, gpu__isnull=False, received_at__gte=since,
+                                      received_at__lte=now)
+              .select_related("gpu", "node", "node__cluster").order_by("ts"))
+    made = []
+    for event in events:
+        drained = Drain.objects.filter(node=event.node)
+        if (drained.filter(released_at__isnull=True).exists()
+                or drained.filter(event_at__gte=event.ts).exists()):
+            continue  # drained now, or for this failure or a later one already
+        entry = classify(type=event.type, xid=event.xid)
+        reason = f"xid {event.xid}" if event.type == EventType.XID else event.type
+        with transaction.atomic():
+            drain = Drain(node=event.node, gpu=event.gpu.parent or event.gpu, reason=reason,
+                          needs=entry.action.value, event_at=event.ts, drained_at=now)
+            _drain_node(drain)
+            drain.save()
+            audit_record(actor=None, action="node_drain", obj=drain, reason=reason, changes={
+                "node": str(event.node), "gpu": drain.gpu.uuid, "needs": drain.needs,
+                "state": drain.state, "error": drain.error})
+        made.append(drain)
+    return made
+
+
+def _release(drain: Drain, *, at: datetime, by, fix: str) -> Drain:
+    backend = _backend(drain.node)
+    if backend is not None and drain.state == Drain.State.DRAINED:
+        backend.node_resume(hostname=drain.node.hostname)  # a refusal stays a BackendError
+    drain.released_at, drain.released_by, drain.release_fix = at, by, fix[:120]
+    drain.save(update_fields=["released_at", "released_by", "release_fix"])
+    audit_record(actor=by, action="node_resume", obj=drain, reason=fix,
+                 changes={"node": str(drain.node), "needs": drain.needs})
+    return drain
+
+
+@transaction.atomic
+def drain_release(*, drain: Drain, by, fix: str, at: datetime) -> Drain:
+    """An admin returns a drained node to service, naming the fix done; refused when that
+    fix is not one the failure needs (a replacement is not undone by a reset)."""
+    if not (by is not None and by.is_authenticated and by.is_staff):
+        raise PermissionDenied("Only admins can return a drained node.")
+    if drain.released_at is not None:
+        raise DomainError("This drain has already ended.", field="drain")
+    allowed = FIXES.get(drain.needs, {"admin"})
+    if fix not in allowed:
+        raise DomainError(f"A {drain.reason} needs {drain.needs}: name one of "
+                          f"{', '.join(sorted(allowed))}.", field="fix")
+    return _release(drain, at=at, by=by, fix=fix)
+
+
+def drains_auto_release(*, now: datetime) -> list[Drain]:
+    """Return the nodes whose drain needs a reset or a reboot once the GPU's failed
+    interval that the failure opened has closed (a new boot reported a good sample)."""
+    released = []
+    for drain in Drain.objects.filter(released_at__isnull=True, needs__in=AUTO_RETURN,
+                                      state__in=[Drain.State.DRAINED, Drain.State.RECORDED]):
+        interval = (GpuHealthInterval.objects.filter(
+            gpu=drain.gpu, state=GpuHealthInterval.State.FAILED, valid_from__lte=drain.event_at)
+            .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=drain.event_at))
+            .first())
+        if interval is None or interval.valid_until is None or interval.valid_until > now:
+            continue
+        with transaction.atomic():
+            released.append(_release(drain, at=now, by=None,
+                                     fix=interval.closed_reason or "recovered"))
+    return released

@@ -1,0 +1,178 @@
+"""The fleet's failure history as of an instant, in memory: the GPUs in service, their
+hardware incidents (events of the taxonomy's hardware entries, those of one GPU within
+`INCIDENT_GAP` of each other one incident) and their failed time. Only what was recorded
+at or before `as_of` is read, so any past instant can be replayed. Application XIDs never
+enter: the taxonomy keeps them out of `HARDWARE_XIDS`."""
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+
+from gpuquota.ingest.models import EventType, GpuEvent
+from gpuquota.ingest.taxonomy import (
+    HARDWARE_EVENT_TYPES,
+    HARDWARE_XIDS,
+    Entry,
+    Severity,
+    classify,
+)
+from gpuquota.inventory.models import Gpu, GpuHealthInterval
+from gpuquota.schedulers.models import SlurmJob, SlurmJobGpu
+
+INCIDENT_GAP = timedelta(minutes=10)
+DAY_S = 86400.0
+
+
+@dataclass
+class Incident:
+    gpu_id: int
+    node_id: int
+    at: datetime
+    entry: Entry  # the most severe event of the incident
+    events: list = field(default_factory=list)  # (ts, label)
+
+    @property
+    def is_failure(self) -> bool:
+        return self.entry.severity == Severity.CRITICAL
+
+    @property
+    def label(self) -> str:
+        return f"xid {self.entry.xid}" if self.entry.xid is not None else self.events[0][1]
+
+
+@dataclass
+class GpuLife:
+    id: int
+    uuid: str
+    node_id: int
+    hostname: str
+    cluster: str
+    gpu_class: str
+    commissioned_at: datetime
+    retired_at: datetime | None
+
+    def service_s(self, start: datetime, end: datetime) -> float:
+        """Seconds in service within [start, end)."""
+        lo = max(start, self.commissioned_at)
+        hi = min(end, self.retired_at) if self.retired_at else end
+        return max(0.0, (hi - lo).total_seconds())
+
+
+@dataclass
+class Failed:
+    gpu_id: int
+    start: datetime
+    end: datetime | None  # None: still failed
+
+
+@dataclass
+class KilledJob:
+    """A scheduler job a failure ended: Slurm's NODE_FAIL, or a job that ended unfinished
+    within `INCIDENT_GAP` after a hardware failure on a GPU it held."""
+
+    gpu_id: int
+    job_id: str
+    ended_at: datetime
+    gpu_hours: float  # the run's GPU-hours, lost with it (no checkpoint assumed)
+
+
+@dataclass
+class History:
+    as_of: datetime
+    gpus: dict[int, GpuLife]
+    incidents: list[Incident]  # in time order
+    failed: list[Failed]
+    killed: list[KilledJob] = field(default_factory=list)
+
+    def failures(self) -> list[Incident]:
+        return [i for i in self.incidents if i.is_failure]
+
+
+def _rank(entry: Entry) -> int:
+    return {Severity.CRITICAL: 2, Severity.WARNING: 1}.get(entry.severity, 0)
+
+
+def _incidents(rows: list[dict], gpus: dict[int, GpuLife]) -> list[Incident]:
+    by_gpu: dict[int, list] = defaultdict(list)
+    for row in rows:
+        gpu_id = row["gpu__parent_id"] or row["gpu_id"]
+        if gpu_id in gpus:
+            by_gpu[gpu_id].append(row)
+    found = []
+    for gpu_id, events in by_gpu.items():
+        current = None
+        for row in sorted(events, key=lambda r: r["ts"]):
+            entry = classify(type=row["type"], xid=row["xid"])
+            label = f"xid {row['xid']}" if row["type"] == EventType.XID else row["type"]
+            if current is not None and row["ts"] - current.events[-1][0] <= INCIDENT_GAP:
+                current.events.append((row["ts"], label))
+                if _rank(entry) > _rank(current.entry):
+                    current.entry = entry
+                continue
+            current = Incident(gpu_id, gpus[gpu_id].node_id, row["ts"], entry, [(row["ts"], label)])
+            found.append(current)
+    return sorted(found, key=lambda i: (i.at, i.gpu_id))
+
+
+def fleet_history(*, as_of: datetime, since: datetime | None = None) -> History:
+    """The GPUs commissioned by `as_of`, their hardware incidents and failed intervals
+    starting in [since, as_of] (since: all history)."""
+    gpus = {
+        row["id"]: GpuLife(row["id"], row["uuid"], row["node_id"], row["node__hostname"],
+                           row["node__cluster__slug"], row["gpu_class__name"],
+                           row["commissioned_at"], row["retired_at"])
+        for row in Gpu.objects.filter(parent__isnull=True, commissioned_at__lte=as_of).values(
+            "id", "uuid", "node_id", "node__hostname", "node__cluster__slug",
+            "gpu_class__name", "commissioned_at", "retired_at")
+    }
+    hardware = (Q(type__in=HARDWARE_EVENT_TYPES)
+                | Q(type=EventType.XID, xid__in=HARDWARE_XIDS))
+    events = GpuEvent.objects.filter(hardware, gpu__isnull=False, ts__lte=as_of)
+    intervals = GpuHealthInterval.objects.filter(
+        state=GpuHealthInterval.State.FAILED, valid_from__lte=as_of)
+    if since is not None:
+        events = events.filter(ts__gte=since)
+        intervals = intervals.filter(Q(valid_until__isnull=True) | Q(valid_until__gt=since))
+    rows = list(events.values("gpu_id", "gpu__parent_id", "ts", "type", "xid"))
+    failed = [Failed(gpu_id, start, end if end is None or end <= as_of else None)
+              for gpu_id, start, end in intervals.values_list("gpu_id", "valid_from",
+                                                              "valid_until")]
+    incidents = _incidents(rows, gpus)
+    return History(as_of, gpus, incidents, failed,
+                   _killed_jobs(incidents, gpus, since=since, as_of=as_of))
+
+
+UNFINISHED = ("NODE_FAIL", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED", "TIMEOUT")
+
+
+def _killed_jobs(incidents: list[Incident], gpus: dict[int, GpuLife], *,
+                 since: datetime | None, as_of: datetime) -> list[KilledJob]:
+    """The Slurm jobs a failure ended (the jobs' GPUs as slurmctld reported them)."""
+    held = SlurmJobGpu.objects.filter(gpu__isnull=False, first_seen_at__lte=as_of)
+    if since is not None:
+        held = held.filter(last_seen_at__gte=since)
+    gpus_of: dict[tuple, set] = defaultdict(set)
+    for cluster_id, job_id, gpu_id, parent_id in held.values_list(
+            "cluster_id", "job_id", "gpu_id", "gpu__parent_id"):
+        if (parent_id or gpu_id) in gpus:
+            gpus_of[cluster_id, job_id].add(parent_id or gpu_id)
+    if not gpus_of:
+        return []
+    failures_of: dict[int, list] = defaultdict(list)
+    for incident in incidents:
+        if incident.is_failure:
+            failures_of[incident.gpu_id].append(incident.at)
+    jobs = SlurmJob.objects.filter(job_id__in={j for _, j in gpus_of}, state__in=UNFINISHED,
+                                   started_at__isnull=False, ended_at__lte=as_of)
+    killed = []
+    for job in jobs.values("cluster_id", "job_id", "state", "started_at", "ended_at", "gpus"):
+        gpu_hours = job["gpus"] * (job["ended_at"] - job["started_at"]).total_seconds() / 3600
+        for gpu_id in sorted(gpus_of.get((job["cluster_id"], job["job_id"]), ())):
+            hit = any(job["started_at"] <= at <= job["ended_at"]
+                      and job["ended_at"] - at <= INCIDENT_GAP for at in failures_of[gpu_id])
+            if hit or job["state"] == "NODE_FAIL":
+                killed.append(KilledJob(gpu_id, job["job_id"], job["ended_at"], gpu_hours))
+                break
+    return killed

@@ -1,0 +1,42 @@
+"""Drains: a node kept from new work for a GPU's critical failure, until the fix the
+failure needs (docs/reliability.md#drains)."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from gpuquota.core.fields import WholeSecondDateTimeField
+from gpuquota.ingest.taxonomy import Action
+
+
+class Drain(models.Model):
+    class State(models.TextChoices):
+        DRAINED = "drained", "Drained on the scheduler"
+        RECORDED = "recorded", "Recorded (no scheduler backend writes for the cluster)"
+        REFUSED = "refused", "The scheduler refused the drain"
+
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="drains")
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="drains")
+    reason = models.CharField(max_length=120, help_text="`xid 79`, `gpu_lost`...")
+    needs = models.CharField(max_length=16, choices=[(a.value, a.value) for a in Action],
+                             help_text="The fix the failure needs before the node returns")
+    event_at = WholeSecondDateTimeField(help_text="When the failure happened")
+    drained_at = WholeSecondDateTimeField(help_text="When gpuquota drained the node")
+    state = models.CharField(max_length=16, choices=State.choices)
+    error = models.TextField(blank=True)
+    released_at = WholeSecondDateTimeField(null=True, blank=True)
+    released_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                    on_delete=models.PROTECT, related_name="+")
+    release_fix = models.CharField(max_length=120, blank=True)
+
+    class Meta:
+        ordering = ["-drained_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["node"], condition=Q(released_at__isnull=True),
+                                    name="drain_one_open_per_node"),
+            models.CheckConstraint(condition=Q(state__in=["drained", "recorded", "refused"]),
+                                   name="drain_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node} drained for {self.reason}"

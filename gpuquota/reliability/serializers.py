@@ -1,0 +1,67 @@
+"""The reliability API's shapes (docs/api.md, Reliability)."""
+
+from rest_framework import serializers
+
+from gpuquota.core.api_fields import AwareDateTimeField, ChoiceField
+from gpuquota.reliability.selectors import GROUPS
+
+
+class ReliabilityAsOfQuerySerializer(serializers.Serializer):
+    as_of = AwareDateTimeField(required=False, help_text="The instant to evaluate at (default "
+                               "now): only what was recorded by then counts, so history "
+                               "replays.")
+
+
+class ReliabilityLemonQuerySerializer(ReliabilityAsOfQuerySerializer):
+    kind = ChoiceField(choices=["gpu", "node"], required=False, default="gpu")
+
+
+class ReliabilityFiguresQuerySerializer(ReliabilityAsOfQuerySerializer):
+    group = ChoiceField(choices=list(GROUPS), required=False, default="class")
+    days = serializers.IntegerField(required=False, default=90, min_value=1, max_value=366)
+
+
+class ReliabilityFlagSerializer(serializers.Serializer):
+    kind = serializers.CharField(help_text="gpu or node")
+    key = serializers.CharField(help_text="The GPU's UUID, or cluster/hostname")
+    gpu_class = serializers.CharField()
+    cluster = serializers.CharField()
+    score = serializers.FloatField(help_text="-log10 of the p-value (higher: more surprising)")
+    p_value = serializers.FloatField(help_text="Poisson upper tail against the class's rate")
+    failures = serializers.IntegerField(help_text="Hardware failures in the last 90 days")
+    expected = serializers.FloatField(help_text="What its class's rate would give it")
+    first_flagged = serializers.DateTimeField()
+    evidence = serializers.ListField(child=serializers.CharField())
+
+
+class ReliabilityLemonListSerializer(serializers.Serializer):
+    as_of = serializers.DateTimeField()
+    kind = serializers.CharField()
+    flagged = ReliabilityFlagSerializer(many=True)
+
+
+class ReliabilityFiguresSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    gpus = serializers.IntegerField()
+    gpu_days = serializers.FloatField()
+    failures = serializers.IntegerField()
+    hardware_warnings = serializers.IntegerField()
+    failures_per_1000_gpu_days = serializers.FloatField(allow_null=True)
+    ci95_low = serializers.FloatField(allow_null=True, help_text="Exact (Garwood) 95% interval")
+    ci95_high = serializers.FloatField(allow_null=True)
+    jobs_killed = serializers.IntegerField(help_text="Slurm jobs a failure ended (NODE_FAIL, "
+                                           "or ended within 10 minutes of a failure)")
+    gpu_hours_lost = serializers.FloatField(help_text="Those jobs' GPU-hours")
+    mtbf_days = serializers.FloatField(allow_null=True)
+    mttr_hours = serializers.FloatField(allow_null=True,
+                                        help_text="Failed -> back in service, closed intervals")
+    availability = serializers.FloatField(allow_null=True)
+    by_component = serializers.DictField(child=serializers.IntegerField())
+    by_action = serializers.DictField(child=serializers.IntegerField())
+
+
+class ReliabilityFiguresListSerializer(serializers.Serializer):
+    as_of = serializers.DateTimeField()
+    group = serializers.CharField()
+    days = serializers.IntegerField()
+    figures = ReliabilityFiguresSerializer(many=True)

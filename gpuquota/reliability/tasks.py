@@ -1,0 +1,30 @@
+"""Celery tasks of reliability: thin, named, idempotent, retried."""
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.utils import timezone
+
+from gpuquota.core.retry import DB_RETRY
+from gpuquota.reliability.drains import drains_apply, drains_auto_release
+
+DRAIN_INTERVAL_S = 60
+#: How far back a run looks for critical events received: missed runs are caught up.
+DRAIN_LOOKBACK = timedelta(minutes=30)
+
+BEAT_SCHEDULE = {
+    "reliability-drains": {
+        "task": "reliability.drains",
+        "schedule": DRAIN_INTERVAL_S,
+        "options": {"expires": DRAIN_INTERVAL_S},
+    },
+}
+
+
+@shared_task(name="reliability.drains", **DB_RETRY)
+def drains_task() -> dict:
+    """Drain the nodes of critical failures just received; return those fixed."""
+    now = timezone.now().replace(microsecond=0)
+    drained = drains_apply(since=now - DRAIN_LOOKBACK, now=now)
+    released = drains_auto_release(now=now)
+    return {"drained": len(drained), "released": len(released)}

@@ -1,0 +1,35 @@
+"""A small fleet with a lemon, built relative to an instant (no test depends on today)."""
+
+import uuid
+from datetime import datetime, timedelta
+
+from gpuquota.ingest.models import GpuEvent
+from tests.factories import GpuClassFactory, NodeFactory, make_gpu
+
+
+def event_add(gpu, ts, xid=None, type_="xid"):
+    """An event as ingestion stores it."""
+    GpuEvent.objects.create(event_id=uuid.uuid4(), node=gpu.node, gpu=gpu, ts=ts,
+                            type=type_, xid=xid, received_at=ts)
+
+
+def fleet_build(*, as_of: datetime) -> dict:
+    """20 H100s on 5 nodes since 120 days before `as_of`: one lemon (5 x xid 79 in 70 days,
+    each followed by the application's xid 45, and a remapped row), two GPUs with one
+    failure each, and one GPU with 300 application XIDs (13, 31, 43) counting for nothing."""
+    start = as_of - timedelta(days=120)
+    klass = GpuClassFactory(name="H100-80GB")
+    nodes = [NodeFactory(hostname=f"n{i:02d}") for i in range(5)]
+    gpus = [make_gpu(node=nodes[i // 4], gpu_class=klass, index=i % 4, at=start)
+            for i in range(20)]
+    lemon, noisy = gpus[5], gpus[10]
+    lemon_failures = [as_of - timedelta(days=d) for d in (70, 50, 30, 12, 3)]
+    for ts in lemon_failures:
+        event_add(lemon, ts, 79)
+        event_add(lemon, ts + timedelta(minutes=2), 45)  # the cleanup after it: application
+    event_add(lemon, as_of - timedelta(days=40), 63)  # a row remapped: a warning
+    event_add(gpus[0], as_of - timedelta(days=20), 48)
+    event_add(gpus[15], as_of - timedelta(days=60), type_="gpu_lost")
+    for hour in range(300):  # a buggy program, not a bad GPU
+        event_add(noisy, as_of - timedelta(hours=hour * 5), (13, 31, 43)[hour % 3])
+    return {"lemon": lemon, "noisy": noisy, "failures": lemon_failures, "gpus": gpus}
