@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -19,7 +20,7 @@ from gpuquota.schedulers.models import ManagedObject
 from gpuquota.schedulers.runner import Runner
 from gpuquota.schedulers.secrets import secret_decrypt
 from gpuquota.schedulers.selectors import plan_inputs
-from gpuquota.schedulers.slurm import objects
+from gpuquota.schedulers.slurm import objects, verify
 from gpuquota.schedulers.slurm.capabilities import (
     capabilities_report,
     config_parse,
@@ -32,7 +33,9 @@ from gpuquota.schedulers.slurm.rest import SlurmRest
 
 class SlurmBackend(Backend):
     scheduler = "slurm"
-    kinds = ("preemptible_qos", "qos", "account", "association", "reservation")
+    kinds = ("preemptible_qos", "qos", "account", "association", "default_qos", "reservation")
+    #: A refused object leaves the others worth applying: each refusal is its own problem.
+    independent_objects = True
 
     @classmethod
     def options_check(cls, options: dict, *, cluster) -> None:
@@ -52,7 +55,7 @@ class SlurmBackend(Backend):
         #: Job accounting is read through slurmrestd when the cluster has its URL.
         self.rest = SlurmRest(url=config.api_url, user=self.options.rest_user, token=token,
                               timeout_s=config.command_timeout_s) if config.api_url else None
-        self._owned_accounts: set[str] = set()
+        self._created: set[tuple[str, str]] | None = None
         self._cluster_name = self.options.cluster_name
 
     # -- the interface --------------------------------------------------------------------
@@ -77,75 +80,161 @@ class SlurmBackend(Backend):
         run = self.runner.run
         found = objects.qos_parse(run(
             ["sacctmgr", "-P", "-n", "show", "qos", f"format={objects.QOS_FORMAT}"]).stdout)
-        accounts, self._owned_accounts = objects.accounts_parse(
-            run(["sacctmgr", "-P", "-n", "show", "account",
-                 f"format={objects.ACCOUNT_FORMAT}"]).stdout,
-            run(["sacctmgr", "-P", "-n", "show", "association", f"cluster={self._cluster()}",
-                 f"format={objects.ASSOC_FORMAT}"]).stdout,
-        )
-        found += accounts
+        found += objects.accounts_parse(run(
+            ["sacctmgr", "-P", "-n", "show", "association", f"cluster={self._cluster()}",
+             f"format={objects.ASSOC_FORMAT}"]).stdout)
         found += objects.reservations_parse(
             run(["scontrol", "-o", "show", "reservation"]).stdout)
+        self._created = set(ManagedObject.objects.filter(
+            cluster=self.cluster, created=True).values_list("kind", "name"))
         return Observed(found)
 
     def owns(self, obj: SchedulerObject) -> bool:
-        """`gq-` QOS and reservations; accounts gpuquota created (described `gq-...`); the
-        associations it created (recorded as applied). A site's own are never deleted."""
-        if obj.kind == "account":
-            return obj.name in self._owned_accounts
-        if obj.kind == "association":
-            return ManagedObject.objects.filter(
-                cluster=self.cluster, kind=obj.kind, name=obj.name).exists()
-        return is_owned(obj.name)
+        """Only what gpuquota created, as its database recorded when it did (never what a
+        name or a description says: a site's flat file can write those). A site's own
+        objects, even those gpuquota updates, are never deleted."""
+        if self._created is None:
+            self._created = set(ManagedObject.objects.filter(
+                cluster=self.cluster, created=True).values_list("kind", "name"))
+        return obj.key in self._created
 
     def apply_action(self, action: Action) -> None:
-        for argv in objects.action_argv(action, cluster=self._cluster()):
-            self.runner.run(argv)
+        """Run the action's commands, then read the object back: a command Slurm did not
+        take (even with exit status 0) raises WriteRefused naming it, Slurm's words and
+        the fix, with what did take."""
+        said = []
+        for write in objects.writes(action, cluster=self._cluster()):
+            try:
+                done = self.runner.run(write.argv)
+                said.append((write, verify.words_of(done.stdout, done.stderr)))
+            except BackendError as exc:
+                if exc.outage:
+                    raise
+                said.append((write, exc.message))
+        now = self.read_back(action.obj)
+        refused = verify.refusals(action, said, now)
+        if refused:
+            raise verify.refused_error(action, refused, now)
+
+    def read_back(self, obj: SchedulerObject) -> SchedulerObject | None:
+        """The object as Slurm has it now (None: not there)."""
+        run, cluster = self.runner.run, self._cluster()
+        if obj.kind in ("qos", "preemptible_qos"):
+            found = objects.qos_parse(run(["sacctmgr", "-P", "-n", "show", "qos", "where",
+                                           f"name={objects.name_checked(obj.name)}",
+                                           f"format={objects.QOS_FORMAT}"]).stdout)
+        elif obj.kind == "reservation":
+            done = run(["scontrol", "-o", "show", "reservation",
+                        objects.name_checked(obj.name)], check=False)
+            found = objects.reservations_parse(done.stdout if done.returncode == 0 else "")
+        else:
+            account, _, user = obj.name.partition("/")
+            where = ["where", f"account={objects.name_checked(account)}", f"cluster={cluster}"]
+            if user:
+                where.append(f"user={objects.name_checked(user)}")
+            found = objects.accounts_parse(run(["sacctmgr", "-P", "-n", "show", "association",
+                                                *where, f"format={objects.ASSOC_FORMAT}"]).stdout)
+        return next((o for o in found if o.key == obj.key), None)
 
     def render(self, actions: Iterable[Action]) -> list[str]:
-        return [" ".join(argv) for action in actions
-                for argv in objects.action_argv(action, cluster=self._cluster())]
+        out = []
+        for action in actions:
+            try:
+                out += [shlex.join(argv)
+                        for argv in objects.action_argv(action, cluster=self._cluster())]
+            except BackendError as exc:
+                out.append(f"# {action}: {exc.message}")
+        return out
+
+    def remove_actions(self) -> list[Action]:
+        """What takes gpuquota off the cluster: every object it created deleted, and every
+        setting it changed on the site's own objects put back as the site had it."""
+        order = {kind: i for i, kind in enumerate(self.kinds)}
+        seen = {o.key: o for o in self.observe().objects}
+        actions = []
+        for managed in ManagedObject.objects.filter(cluster=self.cluster):
+            current = seen.get((managed.kind, managed.name))
+            if current is None:
+                continue
+            if managed.created:
+                if managed.kind != "default_qos":  # it goes with its account
+                    actions.append(Action("delete", current, before=dict(current.fields)))
+            elif managed.site_fields:
+                actions.append(Action("update", SchedulerObject(
+                    managed.kind, managed.name, dict(managed.site_fields)),
+                    before=dict(current.fields)))
+        # Deletes last-kind first; the site's settings back before its QOS lose gq-owner.
+        removal = {"reservation": 0, "default_qos": 1, "association": 2, "account": 3,
+                   "qos": 4, "preemptible_qos": 5}
+        return sorted(actions, key=lambda a: (removal.get(a.obj.kind, order[a.obj.kind]),
+                                              a.verb == "delete", a.obj.name))
 
     def export(self, plan: Plan) -> dict[str, str]:
-        """`sacctmgr load`'s flat file (QOS, then the cluster's accounts and users) and the
-        `scontrol` commands of the reservations, for sites that apply them themselves."""
+        """`sacctmgr load`'s flat file (the cluster's accounts and users, values quoted)
+        and the `scontrol`/`sacctmgr` commands of the reservations and QOS (each argument
+        quoted for the shell), in the order they can run on a fresh cluster. An account
+        is marked `gq-created` only when gpuquota names it (`gq-lending`)."""
+        order = {kind: i for i, kind in enumerate(self.kinds)}
+        ordered = sorted(plan.objects, key=lambda o: (order[o.kind], o.name))
+
+        def script(header: list[str], kinds: tuple[str, ...]) -> str:
+            lines = ["#!/bin/sh", *header, "set -e"]
+            for obj in ordered:
+                if obj.kind in kinds:
+                    lines += [shlex.join(argv) for argv in
+                              objects.action_argv(Action("create", obj), cluster="")]
+            return "\n".join(lines) + "\n"
+
         return {
+            "qos.sh": script(["# gpuquota's QOS, the preempted one first (sacctmgr load does "
+                              "not create QOS); run it first."], ("preemptible_qos", "qos")),
             "accounts.cfg": export_flat_file(plan, cluster=self._cluster()),
-            "reservations.sh": "\n".join(
-                ["#!/bin/sh", "# gpuquota's Slurm reservations; run as SlurmUser.", "set -e"]
-                + [" ".join(argv) for obj in plan.objects if obj.kind == "reservation"
-                   for argv in objects.action_argv(Action("create", obj), cluster="")]
-            ) + "\n",
-            "qos.sh": "\n".join(
-                ["#!/bin/sh", "# gpuquota's QOS (sacctmgr load does not create QOS).", "set -e"]
-                + [" ".join(argv) for obj in plan.objects if obj.kind.endswith("qos")
-                   for argv in objects.action_argv(Action("create", obj), cluster="")]
-            ) + "\n",
+            "reservations.sh": script(["# gpuquota's Slurm reservations; run as SlurmUser, "
+                                       "after sacctmgr load accounts.cfg."], ("reservation",)),
         }
 
     def _cluster(self) -> str:
         return self._cluster_name or self.cluster.slug
 
 
+def flat_value(value: str) -> str:
+    """A value quoted for `sacctmgr load`'s flat file, whose fields `:` separates: in single
+    quotes, or double quotes when it holds a single one; never both."""
+    if "'" not in value:
+        return f"'{value}'"
+    if '"' not in value:
+        return f'"{value}"'
+    raise BackendError(f"{value[:60]!r} cannot be written in sacctmgr's flat file (both "
+                       "quotes).")
+
+
 def export_flat_file(plan: Plan, *, cluster: str) -> str:
-    """The accounts and associations in `sacctmgr dump`'s format, for `sacctmgr load`."""
+    """The accounts and associations in `sacctmgr dump`'s format, for `sacctmgr load`: the
+    site's existing accounts keep their parent, description and organization (only the
+    limit, the QOS and the default QOS are written); users get `gq-owner` added."""
+    q = flat_value
     lines = [f"# gpuquota's accounts and users for {cluster}; sacctmgr load <this file>",
-             f"Cluster - '{cluster}'", "Parent - 'root'"]
-    users: dict[str, list[str]] = {}
+             f"Cluster - {q(cluster)}", f"Parent - {q('root')}"]
+    users: dict[str, list[SchedulerObject]] = {}
+    defaults = {o.name: o.fields["defaultqos"] for o in plan.objects if o.kind == "default_qos"}
     for obj in plan.objects:
         if obj.kind == "association":
-            account, _, user = obj.name.partition("/")
-            users.setdefault(account, []).append(user)
+            users.setdefault(obj.name.partition("/")[0], []).append(obj)
     for obj in plan.objects:
         if obj.kind != "account":
             continue
-        parts = [f"Account - '{obj.name}'", f"Description='{objects.CREATED_DESCRIPTION}'",
-                 "Organization='gpuquota'"]
+        parts = [f"Account - {q(obj.name)}"]
+        if is_owned(obj.name):  # only what gpuquota names is marked as its own
+            parts += [f"Description={q(objects.CREATED_DESCRIPTION)}",
+                      f"Organization={q('gpuquota')}"]
         if obj.fields.get("grptres"):
-            parts.append(f"GrpTRES={obj.fields['grptres']}")
-        parts += [f"QOS='+{obj.fields['gq_qos']}'", f"DefaultQOS='{obj.fields['defaultqos']}'"]
+            parts.append(f"GrpTRES={q(obj.fields['grptres'])}")
+        parts.append(f"QOS={q('+' + obj.fields['gq_qos'])}")
+        if obj.name in defaults:
+            parts.append(f"DefaultQOS={q(defaults[obj.name])}")
         lines.append(":".join(parts))
     for account, members in sorted(users.items()):
-        lines.append(f"Parent - '{account}'")
-        lines += [f"User - '{user}'" for user in sorted(members)]
+        lines.append(f"Parent - {q(account)}")
+        lines += [f"User - {q(m.name.partition('/')[2])}:QOS={q('+' + m.fields['gq_qos'])}"
+                  for m in sorted(members, key=lambda m: m.name)]
     return "\n".join(lines) + "\n"
