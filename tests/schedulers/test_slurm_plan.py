@@ -197,11 +197,13 @@ def test_export_is_a_sacctmgr_flat_file_with_every_value_quoted():
     ])
     # GrpTRES quoted (the flat file's fields split at `:`), a quote in a value escaped by the
     # other quote, and the site's own account (vision) never marked as gpuquota's.
-    assert export_flat_file(plan, cluster="gqdev").splitlines()[1:] == [
+    assert export_flat_file(plan, cluster="gqdev", parents={"vision": "site"}).splitlines(
+    )[1:] == [
         "Cluster - 'gqdev'", "Parent - 'root'",
-        "Account - 'vision':GrpTRES='gres/gpu:h100=4':QOS='+gq-owner':DefaultQOS='gq-owner'",
         "Account - 'gq-lending':Description='gq-created':Organization='gpuquota':"
         "QOS='+gq-scavenger'",
+        "Parent - 'site'",  # the site's account stays where the site put it
+        "Account - 'vision':GrpTRES='gres/gpu:h100=4':QOS='+gq-owner':DefaultQOS='gq-owner'",
         "Parent - 'vision'", "User - \"o'brien\":QOS='+gq-owner'",
     ]
 

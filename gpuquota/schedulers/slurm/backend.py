@@ -186,12 +186,27 @@ class SlurmBackend(Backend):
             return "\n".join(lines) + "\n"
 
         return {
-            "qos.sh": script(["# gpuquota's QOS, the preempted one first (sacctmgr load does "
-                              "not create QOS); run it first."], ("preemptible_qos", "qos")),
-            "accounts.cfg": export_flat_file(plan, cluster=self._cluster()),
-            "reservations.sh": script(["# gpuquota's Slurm reservations; run as SlurmUser, "
-                                       "after sacctmgr load accounts.cfg."], ("reservation",)),
+            "qos.sh": script(["# 1. gpuquota's QOS, the preempted one first (sacctmgr load "
+                              "does not create QOS)."], ("preemptible_qos", "qos")),
+            "accounts.cfg": export_flat_file(plan, cluster=self._cluster(),
+                                             parents=self._parents()),
+            "defaults.sh": script(["# 3. after `sacctmgr load accounts.cfg`: each account's "
+                                   "default QOS (load does not change an existing account's)."],
+                                  ("default_qos",)),
+            "reservations.sh": script(["# 4. gpuquota's Slurm reservations; run as "
+                                       "SlurmUser."], ("reservation",)),
         }
+
+    def _parents(self) -> dict[str, str]:
+        """Each existing account's parent (the flat file keeps it); {} when unreadable."""
+        try:
+            text = self.runner.run(["sacctmgr", "-P", "-n", "show", "association",
+                                    f"cluster={self._cluster()}",
+                                    "format=account,user,parentname"]).stdout
+        except BackendError:
+            return {}
+        return {a: p for a, u, p, *_ in (line.split("|") + ["", ""] for line in
+                                          text.splitlines() if line.strip()) if not u and p}
 
     def _cluster(self) -> str:
         return self._cluster_name or self.cluster.slug
@@ -208,18 +223,21 @@ def flat_value(value: str) -> str:
                        "quotes).")
 
 
-def export_flat_file(plan: Plan, *, cluster: str) -> str:
-    """The accounts and associations in `sacctmgr dump`'s format, for `sacctmgr load`: the
-    site's existing accounts keep their parent, description and organization (only the
-    limit, the QOS and the default QOS are written); users get `gq-owner` added."""
-    q = flat_value
-    lines = [f"# gpuquota's accounts and users for {cluster}; sacctmgr load <this file>",
-             f"Cluster - {q(cluster)}", f"Parent - {q('root')}"]
+def export_flat_file(plan: Plan, *, cluster: str, parents: dict[str, str] | None = None
+                     ) -> str:
+    """The accounts and associations in `sacctmgr dump`'s format, for `sacctmgr load` (step
+    2 of the export): each account under its parent as the site has it (`parents`; root
+    for a new one), values quoted; the site's existing accounts keep their description and
+    organization (only the limit and the QOS are written); users get the QOS added."""
+    q, parents = flat_value, parents or {}
+    lines = [f"# 2. gpuquota's accounts and users for {cluster}: sacctmgr load <this file>",
+             f"Cluster - {q(cluster)}"]
     users: dict[str, list[SchedulerObject]] = {}
     defaults = {o.name: o.fields["defaultqos"] for o in plan.objects if o.kind == "default_qos"}
     for obj in plan.objects:
         if obj.kind == "association":
             users.setdefault(obj.name.partition("/")[0], []).append(obj)
+    by_parent: dict[str, list[str]] = {}
     for obj in plan.objects:
         if obj.kind != "account":
             continue
@@ -232,7 +250,9 @@ def export_flat_file(plan: Plan, *, cluster: str) -> str:
         parts.append(f"QOS={q('+' + obj.fields['gq_qos'])}")
         if obj.name in defaults:
             parts.append(f"DefaultQOS={q(defaults[obj.name])}")
-        lines.append(":".join(parts))
+        by_parent.setdefault(parents.get(obj.name, "root"), []).append(":".join(parts))
+    for parent, accounts in sorted(by_parent.items(), key=lambda p: p[0] != "root"):
+        lines += [f"Parent - {q(parent)}", *accounts]
     for account, members in sorted(users.items()):
         lines.append(f"Parent - {q(account)}")
         lines += [f"User - {q(m.name.partition('/')[2])}:QOS={q('+' + m.fields['gq_qos'])}"

@@ -23,6 +23,9 @@ FIXES = (
      "{qos} to the lists of the members it knows (their cluster identities); map the "
      "others as cluster identities, or run `sacctmgr modify user where account={account} "
      "set qos+={qos}`."),
+    (re.compile(r"job\(s\) (active|running)|changes discarded", re.I),
+     "Jobs of the object's users still run or wait (as Slurm's accounting sees them): let "
+     "them end or cancel them, then run it again."),
     (re.compile(r"bad qos|valid qos", re.I),
      "The QOS does not exist: the first actions of the run create it; look at the problem "
      "about it."),
