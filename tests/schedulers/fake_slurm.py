@@ -115,6 +115,8 @@ class FakeSlurm:
             return "".join(f"{n}|{r['preempt']}|{r['preemptmode']}|{r['gracetime']}|"
                            f"{r['grptres']}\n" for n, r in self.qos.items()
                            if where.get("name", n) == n)
+        if where.get("cluster", "gqdev") != "gqdev":  # ClusterName, as CONFIG says
+            return ""
         rows = []
         for (account, user), r in self.assoc.items():
             if where.get("account", account) != account or where.get("user", user) != user:

@@ -100,7 +100,7 @@ class SlurmBackend(Backend):
 
     def apply_action(self, action: Action) -> None:
         """Run the action's commands, then read the object back: a command Slurm did not
-        take (even with exit status 0) raises WriteRefused naming it, Slurm's words and
+        take (even with exit status 0) raises a BackendError naming it, Slurm's words and
         the fix, with what did take."""
         said = []
         for write in objects.writes(action, cluster=self._cluster()):
@@ -111,10 +111,22 @@ class SlurmBackend(Backend):
                 if exc.outage:
                     raise
                 said.append((write, exc.message))
+        if action.verb == "delete" and action.obj.kind == "account":
+            self._account_forget(action.obj.name)
         now = self.read_back(action.obj)
         refused = verify.refusals(action, said, now)
         if refused:
             raise verify.refused_error(action, refused, now)
+
+    def _account_forget(self, name: str) -> None:
+        """An account gpuquota created and deleted here, with no association left on any
+        cluster of the site's accounting: its record deleted too (Slurm keeps it else)."""
+        name = objects.name_checked(name)
+        left = self.runner.run(["sacctmgr", "-P", "-n", "show", "association", "where",
+                                f"account={name}", "format=cluster"]).stdout
+        if not left.strip():
+            self.runner.run(["sacctmgr", "-i", "delete", "account", "where", f"name={name}"],
+                            check=False)
 
     def read_back(self, obj: SchedulerObject) -> SchedulerObject | None:
         """The object as Slurm has it now (None: not there)."""
@@ -150,6 +162,7 @@ class SlurmBackend(Backend):
         """What takes gpuquota off the cluster: every object it created deleted, and every
         setting it changed on the site's own objects put back as the site had it."""
         order = {kind: i for i, kind in enumerate(self.kinds)}
+        self.capabilities()  # Slurm's own name of the cluster (ClusterName)
         seen = {o.key: o for o in self.observe().objects}
         actions = []
         for managed in ManagedObject.objects.filter(cluster=self.cluster):
