@@ -62,18 +62,20 @@ def clusters_reconcile(*, reason: str) -> dict:
     summaries = {}
     configs = BackendConfig.objects.exclude(mode=BackendConfig.Mode.OFF).select_related("cluster")
     for config in configs.order_by("cluster__name"):
-        summary = cluster_reconcile(cluster=config.cluster, reason=reason)
+        summary = cluster_reconcile(cluster=config.cluster, reason=reason, wait_s=0)
         summaries[config.cluster.slug] = summary.as_dict()
     return {"reason": reason, "clusters": summaries}
 
 
 def cluster_reconcile(
     *, cluster: Cluster, reason: str, dry_run: bool = False, at: datetime | None = None,
-    wait_s: float = 0,
+    wait_s: float = 60,
 ) -> RunSummary:
     """One reconcile pass over one cluster. `dry_run` (or the cluster's export mode) only
-    renders the actions as commands; nothing is changed on the scheduler. `busy` when
-    another reconcile of the cluster still runs after `wait_s` seconds."""
+    renders the actions as commands; nothing is changed on the scheduler. It waits up to
+    `wait_s` seconds for another reconcile of the cluster (one queued when its
+    configuration was saved); `busy` when that one still runs (the beat does not wait:
+    its next tick comes)."""
     config = BackendConfig.objects.filter(cluster=cluster).first()
     backend = backend_for(cluster, config) if config else None
     if backend is None or (config.mode == BackendConfig.Mode.OFF and not dry_run):

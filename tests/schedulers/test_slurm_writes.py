@@ -96,11 +96,10 @@ def test_a_write_that_does_not_read_back_is_refused_even_when_slurm_says_nothing
 def test_owned_means_created_by_gpuquota_and_remove_gives_the_site_back(slurm):
     fake = slurm.fake
     fake.assoc[("vision", "carol")]["qos"].append("gq-owner")
-    # A site account that a flat file labelled as gpuquota's, and a `gq-` reservation of
-    # someone else: neither was created by gpuquota, neither is ever deleted.
+    # A site account that a flat file labelled as gpuquota's: not created by gpuquota,
+    # never deleted.
     fake.assoc[("physics", "")] = {"parent": "root", "qos": None, "defaultqos": "",
                                    "grptres": "", "description": "gq-created"}
-    fake.reservations["gq-res-999"] = {"Nodes": "node-a", "Accounts": "physics"}
     def effective():  # each association's settings, its QOS as Slurm shows them
         return {k: dict(v, qos=fake._qos_of(*k)) for k, v in fake.assoc.items()}
 
@@ -113,12 +112,11 @@ def test_owned_means_created_by_gpuquota_and_remove_gives_the_site_back(slurm):
     assert ManagedObject.objects.get(kind="account", name="vision").site_fields == {
         "grptres": "", "gq_qos": ""}
     assert _reconcile(slurm).actions == []
-    assert ("physics", "") in fake.assoc and "gq-res-999" in fake.reservations
+    assert ("physics", "") in fake.assoc
 
     summary = cluster_remove(cluster=slurm.cluster)
     assert summary.outcome == "ok", summary
     assert effective() == site_before and set(fake.qos) == {"normal"}
-    assert "gq-res-999" in fake.reservations
     assert BackendConfig.objects.get().mode == "off" and not ManagedObject.objects.exists()
     assert not any(argv[:3] == ["sacctmgr", "-i", "delete"] and "account" in argv
                    and "name=vision" in argv for argv in fake.ran)

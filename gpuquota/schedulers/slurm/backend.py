@@ -90,13 +90,17 @@ class SlurmBackend(Backend):
         return Observed(found)
 
     def owns(self, obj: SchedulerObject) -> bool:
-        """Only what gpuquota created, as its database recorded when it did (never what a
-        name or a description says: a site's flat file can write those). A site's own
-        objects, even those gpuquota updates, are never deleted."""
+        """What gpuquota created, as its database recorded when it did, and what bears the
+        `gq-` prefix no site object may take (gpuquota.core.names: its reservations, QOS,
+        `gq-lending` and its users); never what a description says (a site's flat file can
+        write those). A site's own objects, even those gpuquota updates, are never deleted;
+        nor is an account's default QOS (a setting, not an object)."""
         if self._created is None:
             self._created = set(ManagedObject.objects.filter(
                 cluster=self.cluster, created=True).values_list("kind", "name"))
-        return obj.key in self._created
+        if obj.kind == "default_qos":
+            return False
+        return obj.key in self._created or is_owned(obj.name)
 
     def apply_action(self, action: Action) -> None:
         """Run the action's commands, then read the object back: a command Slurm did not
