@@ -165,6 +165,17 @@ def test_names_that_would_split_never_reach_a_command(slurm):
     assert not [o for o in plan.objects if "," in o.name]
 
 
+def test_backend_options_that_reach_commands_are_names(slurm):
+    from gpuquota.core.errors import DomainError
+
+    for options in ({"cluster_name": "gqdev,other"}, {"node_names": {"a": "n1 n2"}},
+                    {"gres_types": {"H100-80GB": "h100=9"}}, {"rest_user": "-root"},
+                    {"reservation_flags": "MAGNETIC;reboot"}):
+        with pytest.raises(DomainError, match="no Slurm name|flag names") as exc:
+            backend_config_update(cluster=slurm.cluster, actor=slurm.admin, options=options)
+        assert exc.value.field == "options"
+
+
 def test_one_outage_is_one_problem(slurm):
     slurm.fake.down = True
     assert _reconcile(slurm).outcome == "failed"
