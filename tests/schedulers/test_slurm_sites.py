@@ -6,7 +6,6 @@ the site back as it was. One test, so the cluster is put in its shape once; it i
 bare for the next module."""
 
 import subprocess
-import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,7 +20,13 @@ from gpuquota.schedulers.services import backend_config_update
 from gpuquota.schedulers.slurm.objects import reservations_parse
 from tests.factories import QuotaFactory
 from tests.schedulers.conftest import Site
-from tests.schedulers.slurm_shapes import accounting_snapshot, associations, shape_b, shape_bare
+from tests.schedulers.slurm_shapes import (
+    accounting_settled,
+    accounting_snapshot,
+    associations,
+    shape_b,
+    shape_bare,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
@@ -85,10 +90,7 @@ def test_shape_b_quota_holds_export_loads_the_same_and_remove_gives_the_site_bac
     live.cancel_all()
     written = _state(live)
     # (Slurm refuses to delete a QOS while its accounting still shows the jobs running.)
-    deadline = time.monotonic() + 30
-    while live.run("sacct", "-n", "-X", "-a", "-s", "R,PD", "-o", "jobid").strip():
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    accounting_settled(live)
 
     # --remove: what gpuquota created is gone, the site's accounts are as they were.
     call_command("slurm_reconcile", "--cluster", "dev", "--remove")
