@@ -58,6 +58,11 @@ class FakeSlurm:
                                              "gracetime": "00:00:00", "grptres": ""})
             for key, value in _kv(rest[rest.index("set") + 1:] if "set" in rest else rest[1:]
                                   ).items():
+                have = [q for q in row["preempt"].split(",") if q]
+                if key in ("preempt+", "preempt-"):
+                    row["preempt"] = ",".join(sorted({*have, value} if key == "preempt+"
+                                                     else set(have) - {value}))
+                    continue
                 row[key] = value if key != "gracetime" else f"00:{int(value) // 60:02d}:00"
             return " Modified\n", "", 0
         if kind == "account":

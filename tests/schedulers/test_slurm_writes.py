@@ -93,6 +93,15 @@ def test_a_write_that_does_not_read_back_is_refused_even_when_slurm_says_nothing
     assert "slurmdbd's log" in exc.value.message and exc.value.took == {"grptres": ""}
 
 
+def test_a_site_qos_made_to_preempt_the_scavenger_is_read_back(slurm):
+    backend = cluster_plan(cluster=slurm.cluster)[0]
+    obj = SchedulerObject("site_qos", "normal", {"preempts": "gq-scavenger"})
+    backend.apply_action(Action("create", obj))
+    assert slurm.fake.qos["normal"]["preempt"] == "gq-scavenger"
+    backend.apply_action(Action("delete", obj, dict(obj.fields)))
+    assert slurm.fake.qos["normal"]["preempt"] == ""
+
+
 def test_owned_means_created_by_gpuquota_and_remove_gives_the_site_back(slurm):
     fake = slurm.fake
     fake.assoc[("vision", "carol")]["qos"].append("gq-owner")

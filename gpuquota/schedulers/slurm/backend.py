@@ -26,14 +26,15 @@ from gpuquota.schedulers.slurm.capabilities import (
     config_parse,
     node_gres_types,
 )
-from gpuquota.schedulers.slurm.options import SlurmOptions
+from gpuquota.schedulers.slurm.options import SCAVENGER_QOS, SlurmOptions
 from gpuquota.schedulers.slurm.plan import plan_build
 from gpuquota.schedulers.slurm.rest import SlurmRest
 
 
 class SlurmBackend(Backend):
     scheduler = "slurm"
-    kinds = ("preemptible_qos", "qos", "account", "association", "default_qos", "reservation")
+    kinds = ("preemptible_qos", "qos", "site_qos", "account", "association", "default_qos",
+             "reservation")
     #: A refused object leaves the others worth applying: each refusal is its own problem.
     independent_objects = True
 
@@ -135,10 +136,14 @@ class SlurmBackend(Backend):
     def read_back(self, obj: SchedulerObject) -> SchedulerObject | None:
         """The object as Slurm has it now (None: not there)."""
         run, cluster = self.runner.run, self._cluster()
-        if obj.kind in ("qos", "preemptible_qos"):
-            found = objects.qos_parse(run(["sacctmgr", "-P", "-n", "show", "qos", "where",
-                                           f"name={objects.name_checked(obj.name)}",
-                                           f"format={objects.QOS_FORMAT}"]).stdout)
+        if obj.kind in ("qos", "preemptible_qos", "site_qos"):
+            text = run(["sacctmgr", "-P", "-n", "show", "qos", "where",
+                        f"name={objects.name_checked(obj.name)}",
+                        f"format={objects.QOS_FORMAT}"]).stdout
+            found = objects.qos_parse(text) if obj.kind != "site_qos" else [
+                SchedulerObject("site_qos", name, {"preempts": SCAVENGER_QOS})
+                for name, preempt, *_ in (line.split("|") for line in text.splitlines())
+                if SCAVENGER_QOS in preempt.split(",")]
         elif obj.kind == "reservation":
             done = run(["scontrol", "-o", "show", "reservation",
                         objects.name_checked(obj.name)], check=False)
@@ -182,7 +187,7 @@ class SlurmBackend(Backend):
                     before=dict(current.fields)))
         # Deletes last-kind first; the site's settings back before its QOS lose gq-owner.
         removal = {"reservation": 0, "default_qos": 1, "association": 2, "account": 3,
-                   "qos": 4, "preemptible_qos": 5}
+                   "site_qos": 4, "qos": 5, "preemptible_qos": 6}
         return sorted(actions, key=lambda a: (removal.get(a.obj.kind, order[a.obj.kind]),
                                               a.verb == "delete", a.obj.name))
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from gpuquota.schedulers.backend import Action, BackendError, SchedulerObject
-from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT
+from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT, SCAVENGER_QOS
 
 QOS_FORMAT = "name,preempt,preemptmode,gracetime,grptres"
 ASSOC_FORMAT = "account,user,grptres,qos,defaultqos"
@@ -182,6 +182,12 @@ def writes(action: Action, *, cluster: str) -> list[Write]:
             return [Write(["sacctmgr", "-i", "modify", "qos", "where", f"name={name}", "set",
                            *_set(obj.fields, changed)], tuple(changed))]
         return [Write(["sacctmgr", "-i", "delete", "qos", "where", f"name={name}"])]
+    if obj.kind == "site_qos":  # a site's QOS made to preempt gq-scavenger (its owners')
+        name = name_checked(obj.name, what="QOS")
+        sign = "-" if verb == "delete" else "+"
+        return [Write(["sacctmgr", "-i", "modify", "qos", "where", f"name={name}", "set",
+                       f"preempt{sign}={SCAVENGER_QOS}"], () if verb == "delete" else
+                      ("preempts",))]
     if obj.kind in ("account", "default_qos"):
         name = name_checked(obj.name, what="account")
         modify = ["sacctmgr", "-i", "modify", "account", "where", f"name={name}", *where, "set"]
