@@ -28,6 +28,8 @@ import argparse
 import math
 import os
 import time
+from pathlib import Path
+from unittest import mock
 
 from bench.ingest import database_create, env_for
 from bench.table_stats import pg_cpu_s
@@ -55,19 +57,40 @@ def period_s(every) -> float:
 def loop_run(app, entry: dict) -> dict:
     """One run of a beat entry's task in this process: wall, CPU, backend CPU, queries."""
     from django.db import connection
-    from django.test.utils import CaptureQueriesContext
+
+    from gpuquota.core import dispatch
 
     task = app.tasks[entry["task"]]
+    queries = [0]
+
+    def count(execute, sql, params, many, context):
+        queries[0] += 1
+        return execute(sql, params, many, context)
+
+    queued: dict[str, int] = {}
+
+    def enqueue(name: str, kwargs: dict) -> None:  # as a broker would: queued, not run here
+        queued[name] = queued.get(name, 0) + 1
+
     pg0 = pg_cpu_s()
-    with CaptureQueriesContext(connection) as queries:
+    with connection.execute_wrapper(count), mock.patch.object(dispatch, "_send", enqueue):
         wall, cpu = time.perf_counter(), time.process_time()
         result = task.apply(args=entry.get("args", ()), kwargs=entry.get("kwargs", {}))
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     pg = max(pg_cpu_s() - pg0, 0.0)
     if result.failed():
         raise RuntimeError(f"{entry['task']} failed: {result.result!r}")
-    return {"wall": wall, "cpu": cpu, "pg": pg, "queries": len(queries),
+    return {"wall": wall, "cpu": cpu, "pg": pg, "queries": queries[0], "queued": queued,
             "result": result.result}
+
+
+def queued_text(runs: list[dict]) -> str:
+    """The tasks the runs queued on commit (name:count, summed), or -."""
+    total: dict[str, int] = {}
+    for run in runs:
+        for name, n in run["queued"].items():
+            total[name] = total.get(name, 0) + n
+    return ",".join(f"{name}:{n}" for name, n in sorted(total.items())) or "-"
 
 
 def exponent(a: float, b: float, n_a: int, n_b: int) -> float:
@@ -83,6 +106,8 @@ def main() -> None:
     parser.add_argument("--hours", type=int, default=6)
     parser.add_argument("--only", action="append", help="beat entries to time (default all)")
     parser.add_argument("--database", default=DATABASE)
+    parser.add_argument("--jobs-per-gpu-day", type=float, default=3.0,
+                        help="Slurm jobs in accounting per GPU and day (negative: no Slurm)")
     args = parser.parse_args()
     sizes = sorted(args.gpus or [1000, 10000])
     database_create(args.database)
@@ -94,6 +119,7 @@ def main() -> None:
     from django.utils import timezone
 
     from bench.fleet_scale_seed import fleet_grow
+    from bench.fleet_scale_slurm import slurm_fake_install
     from gpuquota.celery import app, collect_beat_schedule
 
     now = timezone.now().replace(microsecond=0)
@@ -105,6 +131,10 @@ def main() -> None:
     for size in sizes:
         began = time.perf_counter()
         added = fleet_grow(size, now, args.hours)
+        if args.jobs_per_gpu_day >= 0:
+            added |= slurm_fake_install(Path(os.environ["TMPDIR"] if "TMPDIR" in os.environ
+                                             else "/tmp") / f"{args.database}-slurm",
+                                        now, args.jobs_per_gpu_day)
         print(f"fleet: {size:,} GPUs ({added}), {time.perf_counter() - began:.0f} s to grow; "
               f"load average {os.getloadavg()[0]:.1f}", flush=True)
         for name, entry in entries.items():
@@ -117,7 +147,7 @@ def main() -> None:
                   f"queries={last['queries']} period_s={period:.0f} "
                   f"period_share={share:.5f} first_run_cpu_s="
                   f"{runs[0]['cpu'] + runs[0]['pg']:.3f} first_run_queries="
-                  f"{runs[0]['queries']}", flush=True)
+                  f"{runs[0]['queries']} queued={queued_text(runs)}", flush=True)
     if len(sizes) < 2:
         return
     small, large = sizes[0], sizes[-1]

@@ -84,7 +84,7 @@ def fleet_grow(target: int, now, hours: int) -> dict:
     churn_from, churn_to = now - timedelta(days=20), now - timedelta(days=3, hours=1)
     made = {"active": [], "ended": [], "scheduled": []}
     reservations = []
-    for j, node in enumerate(nodes):
+    for j in range(len(nodes)):
         k = n0 + j
         team = teams[k % len(teams)]
         gpu_class_id = gpus[j * GPUS_PER_NODE].gpu_class_id
