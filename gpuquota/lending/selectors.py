@@ -78,13 +78,17 @@ def lend_candidates(*, now: datetime) -> list[tuple[Assignment, Candidate]]:
     assignment began that long ago, and the GPU's last loan returned that long ago (an owner
     who took a GPU back gets the full window before it is lent again); not failed."""
     since = now - timedelta(seconds=lend_after_idle_s())
+    # Plain columns, not six model instances per row (10,000 GPUs: ~9,000 rows a minute);
+    # the assignment carries its keys only: `loan_lend` reads it again under its lock.
     rows = list(assignments_lendable(now=now).filter(assigned_from__lte=since).annotate(
-        last_return=Max("gpu__loans__returned_at")))
-    failed = failed_gpu_ids(gpu_ids=[a.gpu_id for a in rows], at=now)
-    return [(a, Candidate(gpu_id=a.gpu_id, cluster_id=a.gpu.node.cluster_id,
-                          team_id=a.reservation.team_id, since=since))
-            for a in rows
-            if a.gpu_id not in failed and (a.last_return is None or a.last_return <= since)]
+        last_return=Max("gpu__loans__returned_at")).values_list(
+        "id", "gpu_id", "reservation_id", "gpu__node__cluster_id", "reservation__team_id",
+        "last_return"))
+    failed = failed_gpu_ids(gpu_ids=[row[1] for row in rows], at=now)
+    return [(Assignment(id=pk, gpu_id=gpu_id, reservation_id=reservation_id),
+             Candidate(gpu_id=gpu_id, cluster_id=cluster_id, team_id=team_id, since=since))
+            for pk, gpu_id, reservation_id, cluster_id, team_id, last_return in rows
+            if gpu_id not in failed and (last_return is None or last_return <= since)]
 
 
 def loans_list(*, teams: QuerySet[Team] | None = None, state: str | None = None

@@ -18,6 +18,14 @@ def reconcile_interval_s() -> int:
     return int(getattr(settings, "SCHEDULER_RECONCILE_INTERVAL_S", default))
 
 
+def reconcile_coalesce_s() -> int:
+    """How long the reconciles asked by reservation, quota and loan changes wait so that the
+    changes of that window share one run (SCHEDULER_RECONCILE_COALESCE_S, default 10; 0:
+    a run per change). Only with a broker: the embedded default runs one per change."""
+    default = os.environ.get("SCHEDULER_RECONCILE_COALESCE_S") or 10
+    return int(getattr(settings, "SCHEDULER_RECONCILE_COALESCE_S", default))
+
+
 def running_gpus_interval_s() -> int:
     """How often beat asks Slurm which GPUs running jobs hold (SLURM_RUNNING_GPUS_INTERVAL_S,
     default 60): a job shorter than this may be missed, and is then known by count only."""

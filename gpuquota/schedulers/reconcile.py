@@ -292,11 +292,15 @@ def _applied_record(run: ReconcileRun, cluster: Cluster, action: Action, at: dat
 
 
 def _bindings_store(plan: Plan, at: datetime) -> None:
-    for reservation_id, binding in plan.bindings.items():
-        ReservationBinding.objects.update_or_create(reservation_id=reservation_id, defaults={
-            "level": binding.level, "why": binding.why[:512],
-            "scheduler_object": binding.scheduler_object, "updated_at": at,
-        })
+    """Each planned reservation's binding, written in one upsert per 1,000 (not two queries
+    per reservation: 10,000 GPUs hold about 900 reservations, reconciled every 5 minutes)."""
+    ReservationBinding.objects.bulk_create([
+        ReservationBinding(reservation_id=reservation_id, level=binding.level,
+                           why=binding.why[:512], scheduler_object=binding.scheduler_object,
+                           updated_at=at)
+        for reservation_id, binding in sorted(plan.bindings.items())],
+        batch_size=1000, update_conflicts=True, unique_fields=["reservation"],
+        update_fields=["level", "why", "scheduler_object", "updated_at"])
 
 
 @contextmanager

@@ -8,10 +8,11 @@ from collections.abc import Iterable
 from django.db import transaction
 from django.utils import timezone
 
-from gpuquota.core.dispatch import task_enqueue_on_commit
+from gpuquota.core.dispatch import task_enqueue_on_commit_coalesced
 from gpuquota.core.errors import DomainError
 from gpuquota.core.services import audit_record
 from gpuquota.schedulers.backend import backend_options_check
+from gpuquota.schedulers.conf import reconcile_coalesce_s
 from gpuquota.schedulers.models import BackendConfig, Problem
 from gpuquota.schedulers.runner import OUTAGE
 from gpuquota.schedulers.secrets import secret_encrypt
@@ -22,9 +23,13 @@ CONFIG_FIELDS = ("mode", "commands_dir", "api_url", "command_timeout_s", "option
 def schedulers_reconcile_request(*, reason: str) -> None:
     """Ask every cluster's scheduler backend to reconcile once the current transaction
     commits (a reservation, quota or loan changed). Idempotent: reconciling twice changes
-    nothing the second time. Nothing is queued while no cluster has a backend switched on."""
+    nothing the second time. Nothing is queued while no cluster has a backend switched on.
+    With a broker, the requests of SCHEDULER_RECONCILE_COALESCE_S share one run that starts
+    at the end of that window (a lending pass that lends 1,000 GPUs queues one reconcile of
+    every cluster, not 1,000)."""
     if BackendConfig.objects.exclude(mode=BackendConfig.Mode.OFF).exists():
-        task_enqueue_on_commit("schedulers.reconcile_all", reason=reason)
+        task_enqueue_on_commit_coalesced("schedulers.reconcile_all",
+                                         window_s=reconcile_coalesce_s(), reason=reason)
 
 
 @transaction.atomic

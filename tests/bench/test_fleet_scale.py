@@ -1,0 +1,46 @@
+"""A scale check in the style of Kueue's, small enough for CI: bench.fleet_scale's fleet at
+64 and 128 GPUs (twice the nodes, reservations, loans, samples and Slurm jobs; the same
+8 teams, each with reservations at both sizes), every
+loop of the beat schedule run to its steady state at each size, and no loop's queries may
+grow with the fleet, except the four known to work one object at a time (named below, with
+their figures in docs/benchmarks.md#fleet-scale). The large configurations are the bench."""
+
+from datetime import UTC, datetime
+
+import pytest
+import time_machine
+
+from bench.fleet_scale import loop_run
+from bench.fleet_scale_seed import fleet_grow
+from bench.fleet_scale_slurm import slurm_fake_install
+
+NOW = datetime(2026, 12, 1, 10, 40, tzinfo=UTC)
+#: Loops whose queries grow with the objects they write, one transaction each (issue 34).
+PER_OBJECT = {
+    "reclaim-evaluate": "a transaction per reservation with a finding",
+    "schedulers-slurm-accounting-import": "update_or_create per Slurm job",
+    "statements-month-start": "a few queries per team with a statement",
+    "statements-refresh-open": "a few queries per team with a statement",
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=False)
+def test_no_loop_issues_more_queries_on_a_larger_fleet(tmp_path, settings):
+    from gpuquota.celery import app, collect_beat_schedule
+
+    settings.LENDING_ENABLED = True
+    entries = collect_beat_schedule()
+    steady: dict[int, dict[str, int]] = {}
+    with time_machine.travel(NOW, tick=False):
+        for size in (64, 128):
+            fleet_grow(size, NOW, hours=1)
+            slurm_fake_install(tmp_path, NOW, jobs_per_gpu_day=3)
+            steady[size] = {}
+            for name, entry in entries.items():
+                loop_run(app, entry)  # the first run lends, drafts, imports: then steady
+                steady[size][name] = loop_run(app, entry)["queries"]
+    grew = {name: (steady[64][name], steady[128][name]) for name in entries
+            if steady[128][name] > steady[64][name] and name not in PER_OBJECT}
+    assert grew == {}, f"queries grew with the fleet (64 -> 128 GPUs): {grew}"
+    assert steady[128]["reclaim-evaluate"] > steady[64]["reclaim-evaluate"], steady
