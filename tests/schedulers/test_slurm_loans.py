@@ -216,3 +216,25 @@ def test_a_site_whose_preemption_cannot_return_a_gpu_is_not_lent_and_told_why(
                                 facts=dict(caps.facts), notes=list(caps.notes))
     lendable = assignments_lendable(now=T0).filter(gpu=lent.gpu).exists()
     assert lendable == lends
+
+
+def test_an_owners_job_known_only_from_accounting_ends_the_loan_too(lent):
+    """A job shorter than the running jobs' observation: Slurm's accounting says the
+    borrower was preempted and the owner's job started on the node."""
+    from gpuquota.schedulers.models import SlurmJob
+    from gpuquota.schedulers.slurm.jobs import loan_returns_record
+
+    def job(job_id, **fields):
+        return SlurmJob.objects.create(cluster=lent.site.cluster, job_id=job_id,
+                                       nodes="node-a", gpu_tres="gres/gpu:h100=1", gpus=1,
+                                       **fields)
+
+    job("51", account="gq-lending", qos="gq-scavenger", state="PREEMPTED",
+        submitted_at=T0 - timedelta(minutes=50), started_at=T0 - timedelta(minutes=50),
+        ended_at=T0 - timedelta(seconds=1))
+    job("52", account="vision", qos="normal", state="COMPLETED", team=lent.site.teams["vision"],
+        submitted_at=T0 - timedelta(seconds=3), started_at=T0, ended_at=T0 + timedelta(seconds=9))
+    assert len(loan_returns_record(cluster=lent.site.cluster)) == 1
+    loan = Loan.objects.get(pk=lent.loan.pk)
+    assert (loan.end_reason, loan.returned_at, loan.freed_at) == (
+        "owner_job", T0 - timedelta(seconds=3), T0)
