@@ -19,7 +19,7 @@ from gpuquota.schedulers.models import ManagedObject
 from gpuquota.schedulers.runner import Runner
 from gpuquota.schedulers.secrets import secret_decrypt
 from gpuquota.schedulers.selectors import plan_inputs
-from gpuquota.schedulers.slurm import objects
+from gpuquota.schedulers.slurm import objects, owners
 from gpuquota.schedulers.slurm.capabilities import (
     capabilities_report,
     config_parse,
@@ -32,7 +32,7 @@ from gpuquota.schedulers.slurm.rest import SlurmRest
 
 class SlurmBackend(Backend):
     scheduler = "slurm"
-    kinds = ("preemptible_qos", "qos", "account", "association", "reservation")
+    kinds = ("preemptible_qos", "qos", "site_qos", "account", "association", "reservation")
 
     @classmethod
     def options_check(cls, options: dict, *, cluster) -> None:
@@ -70,13 +70,20 @@ class SlurmBackend(Backend):
                                    rest_error=rest_error)
 
     def plan(self, at: datetime, *, capabilities: CapabilityReport) -> Plan:
-        return plan_build(inputs=plan_inputs(cluster=self.cluster, at=at), caps=capabilities,
-                          options=self.options, at=at)
+        inputs = plan_inputs(cluster=self.cluster, at=at)
+        plan = plan_build(inputs=inputs, caps=capabilities, options=self.options, at=at)
+        if capabilities.facts.get("preemption"):  # the owners' own QOS preempt borrowers
+            accounts = {a for team in inputs.teams.values() for a in team.accounts}
+            plan.objects += owners.site_qos_objects(owners.owners_default_qos(
+                self.runner.run(["sacctmgr", "-P", "-n", "show", "association",
+                                 f"cluster={self._cluster()}",
+                                 f"format={owners.ASSOC_FORMAT}"]).stdout, accounts))
+        return plan
 
     def observe(self) -> Observed:
         run = self.runner.run
-        found = objects.qos_parse(run(
-            ["sacctmgr", "-P", "-n", "show", "qos", f"format={objects.QOS_FORMAT}"]).stdout)
+        qos = run(["sacctmgr", "-P", "-n", "show", "qos", f"format={objects.QOS_FORMAT}"]).stdout
+        found = objects.qos_parse(qos) + owners.site_qos_parse(qos)
         accounts, self._owned_accounts = objects.accounts_parse(
             run(["sacctmgr", "-P", "-n", "show", "account",
                  f"format={objects.ACCOUNT_FORMAT}"]).stdout,
@@ -90,10 +97,11 @@ class SlurmBackend(Backend):
 
     def owns(self, obj: SchedulerObject) -> bool:
         """`gq-` QOS and reservations; accounts gpuquota created (described `gq-...`); the
-        associations it created (recorded as applied). A site's own are never deleted."""
+        associations it created and the preemptions it gave a site's QOS (recorded as
+        applied). A site's own are never deleted."""
         if obj.kind == "account":
             return obj.name in self._owned_accounts
-        if obj.kind == "association":
+        if obj.kind in ("association", owners.KIND):
             return ManagedObject.objects.filter(
                 cluster=self.cluster, kind=obj.kind, name=obj.name).exists()
         return is_owned(obj.name)

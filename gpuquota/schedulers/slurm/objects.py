@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from gpuquota.schedulers.backend import Action, BackendError, SchedulerObject
-from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT
+from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT, SCAVENGER_QOS
 
 QOS_FORMAT = "name,preempt,preemptmode,gracetime,grptres"
 ASSOC_FORMAT = "account,user,grptres,qos,defaultqos"
@@ -131,6 +131,9 @@ def _set(fields: dict, changed: set[str]) -> list[str]:
 def action_argv(action: Action, *, cluster: str) -> list[list[str]]:
     """The commands that perform one action (one or two argv lists)."""
     obj, verb = action.obj, action.verb
+    if obj.kind == "site_qos":  # gpuquota.schedulers.slurm.owners
+        return [["sacctmgr", "-i", "modify", "qos", "where", f"name={obj.name}", "set",
+                 f"preempt{'-' if verb == 'delete' else '+'}={SCAVENGER_QOS}"]]
     changed = {k for k, v in obj.fields.items() if action.before.get(k) != v}
     where_cluster = f"cluster={cluster}"
     if obj.kind in ("qos", "preemptible_qos"):
