@@ -21,3 +21,9 @@ def worker_redis_url(url: str, worker: str) -> str:
 _worker = os.environ.get("PYTEST_XDIST_WORKER")
 if _worker and os.environ.get("REDIS_URL"):
     os.environ["REDIS_URL"] = worker_redis_url(os.environ["REDIS_URL"], _worker)
+
+# The dev Slurm cluster's ports (tests/schedulers/slurm_cluster.py): the live Slurm tests
+# are in more than one file, so two workers may each start one; gwN's are 7*N further.
+if _worker and _worker != "gw0":
+    _base = int(os.environ.get("GQ_SLURM_PORT_BASE", "17817"))
+    os.environ["GQ_SLURM_PORT_BASE"] = str(_base + 7 * int(_worker.removeprefix("gw")))

@@ -1,6 +1,7 @@
 """The dev Slurm cluster (deploy/slurm/dev-cluster) for the tests marked `slurm`: started
-once per session, in the foreground, by the process running them (all live tests are in
-one file, so one xdist worker starts it)."""
+once per session, in the foreground, by the process running them (each xdist worker that
+runs a live test file starts its own, on its own ports: tests/parallel.py). A module that
+puts it in a site's shape (slurm_shapes.py) gives it back bare."""
 
 import subprocess
 import time
