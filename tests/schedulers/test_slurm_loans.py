@@ -98,12 +98,16 @@ def test_return_now_requeues_the_borrower_and_frees_the_gpu_when_slurmctld_says(
     lent.loan.returned_at, lent.loan.end_reason = T0, "owner_ask"
     lent.loan.save()
     borrower = _line("21", account="gq-lending", qos="gq-scavenger", start="09:30:00")
-    runner = FakeRunner([borrower, borrower, _line("21", account="gq-lending",
-                                                   qos="gq-scavenger", state="PENDING")])
+    # Requeued, the job is COMPLETING (its processes not gone: slurmctld no longer says
+    # which GPU, yet it holds it) before it pends again.
+    completing = "JobId=21 UserId=daemon(1) Account=gq-lending QOS=gq-scavenger " \
+        "JobState=COMPLETING Requeue=1 NodeList=node-a JOB_GRES=gpu:h100:1"
+    runner = FakeRunner([borrower, completing, completing, _line(
+        "21", account="gq-lending", qos="gq-scavenger", state="PENDING")])
     seen = slurm_loans_observe(cluster=lent.site.cluster, backend=_backend(runner),
                                text=borrower, at=T0 + timedelta(seconds=1), settle_s=5)
     assert runner.ran == ["scontrol requeue 21"]
-    assert (seen.requeued, seen.freed) == (1, 1)
+    assert (seen.requeued, seen.freed) == (1, 1) and len(runner.answers) == 1  # all read
     loan = Loan.objects.get(pk=lent.loan.pk)
     assert loan.freed_at is not None and loan.freed_at >= T0  # the poll's own clock
     entry = AuditEntry.objects.get(action="loan.borrower_requeued")

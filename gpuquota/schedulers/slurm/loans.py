@@ -34,7 +34,7 @@ from gpuquota.core.services import audit_record
 from gpuquota.inventory.models import Cluster
 from gpuquota.reservations.models import Loan
 from gpuquota.schedulers.backend import BackendError
-from gpuquota.schedulers.models import BackendConfig
+from gpuquota.schedulers.models import BackendConfig, SlurmJobGpu
 from gpuquota.schedulers.slurm.objects import NODE_DETAIL_RE, gres_indices, hostlist_expand
 from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT, SCAVENGER_QOS
 
@@ -85,7 +85,9 @@ def _iso(at: datetime | None) -> str:
 
 
 def held_jobs_parse(text: str) -> list[HeldJob]:
-    """`scontrol -d -o show job` -> the jobs that hold GPUs (pending ones hold none)."""
+    """`scontrol -d -o show job` -> the jobs that hold GPUs (pending ones hold none). A
+    COMPLETING job (requeued or preempted, its processes not yet gone) still holds its GPUs
+    but slurmctld no longer says which: it comes with no `gpus`."""
     found = []
     for line in text.splitlines():
         record = dict(_FIELDS_RE.findall(line))
@@ -93,8 +95,6 @@ def held_jobs_parse(text: str) -> list[HeldJob]:
             continue
         gpus = tuple((node, i) for nodes, gres in NODE_DETAIL_RE.findall(line)
                      for node in hostlist_expand(nodes) for i in gres_indices(gres))
-        if not gpus:
-            continue
         found.append(HeldJob(
             job_id=record["JobId"], account=record.get("Account", ""),
             user=record.get("UserId", "").split("(")[0], qos=record.get("QOS", ""),
@@ -149,7 +149,8 @@ def slurm_loans_observe(*, cluster: Cluster, backend, text: str | None = None,
         at, text = timezone.now(), run(["scontrol", "-d", "-o", "show", "job"]).stdout
     seen = LoansSeen()
     node = backend.options.node_name
-    holders = _holders(held_jobs_parse(text))
+    jobs = held_jobs_parse(text)
+    holders = _holders(jobs)
     accounts = _team_accounts(cluster, at)
 
     def key(loan: Loan) -> tuple[str, int]:
@@ -173,7 +174,7 @@ def slurm_loans_observe(*, cluster: Cluster, backend, text: str | None = None,
     waiting: dict[int, Loan] = {}
     for loan in _loans(cluster).filter(returned_at__isnull=False, freed_at__isnull=True):
         borrowers = [j for j in holders.get(key(loan), []) if j.borrower]
-        if not borrowers:
+        if not borrowers and not _leaving(loan, jobs):
             owner_start = [j.started_at for j in holders.get(key(loan), [])
                            if j.started_at and j.started_at >= loan.returned_at]
             seen.freed += loan_freed(loan=loan, at=min([at, *owner_start]))
@@ -192,6 +193,19 @@ def slurm_loans_observe(*, cluster: Cluster, backend, text: str | None = None,
     if waiting and write and settle_s > 0:
         seen.freed += _settle(run, waiting, key, settle_s)
     return seen
+
+
+def _leaving(loan: Loan, jobs: list[HeldJob]) -> bool:
+    """Whether a borrower seen on the loan's GPU (SlurmJobGpu, or removed by gpuquota)
+    still holds it without slurmctld saying which GPU (COMPLETING: its processes are not
+    gone yet)."""
+    gone_quiet = {j.job_id for j in jobs if not j.gpus}
+    if not gone_quiet:
+        return False
+    known = {job for job, _ in _requeued_before(loan)} | set(SlurmJobGpu.objects.filter(
+        gpu_id=loan.gpu_id, account=LENDING_ACCOUNT, last_seen_at__gte=loan.lent_from,
+    ).values_list("job_id", flat=True))
+    return bool(known & gone_quiet)
 
 
 def _requeued_before(loan: Loan) -> set[tuple[str, str]]:
@@ -238,9 +252,11 @@ def _settle(run, waiting: dict[int, Loan], key, settle_s: float) -> int:
     while waiting and time.monotonic() < deadline:
         time.sleep(POLL_S)
         at = timezone.now()
-        holders = _holders(held_jobs_parse(run(["scontrol", "-d", "-o", "show", "job"]).stdout))
+        jobs = held_jobs_parse(run(["scontrol", "-d", "-o", "show", "job"]).stdout)
+        holders = _holders(jobs)
         for pk, loan in list(waiting.items()):
-            if not any(j.borrower for j in holders.get(key(loan), [])):
+            if not any(j.borrower for j in holders.get(key(loan), [])) and not _leaving(
+                    loan, jobs):
                 freed += loan_freed(loan=loan, at=at)
                 del waiting[pk]
     return freed
