@@ -219,7 +219,8 @@ class DevCluster:
 
     def reshape(self, shape: str, timeout_s: float = 20) -> None:
         """Put the running cluster's slurm.conf in `shape` (`scontrol reconfigure`, no
-        restart); the site accounting of shape (b) is added, never removed, here."""
+        restart); shape (b)'s site accounting is the caller's (`site_accounting`, or the
+        tests' slurm_shapes.shape_b)."""
         if shape not in SHAPES:
             raise ValueError(f"shape: one of {', '.join(SHAPES)}")
         self.shape = shape
@@ -236,8 +237,6 @@ class DevCluster:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"slurmctld did not take shape {shape}: {want}")
             time.sleep(0.2)
-        if SHAPES[shape]["site_accounting"]:
-            self.site_accounting()
 
     def site_accounting(self) -> None:
         """Shape (b)'s accounting, as a site admin sets it up with sacctmgr."""
