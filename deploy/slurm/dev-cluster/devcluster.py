@@ -223,8 +223,11 @@ class DevCluster:
         tests' slurm_shapes.shape_b)."""
         if shape not in SHAPES:
             raise ValueError(f"shape: one of {', '.join(SHAPES)}")
-        self.shape = shape
-        self._render("slurm.conf.in", self.root / "etc/slurm.conf")
+        conf = self.root / "etc/slurm.conf"
+        before, self.shape = conf.read_text(), shape
+        self._render("slurm.conf.in", conf)
+        if conf.read_text() == before:
+            return
         self._run(["scontrol", "reconfigure"])
         want = {"PreemptMode": "REQUEUE", "JobRequeue": "1", **SHAPES[shape]["conf"]}
         deadline = time.monotonic() + timeout_s
