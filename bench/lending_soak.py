@@ -75,6 +75,7 @@ class Soak:
         d.chmod(0o777)
         out = self.live.run("sbatch", "--parsable", "--uid=nobody", "--account=gq-lending",
                             "--gres=gpu:h100:1", "--output=/dev/null", "--chdir=/tmp",
+                            "--nodelist=gqnode2",
                             str(self.script), str(d), "ignore" if ignore else "handle")
         return out.strip().split(";")[0], d
 
@@ -92,6 +93,20 @@ def _lost(d: Path) -> int:
     return max(read("progress") - read("ckpt"), 0)
 
 
+def gpu_free(live, timeout_s: float = 30) -> None:
+    """Wait until no job holds the lent GPU (gqnode2's GPU 3): the last cycle's jobs gone."""
+    from gpuquota.schedulers.slurm.loans import held_jobs_parse
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        jobs = held_jobs_parse(live.run("scontrol", "-d", "-o", "show", "job"))
+        if not any(("gqnode2", 3) in j.gpus or (not j.gpus and j.account == "gq-lending")
+                   for j in jobs):
+            return
+        time.sleep(0.2)
+    raise RuntimeError("gqnode2's GPU 3 still held")
+
+
 def cycle(soak: Soak, ctx, n: int, kind: str) -> dict:
     from gpuquota.lending.optouts import optout_create, optout_end
     from gpuquota.lending.scan import lending_scan
@@ -100,6 +115,7 @@ def cycle(soak: Soak, ctx, n: int, kind: str) -> dict:
     from gpuquota.schedulers.slurm.running import running_gpus_import
 
     live = soak.live
+    gpu_free(live)
     loan = loan_lend(assignment=ctx.assignment, reason="soak")  # reconciles
     job, d = soak.borrower(n, ignore=kind == "sigterm")
     soak.wait_running(job)
@@ -107,7 +123,7 @@ def cycle(soak: Soak, ctx, n: int, kind: str) -> dict:
     running_gpus_import(cluster=ctx.cluster)
     owner = None
     if kind == "owner_job":
-        owner = live.sbatch(user="daemon", account="vision")
+        owner = live.sbatch(user="daemon", account="vision", extra=("--nodelist=gqnode2",))
         soak.wait_running(owner, timeout_s=60)
         running_gpus_import(cluster=ctx.cluster)
     elif kind in ("owner_ask", "sigterm"):
@@ -138,6 +154,16 @@ def cycle(soak: Soak, ctx, n: int, kind: str) -> dict:
     time.sleep(0.5)
     assert Loan.objects.filter(returned_at__isnull=True).count() == 0
     return row
+
+
+def _clean(live, ctx) -> None:
+    from gpuquota.lending.services import E, loan_return
+    from gpuquota.reservations.models import Loan
+
+    for loan in Loan.objects.filter(returned_at__isnull=True):
+        loan_return(loan=loan, reason=E.ADMIN, note="soak cycle failed")
+    for job in live.run("squeue", "-h", "-A", "gq-lending", "-o", "%i").split():
+        subprocess.run(["scancel", job], env=live.env, capture_output=True, check=False)
 
 
 def shape_run(live, shape: str, cycles: int, state: Path) -> list[dict]:
@@ -172,7 +198,14 @@ def shape_run(live, shape: str, cycles: int, state: Path) -> list[dict]:
     soak = Soak(live, state)
     rows = []
     for n in range(cycles):
-        rows.append(cycle(soak, ctx, len(list(state.glob("b*"))), KINDS[n % len(KINDS)]))
+        kind = KINDS[n % len(KINDS)]
+        try:
+            rows.append(cycle(soak, ctx, len(list(state.glob("b*"))), kind))
+        except (AssertionError, RuntimeError) as exc:  # counted, cleaned up, and on
+            rows.append({"kind": kind, "failed": f"{type(exc).__name__}: {exc}"[:200],
+                         "ttr_s": None, "requeued": False, "lost_s": 0,
+                         "lost_beyond_checkpoint": False})
+            _clean(live, ctx)
         print(json.dumps({"shape": shape, **rows[-1]}), flush=True)
     live.cancel_all()
     return rows
@@ -184,8 +217,9 @@ def summary(shape: str, rows: list[dict]) -> str:
             f"ttr_p50_s={nearest_rank(ttr, 50)} ttr_p95_s={nearest_rank(ttr, 95)} "
             f"ttr_p99_s={nearest_rank(ttr, 99)} max_s={max(ttr, default=None)} "
             f"not_freed={sum(r['ttr_s'] is None for r in rows)} "
+            f"failed={sum('failed' in r for r in rows)} "
             f"requeued={sum(r['requeued'] for r in rows)} "
-            f"cancelled={sum(not r['requeued'] for r in rows)} "
+            f"cancelled={sum(not r['requeued'] and 'failed' not in r for r in rows)} "
             f"lost_beyond_checkpoint={sum(r['lost_beyond_checkpoint'] for r in rows)} "
             f"lost_work_max_s={max((r['lost_s'] for r in rows), default=0)}")
 
