@@ -67,6 +67,9 @@ def test_held_jobs_parse_reads_times_requeue_and_gpus():
     jobs = held_jobs_parse("\n".join([
         _line("7", account="gq-lending", qos="gq-scavenger", requeue=0),
         _line("8", account="vision", qos="normal", state="PENDING"),
+        # Preempted and cancelled (PreemptMode=CANCEL): final, holds nothing any more.
+        "JobId=9 Account=gq-lending QOS=gq-scavenger JobState=PREEMPTED Requeue=0 "
+        "NodeList=node-a JOB_GRES=gpu:h100:1",
     ]))
     assert [(j.job_id, j.borrower, j.requeue, j.gpus, j.submitted_at) for j in jobs] == [
         ("7", True, False, (("node-a", 3),), datetime(2026, 12, 7, 9, 59, 50, tzinfo=UTC))]

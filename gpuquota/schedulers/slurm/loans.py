@@ -38,10 +38,11 @@ from gpuquota.schedulers.models import BackendConfig, SlurmJobGpu
 from gpuquota.schedulers.slurm.objects import NODE_DETAIL_RE, gres_indices, hostlist_expand
 from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT, SCAVENGER_QOS
 
-#: Job states in which a job still holds its GPUs (a requeued job holds them until its
-#: processes are gone and its epilog ran).
-HOLDING_STATES = ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "REQUEUED", "PREEMPTED",
-                  "RESIZING", "SIGNALING", "STAGE_OUT")
+#: Job states in which a job still holds its GPUs (a requeued or preempted job holds them,
+#: COMPLETING, until its processes are gone and its epilog ran; PREEMPTED, CANCELLED and the
+#: other final states hold nothing).
+HOLDING_STATES = ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "REQUEUED", "RESIZING",
+                  "SIGNALING", "STAGE_OUT")
 #: After removing borrowers, how long a pass watches slurmctld for them to leave (KillWait is
 #: 30 s by default); what is still there then is looked at again by the next pass.
 SETTLE_S = 40.0
