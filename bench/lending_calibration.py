@@ -13,11 +13,13 @@ enters the time-to-return.
 from datetime import datetime
 from types import SimpleNamespace
 
-#: Owner's job SubmitTime -> StartTime (s) of the soak's `owner_job` cycles, all shapes
-#: (2026-12-07, dev cluster, GraceTime=0, borrowers checkpointing on SIGTERM).
-SOAK_OWNER_JOB_S = (0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 1)
+#: Owner's job SubmitTime -> StartTime (s) of the soak's `owner_job` cycles in shapes (a)
+#: and (b) (2026-12-07, dev cluster, GraceTime=0, borrowers checkpointing on SIGTERM; the
+#: soak's DETAIL lines in docs/benchmarks.md).
+SOAK_OWNER_JOB_S = (0, 1, 0, 0, 1, 0, 1, 0)
 #: Slurm's default KillWait: a borrower that ignores SIGTERM is killed this long after it
-#: (the soak's dev cluster runs with 5 s and measured its `sigterm` returns at 5 to 7 s).
+#: (the soak's dev cluster runs with 5 s and measured its `sigterm` returns at 7 to 9 s:
+#: KillWait plus the 3 to 4 s of any return gpuquota removes the borrower from).
 KILL_WAIT_S = 30
 #: What the RESULT line says is modelled rather than measured.
 MODELLED = "owner_wait=soak-sampled+KillWait,borrower_work,owner_demand,telemetry"
