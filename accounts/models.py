@@ -8,7 +8,12 @@ from django.db.models import F, Q
 
 from gpuquota.core.constraints import NoOverlap
 from gpuquota.core.fields import WholeSecondDateTimeField
-from gpuquota.core.names import dns1123_label_error, team_slug_validate
+from gpuquota.core.names import (
+    dns1123_label_error,
+    slurm_name_error,
+    team_slug_validate,
+    unix_user_error,
+)
 
 
 def validate_timezone(value: str) -> None:
@@ -166,12 +171,20 @@ class ClusterIdentity(models.Model):
         return f"{self.cluster}: {self.get_kind_display()} {self.key} → {self.user or self.team}"
 
     def clean(self) -> None:
-        """A Kubernetes namespace is a DNS-1123 label: checked where it enters (the admin
-        form, identity_save), so no refused name reaches a cluster."""
+        """A Kubernetes namespace is a DNS-1123 label, a Slurm account and a unix user name
+        follow Slurm's grammar (no comma, space, quote or shell character, no leading `-`;
+        `root` and the `gq-` prefix reserved): checked where they enter (the admin form,
+        identity_save, an identity provider's claims), so no refused name reaches a
+        cluster, and the refusal says why."""
+        error = None
         if self.kind == self.Kind.K8S_NAMESPACE:
             error = dns1123_label_error(self.key, what="A Kubernetes namespace")
-            if error:
-                raise ValidationError({"key": error})
+        elif self.kind == self.Kind.SLURM_ACCOUNT:
+            error = slurm_name_error(self.key, what="A Slurm account")
+        elif self.kind == self.Kind.UNIX_USER:
+            error = unix_user_error(self.key, what="A unix user name")
+        if error:
+            raise ValidationError({"key": error})
 
 
 class ApiToken(models.Model):

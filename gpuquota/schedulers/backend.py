@@ -47,12 +47,18 @@ def is_owned(name: str) -> bool:
 
 class BackendError(Exception):
     """The scheduler could not be reached or answered something unusable. The message is
-    what admins read on the cluster's problems; `detail` holds the command's output."""
+    what admins read on the cluster's problems; `detail` holds the command's output.
+    `outage`: the scheduler's daemons cannot be reached (every command fails alike, so the
+    message is the same whichever command found it: one problem per outage). `took`: for
+    a write the scheduler took in part, its managed fields as read back."""
 
-    def __init__(self, message: str, *, detail: str = ""):
+    def __init__(self, message: str, *, detail: str = "", outage: bool = False,
+                 took: dict | None = None):
         super().__init__(message)
         self.message = message
         self.detail = detail
+        self.outage = outage
+        self.took = took
 
 
 @dataclass(frozen=True)
@@ -195,6 +201,11 @@ class Backend(ABC):
                 self.apply_action(action)
             except BackendError as exc:
                 result.refused.append((action, exc))
+                if exc.took is not None and on_applied is not None:
+                    # What the scheduler did take is recorded as applied (so drift is
+                    # only ever someone else's change); the refusal is the problem.
+                    on_applied(Action(action.verb, SchedulerObject(
+                        action.obj.kind, action.obj.name, exc.took), action.before))
                 if result.failed is None:
                     result.failed, result.error = action, exc
                 if self.independent_objects:

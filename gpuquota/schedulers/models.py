@@ -75,8 +75,11 @@ class Capabilities(models.Model):
 
 
 class ManagedObject(models.Model):
-    """An object gpuquota created on a cluster (named or labelled `gq-...`), as last
-    applied: what drift is measured against."""
+    """An object gpuquota wrote on a cluster, as last applied (what drift is measured
+    against). `created`: gpuquota created it (recorded when it did): only those are ever
+    deleted, whatever their name or description says. `site_fields`: for a site's own
+    object, the managed fields as the site had them before gpuquota's first write, which
+    `slurm_reconcile --remove` puts back."""
 
     cluster = models.ForeignKey(
         "inventory.Cluster", on_delete=models.PROTECT, related_name="managed_objects"
@@ -85,6 +88,8 @@ class ManagedObject(models.Model):
     name = models.CharField(max_length=255)
     fields = models.JSONField(default=dict)
     applied_at = WholeSecondDateTimeField()
+    created = models.BooleanField(default=False)
+    site_fields = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["cluster", "kind", "name"]

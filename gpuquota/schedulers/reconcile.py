@@ -10,6 +10,7 @@ half-way says exactly what was done.
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -61,21 +62,25 @@ def clusters_reconcile(*, reason: str) -> dict:
     summaries = {}
     configs = BackendConfig.objects.exclude(mode=BackendConfig.Mode.OFF).select_related("cluster")
     for config in configs.order_by("cluster__name"):
-        summary = cluster_reconcile(cluster=config.cluster, reason=reason)
+        summary = cluster_reconcile(cluster=config.cluster, reason=reason, wait_s=0)
         summaries[config.cluster.slug] = summary.as_dict()
     return {"reason": reason, "clusters": summaries}
 
 
 def cluster_reconcile(
-    *, cluster: Cluster, reason: str, dry_run: bool = False, at: datetime | None = None
+    *, cluster: Cluster, reason: str, dry_run: bool = False, at: datetime | None = None,
+    wait_s: float = 60,
 ) -> RunSummary:
     """One reconcile pass over one cluster. `dry_run` (or the cluster's export mode) only
-    renders the actions as commands; nothing is changed on the scheduler."""
+    renders the actions as commands; nothing is changed on the scheduler. It waits up to
+    `wait_s` seconds for another reconcile of the cluster (one queued when its
+    configuration was saved); `busy` when that one still runs (the beat does not wait:
+    its next tick comes)."""
     config = BackendConfig.objects.filter(cluster=cluster).first()
     backend = backend_for(cluster, config) if config else None
     if backend is None or (config.mode == BackendConfig.Mode.OFF and not dry_run):
         return RunSummary(cluster=cluster.slug, outcome="skipped")
-    with _cluster_lock(cluster) as locked:
+    with _cluster_lock(cluster, wait_s=wait_s) as locked:
         if not locked:
             return RunSummary(cluster=cluster.slug, outcome="busy")
         return _reconcile(backend=backend, config=config, reason=reason,
@@ -90,6 +95,54 @@ def cluster_plan(*, cluster: Cluster, at: datetime | None = None) -> tuple[Backe
     if backend is None:
         raise BackendError(f"The cluster's scheduler ({cluster.scheduler}) has no backend.")
     return backend, backend.plan(at or timezone.now(), capabilities=backend.capabilities())
+
+
+def cluster_remove(*, cluster: Cluster, wait_s: float = 0) -> RunSummary:
+    """Take gpuquota off the cluster (`slurm_reconcile --remove`): every object it created
+    deleted, every setting it changed on the site's own objects put back, each verified;
+    then its backend is switched off, so nothing is written again."""
+    config = BackendConfig.objects.filter(cluster=cluster).first()
+    backend = backend_for(cluster, config) if config else None
+    if backend is None or not hasattr(backend, "remove_actions"):
+        return RunSummary(cluster=cluster.slug, outcome="skipped")
+    with _cluster_lock(cluster, wait_s=wait_s) as locked:
+        if not locked:
+            return RunSummary(cluster=cluster.slug, outcome="busy")
+        at = timezone.now()
+        run = ReconcileRun.objects.create(cluster=cluster, reason="remove", started_at=at)
+        summary = RunSummary(cluster=cluster.slug, outcome="")
+        try:
+            actions = backend.remove_actions()
+        except BackendError as exc:
+            return _fail(run, summary, exc, applied=[])
+        summary.actions = [str(a) for a in actions]
+        run.commands = backend.render(actions)
+        result = backend.apply(actions, on_applied=lambda a: _removed_record(run, cluster, a))
+        BackendConfig.objects.filter(pk=config.pk).update(mode=BackendConfig.Mode.OFF)
+        audit_record(actor=None, action="scheduler_config_update", obj=config,
+                     changes={"mode": [config.mode, BackendConfig.Mode.OFF]},
+                     reason="slurm_reconcile --remove")
+        if result.error is not None:
+            for action, error in result.refused[1:]:
+                problem_record(cluster=cluster, summary=f"{action}: {error.message}",
+                               detail=error.detail)
+            return _fail(run, summary, result.error, applied=result.applied,
+                         failed=result.failed, refused=len(result.refused))
+        problems_resolve(cluster=cluster)
+        # What went with another (an account's default QOS) or was already gone.
+        ManagedObject.objects.filter(cluster=cluster).delete()
+        run.applied, run.outcome = len(result.applied), ReconcileRun.Outcome.OK
+        return _finish(run, summary, config)
+
+
+def _removed_record(run: ReconcileRun, cluster: Cluster, action: Action) -> None:
+    obj = action.obj
+    with transaction.atomic():
+        ManagedObject.objects.filter(cluster=cluster, kind=obj.kind, name=obj.name).delete()
+        audit_record(actor=None, action="scheduler_remove", obj=run, changes={
+            "kind": obj.kind, "name": obj.name, "verb": action.verb,
+            "fields": dict(obj.fields), "before": dict(action.before)},
+            reason=f"{cluster.slug}: {action}")
 
 
 def _reconcile(*, backend: Backend, config, reason: str, render_only: bool, dry_run: bool,
@@ -213,10 +266,17 @@ def _applied_record(run: ReconcileRun, cluster: Cluster, action: Action, at: dat
         if action.verb == "delete":
             ManagedObject.objects.filter(cluster=cluster, kind=obj.kind, name=obj.name).delete()
         else:
-            ManagedObject.objects.update_or_create(
-                cluster=cluster, kind=obj.kind, name=obj.name,
-                defaults={"fields": dict(obj.fields), "applied_at": at},
-            )
+            managed, made = ManagedObject.objects.get_or_create(
+                cluster=cluster, kind=obj.kind, name=obj.name, defaults={
+                    "fields": dict(obj.fields), "applied_at": at,
+                    "created": action.verb == "create",
+                    # a site's object: its settings before gpuquota's first write
+                    "site_fields": {} if action.verb == "create" else {
+                        k: action.before.get(k, "") for k in obj.fields}})
+            if not made:
+                managed.fields, managed.applied_at = dict(obj.fields), at
+                managed.created = managed.created or action.verb == "create"
+                managed.save(update_fields=["fields", "applied_at", "created"])
         repaired = [d for d in drifts if (d.object_kind, d.object_name) == obj.key]
         for drift in repaired:
             drift.repaired_at = at
@@ -240,16 +300,21 @@ def _bindings_store(plan: Plan, at: datetime) -> None:
 
 
 @contextmanager
-def _cluster_lock(cluster: Cluster):
+def _cluster_lock(cluster: Cluster, *, wait_s: float = 0):
     """One reconcile per cluster at a time (a PostgreSQL advisory lock; SQLite is one
-    process)."""
+    process), waited for up to `wait_s` seconds."""
     if connection.vendor != "postgresql":
         yield True
         return
     key = zlib.crc32(f"gpuquota.schedulers:{cluster.pk}".encode())
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        locked = cursor.fetchone()[0]
+    deadline = time.monotonic() + wait_s
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+            locked = cursor.fetchone()[0]
+        if locked or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
     try:
         yield locked
     finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -19,6 +20,13 @@ from gpuquota.schedulers.backend import BackendError
 
 log = logging.getLogger(__name__)
 OUTPUT_LOGGED_CHARS = 2000
+#: What Slurm's commands print when slurmctld or slurmdbd does not answer: every command
+#: then fails alike, and the outage is one problem (`OUTAGE`), whichever command found it.
+_OUTAGE_WORDS = re.compile(
+    r"Unable to contact slurm controller|Connection refused|Socket timed out|"
+    r"Problem talking to the database|slurmdbd.*(not responding|down)|"
+    r"Zero Bytes were transmitted|Transport endpoint is not connected", re.I)
+OUTAGE = "Slurm's daemons cannot be reached: slurmctld or slurmdbd does not answer"
 
 
 @dataclass(frozen=True)
@@ -72,11 +80,15 @@ class Runner:
             raise BackendError(f"{argv[0]} could not be run: {exc}") from exc
         result = CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr,
                                time.monotonic() - started)
-        log.info("ran %s: exit %s in %.2fs; stdout %r; stderr %r", argv, done.returncode,
-                 result.elapsed_s, done.stdout[:OUTPUT_LOGGED_CHARS],
-                 done.stderr[:OUTPUT_LOGGED_CHARS])
+        # What a command printed (job lists, users' names) is logged at DEBUG only.
+        log.info("ran %s: exit %s in %.2fs", argv, done.returncode, result.elapsed_s)
+        log.debug("ran %s: stdout %r; stderr %r", argv, done.stdout[:OUTPUT_LOGGED_CHARS],
+                  done.stderr[:OUTPUT_LOGGED_CHARS])
         if check and done.returncode != 0:
             message = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            if _OUTAGE_WORDS.search(done.stderr + done.stdout):
+                raise BackendError(OUTAGE, outage=True,
+                                   detail=f"$ {' '.join(argv)}\n{done.stdout}{done.stderr}")
             raise BackendError(
                 f"{argv[0]} exited with {done.returncode}: "
                 f"{message[-1] if message else 'no output'}"[:250],

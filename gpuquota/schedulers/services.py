@@ -13,6 +13,7 @@ from gpuquota.core.errors import DomainError
 from gpuquota.core.services import audit_record
 from gpuquota.schedulers.backend import backend_options_check
 from gpuquota.schedulers.models import BackendConfig, Problem
+from gpuquota.schedulers.runner import OUTAGE
 from gpuquota.schedulers.secrets import secret_encrypt
 
 CONFIG_FIELDS = ("mode", "commands_dir", "api_url", "command_timeout_s", "options")
@@ -60,8 +61,12 @@ def backend_config_update(
 
 
 def problem_record(*, cluster, summary: str, detail: str = "") -> Problem:
-    """Open a problem for the cluster, or count one more occurrence of the open one."""
+    """Open a problem for the cluster, or count one more occurrence of the open one. An
+    outage (the scheduler's daemons not answering) is one problem whichever command or
+    task found it: its summary is the outage's, the rest goes in the detail."""
     now = timezone.now()
+    if OUTAGE in summary and summary != OUTAGE:
+        summary, detail = OUTAGE, f"{summary}\n{detail}"
     problem = Problem.objects.filter(
         cluster=cluster, summary=summary[:255], status=Problem.Status.OPEN
     ).first()

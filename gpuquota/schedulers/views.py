@@ -66,8 +66,12 @@ def cluster_reconcile_now(request, slug: str):
         return redirect("scheduler_cluster", slug=slug)
     dry_run = request.POST.get("dry_run") == "1"
     summary = cluster_reconcile(cluster=cluster, reason=f"by {request.user.username}",
-                                dry_run=dry_run)
-    if summary.error:
+                                dry_run=dry_run, wait_s=10)
+    if summary.outcome == "busy":
+        messages.warning(request, "Another reconcile of this cluster is still running "
+                         "(one starts when the configuration is saved): nothing was done; "
+                         "its run appears under Runs.")
+    elif summary.error:
         messages.error(request, f"Reconcile {summary.outcome}: {summary.error}")
     elif dry_run:
         run = ReconcileRun.objects.filter(cluster=cluster).first()

@@ -68,9 +68,19 @@ def accounting_snapshot(live: Live) -> dict:
             "qos": sorted(line for line in qos.splitlines() if line.strip())}
 
 
+def accounting_settled(live: Live, timeout_s: float = 30) -> None:
+    """Wait until Slurm's accounting sees no job running or pending (it learns of a
+    cancelled job a moment later; until then it refuses to delete what the job ran under)."""
+    deadline = time.monotonic() + timeout_s
+    while live.run("sacct", "-n", "-X", "-a", "-s", "R,PD", "-o", "jobid").strip():
+        assert time.monotonic() < deadline, "jobs still running in Slurm's accounting"
+        time.sleep(0.5)
+
+
 def shape_bare(live: Live) -> None:
     """No job, no reservation; only Slurm's own root account and user and normal QOS."""
     live.cancel_all()
+    accounting_settled(live)
     for name in re.findall(r"ReservationName=(\S+)", live.run(
             "scontrol", "-o", "show", "reservation")):
         live.run("scontrol", "delete", f"ReservationName={name}")

@@ -167,7 +167,7 @@ def test_samples_never_free_a_gpu_on_a_cluster_whose_backend_observes(lent):
     from gpuquota.lending.scan import lending_scan
     from tests.lending.factories import samples
 
-    now = timezone.now().replace(microsecond=0)
+    now = T0 + timedelta(minutes=30)
     loan = lent.loan
     loan.lent_from, loan.returned_at, loan.end_reason = (now - timedelta(minutes=30),
                                                          now - timedelta(minutes=5), "owner_ask")
@@ -185,12 +185,14 @@ def test_samples_never_free_a_gpu_on_a_cluster_whose_backend_observes(lent):
 def test_the_cluster_page_gives_time_to_return_as_slurmctld_measured_it(lent):
     from django.test import Client
 
+    # The page reads the last 7 days from now: a reservation of its own around now.
     now = timezone.now().replace(microsecond=0)
-    loan = lent.loan
-    loan.lent_from, loan.returned_at, loan.end_reason, loan.freed_at = (
-        now - timedelta(minutes=30), now - timedelta(minutes=5), "owner_ask",
-        now - timedelta(minutes=5) + timedelta(seconds=7))
-    loan.save()
+    r = lent.site.reserve("vision", lent.site.gpus["node-b"][:1], start=now - timedelta(hours=1),
+                          end=now + timedelta(hours=1))
+    Loan.objects.create(assignment=r.assignments.get(), gpu=lent.site.gpus["node-b"][0],
+                        lent_from=now - timedelta(minutes=30), returned_at=now - timedelta(
+                            minutes=5), end_reason="owner_ask",
+                        freed_at=now - timedelta(minutes=5) + timedelta(seconds=7))
     client = Client()
     client.force_login(lent.site.admin)
     page = client.get(f"/schedulers/{lent.site.cluster.slug}/").content.decode()

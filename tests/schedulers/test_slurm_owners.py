@@ -13,10 +13,12 @@ from gpuquota.schedulers.slurm.owners import owners_default_qos, site_qos_parse
 from tests.schedulers.conftest import NOW
 from tests.schedulers.test_slurm_plan import caps
 
-# `sacctmgr -P -n show association format=account,user,defaultqos`: vision's users carry
-# their own default (normal, or a site's `gpu`), speech's user inherits its account's.
-ASSOCS = ("root||normal\nsite||\nvision||\nvision|daemon|normal\nvision|eve|gpu\n"
-          "speech||gq-owner\nspeech|bob|\nnlp|nobody|normal\n")
+# `sacctmgr -P -n show association format=account,user,grptres,qos,defaultqos`: vision's
+# users carry their own default (normal, or a site's `gpu`), speech's user inherits its
+# account's.
+ASSOCS = ("root|||normal|normal\nsite||||\nvision||||\nvision|daemon||normal,gpu|normal\n"
+          "vision|eve||gpu|gpu\nspeech|||gq-owner|gq-owner\nspeech|bob|||\n"
+          "nlp|nobody||normal|normal\n")
 QOS = ("normal||cluster|00:00:00|\nscavenger||cancel|00:00:00|\n"
        "gq-owner|gq-scavenger|cluster|00:00:00|\n")
 
@@ -57,9 +59,11 @@ def test_the_site_qos_is_made_to_preempt_the_scavenger_and_given_back(site):
     # No team's users default to `normal` any more: what gpuquota added is taken back,
     # and the site's own (urgent) stays.
     ManagedObject.objects.create(cluster=site.cluster, kind="site_qos", name="normal",
-                                 fields={"preempts": "gq-scavenger"}, applied_at=NOW)
+                                 fields={"preempts": "gq-scavenger"}, applied_at=NOW,
+                                 created=True)  # gpuquota added it (preempt+=)
+    backend = backend_for(site.cluster, BackendConfig.objects.get())  # what it created, read
     object.__setattr__(backend, "runner", Answers(association=ASSOCS.replace(
-        "daemon|normal", "daemon|gpu")))
+        "normal,gpu|normal", "normal,gpu|gpu")))
     plan = backend.plan(NOW, capabilities=caps())
     undo = [a for a in backend.diff(plan, Observed(site_qos_parse(done)))
             if a.obj.kind == "site_qos"]

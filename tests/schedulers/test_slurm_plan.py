@@ -150,7 +150,8 @@ def test_a_lent_gpu_opens_its_reservation_to_the_scavenger_qos(site):
     assert objects[("preemptible_qos", "gq-scavenger")] == {
         "preemptmode": "REQUEUE", "gracetime": "00:05:00", "grptres": "gres/gpu:h100=1"}
     assert objects[("qos", "gq-owner")] == {"preempt": "gq-scavenger"}
-    assert objects[("account", "vision")]["defaultqos"] == "gq-owner"
+    assert objects[("default_qos", "vision")]["defaultqos"] == "gq-owner"
+    assert objects[("association", "vision/alice")] == {"gq_qos": "gq-owner"}
 
 
 def test_slurm_answers_parsed():
@@ -166,12 +167,12 @@ def test_slurm_answers_parsed():
     assert qos_parse("normal||cluster|00:00:00|\ngq-scavenger||requeue|00:05:00|"
                      "cpu=4,gres/gpu:h100=1\n")[0].fields == {
         "preemptmode": "REQUEUE", "gracetime": "00:05:00", "grptres": "gres/gpu:h100=1"}
-    objects, owned = accounts_parse(
-        "vision|gq-created\nphysics|Physics dept\n",
+    objects = accounts_parse(
         "vision||cpu=10,gres/gpu:h100=4|gq-owner,normal|gq-owner\nvision|alice||normal|\n")
-    assert owned == {"vision"}
-    assert objects[0].fields == {"gq_qos": "gq-owner", "defaultqos": "gq-owner",
-                                 "grptres": "gres/gpu:h100=4"}
+    assert [(o.kind, o.name, o.fields) for o in objects] == [
+        ("account", "vision", {"gq_qos": "gq-owner", "grptres": "gres/gpu:h100=4"}),
+        ("default_qos", "vision", {"defaultqos": "gq-owner"}),
+        ("association", "vision/alice", {"gq_qos": ""})]
     with pytest.raises(BackendError, match="malformed"):
         qos_parse("garbage without pipes")
 
@@ -185,19 +186,25 @@ def test_updates_touch_only_what_changed():
         "grptres=gres/gpu:h100=2"]]
 
 
-def test_export_is_a_sacctmgr_flat_file():
+def test_export_is_a_sacctmgr_flat_file_with_every_value_quoted():
     from gpuquota.schedulers.backend import Plan
 
     plan = Plan(at=NOW, objects=[
-        SchedulerObject("account", "vision", {"grptres": "gres/gpu:h100=4",
-                                              "gq_qos": "gq-owner", "defaultqos": "gq-owner"}),
-        SchedulerObject("association", "vision/alice"),
+        SchedulerObject("account", "vision", {"grptres": "gres/gpu:h100=4", "gq_qos": "gq-owner"}),
+        SchedulerObject("default_qos", "vision", {"defaultqos": "gq-owner"}),
+        SchedulerObject("account", "gq-lending", {"gq_qos": "gq-scavenger"}),
+        SchedulerObject("association", "vision/o'brien", {"gq_qos": "gq-owner"}),
     ])
-    assert export_flat_file(plan, cluster="gqdev").splitlines()[1:] == [
+    # GrpTRES quoted (the flat file's fields split at `:`), a quote in a value escaped by the
+    # other quote, and the site's own account (vision) never marked as gpuquota's.
+    assert export_flat_file(plan, cluster="gqdev", parents={"vision": "site"}).splitlines(
+    )[1:] == [
         "Cluster - 'gqdev'", "Parent - 'root'",
-        "Account - 'vision':Description='gq-created':Organization='gpuquota':"
-        "GrpTRES=gres/gpu:h100=4:QOS='+gq-owner':DefaultQOS='gq-owner'",
-        "Parent - 'vision'", "User - 'alice'",
+        "Account - 'gq-lending':Description='gq-created':Organization='gpuquota':"
+        "QOS='+gq-scavenger'",
+        "Parent - 'site'",  # the site's account stays where the site put it
+        "Account - 'vision':GrpTRES='gres/gpu:h100=4':QOS='+gq-owner':DefaultQOS='gq-owner'",
+        "Parent - 'vision'", "User - \"o'brien\":QOS='+gq-owner'",
     ]
 
 

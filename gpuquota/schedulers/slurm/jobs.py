@@ -83,10 +83,16 @@ def job_fields(job: dict, reservations: dict[str, str] | None = None) -> dict:
         "started_at": _instant(times.get("start")), "ended_at": _instant(times.get("end")),
         "state": str(state)[:32], "account": job.get("account") or "",
         "user": job.get("user") or "", "partition": job.get("partition") or "",
-        "qos": job.get("qos") or "", "nodes": (job.get("nodes") or "")[:1024],
+        "qos": job.get("qos") or "", "nodes": _nodes(job.get("nodes")),
         "reservation": reservation or (reservations or {}).get(reservation_id, ""),
         "gpu_tres": gpu_tres, "gpus": gpus,
     }
+
+
+def _nodes(value) -> str:
+    """A job's nodes; empty for a job that never started (sacct: `None assigned`)."""
+    value = str(value or "")
+    return "" if value.lower().startswith("none") else value[:1024]
 
 
 def _accounting_jobs(backend, config: BackendConfig, since: datetime) -> tuple[list, str]:

@@ -52,21 +52,22 @@ def qos_parse(text: str) -> list[SchedulerObject]:
     return objects
 
 
-def accounts_parse(accounts_text: str, assoc_text: str) -> tuple[list[SchedulerObject], set[str]]:
-    """Accounts with the fields gpuquota manages, user associations, and the accounts
-    gpuquota created (described `gq-...`)."""
-    owned = {a for a, desc in _rows(accounts_text, 2, "account")
-             if desc.startswith("gq-") or a == LENDING_ACCOUNT}
+def accounts_parse(assoc_text: str) -> list[SchedulerObject]:
+    """Accounts with the fields gpuquota manages (GrpTRES, its QOS), their default QOS
+    (`default_qos`, set once the users may use it), and user associations (the `gq-` QOS
+    they may use, inherited or their own list)."""
     objects = []
     for account, user, grptres, qos, default_qos in _rows(assoc_text, 5, "association"):
         if user:
-            objects.append(SchedulerObject("association", f"{account}/{user}"))
-        else:
-            fields = {"gq_qos": gq_qos(qos), "defaultqos": default_qos}
-            if account != LENDING_ACCOUNT:
-                fields["grptres"] = gpu_tres(grptres)
-            objects.append(SchedulerObject("account", account, fields))
-    return objects, owned
+            objects.append(SchedulerObject("association", f"{account}/{user}",
+                                           {"gq_qos": gq_qos(qos)}))
+            continue
+        fields = {"gq_qos": gq_qos(qos)}
+        if account != LENDING_ACCOUNT:
+            fields["grptres"] = gpu_tres(grptres)
+        objects.append(SchedulerObject("account", account, fields))
+        objects.append(SchedulerObject("default_qos", account, {"defaultqos": default_qos}))
+    return objects
 
 
 def hostlist_expand(value: str) -> list[str]:
@@ -115,12 +116,24 @@ def _seconds(duration: str) -> int:
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 
 
-def _set(fields: dict, changed: set[str]) -> list[str]:
-    out = []
+def _set(fields: dict, changed, before: dict | None = None) -> list[str]:
+    """`key=value` settings; `before` (what Slurm has) says which `gq-` QOS and which GPU
+    limits to take away (`qos-=`, `=-1`: Slurm's way to clear one), to put a site's back."""
+    out, before = [], before or {}
     for key in sorted(changed):
         value = fields[key]
         if key == "gq_qos":
-            out += [f"qos+={q}" for q in value.split(",") if q]
+            old = {q for q in before.get(key, "").split(",") if q}
+            new = [q for q in value.split(",") if q]
+            out += [f"qos+={q}" for q in new] + [f"qos-={q}" for q in sorted(old - set(new))]
+        elif key == "grptres" and before.get(key):
+            new = dict(p.split("=", 1) for p in value.split(",") if p)
+            gone = [p.split("=", 1)[0] for p in before[key].split(",") if p]
+            parts = [f"{k}={v}" for k, v in new.items()] + [
+                f"{k}=-1" for k in gone if k not in new]
+            out.append(f"grptres={','.join(parts)}")
+        elif key == "defaultqos" and not value:
+            out.append("defaultqos=-1")
         elif key == "gracetime":
             out.append(f"gracetime={_seconds(value)}")
         else:
@@ -128,41 +141,100 @@ def _set(fields: dict, changed: set[str]) -> list[str]:
     return out
 
 
-def action_argv(action: Action, *, cluster: str) -> list[list[str]]:
-    """The commands that perform one action (one or two argv lists)."""
+#: Characters that would split a name into several objects or run as shell code.
+_SPLITS = re.compile(r"[\s,=:;'\"`$|&<>()\\*?\[\]{}!#~%]")
+
+
+def name_checked(name: str, *, what: str = "name") -> str:
+    """`name` as it may go into a command's argument: never one that would split into
+    several objects (`eve,root`), read as an option (`-x`) or run as shell code. Names are
+    checked where they enter (gpuquota.core.names); this is the last line of defence."""
+    if not isinstance(name, str) or not name or name.startswith("-") or _SPLITS.search(name):
+        raise BackendError(f"Refused to write the Slurm {what} {str(name)[:60]!r}: it would "
+                           "split into several objects or run as code. Rename it where it "
+                           "was entered (the cluster identity).")
+    return name
+
+
+@dataclass(frozen=True)
+class Write:
+    """One command and the fields of its object that it sets (read back after it)."""
+
+    argv: list[str]
+    keys: tuple[str, ...] = ()
+
+
+def writes(action: Action, *, cluster: str) -> list[Write]:
+    """The commands that perform one action, each with the fields it sets: limits apart
+    from QOS, so that Slurm refusing one leaves the others written."""
     obj, verb = action.obj, action.verb
-    if obj.kind == "site_qos":  # gpuquota.schedulers.slurm.owners
-        return [["sacctmgr", "-i", "modify", "qos", "where", f"name={obj.name}", "set",
-                 f"preempt{'-' if verb == 'delete' else '+'}={SCAVENGER_QOS}"]]
-    changed = {k for k, v in obj.fields.items() if action.before.get(k) != v}
-    where_cluster = f"cluster={cluster}"
+    changed = sorted(k for k, v in obj.fields.items() if action.before.get(k) != v)
+    if verb == "create":
+        changed = sorted(obj.fields)
+    where_cluster = f"cluster={name_checked(cluster, what='cluster')}" if cluster else ""
+    where = [where_cluster] if cluster else []
     if obj.kind in ("qos", "preemptible_qos"):
+        name = name_checked(obj.name, what="QOS")
         if verb == "create":
-            return [["sacctmgr", "-i", "add", "qos", obj.name, *_set(obj.fields, set(obj.fields))]]
+            return [Write(["sacctmgr", "-i", "add", "qos", name, *_set(obj.fields, changed)],
+                          tuple(changed))]
         if verb == "update":
-            return [["sacctmgr", "-i", "modify", "qos", "where", f"name={obj.name}", "set",
-                     *_set(obj.fields, changed)]]
-        return [["sacctmgr", "-i", "delete", "qos", "where", f"name={obj.name}"]]
-    if obj.kind == "account":
-        modify = ["sacctmgr", "-i", "modify", "account", "where", f"name={obj.name}",
-                  where_cluster, "set"]
+            return [Write(["sacctmgr", "-i", "modify", "qos", "where", f"name={name}", "set",
+                           *_set(obj.fields, changed)], tuple(changed))]
+        return [Write(["sacctmgr", "-i", "delete", "qos", "where", f"name={name}"])]
+    if obj.kind == "site_qos":  # a site's QOS made to preempt gq-scavenger (its owners')
+        name = name_checked(obj.name, what="QOS")
+        sign = "-" if verb == "delete" else "+"
+        return [Write(["sacctmgr", "-i", "modify", "qos", "where", f"name={name}", "set",
+                       f"preempt{sign}={SCAVENGER_QOS}"], () if verb == "delete" else
+                      ("preempts",))]
+    if obj.kind in ("account", "default_qos"):
+        name = name_checked(obj.name, what="account")
+        modify = ["sacctmgr", "-i", "modify", "account", "where", f"name={name}", *where, "set"]
+        if obj.kind == "default_qos":  # never created nor deleted: the account's setting
+            return [Write([*modify, *_set(obj.fields, ["defaultqos"], action.before)],
+                          ("defaultqos",))]
+        if verb == "delete":
+            return [Write(["sacctmgr", "-i", "delete", "account", "where", f"name={name}",
+                           *where])]
+        out = []
         if verb == "create":
-            return [["sacctmgr", "-i", "add", "account", obj.name, where_cluster,
-                     f"description={CREATED_DESCRIPTION}", "organization=gpuquota"],
-                    [*modify, *_set(obj.fields, set(obj.fields))]]
-        if verb == "update":
-            return [[*modify, *_set(obj.fields, changed)]]
-        return [["sacctmgr", "-i", "delete", "account", "where", f"name={obj.name}",
-                 where_cluster]]
+            out.append(Write(["sacctmgr", "-i", "add", "account", name, *where,
+                              f"description={CREATED_DESCRIPTION}", "organization=gpuquota"]))
+        # One command per setting: a refused QOS change never takes the limit with it.
+        out += [Write([*modify, *_set(obj.fields, [k], action.before)], (k,))
+                for k in changed]
+        return out
     if obj.kind == "association":
         account, _, user = obj.name.partition("/")
-        if verb == "create":
-            return [["sacctmgr", "-i", "add", "user", user, f"account={account}", where_cluster]]
-        return [["sacctmgr", "-i", "delete", "user", "where", f"name={user}",
-                 f"account={account}", where_cluster]]
+        account = name_checked(account, what="account")
+        user = name_checked(user, what="user")
+        if verb == "delete":
+            return [Write(["sacctmgr", "-i", "delete", "user", "where", f"name={user}",
+                           f"account={account}", *where])]
+        out = []
+        if verb == "create":  # it inherits the account's QOS: read back, never set
+            out.append(Write(["sacctmgr", "-i", "add", "user", user, f"account={account}",
+                              *where], tuple(changed)))
+        else:
+            out += [Write(["sacctmgr", "-i", "modify", "user", "where", f"name={user}",
+                           f"account={account}", *where, "set",
+                           *_set(obj.fields, [k], action.before)], (k,))
+                    for k in changed]
+        return out
     if obj.kind == "reservation":
-        return [_reservation_argv(action, changed)]
+        name_checked(obj.name, what="reservation")
+        for key in ("accounts", "nodes"):
+            for part in obj.fields.get(key, "").split(","):
+                if part:
+                    name_checked(part, what=key[:-1])
+        return [Write(_reservation_argv(action, set(changed)), tuple(changed))]
     raise ValueError(f"unknown kind {obj.kind!r}")
+
+
+def action_argv(action: Action, *, cluster: str) -> list[list[str]]:
+    """The commands that perform one action (the argv lists of `writes`)."""
+    return [w.argv for w in writes(action, cluster=cluster)]
 
 
 def _reservation_argv(action: Action, changed: set[str]) -> list[str]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from gpuquota.core.errors import DomainError
 
+#: A name that reaches a command's argument: never one that splits or reads as an option.
+_WORD = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*$")
 LENDING_ACCOUNT = "gq-lending"
 OWNER_QOS = "gq-owner"
 SCAVENGER_QOS = "gq-scavenger"
@@ -47,6 +50,19 @@ class SlurmOptions:
                 raise DomainError(f"{name}: a string.", field="options")
         if not isinstance(raw.get("rest_user", "root"), str) or not raw.get("rest_user", "root"):
             raise DomainError("rest_user: a Slurm user name.", field="options")
+        for name in ("gres_types", "node_names"):
+            for value in raw.get(name, {}).values():
+                if not _WORD.match(value):
+                    raise DomainError(f"{name}: {value[:40]!r} is no Slurm name (letters, "
+                                      "digits, '_', '.', '-'; no leading '-').", field="options")
+        for name in ("cluster_name", "rest_user"):
+            value = raw.get(name, "")
+            if value and not _WORD.match(value):
+                raise DomainError(f"{name}: {value[:40]!r} is no Slurm name (letters, digits, "
+                                  "'_', '.', '-'; no leading '-').", field="options")
+        if not re.match(r"^[A-Za-z_,]*$", raw.get("reservation_flags", "")):
+            raise DomainError("reservation_flags: Slurm's flag names, separated by commas.",
+                              field="options")
         grace = raw.get("loan_grace_s", 0)
         if not isinstance(grace, int) or not 0 <= grace <= 86400:
             raise DomainError("loan_grace_s: whole seconds, 0 to 86400.", field="options")

@@ -20,20 +20,21 @@ from gpuquota.schedulers.backend import SchedulerObject
 from gpuquota.schedulers.slurm.options import SCAVENGER_QOS
 
 KIND = "site_qos"
-ASSOC_FORMAT = "account,user,defaultqos"
+#: The associations as the backend's observe reads them (objects.ASSOC_FORMAT).
+ASSOC_FORMAT = "account,user,grptres,qos,defaultqos"
 
 
 def owners_default_qos(assoc_text: str, accounts: set[str]) -> list[str]:
     """The default QOS (not gpuquota's own) the users of `accounts` submit under:
-    `sacctmgr -P -n show association format=account,user,defaultqos`, a user's own default,
-    else its account's."""
+    `sacctmgr -P -n show association format=account,user,grptres,qos,defaultqos`, a user's
+    own default, else its account's."""
     account_default: dict[str, str] = {}
     users: list[tuple[str, str]] = []
     for line in assoc_text.splitlines():
         cells = line.split("|")
-        if len(cells) < 3 or cells[0] not in accounts:
+        if len(cells) < 5 or cells[0] not in accounts:
             continue
-        account, user, default = cells[:3]
+        account, user, default = cells[0], cells[1], cells[4]
         if user:
             users.append((account, default))
         else:

@@ -5,11 +5,14 @@ Objects (kind: name -> fields gpuquota manages):
 
 - `preemptible_qos`: `gq-scavenger` (requeued when preempted, GraceTime = the lending
   notice, GrpTRES = the GPUs lent now); `qos`: `gq-owner` (preempts `gq-scavenger`);
-- `account`: each team's accounts (GrpTRES per GPU type, `gq-owner` as default QOS; an
+- `account`: each team's accounts (GrpTRES per GPU type, `gq-owner` among its QOS; an
   account gpuquota creates is described `gq-created`) and `gq-lending`, the borrowers'
   account (`gq-scavenger` only);
 - `association`: `account/user` for each member with a unix identity, in the team's
-  accounts and in `gq-lending`;
+  accounts (`gq-owner` among the QOS it may use, inherited or added to the user's own
+  list) and in `gq-lending` (`gq-scavenger`);
+- `default_qos`: each account's default QOS (`gq-owner`; `gq-scavenger` for
+  `gq-lending`), set after the associations, never deleted;
 - `reservation`: `gq-res-<id>`, the nodes a reservation covers whole (or, from Slurm 23.11,
   its GPUs), for the team's accounts (and `gq-lending` while one of its GPUs is lent).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, datetime
 
+from gpuquota.core.names import slurm_name_error, unix_user_error
 from gpuquota.schedulers.backend import Binding, CapabilityReport, Plan, SchedulerObject, owned_name
 from gpuquota.schedulers.models import BindingLevel
 from gpuquota.schedulers.selectors import PlanInputs, ReservationInput, TeamInput
@@ -66,29 +70,30 @@ def plan_build(*, inputs: PlanInputs, caps: CapabilityReport, options: SlurmOpti
     lending = bool(caps.facts.get("preemption"))
 
     plan.objects.append(SchedulerObject("qos", OWNER_QOS, {"preempt": SCAVENGER_QOS}))
-    plan.objects.append(SchedulerObject("preemptible_qos", SCAVENGER_QOS, {
-        "preemptmode": "REQUEUE", "gracetime": duration_text(options.loan_grace_s),
-        "grptres": tres_text({t: (lent[t] if lending else 0) for t in types}),
-    }))
-    plan.objects.append(SchedulerObject("account", LENDING_ACCOUNT, {
-        "gq_qos": SCAVENGER_QOS, "defaultqos": SCAVENGER_QOS,
-    }))
+    scavenger = {"preemptmode": "REQUEUE", "gracetime": duration_text(options.loan_grace_s)}
+    if types:  # before the first GPU is registered there is no limit to write
+        scavenger["grptres"] = tres_text({t: (lent[t] if lending else 0) for t in types})
+    plan.objects.append(SchedulerObject("preemptible_qos", SCAVENGER_QOS, scavenger))
+    _account(plan, LENDING_ACCOUNT, {"gq_qos": SCAVENGER_QOS}, SCAVENGER_QOS)
     for team in inputs.teams.values():
-        if not team.accounts:  # a team known here only by a Kubernetes namespace
+        accounts = [a for a in team.accounts if not slurm_name_error(a, what="account")]
+        users = [u for u in team.users if not unix_user_error(u)]
+        if not accounts:  # a team known here only by a Kubernetes namespace
             continue
         allowed = {t: 0 for t in types}
         for gpu_class in inputs.classes:
             key = (team.id, gpu_class)
             allowed[options.gres_type(gpu_class)] += max(
                 inputs.reserved_now.get(key, 0), inputs.quota_now.get(key, 0))
-        for account in team.accounts:
-            plan.objects.append(SchedulerObject("account", account, {
-                "grptres": tres_text(allowed), "gq_qos": OWNER_QOS, "defaultqos": OWNER_QOS,
-            }))
-            for user in team.users:
-                plan.objects.append(SchedulerObject("association", f"{account}/{user}"))
-        for user in team.users:
-            plan.objects.append(SchedulerObject("association", f"{LENDING_ACCOUNT}/{user}"))
+        for account in accounts:
+            fields = {"gq_qos": OWNER_QOS, **({"grptres": tres_text(allowed)} if types else {})}
+            _account(plan, account, fields, OWNER_QOS)
+            for user in users:
+                plan.objects.append(SchedulerObject("association", f"{account}/{user}",
+                                                    {"gq_qos": OWNER_QOS}))
+        for user in users:
+            plan.objects.append(SchedulerObject("association", f"{LENDING_ACCOUNT}/{user}",
+                                                {"gq_qos": SCAVENGER_QOS}))
 
     for r in inputs.reservations:
         team = inputs.teams.get(r.team_id)
@@ -101,6 +106,13 @@ def plan_build(*, inputs: PlanInputs, caps: CapabilityReport, options: SlurmOpti
             plan.objects.append(obj)
     plan.objects = _unique(plan.objects)
     return plan
+
+
+def _account(plan: Plan, name: str, fields: dict, default_qos: str) -> None:
+    """An account, and its default QOS (`default_qos`), set after its users' associations
+    may use that QOS: Slurm refuses a default some of them cannot use."""
+    plan.objects.append(SchedulerObject("account", name, fields))
+    plan.objects.append(SchedulerObject("default_qos", name, {"defaultqos": default_qos}))
 
 
 def _unique(objects: list[SchedulerObject]) -> list[SchedulerObject]:
