@@ -15,7 +15,8 @@ from types import SimpleNamespace
 
 #: Owner's job SubmitTime -> StartTime (s) of the soak's `owner_job` cycles in shapes (a)
 #: and (b) (2026-12-07, dev cluster, GraceTime=0, borrowers checkpointing on SIGTERM; the
-#: soak's DETAIL lines in docs/benchmarks.md).
+#: soak's DETAIL lines in docs/benchmarks.md). Shape (c)'s four, measured after, were
+#: 1, 0, 0, 0.
 SOAK_OWNER_JOB_S = (0, 1, 0, 0, 1, 0, 1, 0)
 #: Slurm's default KillWait: a borrower that ignores SIGTERM is killed this long after it
 #: (the soak's dev cluster runs with 5 s and measured its `sigterm` returns at 7 to 9 s:
