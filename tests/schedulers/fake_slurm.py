@@ -126,8 +126,12 @@ class FakeSlurm:
         for (account, user), r in self.assoc.items():
             if where.get("account", account) != account or where.get("user", user) != user:
                 continue
-            rows.append(f"{account}|{user}|{r['grptres']}|{','.join(self._qos_of(account, user))}"
-                        f"|{r['defaultqos']}\n")
+            cells = {"account": account, "user": user, "grptres": r["grptres"],
+                     "qos": ",".join(self._qos_of(account, user)),
+                     "defaultqos": r["defaultqos"], "cluster": "gqdev",
+                     "parentname": r.get("parent", "")}
+            keys = where.get("format", "account,user,grptres,qos,defaultqos").split(",")
+            rows.append("|".join(cells[k] for k in keys) + "\n")
         return "".join(rows)
 
     def _scontrol(self, args):

@@ -56,7 +56,6 @@ class SlurmBackend(Backend):
         #: Job accounting is read through slurmrestd when the cluster has its URL.
         self.rest = SlurmRest(url=config.api_url, user=self.options.rest_user, token=token,
                               timeout_s=config.command_timeout_s) if config.api_url else None
-        self._created: set[tuple[str, str]] | None = None
         self._cluster_name = self.options.cluster_name
 
     # -- the interface --------------------------------------------------------------------
@@ -93,8 +92,6 @@ class SlurmBackend(Backend):
              f"format={objects.ASSOC_FORMAT}"]).stdout)
         found += objects.reservations_parse(
             run(["scontrol", "-o", "show", "reservation"]).stdout)
-        self._created = set(ManagedObject.objects.filter(
-            cluster=self.cluster, created=True).values_list("kind", "name"))
         return Observed(found)
 
     def owns(self, obj: SchedulerObject) -> bool:
@@ -103,12 +100,10 @@ class SlurmBackend(Backend):
         `gq-lending` and its users); never what a description says (a site's flat file can
         write those). A site's own objects, even those gpuquota updates, are never deleted;
         nor is an account's default QOS (a setting, not an object)."""
-        if self._created is None:
-            self._created = set(ManagedObject.objects.filter(
-                cluster=self.cluster, created=True).values_list("kind", "name"))
         if obj.kind == "default_qos":
             return False
-        return obj.key in self._created or is_owned(obj.name)
+        return is_owned(obj.name) or ManagedObject.objects.filter(
+            cluster=self.cluster, kind=obj.kind, name=obj.name, created=True).exists()
 
     def apply_action(self, action: Action) -> None:
         """Run the action's commands, then read the object back: a command Slurm did not
@@ -216,7 +211,8 @@ class SlurmBackend(Backend):
 
         return {
             "qos.sh": script(["# 1. gpuquota's QOS, the preempted one first (sacctmgr load "
-                              "does not create QOS)."], ("preemptible_qos", "qos")),
+                              "does not create QOS), then a site's QOS made to preempt "
+                              "gq-scavenger."], ("preemptible_qos", "qos", "site_qos")),
             "accounts.cfg": export_flat_file(plan, cluster=self._cluster(),
                                              parents=self._parents()),
             "defaults.sh": script(["# 3. after `sacctmgr load accounts.cfg`: each account's "
