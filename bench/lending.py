@@ -17,13 +17,17 @@ prints one line a script can read:
 
     RESULT workload=<name> policy=<name> fleet_busy=<percent> owner_lost_gpu_h=<n>
         return_p99_s=<n> borrower_lost_share=<percent> false_reclaim_share=<percent>
+        return_model=<soak|modelled> modelled=<what is modelled, not measured>
 
 then a DETAIL line (JSON) with the rest: p50/p95, GPU-hours lent, owner waiting, timings.
 Fleet busy = busy GPU-seconds in the product's own rollups (every busy second once, whoever
 ran it, failed seconds excluded) / installed GPU-seconds. Owner lost = GPU-hours in which
 the owner would have computed (a workload run above 0 %: a job, a service under the busy
 threshold; not a kernel holding memory at 0 %) on a GPU reclaim had taken. Time-to-return = a loan's
-`freed_at - returned_at` for the returns asked by an owner's job. Borrower lost = work since
+`freed_at - returned_at` for the returns asked by an owner's job: with `--stop-model soak`
+(the default) the owner's wait is drawn from the soak on real Slurm daemons
+(bench/lending_calibration.py) and the loan ended by the product's observation of
+slurmctld; with `modelled`, the reconcile tick plus the borrower's stop. Borrower lost = work since
 the last checkpoint at each preemption / GPU-hours lent. False reclaim share as in
 bench/reclaim.py: GPU-hours released from GPUs whose owner came back before the reservation's
 end / all GPU-hours released.
@@ -98,14 +102,14 @@ def failure_minutes(fleet, workload, t0: datetime, minutes: int) -> dict:
 
 
 def simulate(*, spec: str, policy: str, days: int, seed: int, lend_after_idle_s: int,
-             batch_s: int, reconcile_s: int) -> dict:
+             batch_s: int, reconcile_s: int, stop_model: str = "soak") -> dict:
     """One run on the current database; returns its figures."""
     began = time.monotonic()
     previous = os.environ.get("LEND_AFTER_IDLE_S")
     os.environ["LEND_AFTER_IDLE_S"] = str(lend_after_idle_s)  # read by gpuquota.lending.conf
     try:
         result = _simulate(spec=spec, policy=policy, days=days, seed=seed,
-                           reconcile_s=reconcile_s, batch_s=batch_s,
+                           reconcile_s=reconcile_s, batch_s=batch_s, stop_model=stop_model,
                            lend_after_idle_s=lend_after_idle_s, began=began)
     finally:
         if previous is None:
@@ -116,7 +120,7 @@ def simulate(*, spec: str, policy: str, days: int, seed: int, lend_after_idle_s:
 
 
 def _simulate(*, spec: str, policy: str, days: int, seed: int, lend_after_idle_s: int,
-              batch_s: int, reconcile_s: int, began: float) -> dict:
+              batch_s: int, reconcile_s: int, began: float, stop_model: str) -> dict:
     from bench.lending_figures import figures
     from bench.lending_fleet import fleet_build, reservations_book
     from bench.lending_sim import Clock
@@ -130,12 +134,14 @@ def _simulate(*, spec: str, policy: str, days: int, seed: int, lend_after_idle_s
     clock = Clock(workload=workload, fleet=fleet, policy=policy, t0=t0, days=days,
                   batch_s=batch_s, reconcile_s=reconcile_s, seed=seed,
                   owner=owner_minutes(fleet, workload, minutes, t0),
-                  failures=failure_minutes(fleet, workload, t0, minutes))
+                  failures=failure_minutes(fleet, workload, t0, minutes),
+                  stop_model=stop_model)
     setup_s = time.monotonic() - began
     clock.run()
     result = figures(clock, workload=workload, policy=policy)
     result["timings_s"] = {"setup": round(setup_s, 1),
                            "run": round(time.monotonic() - began - setup_s, 1)}
+    result["stop_model"] = stop_model
     result["settings"] = {"days": days, "seed": seed, "lend_after_idle_s": lend_after_idle_s,
                           "batch_s": batch_s, "reconcile_s": reconcile_s,
                           "reclaim_rule": os.environ.get("RECLAIM_RULE") or "guarded"}
@@ -147,7 +153,17 @@ def result_line(r: dict) -> str:
             f"fleet_busy={r['fleet_busy'] * 100:.1f} owner_lost_gpu_h={r['owner_lost_gpu_h']:.1f} "
             f"return_p99_s={r['return_p99_s']} "
             f"borrower_lost_share={r['borrower_lost_share'] * 100:.1f} "
-            f"false_reclaim_share={r['false_reclaim_share'] * 100:.1f}")
+            f"false_reclaim_share={r['false_reclaim_share'] * 100:.1f} "
+            f"return_model={r.get('stop_model', 'soak')} modelled={_modelled(r)}")
+
+
+def _modelled(r: dict) -> str:
+    """The figures the RESULT line draws from a model rather than a measurement."""
+    from bench.lending_calibration import MODELLED
+
+    if r.get("stop_model", "soak") == "soak":
+        return MODELLED
+    return "owner_wait=reconcile_tick+stop_s,borrower_work,owner_demand,telemetry"
 
 
 def _database_run(args, spec: str, policy: str) -> dict:
@@ -157,7 +173,7 @@ def _database_run(args, spec: str, policy: str) -> dict:
     django_on_fresh_database(database, DEBUG="1")
     return simulate(spec=spec, policy=policy, days=args.days, seed=args.seed,
                     lend_after_idle_s=args.lend_after_idle_s, batch_s=args.batch_s,
-                    reconcile_s=args.reconcile_s)
+                    reconcile_s=args.reconcile_s, stop_model=args.stop_model)
 
 
 def main() -> None:
@@ -171,6 +187,9 @@ def main() -> None:
     parser.add_argument("--lend-after-idle-s", type=int, default=1800)
     parser.add_argument("--batch-s", type=int, default=600)
     parser.add_argument("--reconcile-s", type=int, default=60)
+    parser.add_argument("--stop-model", choices=("soak", "modelled"), default="soak",
+                        help="soak: owners wait what the Slurm soak measured (default); "
+                        "modelled: the reconcile tick plus the borrower's stop")
     parser.add_argument("--db-tag", default="")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -187,7 +206,7 @@ def main() -> None:
                         ("days", args.days), ("seed", args.seed),
                         ("lend_after_idle_s", args.lend_after_idle_s),
                         ("batch_s", args.batch_s), ("reconcile_s", args.reconcile_s),
-                        ("db_tag", args.db_tag))]
+                        ("stop_model", args.stop_model), ("db_tag", args.db_tag))]
             out = subprocess.run(argv, capture_output=True, text=True, check=False)
             lines = [x for x in out.stdout.splitlines() if x.startswith(("RESULT", "DETAIL"))]
             if not lines:

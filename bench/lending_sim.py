@@ -4,18 +4,23 @@ says, a borrower job runs on each lent GPU, and the agents collect one-minute sa
 every `batch_s` they send them through ingestion, and the policy in force reads the stored
 data: lending takes the lending policy's lend step (`gpuquota.lending`), lending the GPUs idle
 for LEND_AFTER_IDLE_S (`--lend-after-idle-s`). An owner's job on a lent GPU asks
-for it back at once; the scheduler acts at its next reconcile tick (`reconcile_s`) and the
-borrower stops `stop_s` after SIGTERM (or is killed after `kill_after_s`); the time from the
-ask to the free GPU is the time-to-return. Every hour: `reservations_advance`, and with
-reclaim the rollup sweep, the evaluation, an accept of every recommendation and the releases
-due (as bench/reclaim.py); without reclaim nothing reads the rollups before the figures, so
-the sweep runs once a simulated day."""
+for it back at once. With the `soak` stop model (the default) Slurm preempts the borrower at
+once: the owner waits what the soak on real daemons measured (bench/lending_calibration.py),
+plus KillWait for a borrower that ignores SIGTERM, and the product's own observation of
+slurmctld (`slurm_loans_observe`, fed the owner's job as `scontrol` prints it) ends the loan;
+with `modelled` (the earlier model) the scheduler acts at its next reconcile tick
+(`reconcile_s`) and the borrower stops `stop_s` after SIGTERM (or is killed after
+`kill_after_s`). The time from the ask to the free GPU is the time-to-return. Every hour:
+`reservations_advance`, and with reclaim the rollup sweep, the evaluation, an accept of
+every recommendation and the releases due (as bench/reclaim.py); without reclaim nothing
+reads the rollups before the figures, so the sweep runs once a simulated day."""
 
 import random
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from bench.lending_calibration import owner_job_line, owner_job_observed, owner_wait_s
 from bench.lending_fleet import BORROWER_ACCOUNTS, GIB, Agents, Fleet
 from bench.workloads import Workload
 
@@ -61,6 +66,10 @@ class Backlog:
         return Job(id=self.made, work_s=int(self.rng.uniform(lo, hi) * 3600),
                    checkpoint_s=self.rng.choice(self.spec.checkpoint_s))
 
+    def hangs(self) -> bool:
+        """Whether the borrower ignores SIGTERM (killed after KillWait)."""
+        return self.rng.random() < self.spec.hang_share
+
     def stop_after_s(self) -> int:
         if self.rng.random() < self.spec.hang_share:
             return self.spec.kill_after_s
@@ -70,8 +79,9 @@ class Backlog:
 class Clock:
     def __init__(self, *, workload: Workload, fleet: Fleet, policy: str, t0: datetime, days: int,
                  batch_s: int, reconcile_s: int, seed: int,
-                 owner: dict, failures: dict):
+                 owner: dict, failures: dict, stop_model: str = "soak"):
         self.w, self.fleet, self.policy, self.t0 = workload, fleet, policy, t0
+        self.stop_model = stop_model
         self.minutes = days * 1440
         self.batch_s, self.reconcile_s = batch_s, reconcile_s
         self.owner = owner  # gpu id -> [(Run | None, assignment id, team) | None] per minute
@@ -145,14 +155,25 @@ class Clock:
             self.partial[gpu_id] = (int((freed - minute_start).total_seconds()),
                                     lent.job.account)
         self._preempt(lent, freed)
-        if reason == Loan.EndReason.OWNER_JOB:
+        if reason == Loan.EndReason.OWNER_JOB and self.stop_model == "soak":
+            # slurmctld shows the owner's job holding the GPU; the product's observation
+            # ends the loan (submitted -> returned_at, started -> freed_at).
+            reservation = Reservation.objects.select_related("team").get(
+                pk=self.reservation_of[lent.assignment_id])
+            gpu = next(g for g in self.fleet.gpus if g.id == gpu_id)
+            text = owner_job_line(job_id=f"{lent.loan_id}", account=reservation.team.slug,
+                                  node=gpu.node.hostname, index=gpu.index, submitted=at,
+                                  started=freed)
+            assert owner_job_observed(cluster=gpu.node.cluster, text=text, at=freed) == 1
+        elif reason == Loan.EndReason.OWNER_JOB:
             reservation = Reservation(pk=self.reservation_of[lent.assignment_id])
             loans_return_for_reservation(reservation=reservation, reason=reason,
                                          gpu_ids=[gpu_id], at=at, note="the owner's job")
         else:
             loan_return(loan=Loan(pk=lent.loan_id), reason=reason, at=at)
         loan = Loan.objects.get(pk=lent.loan_id)
-        loan_return_observed(loan=loan, freed_at=freed)
+        if loan.freed_at is None:
+            loan_return_observed(loan=loan, freed_at=freed)
         self.borrower["lent_s"] += int((loan.returned_at - lent.lent_from).total_seconds())
 
     def borrowers_step(self, minute: int) -> None:
@@ -184,8 +205,11 @@ class Clock:
                 self._end_loan(gpu_id, until, until, "assignment_end", at)
             elif lent.ask is None and self.owner_wants(gpu_id, minute, lent.assignment_id):
                 lent.ask = at
-                lent.freed = at + timedelta(seconds=self.rng.randint(0, self.reconcile_s)
-                                            + self.backlog.stop_after_s())
+                if self.stop_model == "soak":  # Slurm preempts at once (bench.lending_calibration)
+                    wait = owner_wait_s(self.rng, hangs=self.backlog.hangs())
+                else:  # the earlier model: the next reconcile tick, then the borrower's stop
+                    wait = self.rng.randint(0, self.reconcile_s) + self.backlog.stop_after_s()
+                lent.freed = at + timedelta(seconds=wait)
         for gpu_id in list(self.lent):
             lent = self.lent[gpu_id]
             if lent.ask is not None and lent.freed <= end:

@@ -14,6 +14,7 @@ from gpuquota.lending.conf import lend_after_idle_s
 from gpuquota.lending.idle import Candidate, borrower_team_ids
 from gpuquota.lending.models import LendingOptOut
 from gpuquota.reservations.models import Assignment, Loan, Reservation
+from gpuquota.schedulers.models import BackendConfig, Capabilities
 
 QUANTILES = (50, 95, 99)
 
@@ -61,11 +62,20 @@ def failed_gpu_ids(*, gpu_ids, at: datetime) -> set[int]:
     ).values_list("gpu_id", flat=True))
 
 
+def clusters_not_lending():
+    """The clusters whose scheduler backend (switched on) says it cannot give a lent GPU
+    back (Slurm without preempt/qos: the cluster page says why): never lent."""
+    return Capabilities.objects.filter(
+        facts__preemption=False, cluster__backend_config__isnull=False).exclude(
+        cluster__backend_config__mode=BackendConfig.Mode.OFF).values("cluster_id")
+
+
 def assignments_lendable(*, now: datetime) -> QuerySet[Assignment]:
     """Assignments in force now, of active reservations that allow lending, on whole GPUs
     with no open loan (failed GPUs are left to the caller: `failed_gpu_ids`)."""
     open_loans = Loan.objects.filter(returned_at__isnull=True)
     return (Assignment.objects
+            .exclude(gpu__node__cluster_id__in=clusters_not_lending())
             .filter(assigned_from__lte=now, assigned_until__gt=now,
                     reservation__status=Reservation.Status.ACTIVE, gpu__parent__isnull=True)
             .exclude(gpu_id__in=open_loans.values("gpu_id"))
@@ -127,9 +137,12 @@ def loans_returning_for_cluster(*, cluster: Cluster) -> list[Loan]:
 
 
 def loans_returning() -> list[Loan]:
-    """Returned loans whose GPU nobody has yet seen free: the samples say when the borrowers
-    left (the first observation stands, the backend's or theirs)."""
-    return list(loans_list(state="returning"))
+    """Returned loans whose GPU nobody has yet seen free, on clusters without a scheduler
+    backend switched on: there the samples say when the borrowers left. Where a backend
+    observes, only the scheduler's report says the GPU is free: a sample showing no
+    process never overrides the scheduler showing a borrower's job holding the GPU."""
+    observed = BackendConfig.objects.exclude(mode=BackendConfig.Mode.OFF).values("cluster_id")
+    return list(loans_list(state="returning").exclude(gpu__node__cluster_id__in=observed))
 
 
 def loan_candidate(loan: Loan, *, since: datetime) -> Candidate:

@@ -211,6 +211,20 @@ def loan_return_observed(*, loan: Loan, freed_at: datetime) -> Loan:
     return loan
 
 
+def loan_owner_job_seen(*, loan: Loan, job_id: str, asked_at: datetime,
+                        freed_at: datetime) -> Loan:
+    """A scheduler backend saw a job of the reserving team (`job_id`) holding the lent GPU:
+    the owner took it back. The loan returns as `owner_job` when the job was submitted
+    (`asked_at`) and its GPU was free of borrowers when the job started (`freed_at`), so
+    the time-to-return is the owner's wait, as the scheduler says. Idempotent."""
+    with transaction.atomic():
+        loan = loan_return(loan=loan, reason=E.OWNER_JOB, at=asked_at,
+                           note=f"job {job_id} of the reserving team holds the GPU")
+        if loan.end_reason == E.OWNER_JOB:
+            loan = loan_return_observed(loan=loan, freed_at=freed_at)
+    return loan
+
+
 def loans_return_for_reservation(*, reservation: Reservation, reason: str, actor=None,
                                  gpu_ids: list[int] | None = None, at: datetime | None = None,
                                  note: str = "") -> list[Loan]:

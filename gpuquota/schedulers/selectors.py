@@ -3,12 +3,13 @@ cluster at one instant), and what the admin pages show."""
 
 from __future__ import annotations
 
-import statistics
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db.models import Count, F, Q
+from django.utils import timezone
 
 from accounts.models import ClusterIdentity, Membership
 from gpuquota.inventory.models import Cluster, Gpu
@@ -204,7 +205,7 @@ def cluster_backend_detail(*, cluster, now: datetime) -> dict:
         "runs": ReconcileRun.objects.filter(cluster=cluster)[:PAGE_ROWS],
         "returns": LoanReturn.objects.filter(loan__gpu__node__cluster=cluster).select_related(
             "loan__gpu__node", "loan__assignment__reservation__team")[:PAGE_ROWS],
-        "return_times": loan_return_times(cluster=cluster),
+        "return_times": loan_return_times(cluster=cluster, now=now),
         "bindings": ReservationBinding.objects.filter(
             reservation__status__in=HELD_STATUSES,
             reservation__assignments__gpu__node__cluster=cluster,
@@ -213,15 +214,32 @@ def cluster_backend_detail(*, cluster, now: datetime) -> dict:
     }
 
 
-def loan_return_times(*, cluster) -> dict | None:
-    """Time-to-return of every return Slurm recorded on the cluster: count, min, median,
-    max (seconds); None when there is none."""
-    times = sorted(LoanReturn.objects.filter(loan__gpu__node__cluster=cluster).values_list(
-        "time_to_return_s", flat=True))
-    if not times:
+#: The period of the time-to-return figures on the cluster page (as on /metrics).
+RETURN_TIMES_DAYS = 7
+
+
+def _nearest_rank(ordered: list[int], percent: int) -> int:
+    return ordered[max(math.ceil(percent / 100 * len(ordered)), 1) - 1]
+
+
+def loan_return_times(*, cluster, now: datetime | None = None) -> dict | None:
+    """Time-to-return of the cluster's loans returned in the last RETURN_TIMES_DAYS and seen
+    free: from the return (asked by the owner's job, a lead, the reservation's end..) to
+    the first answer of slurmctld showing no borrower's job on the GPU (`freed_at`). Count,
+    nearest-rank p50/p95/p99 and max (seconds), and the count by reason; None when none."""
+    now = now or timezone.now()
+    rows = Loan.objects.filter(gpu__node__cluster=cluster, freed_at__isnull=False,
+                               returned_at__gte=now - timedelta(days=RETURN_TIMES_DAYS))
+    pairs = list(rows.values_list("returned_at", "freed_at", "end_reason"))
+    if not pairs:
         return None
-    return {"count": len(times), "min": times[0], "median": statistics.median(times),
-            "max": times[-1]}
+    times = sorted(int((freed - returned).total_seconds()) for returned, freed, _ in pairs)
+    reasons = defaultdict(int)
+    for _, _, reason in pairs:
+        reasons[Loan.EndReason(reason).label] += 1
+    return {"count": len(times), "p50": _nearest_rank(times, 50),
+            "p95": _nearest_rank(times, 95), "p99": _nearest_rank(times, 99), "max": times[-1],
+            "days": RETURN_TIMES_DAYS, "reasons": sorted(reasons.items())}
 
 
 def team_scheduler_holds(*, team, now: datetime) -> list[dict]:

@@ -139,8 +139,11 @@ def test_export_runs_in_order_every_value_quoted(slurm):
     backend, plan = cluster_plan(cluster=slurm.cluster)
     files = backend.export(plan)
     qos = files["qos.sh"].splitlines()
-    assert [line.split()[4] for line in qos if line.startswith("sacctmgr")] == [
+    assert [line.split()[4] for line in qos if line.startswith("sacctmgr -i add")] == [
         "gq-scavenger", "gq-owner"]  # the preempted QOS exists before the one preempting it
+    # ... and before the site's QOS its users default to is made to preempt it (owners.py)
+    assert [line for line in qos if line.startswith("sacctmgr")][-1] == (
+        "sacctmgr -i modify qos where name=normal set preempt+=gq-scavenger")
     for line in files["reservations.sh"].splitlines():
         if line.startswith("scontrol"):
             assert shlex.join(shlex.split(line)) == line

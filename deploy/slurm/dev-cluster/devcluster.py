@@ -3,11 +3,12 @@
 slurmctld and two slurmd nodes with four fake GPUs each, every daemon in the foreground as
 a child of this process, all state under one directory.
 
-    python3 deploy/slurm/dev-cluster/devcluster.py [--dir /tmp/gq-slurm] [--rest]
+    python3 deploy/slurm/dev-cluster/devcluster.py [--dir /tmp/gq-slurm] [--rest] [--shape a|b|c]
 
 prints the environment to use it (`SLURM_CONF=...`; with `--rest`, slurmrestd's URL and a
-token) and runs until Ctrl-C, which stops every daemon. The tests start the same cluster
-once per session (`tests/schedulers/conftest.py`).
+token) and runs until Ctrl-C, which stops every daemon. `--shape` sets the cluster up as a
+site has it before gpuquota writes anything (SHAPES; `reshape` changes it while it runs).
+The tests start the same cluster once per session (`tests/schedulers/conftest.py`).
 It needs root (slurmd runs jobs as their users) and Debian's slurm-wlm, slurmdbd, slurmrestd,
 slurm-wlm-jwt-plugin, munge and mariadb-server; it never touches /etc/slurm, /etc/munge nor
 the system's MariaDB.
@@ -39,6 +40,20 @@ PORTS = {"slurmctld": PORT_BASE, "slurmdbd": PORT_BASE + 2, "mariadb": PORT_BASE
          "gqnode1": PORT_BASE + 4, "gqnode2": PORT_BASE + 5, "slurmrestd": PORT_BASE + 6}
 #: slurmrestd refuses to run as root or SlurmUser: it drops to this user and group.
 REST_USER, REST_GROUP = "nobody", "nogroup"
+#: Site shapes (issue 27, docs/slurm.md "Site shapes"): (a) the project's own (today's);
+#: (b) a site's accounting: users with their own QOS list and DefaultQOS=normal, the team
+#: accounts vision and nlp under a site parent, a site QOS `scavenger`; (c) a site whose
+#: PreemptMode is CANCEL and whose jobs are not requeueable (JobRequeue=0). Each is the
+#: slurm.conf lines it changes (applied by `scontrol reconfigure`, no restart) and whether
+#: it sets the site's accounting up.
+SHAPES = {
+    "a": {"conf": {}, "site_accounting": False},
+    "b": {"conf": {}, "site_accounting": True},
+    "c": {"conf": {"PreemptMode": "CANCEL", "JobRequeue": "0"}, "site_accounting": False},
+}
+#: Shape (b)'s site: parent account, QOS, team accounts and their (existing system) users.
+SITE_PARENT, SITE_QOS = "site", "scavenger"
+SITE_TEAMS = {"vision": ("daemon",), "nlp": ("nobody",)}
 BINARIES = ("munged", "mariadbd", "mariadb-install-db", "slurmdbd", "slurmctld", "slurmd",
             "sacctmgr", "scontrol", "sbatch", "slurmrestd")
 
@@ -50,6 +65,19 @@ def missing_binaries() -> list[str]:
     if not glob.glob("/usr/lib/*/slurm-wlm/auth_jwt.so"):  # slurm-wlm-jwt-plugin
         missing.append("auth_jwt.so")
     return missing
+
+
+def conf_override(text: str, values: dict[str, str]) -> str:
+    """slurm.conf `text` with each `Key=value` of `values` replacing the line that sets Key
+    (added at the end when none does)."""
+    lines = text.splitlines()
+    for key, value in values.items():
+        at = [i for i, line in enumerate(lines) if line.split("=", 1)[0].strip() == key]
+        if at:
+            lines[at[0]] = f"{key}={value}"
+        else:
+            lines.append(f"{key}={value}")
+    return "\n".join(lines) + "\n"
 
 
 def _wait_port(port: int, timeout_s: float, proc: subprocess.Popen, name: str) -> None:
@@ -68,8 +96,11 @@ def _wait_port(port: int, timeout_s: float, proc: subprocess.Popen, name: str) -
 class DevCluster:
     """Start with `start()`, stop with `stop()`; `env` is what the Slurm commands need."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, shape: str = "a"):
+        if shape not in SHAPES:
+            raise ValueError(f"shape: one of {', '.join(SHAPES)}")
         self.root = Path(root)
+        self.shape = shape
         self.procs: list[tuple[str, subprocess.Popen]] = []
         self.env = dict(os.environ, SLURM_CONF=str(self.root / "etc/slurm.conf"),
                         PATH=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
@@ -83,6 +114,8 @@ class DevCluster:
                   **{f"PORT_{k.upper()}": str(v) for k, v in PORTS.items()}}
         for key, value in values.items():
             text = text.replace("@" + key + "@", value)
+        if template == "slurm.conf.in":
+            text = conf_override(text, SHAPES[self.shape]["conf"])
         target.write_text(text)
         target.chmod(mode)
 
@@ -181,6 +214,48 @@ class DevCluster:
             slurmd = self._spawn(node, ["slurmd", "-D", "-N", node])
             _wait_port(PORTS[node], timeout_s, slurmd, f"slurmd {node}")
         self._wait_idle(timeout_s)
+        if SHAPES[self.shape]["site_accounting"]:
+            self.site_accounting()
+
+    def reshape(self, shape: str, timeout_s: float = 20) -> None:
+        """Put the running cluster's slurm.conf in `shape` (`scontrol reconfigure`, no
+        restart); shape (b)'s site accounting is the caller's (`site_accounting`, or the
+        tests' slurm_shapes.shape_b)."""
+        if shape not in SHAPES:
+            raise ValueError(f"shape: one of {', '.join(SHAPES)}")
+        conf = self.root / "etc/slurm.conf"
+        before, self.shape = conf.read_text(), shape
+        self._render("slurm.conf.in", conf)
+        if conf.read_text() == before:
+            return
+        self._run(["scontrol", "reconfigure"])
+        want = {"PreemptMode": "REQUEUE", "JobRequeue": "1", **SHAPES[shape]["conf"]}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            config = dict(line.split("=", 1) for line in self._run(
+                ["scontrol", "show", "config"]).splitlines() if "=" in line)
+            config = {k.strip(): v.strip() for k, v in config.items()}
+            if all(config.get(k, "").upper() == v.upper() for k, v in want.items()):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"slurmctld did not take shape {shape}: {want}")
+            time.sleep(0.2)
+
+    def site_accounting(self) -> None:
+        """Shape (b)'s accounting, as a site admin sets it up with sacctmgr."""
+        where = f"cluster={CLUSTER}"
+        qos = self._run(["sacctmgr", "-P", "-n", "show", "qos", "format=name"]).split()
+        if SITE_QOS not in qos:
+            self._run(["sacctmgr", "-i", "add", "qos", SITE_QOS, "preemptmode=cancel"])
+        self._run(["sacctmgr", "-i", "add", "account", SITE_PARENT, where,
+                   "description=the site's parent", "organization=site"])
+        self._run(["sacctmgr", "-i", "add", "account", ",".join(sorted(SITE_TEAMS)),
+                   f"parent={SITE_PARENT}", where, "description=a site team",
+                   "organization=site"])
+        for account, users in sorted(SITE_TEAMS.items()):
+            for user in users:
+                self._run(["sacctmgr", "-i", "add", "user", user, f"account={account}", where,
+                           f"qos=normal,{SITE_QOS}", "defaultqos=normal"])
 
     @property
     def rest_url(self) -> str:
@@ -250,6 +325,9 @@ class DevCluster:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default="/tmp/gq-slurm", help="where all state lives")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="a",
+                        help="the site shape: a (the project's own), b (a site's accounting), "
+                        "c (PreemptMode=CANCEL, JobRequeue=0)")
     parser.add_argument("--rest", action="store_true",
                         help="also start slurmrestd (JWT) and print a token for root")
     args = parser.parse_args()
@@ -258,10 +336,11 @@ def main() -> int:
               "slurm-client slurmrestd slurm-wlm-jwt-plugin munge mariadb-server)",
               file=sys.stderr)
         return 2
-    cluster = DevCluster(Path(args.dir))
+    cluster = DevCluster(Path(args.dir), shape=args.shape)
     started = time.monotonic()
     cluster.start()
-    print(f"Slurm dev cluster {CLUSTER} up in {time.monotonic() - started:.1f} s.\n"
+    print(f"Slurm dev cluster {CLUSTER} (shape {args.shape}) up in "
+          f"{time.monotonic() - started:.1f} s.\n"
           f"  export SLURM_CONF={cluster.env['SLURM_CONF']}\n"
           f"Commands in /usr/bin; Ctrl-C stops every daemon.", flush=True)
     if args.rest:

@@ -20,7 +20,7 @@ from gpuquota.schedulers.models import ManagedObject
 from gpuquota.schedulers.runner import Runner
 from gpuquota.schedulers.secrets import secret_decrypt
 from gpuquota.schedulers.selectors import plan_inputs
-from gpuquota.schedulers.slurm import drain, objects, verify
+from gpuquota.schedulers.slurm import drain, objects, owners, verify
 from gpuquota.schedulers.slurm.capabilities import (
     capabilities_report,
     config_parse,
@@ -79,13 +79,20 @@ class SlurmBackend(Backend):
                                    rest_error=rest_error)
 
     def plan(self, at: datetime, *, capabilities: CapabilityReport) -> Plan:
-        return plan_build(inputs=plan_inputs(cluster=self.cluster, at=at), caps=capabilities,
-                          options=self.options, at=at)
+        inputs = plan_inputs(cluster=self.cluster, at=at)
+        plan = plan_build(inputs=inputs, caps=capabilities, options=self.options, at=at)
+        if capabilities.facts.get("preemption"):  # the owners' own QOS preempt borrowers
+            accounts = {a for team in inputs.teams.values() for a in team.accounts}
+            plan.objects += owners.site_qos_objects(owners.owners_default_qos(
+                self.runner.run(["sacctmgr", "-P", "-n", "show", "association",
+                                 f"cluster={self._cluster()}",
+                                 f"format={owners.ASSOC_FORMAT}"]).stdout, accounts))
+        return plan
 
     def observe(self) -> Observed:
         run = self.runner.run
-        found = objects.qos_parse(run(
-            ["sacctmgr", "-P", "-n", "show", "qos", f"format={objects.QOS_FORMAT}"]).stdout)
+        qos = run(["sacctmgr", "-P", "-n", "show", "qos", f"format={objects.QOS_FORMAT}"]).stdout
+        found = objects.qos_parse(qos) + owners.site_qos_parse(qos)
         found += objects.accounts_parse(run(
             ["sacctmgr", "-P", "-n", "show", "association", f"cluster={self._cluster()}",
              f"format={objects.ASSOC_FORMAT}"]).stdout)

@@ -21,6 +21,7 @@ CONFIG_KEYS = {
     "AccountingStorageEnforce": "enforce",
     "PreemptType": "preempt_type",
     "PreemptMode": "preempt_mode",
+    "JobRequeue": "job_requeue",
     "JobSubmitPlugins": "job_submit_plugins",
     "GresTypes": "gres_types",
     "ClusterName": "cluster_name",
@@ -78,6 +79,8 @@ def capabilities_report(config: dict[str, str], nodes: dict[str, list[str]], *,
         **config, "enforce": enforce, "tres": tres, "gpu_types": gpu_types,
         "nodes": nodes, "limits_enforced": limits, "gres_reservations": gres_reservations,
         "preemption": config.get("preempt_type") == "preempt/qos",
+        # JobRequeue=0: a job is requeueable only when submitted with --requeue.
+        "requeue": config.get("job_requeue", "1").strip() != "0",
         "jobs_read_through": f"slurmrestd {rest_url}" if rest_url else "sacct --json",
     }
     notes = []
@@ -99,8 +102,18 @@ def capabilities_report(config: dict[str, str], nodes: dict[str, list[str]], *,
         notes.append(f"Slurm {version} cannot reserve GPUs (GRES reservations need 23.11): "
                      "GPUs are held by whole-node reservations or account limits.")
     if not facts["preemption"]:
-        notes.append("PreemptType is not preempt/qos: lent GPUs cannot be given back by "
-                     "preemption, so loans are not offered to Slurm.")
+        notes.append(f"gpuquota does not lend this cluster's GPUs: PreemptType is "
+                     f"{config.get('preempt_type') or 'preempt/none'}, not preempt/qos, so an "
+                     "owner's job could not take a lent GPU back from a borrower (gq-owner "
+                     "preempts gq-scavenger only under preempt/qos).")
+    elif not facts["requeue"] or config.get("preempt_mode", "").upper().startswith("CANCEL"):
+        notes.append("Borrowers are cancelled, not requeued, when a lent GPU returns unless "
+                     "they submit with --requeue: " + " and ".join(filter(None, [
+                         "JobRequeue=0" if not facts["requeue"] else "",
+                         f"PreemptMode={config.get('preempt_mode')}"
+                         if config.get("preempt_mode", "").upper().startswith("CANCEL")
+                         else ""])) + " (gq-scavenger's own PreemptMode=REQUEUE applies to "
+                     "requeueable jobs); work since their last checkpoint is lost.")
     if "lua" not in config.get("job_submit_plugins", ""):
         notes.append("No job_submit/lua: untyped GPU requests escape typed limits "
                      "(ship deploy/slurm/job_submit.lua).")

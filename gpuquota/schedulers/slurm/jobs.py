@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import ClusterIdentity
+from gpuquota.core.contributions import hooks_call
 from gpuquota.inventory.models import Cluster
 from gpuquota.reservations.models import Loan
 from gpuquota.schedulers.backend import BackendError, backend_for
@@ -169,7 +170,9 @@ def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
     """For each loan on the cluster, each owner's job that started on the lent GPU right
     after a scavenger job there was preempted: a LoanReturn with its time-to-return (owner
     submitted -> owner started). "There" is the lent GPU where slurmctld said which GPUs the
-    jobs held, the GPU's node otherwise. A returned loan's `freed_at` is set from it."""
+    jobs held, the GPU's node otherwise. An open loan is ended by it (`LOAN_OWNER_JOB`: the
+    owner's job ran shorter than the running jobs' observation); a returned loan's
+    `freed_at` is set from it."""
     config = BackendConfig.objects.get(cluster=cluster)
     options = backend_for(cluster, config).options
     seen: dict[str, set[int]] = {}
@@ -204,7 +207,12 @@ def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
                         (owner.started_at - owner.submitted_at).total_seconds()),
                 })
             found.append(record)
-            if loan.returned_at and not loan.freed_at and owner.started_at >= loan.returned_at:
+            if loan.returned_at is None:  # the owner took it back, in a job too short to be
+                # seen running: the loan ends as the running jobs' observation ends it
+                hooks_call("LOAN_OWNER_JOB", loan=loan, job_id=owner.job_id,
+                           asked_at=owner.submitted_at, freed_at=owner.started_at)
+                loan.refresh_from_db()
+            elif loan.returned_at and not loan.freed_at and owner.started_at >= loan.returned_at:
                 loan.freed_at = owner.started_at
                 loan.save(update_fields=["freed_at"])
     return found

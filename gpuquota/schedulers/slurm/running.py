@@ -1,7 +1,8 @@
 """Which GPUs running Slurm jobs hold, read while they run from slurmctld (`scontrol -d -o
 show job`'s `GRES=gpu:<type>:N(IDX:..)` per node, or slurmrestd's `gres_detail`). Slurm's
 accounting keeps only counts, so this is the only place the scheduler says which GPUs a job
-had; each observation extends the job's SlurmJobGpu rows (first and last seen)."""
+had; each observation extends the job's SlurmJobGpu rows (first and last seen), and looks at
+the lent GPUs (`gpuquota.schedulers.slurm.loans`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from gpuquota.inventory.models import Cluster, Gpu
 from gpuquota.schedulers.backend import backend_for
 from gpuquota.schedulers.models import BackendConfig, SlurmJobGpu
 from gpuquota.schedulers.slurm.jobs import slurm_clusters_each
+from gpuquota.schedulers.slurm.loans import slurm_loans_observe
 from gpuquota.schedulers.slurm.objects import RunningGpu, running_gpus_parse
 
 
@@ -47,21 +49,34 @@ def running_gpus_record(*, cluster: Cluster, gpus: list[RunningGpu], at: datetim
     return len(gpus)
 
 
-def running_gpus_import(*, cluster: Cluster, at: datetime | None = None) -> int:
+def running_gpus_import(*, cluster: Cluster, at: datetime | None = None,
+                        loans: dict | None = None) -> int:
     """Ask slurmctld which GPUs the cluster's running jobs hold (through slurmrestd when
-    the cluster has its URL, else `scontrol -d -o show job`), and record it."""
+    the cluster has its URL, else `scontrol -d -o show job`), and record it; then look at
+    the lent GPUs in the same answer (`slurm_loans_observe`, what it did put in `loans`)."""
     backend = backend_for(cluster, BackendConfig.objects.get(cluster=cluster))
+    at = at or timezone.now()
+    text = None
     if backend.rest is not None:
         gpus = backend.rest.running_job_gpus()
     else:
-        gpus = running_gpus_parse(
-            backend.runner.run(["scontrol", "-d", "-o", "show", "job"]).stdout)
-    return running_gpus_record(cluster=cluster, gpus=gpus, at=at or timezone.now(),
+        text = backend.runner.run(["scontrol", "-d", "-o", "show", "job"]).stdout
+        gpus = running_gpus_parse(text)
+    seen = running_gpus_record(cluster=cluster, gpus=gpus, at=at,
                                node_name=backend.options.node_name)
+    done = slurm_loans_observe(cluster=cluster, backend=backend, text=text,
+                               at=at if text is not None else None)
+    if loans is not None:
+        loans.update(done.as_dict())
+    return seen
+
+
+def _observe(cluster: Cluster) -> dict:
+    loans: dict = {}
+    return {"gpus": running_gpus_import(cluster=cluster, loans=loans), "loans": loans}
 
 
 def slurm_clusters_running_gpus_import() -> dict:
     """`running_gpus_import` for every Slurm cluster with a backend switched on; a failure
     becomes the cluster's problem, never an exception."""
-    return slurm_clusters_each(lambda cluster: {"gpus": running_gpus_import(cluster=cluster)},
-                               what="running jobs' GPUs")
+    return slurm_clusters_each(_observe, what="running jobs' GPUs")
