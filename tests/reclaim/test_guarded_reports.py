@@ -8,7 +8,6 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
-from django.utils import timezone
 
 from gpuquota.core.timeutil import hour_floor
 from reclaim.backtest import rules_backtest
@@ -22,9 +21,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def history():
+def history(clock):
+    """Five weeks up to the suite's now, which the API and the page read too: the clock
+    stands still (on 2026-12-07 at 11:00 the history began an hour after the page's now)."""
     world = World.create()
-    weekday_and_abandoned(world, hour_floor(timezone.now()))
+    weekday_and_abandoned(world, hour_floor(clock.now))
     return world
 
 
