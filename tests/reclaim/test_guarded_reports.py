@@ -2,6 +2,7 @@
 `rules`, the review page's table, and `manage.py reclaim_backtest`."""
 
 import re
+from datetime import UTC, datetime
 from io import StringIO
 
 import pytest
@@ -29,12 +30,29 @@ def history(clock):
     return world
 
 
+def test_a_gpu_kept_through_its_grace_can_be_recommended_again():
+    """At 11:00 on a Monday the 14 days begin at 11:00 on a Monday: the weekday team's GPUs,
+    idle over the 24 h before but busy since 09:00, are recommended and kept (busy during the
+    grace). The replay took them for gone then, so the spec rule never took them on the
+    weekend after, and its false share read 0 (CI on 2026-12-07)."""
+    monday = datetime(2026, 12, 7, 11, tzinfo=UTC)
+    world = World.create()
+    weekday, _abandoned, _gone = weekday_and_abandoned(world, monday)
+    spec = rules_backtest(policy=policy(), days=14, now=monday)["spec"]
+    kept, taken = [r for r in spec.recommendations if r.reservation_id == weekday.id]
+    assert kept.recommended_at == datetime(2026, 11, 23, 11, tzinfo=UTC)
+    assert kept.skipped_gpu_ids == kept.gpu_ids and kept.false_gpu_ids == []
+    assert taken.recommended_at.weekday() == 5 and taken.false_gpu_ids == taken.gpu_ids
+    assert spec.false_reclaims == 2
+
+
 def _client(user) -> Client:
     client = Client()
     client.force_login(user)
     return client
 
 
+@pytest.mark.calendar
 def test_the_api_gives_each_rules_false_share(history):
     body = _client(history.admin).get("/api/v1/reclaim/backtest?days=14&rule=guarded").json()
     expected = rules_backtest(policy=policy(), days=14)
@@ -55,6 +73,7 @@ def test_the_api_refuses_an_unknown_rule(history):
     assert response.json()["errors"][0]["field"] == "rule"
 
 
+@pytest.mark.calendar
 def test_the_review_page_shows_each_rules_false_share(history):
     page = _client(history.admin).get(reverse("reclaim_review") + "?days=14&rule=guarded")
     body = page.content.decode()
@@ -69,6 +88,7 @@ def test_the_review_page_shows_each_rules_false_share(history):
     assert bad.status_code == 200 and "Select a valid choice" in bad.content.decode()
 
 
+@pytest.mark.calendar
 def test_the_command_prints_one_line_per_rule(history):
     out = StringIO()
     call_command("reclaim_backtest", "--days", "14", stdout=out)
