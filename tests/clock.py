@@ -24,6 +24,13 @@ import time_machine
 ENV = "GPUQUOTA_TEST_NOW"
 # Tests with these markers drive a process whose clock time-machine cannot move.
 REALTIME_MARKERS = ("realtime", "browser", "redis", "slurm", "prometheus", "kubernetes")
+# And these modules, without such a marker: they start the agent, the demo, a mail sender,
+# real services to break, or give slapd certificates that OpenSSL checks at the real time.
+REALTIME_MODULES = (
+    "tests/agent/test_cli.py", "tests/agent/test_crash.py", "tests/demo/test_live.py",
+    "tests/demo/test_make.py", "tests/faults/", "tests/mail/test_crash.py",
+    "tests/sso/test_ldap_tls.py",
+)
 # Where CI reruns the `calendar` tests (.ci/run): the edges of days, weeks, months and years,
 # a leap day, and the night Europe moves its clocks (01:00 UTC on the last Sunday of March).
 CALENDAR_INSTANTS = {
@@ -87,7 +94,9 @@ def suite_travel() -> SuiteTravel | None:
 
 
 def is_realtime(item) -> bool:
-    return any(item.get_closest_marker(name) for name in REALTIME_MARKERS)
+    path = item.nodeid.split("::")[0]
+    return (any(item.get_closest_marker(name) for name in REALTIME_MARKERS)
+            or path.startswith(REALTIME_MODULES))
 
 
 class Clock:

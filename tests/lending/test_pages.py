@@ -84,6 +84,7 @@ def test_returning_twice_from_the_page_is_harmless(world, loan):
 
 
 @pytest.mark.parametrize("role", ROLES)
+@pytest.mark.calendar
 def test_admin_page(world, loan, role):
     done = loan_lend(assignment=world.reserve(count=1, start=_now() - 60 * MIN,
                                               end=_now() + 60 * MIN).assignments.get(),
