@@ -19,7 +19,7 @@ from reports.models import Statement, StatementLine
 from reports.review import statements_review
 from reports.services_statements import month_previous
 
-pytestmark = [pytest.mark.django_db, pytest.mark.calendar]
+pytestmark = pytest.mark.django_db
 A100_ON_DEMAND_RATE = Decimal("1.70")  # per GPU-hour, the demo's rate card
 
 
@@ -58,6 +58,7 @@ def test_last_months_statements_carry_on_demand_lines_from_unreserved_busy_rollu
     assert sorted(by_team.values()) == [4 * 3600, 8 * 3600]
 
 
+@pytest.mark.calendar
 def test_last_months_statements_show_every_kind_of_line_and_realistic_use(drafts, now):
     kinds = set(StatementLine.objects.filter(statement__in=drafts).values_list("kind", flat=True))
     assert kinds == {"reserved", "failure_credit", "on_demand"}

@@ -88,7 +88,6 @@ def test_the_review_page_shows_each_rules_false_share(history):
     assert bad.status_code == 200 and "Select a valid choice" in bad.content.decode()
 
 
-@pytest.mark.calendar
 def test_the_command_prints_one_line_per_rule(history):
     out = StringIO()
     call_command("reclaim_backtest", "--days", "14", stdout=out)
