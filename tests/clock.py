@@ -93,6 +93,17 @@ def suite_travel() -> SuiteTravel | None:
     return SuiteTravel(instant(text)) if text else None
 
 
+def calendar_deselected(config, items) -> list:
+    """In a calendar run (`-m calendar` at a named instant of CALENDAR_INSTANTS), the tests
+    whose `calendar` marker names other instants only (`@pytest.mark.calendar("new-year")`:
+    a slow test that only a month's edge can break)."""
+    at = os.environ.get(ENV, "").strip()
+    if at not in CALENDAR_INSTANTS or config.option.markexpr != "calendar":
+        return []
+    return [item for item in items if (marker := item.get_closest_marker("calendar"))
+            and marker.args and at not in marker.args]
+
+
 def is_realtime(item) -> bool:
     path = item.nodeid.split("::")[0]
     return (any(item.get_closest_marker(name) for name in REALTIME_MARKERS)

@@ -83,6 +83,10 @@ def clock():
 
 
 def pytest_collection_modifyitems(config, items):
+    if deselected := _clock.calendar_deselected(config, items):
+        config.hook.pytest_deselected(items=deselected)
+        dropped = set(deselected)
+        items[:] = [item for item in items if item not in dropped]
     on_postgres = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
     needs = {
         "postgres": (on_postgres, "needs PostgreSQL: set DATABASE_URL=postgres://..."),

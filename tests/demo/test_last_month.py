@@ -58,7 +58,7 @@ def test_last_months_statements_carry_on_demand_lines_from_unreserved_busy_rollu
     assert sorted(by_team.values()) == [4 * 3600, 8 * 3600]
 
 
-@pytest.mark.calendar
+@pytest.mark.calendar("month-first-second", "month-last-second", "new-year")  # the slow seed
 def test_last_months_statements_show_every_kind_of_line_and_realistic_use(drafts, now):
     kinds = set(StatementLine.objects.filter(statement__in=drafts).values_list("kind", flat=True))
     assert kinds == {"reserved", "failure_credit", "on_demand"}
