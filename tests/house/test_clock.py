@@ -12,10 +12,12 @@ import ast
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from django.utils import timezone
 
-from tests.clock import CALENDAR_INSTANTS, SuiteTravel, instant
+from tests.clock import CALENDAR_INSTANTS, SuiteTravel, calendar_deselected, instant
 from tests.house.test_layering import ROOT
 
 PRODUCT = ("gpuquota", "accounts", "reports", "reclaim", "agent")
@@ -149,3 +151,22 @@ def test_the_clock_fixture_stands_still(clock):
     assert timezone.now() == before
     assert clock.shift(timedelta(seconds=95)) - before == timedelta(seconds=95)
     assert clock.move_to("leap-day") == datetime(2028, 2, 29, 12, tzinfo=UTC)
+
+
+def test_a_calendar_run_leaves_out_a_test_at_the_instants_it_does_not_name(monkeypatch):
+    class Item:
+        def __init__(self, *instants):
+            self.mark = pytest.mark.calendar(*instants).mark
+
+        def get_closest_marker(self, name):
+            return self.mark if name == "calendar" else None
+
+    every, new_year = Item(), Item("new-year", "leap-day")
+    calendar_run = SimpleNamespace(option=SimpleNamespace(markexpr="calendar"))
+    monkeypatch.setenv("GPUQUOTA_TEST_NOW", "monday-0030")
+    assert calendar_deselected(calendar_run, [every, new_year]) == [new_year]
+    monkeypatch.setenv("GPUQUOTA_TEST_NOW", "leap-day")
+    assert calendar_deselected(calendar_run, [every, new_year]) == []
+    monkeypatch.setenv("GPUQUOTA_TEST_NOW", "monday-0030")  # the whole suite at an instant
+    assert calendar_deselected(SimpleNamespace(option=SimpleNamespace(markexpr="")),
+                               [every, new_year]) == []
