@@ -216,7 +216,9 @@ def _idle(per_hour: dict, t: int, charged_h: int, policy: Policy) -> bool:
 class _Replay:
     """Every reservation hour by hour, all of them at each hour (the team guards count
     what a team holds across its reservations): GPUs found idle are recommended; a GPU
-    released is gone for the rest of the replay."""
+    released is gone for the rest of the replay; one skipped (busy during the grace) stays
+    and may be recommended again once the grace has ended, as the evaluation does after a
+    recommendation that closed with its GPUs kept."""
 
     def __init__(self, *, policy: Policy, hours: dict, assignments: list[dict],
                  guards: _GuardHistory | None) -> None:
@@ -230,13 +232,14 @@ class _Replay:
         self.grace_s = int(policy.grace.total_seconds())
         self.threshold = grace_busy_s()
         self.gone: set[int] = set()
+        self.again: dict[int, int] = {}  # skipped: the hour it may be recommended again
         self.recs: list[BacktestReclaim] = []
 
     def _held(self, a: dict, t: int) -> bool:
         return a["id"] not in self.gone and a["charged_h"] <= t and a["until_s"] > t * HOUR
 
     def step(self, t: int) -> None:
-        idle = {rid: [a for a in rows if self._held(a, t)
+        idle = {rid: [a for a in rows if self._held(a, t) and self.again.get(a["id"], t) <= t
                       and a["charged_h"] <= t - self.lookback_h
                       and _idle(self.hours.get(a["id"], {}), t, a["charged_h"], self.policy)]
                 for rid, rows in self.by_reservation.items()
@@ -273,14 +276,15 @@ class _Replay:
             recommended_at=datetime.fromtimestamp(t * HOUR, tz=UTC),
             released_at=datetime.fromtimestamp(release_s, tz=UTC), gpu_ids=[])
         for a in idle:
-            self.gone.add(a["id"])
             rec.gpu_ids.append(a["gpu_id"])
             per_hour = self.hours.get(a["id"], {})
             grace_busy = sum(per_hour.get(h, NOTHING)[1]
                              for h in range(t, -(-release_s // HOUR)))
             if grace_busy >= self.threshold or a["until_s"] <= release_s:
                 rec.skipped_gpu_ids.append(a["gpu_id"])
+                self.again[a["id"]] = -(-release_s // HOUR)
                 continue
+            self.gone.add(a["id"])
             rec.returned_by_gpu[a["gpu_id"]] = a["until_s"] - release_s
             rec.returned_s += a["until_s"] - release_s
             later_busy = sum(v[1] for h, v in per_hour.items() if h * HOUR >= release_s)

@@ -111,7 +111,7 @@ def statements_send_due_ids(*, now: datetime) -> list[int]:
     stale_s = statement_send_stale_s()
     approved = (Statement.objects.filter(status=Statement.Status.APPROVED,
                                          approved_at__lte=now - timedelta(seconds=stale_s))
-                .select_related("team").order_by("approved_at"))
+                .select_related("team").order_by("approved_at", "pk"))
     waiting = mail_keys_waiting(keys=[statement_mail_key(s) for s in approved], now=now,
                                 stale_s=stale_s)
     return [s.pk for s in approved if statement_mail_key(s) not in waiting

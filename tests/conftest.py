@@ -2,7 +2,8 @@
 
 Tests marked `postgres`, `redis` or `browser` need the real service and are
 skipped, with the reason, when it is not there; CI sets GPUQUOTA_FAIL_ON_SKIP=1
-so that a skip there fails the run.
+so that a skip there fails the run. The clock (GPUQUOTA_TEST_NOW, the `clock` fixture, the
+`realtime` and `calendar` markers) is tests/clock.py's.
 """
 
 import os
@@ -12,11 +13,14 @@ from urllib.parse import urlparse
 
 import pytest
 
+from tests import clock as _clock
+
 # Playwright's sync API runs an event loop in the test thread; Django's ORM is
 # called from the same thread between page actions, which is safe here.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = "/usr/bin/chromium"
+_SUITE_TRAVEL = pytest.StashKey()
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
@@ -40,7 +44,49 @@ def _browser_available() -> bool:
     return shutil.which(CHROMIUM) is not None
 
 
+def pytest_configure(config):
+    travel = _clock.suite_travel()  # GPUQUOTA_TEST_NOW: before any fixture
+    if travel is not None:
+        travel.start()
+        config.stash[_SUITE_TRAVEL] = travel
+
+
+def pytest_unconfigure(config):
+    if (travel := config.stash.get(_SUITE_TRAVEL, None)) is not None:
+        travel.stop()
+
+
+def pytest_report_header(config):
+    if (travel := config.stash.get(_SUITE_TRAVEL, None)) is not None:
+        return f"{_clock.ENV}: the suite runs from {travel.destination.isoformat()}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A `realtime` test (tests/clock.py) runs, fixtures included, at the real time."""
+    travel = item.config.stash.get(_SUITE_TRAVEL, None)
+    if travel is None or not _clock.is_realtime(item):
+        return (yield)
+    travel.suspend()
+    try:
+        return (yield)
+    finally:
+        travel.resume()
+
+
+@pytest.fixture
+def clock():
+    """The clock stopped at the suite's now, to the second (tests/clock.py's `Clock`)."""
+    stopped = _clock.Clock(_clock.stopped_now())
+    yield stopped
+    stopped.stop()
+
+
 def pytest_collection_modifyitems(config, items):
+    if deselected := _clock.calendar_deselected(config, items):
+        config.hook.pytest_deselected(items=deselected)
+        dropped = set(deselected)
+        items[:] = [item for item in items if item not in dropped]
     on_postgres = os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
     needs = {
         "postgres": (on_postgres, "needs PostgreSQL: set DATABASE_URL=postgres://..."),

@@ -1,7 +1,6 @@
 """The login page (provider buttons, the password form for the directory and break-glass
 accounts), the OIDC login and callback, and logout that ends the provider's session too."""
 
-import time
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import jwt
@@ -10,6 +9,7 @@ from django.contrib.auth import views as auth_views
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import redirect, render, resolve_url
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView
 
@@ -144,7 +144,7 @@ def _session_bound(request, id_token: str | None) -> None:
     # verified by the backend a moment ago: only its exp is read here
     expires = jwt.decode(id_token, options={"verify_signature": False}).get("exp")
     if isinstance(expires, int | float):
-        request.session.set_expiry(max(1, int(expires - time.time())))
+        request.session.set_expiry(max(1, int(expires - timezone.now().timestamp())))
 
 
 class LogoutView(auth_views.LogoutView):

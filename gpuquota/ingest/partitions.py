@@ -121,7 +121,7 @@ def raw_data_expire(*, today: date, retention_days: int | None = None) -> int:
     cutoff_day = today - timedelta(days=keep)
     cutoff = datetime(cutoff_day.year, cutoff_day.month, cutoff_day.day, tzinfo=UTC)
     AgentBatch.objects.filter(
-        received_at__lt=datetime.now(UTC) - timedelta(days=AGENT_BATCH_RETENTION_DAYS)).delete()
+        received_at__lt=timezone.now() - timedelta(days=AGENT_BATCH_RETENTION_DAYS)).delete()
     if connection.vendor != "postgresql":
         return sum(m.objects.filter(window_start__lt=cutoff).delete()[0] for m in PARTITIONED)
     dropped = 0

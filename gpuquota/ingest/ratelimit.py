@@ -2,9 +2,9 @@
 default cache (Redis when REDIS_URL is set, so every web process counts together)."""
 
 import logging
-import time
 
 from django.core.cache import cache
+from django.utils import timezone
 
 from gpuquota.ingest import conf
 
@@ -18,7 +18,7 @@ def node_batch_wait_s(*, node_id: int, now: float | None = None) -> int | None:
     limit = conf.node_batches_per_minute()
     if limit <= 0:
         return None
-    now = time.time() if now is None else now
+    now = timezone.now().timestamp() if now is None else now
     window = int(now // WINDOW_S)
     key = f"ingest_rate_{node_id}_{window}"
     try:

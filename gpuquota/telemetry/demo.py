@@ -76,7 +76,7 @@ class Exporters:
     """One fake exporter per node, on loopback ports."""
 
     def __init__(self, gpus: list[DemoGpu]):
-        self.started = time.time()
+        self.started = timezone.now().timestamp()
         self.servers = []
         for hostname in sorted({g.hostname for g in gpus}):
             mine = [g for g in gpus if g.hostname == hostname]
@@ -87,7 +87,7 @@ class Exporters:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
-                body = exposition(gpus, now=time.time(), started=started).encode()
+                body = exposition(gpus, now=timezone.now().timestamp(), started=started).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
                 self.send_header("Content-Length", str(len(body)))

@@ -17,7 +17,13 @@ ROLES = ["admin", "lead", "other_lead", "member", "outsider", "anonymous"]
 def _now():
     from django.utils import timezone
 
-    return timezone.now().replace(microsecond=0)
+    return timezone.now()
+
+
+@pytest.fixture(autouse=True)
+def _stopped(clock):
+    """Every instant read from one stopped clock: a second that passed between two reads
+    under load made the admin page's p99 96 s, not 95 s."""
 
 
 @pytest.fixture
@@ -77,7 +83,8 @@ def test_returning_twice_from_the_page_is_harmless(world, loan):
     assert response.status_code == 200 and Loan.objects.get().returned_at == first
 
 
-@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("role", [pytest.param("admin", marks=pytest.mark.calendar),
+                                  *ROLES[1:]])
 def test_admin_page(world, loan, role):
     done = loan_lend(assignment=world.reserve(count=1, start=_now() - 60 * MIN,
                                               end=_now() + 60 * MIN).assignments.get(),

@@ -2,13 +2,13 @@
 `rules`, the review page's table, and `manage.py reclaim_backtest`."""
 
 import re
+from datetime import UTC, datetime
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
-from django.utils import timezone
 
 from gpuquota.core.timeutil import hour_floor
 from reclaim.backtest import rules_backtest
@@ -22,10 +22,28 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def history():
+def history(clock):
+    """Five weeks up to the suite's now, which the API and the page read too: the clock
+    stands still (on 2026-12-07 at 11:00 the history began an hour after the page's now)."""
     world = World.create()
-    weekday_and_abandoned(world, hour_floor(timezone.now()))
+    weekday_and_abandoned(world, hour_floor(clock.now))
     return world
+
+
+def test_a_gpu_kept_through_its_grace_can_be_recommended_again():
+    """At 11:00 on a Monday the 14 days begin at 11:00 on a Monday: the weekday team's GPUs,
+    idle over the 24 h before but busy since 09:00, are recommended and kept (busy during the
+    grace). The replay took them for gone then, so the spec rule never took them on the
+    weekend after, and its false share read 0 (CI on 2026-12-07)."""
+    monday = datetime(2026, 12, 7, 11, tzinfo=UTC)
+    world = World.create()
+    weekday, _abandoned, _gone = weekday_and_abandoned(world, monday)
+    spec = rules_backtest(policy=policy(), days=14, now=monday)["spec"]
+    kept, taken = [r for r in spec.recommendations if r.reservation_id == weekday.id]
+    assert kept.recommended_at == datetime(2026, 11, 23, 11, tzinfo=UTC)
+    assert kept.skipped_gpu_ids == kept.gpu_ids and kept.false_gpu_ids == []
+    assert taken.recommended_at.weekday() == 5 and taken.false_gpu_ids == taken.gpu_ids
+    assert spec.false_reclaims == 2
 
 
 def _client(user) -> Client:
@@ -34,6 +52,7 @@ def _client(user) -> Client:
     return client
 
 
+@pytest.mark.calendar
 def test_the_api_gives_each_rules_false_share(history):
     body = _client(history.admin).get("/api/v1/reclaim/backtest?days=14&rule=guarded").json()
     expected = rules_backtest(policy=policy(), days=14)
@@ -54,6 +73,7 @@ def test_the_api_refuses_an_unknown_rule(history):
     assert response.json()["errors"][0]["field"] == "rule"
 
 
+@pytest.mark.calendar
 def test_the_review_page_shows_each_rules_false_share(history):
     page = _client(history.admin).get(reverse("reclaim_review") + "?days=14&rule=guarded")
     body = page.content.decode()

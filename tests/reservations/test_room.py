@@ -121,8 +121,9 @@ def test_queue_queries_do_not_grow_with_the_requests(busy_fleet):
     assert len(many) == len(few)
 
 
-def test_the_grid_counts_the_same_room_per_day(busy_fleet):
-    now = timezone.now().replace(microsecond=0)
+@pytest.mark.calendar
+def test_the_grid_counts_the_same_room_per_day(busy_fleet, clock):
+    now = clock.now  # the grid's days and the request's room from one instant
     busy_fleet.request(team=busy_fleet.speech, count=2, start=now + 30 * H,
                        end=now + 80 * H, now=now)
     rows = availability(tz=ZoneInfo("UTC"), days=5, team=busy_fleet.vision)

@@ -268,7 +268,8 @@ def busy_hours_back(roles):
 
 @pytest.mark.parametrize("last, label, hours, busy", [("24h", "Last 24 h", 24, "2.00"),
                                                       ("7d", "Last 7 days", 168, "4.00")])
-def test_utilization_last_hours(client, roles, last, label, hours, busy):
+@pytest.mark.calendar
+def test_utilization_last_hours(client, roles, last, label, hours, busy, clock):
     floor = busy_hours_back(roles)
     client.force_login(roles.admin)
     response = client.get(reverse("fleet_utilization") + f"?last={last}")
@@ -279,8 +280,9 @@ def test_utilization_last_hours(client, roles, last, label, hours, busy):
     assert f"busy {busy} h of" in body
 
 
-@pytest.mark.parametrize("last", ["", "30d", "24H", "<script>"])
-def test_utilization_unknown_last_falls_back_to_the_month(client, roles, last):
+@pytest.mark.parametrize("last", [pytest.param("", marks=pytest.mark.calendar), "30d", "24H",
+                                  "<script>"])
+def test_utilization_unknown_last_falls_back_to_the_month(client, roles, last, clock):
     busy_hours_back(roles)
     client.force_login(roles.admin)
     response = client.get(reverse("fleet_utilization"), {"last": last})

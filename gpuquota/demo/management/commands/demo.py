@@ -19,6 +19,7 @@ from pathlib import Path
 from celery.schedules import maybe_schedule, schedule
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from gpuquota.celery import app, collect_beat_schedule
 from gpuquota.demo.organisation import (
@@ -192,14 +193,14 @@ class Command(BaseCommand):
                     every = schedule(timedelta(seconds=cap_s), app=app)
                 last_run[name] = datetime.fromtimestamp(0, UTC)
             else:
-                last_run[name] = datetime.now(UTC)
+                last_run[name] = timezone.now()
             schedules[name] = every
         while True:
             for name, entry in entries.items():
                 due, _next = schedules[name].is_due(last_run[name])
                 if not due:
                     continue
-                last_run[name] = datetime.now(UTC)
+                last_run[name] = timezone.now()
                 try:
                     app.tasks[entry["task"]].apply(
                         args=entry.get("args", ()), kwargs=entry.get("kwargs", {})
@@ -207,7 +208,7 @@ class Command(BaseCommand):
                 except Exception as exc:  # one failing job must not stop the demo's clock
                     self.stderr.write(f"beat {name}: {exc!r}")
             try:  # borrowers start on lent GPUs and stop on returned ones within a second
-                demo_borrowers_write(path=self._borrowers_file(), at=datetime.now(UTC))
+                demo_borrowers_write(path=self._borrowers_file(), at=timezone.now())
             except Exception as exc:  # noqa: BLE001 - as a beat job: never stop the demo
                 self.stderr.write(f"lending borrowers: {exc!r}")
             time.sleep(1)
