@@ -74,7 +74,8 @@ def _notify(drain: Drain, reservation: Reservation, moved: list, kept: bool, now
     context = {**reservation_mail_context(reservation), "drain": {
         "id": drain.pk, "reason": drain.reason, "needs": drain.needs, "event_at": drain.event_at,
         "gpu": _gpu_text(drain.gpu), "moved_to": [_gpu_text(a.gpu) for a in moved],
-        "kept": kept}}
+        "kept": kept,
+        "same_node": reservation.placement == Reservation.Placement.SAME_NODE}}
     what = "kept" if kept else "replaced-" + "-".join(str(a.pk) for a in moved)
     mail_send_later(template="reservation_gpu_drained",
                     recipients=team_leads(team=reservation.team, at=now), context=context,
