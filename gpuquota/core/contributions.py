@@ -28,6 +28,11 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
   the rates' services call, in their transaction, once the card in force for a class over
   [start, end) is `card_id`; they re-price what they derived and return the GPU-hours
   they marked for recompute (usage: its rollups).
+- `GPUS_HELD_OUT`: functions `hook(*, gpu_ids, start, end)` returning
+  `(gpu_id, valid_from, valid_until or None)` rows: spans in which one of `gpu_ids` is kept
+  from new assignments and loans though no health interval or maintenance block says so
+  (reliability: a GPU drained until the fix its failure needs). Capacity reads them like
+  maintenance blocks.
 
 They are found here, in INSTALLED_APPS order, the way Celery's beat schedules are
 (`gpuquota/celery.py`), and checked when Django starts (`contributions_check`).
@@ -44,7 +49,7 @@ from django.core import checks
 MODULE = "contributions"
 KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION",
          "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED", "LOAN_OWNER_JOB", "RECOMPUTE_HORIZON",
-         "RATE_CARD_CHANGED")
+         "RATE_CARD_CHANGED", "GPUS_HELD_OUT")
 
 
 @cache
@@ -72,6 +77,15 @@ def recompute_horizon(*, start: datetime, end: datetime | None = None,
     every app could recompute what it derived from them."""
     return max(filter(None, hooks_call("RECOMPUTE_HORIZON", start=start, end=end, gpu_id=gpu_id,
                                        gpu_class_id=gpu_class_id)), default=None)
+
+
+def gpus_held_out(*, gpu_ids, start: datetime, end: datetime) -> list[tuple]:
+    """Every `GPUS_HELD_OUT` hook's spans overlapping [start, end) for `gpu_ids`."""
+    if not contributed("GPUS_HELD_OUT"):
+        return []
+    gpu_ids = list(gpu_ids)
+    return [row for rows in hooks_call("GPUS_HELD_OUT", gpu_ids=gpu_ids, start=start, end=end)
+            for row in rows]
 
 
 def contributions_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]:

@@ -33,6 +33,9 @@ PAGES = {
                  arguments=frozenset({"team", "user", "can_act", "month", "now"})),
     # usage.views.fleet: "figures" under the fleet summary
     "fleet": Page(slots=("figures",), arguments=frozenset({"user", "now"})),
+    # usage.views.gpu_detail and usage.views.node_detail: "main" after the health table
+    "gpu": Page(slots=("main",), arguments=frozenset({"gpu", "user", "now"})),
+    "node": Page(slots=("main",), arguments=frozenset({"node", "user", "now"})),
     # usage.views.utilization: "figures" under the overview table
     "utilization": Page(slots=("figures",), arguments=frozenset({"user", "period", "now"})),
 }

@@ -22,6 +22,7 @@ from gpuquota.lending.selectors import (
     loans_returning,
 )
 from gpuquota.lending.services import E, loan_lend, loan_return, loan_return_observed
+from gpuquota.reliability.held import drained_spans
 from gpuquota.reservations.models import Reservation
 
 #: How far back each pass looks for the reserving team's processes on a lent GPU: a pass
@@ -74,6 +75,9 @@ def _return_failed(open_loans, now: datetime) -> int:
         gpu_id__in=open_loans.values("gpu_id"), state=GpuHealthInterval.State.FAILED,
         valid_from__lte=now).values_list("gpu_id", "valid_from")
     failed_from = dict(failures)
+    for gpu_id, event_at, _ in drained_spans(gpu_ids=open_loans.values_list("gpu_id", flat=True),
+                                              start=now, end=now + timedelta(seconds=1)):
+        failed_from[gpu_id] = min(failed_from.get(gpu_id, event_at), event_at)
     returned = 0
     for loan in open_loans.filter(gpu_id__in=failed_from):
         loan_return(loan=loan, reason=E.GPU_FAILED, at=max(failed_from[loan.gpu_id],

@@ -13,6 +13,7 @@ from gpuquota.inventory.models import Cluster, GpuHealthInterval
 from gpuquota.lending.conf import lend_after_idle_s
 from gpuquota.lending.idle import Candidate, borrower_team_ids
 from gpuquota.lending.models import LendingOptOut
+from gpuquota.reliability.held import drained_gpu_ids
 from gpuquota.reservations.models import Assignment, Loan, Reservation
 from gpuquota.schedulers.models import BackendConfig, Capabilities
 
@@ -55,11 +56,13 @@ def lending_off_q(reservation_ref: str) -> Q:
 
 
 def failed_gpu_ids(*, gpu_ids, at: datetime) -> set[int]:
-    """The GPUs among `gpu_ids` that are failed at `at`."""
+    """The GPUs among `gpu_ids` that are failed at `at`, or kept out by a drain (a GPU
+    waiting for the fix its failure needs: docs/reliability.md#what-a-drain-keeps-out)."""
+    gpu_ids = list(gpu_ids)
     return set(GpuHealthInterval.objects.filter(
         Q(valid_until__isnull=True) | Q(valid_until__gt=at), gpu_id__in=gpu_ids,
         state=GpuHealthInterval.State.FAILED, valid_from__lte=at,
-    ).values_list("gpu_id", flat=True))
+    ).values_list("gpu_id", flat=True)) | drained_gpu_ids(gpu_ids=gpu_ids, at=at)
 
 
 def clusters_not_lending():

@@ -160,7 +160,8 @@ def _check_lendable(assignment: Assignment, at: datetime) -> None:
         raise Conflict(f"Lending is off for this reservation: {optout.reason}",
                        field="reservation")
     if failed_gpu_ids(gpu_ids=[assignment.gpu_id], at=at):
-        raise Conflict("This GPU has failed: failed GPUs are never lent.", field="gpu")
+        raise Conflict("This GPU has failed or is drained: failed and drained GPUs are never "
+                       "lent.", field="gpu")
     if Loan.objects.filter(gpu_id=assignment.gpu_id, returned_at__isnull=True).exists():
         raise Conflict("This GPU is already lent.", field="gpu")
 

@@ -1,5 +1,19 @@
-"""What reliability adds to the apps below it: its gauges on /metrics."""
+"""What reliability adds to the apps below it: its gauges on /metrics, its section on
+each GPU's and node's page, the drained GPUs kept out of capacity."""
 
+from gpuquota.core.sections import Section
+from gpuquota.reliability.held import drained_spans
 from gpuquota.reliability.metrics import ReliabilityCollector
+from gpuquota.reliability.unit import gpu_reliability, node_reliability
 
 METRICS_COLLECTORS = [ReliabilityCollector()]
+
+#: capacity leaves drained GPUs out (docs/reliability.md#what-a-drain-keeps-out)
+GPUS_HELD_OUT = [drained_spans]
+
+PAGE_SECTIONS = [
+    Section(page="gpu", slot="main", template="reliability/_unit_section.html",
+            context=gpu_reliability),
+    Section(page="node", slot="main", template="reliability/_unit_section.html",
+            context=node_reliability),
+]

@@ -1,9 +1,11 @@
 """Drains by policy (docs/reliability.md#drains): a critical failure (the taxonomy's
 critical severity) drains its node at once through the cluster's scheduler backend, with
-a reason gpuquota owns (`[gpuquota] xid 79`); the node returns only after the fix the
-failure needs: automatically when that fix is a reset or a reboot and the GPU's failed
-interval closed after it (a new boot with a good sample), otherwise by an admin naming
-the fix. Every drain and return is audited."""
+a reason gpuquota owns (`[gpuquota] xid 79`); a lesser one (a hardware warning whose fix
+is a reset, a reboot or a replacement) drains it after its running jobs end, and a
+critical failure on a node draining for a lesser one escalates that drain. The node
+returns only after the fix the failure needs: automatically when that fix is a reset or a
+reboot and the GPU's failed interval closed after it (a new boot with a good sample),
+otherwise by an admin naming the fix. Every drain and return is audited."""
 
 from datetime import datetime
 
@@ -13,13 +15,28 @@ from django.db.models import Q
 from gpuquota.core.errors import DomainError, PermissionDenied
 from gpuquota.core.services import audit_record
 from gpuquota.ingest.models import EventType, GpuEvent
-from gpuquota.ingest.taxonomy import CRITICAL_EVENT_TYPES, CRITICAL_XIDS, Action, classify
+from gpuquota.ingest.taxonomy import (
+    CRITICAL_EVENT_TYPES,
+    CRITICAL_XIDS,
+    EVENTS,
+    XIDS,
+    Action,
+    Severity,
+    classify,
+)
 from gpuquota.inventory.models import GpuHealthInterval, Node
 from gpuquota.reliability.models import Drain
 from gpuquota.schedulers.backend import BackendError, backend_for
 from gpuquota.schedulers.models import BackendConfig
 
 AUTO_RETURN = {Action.RESET_GPU.value, Action.REBOOT.value}
+#: The fixes that drain a node, least first: a warning needing none of them never drains.
+DRAINING_ACTIONS = (Action.RESET_GPU, Action.REBOOT, Action.REPLACE)
+LESSER_XIDS = frozenset(x for x, e in XIDS.items()
+                        if e.severity == Severity.WARNING and e.action in DRAINING_ACTIONS)
+LESSER_EVENT_TYPES = frozenset(t for t, e in EVENTS.items()
+                               if e.severity == Severity.WARNING and e.action in DRAINING_ACTIONS)
+AFTER_JOBS = ", after running jobs"
 FIXES = {  # the fixes an admin may name, per what the failure needs
     Action.RESET_GPU.value: {"reset", "reboot", "diagnostic", "replaced", "admin"},
     Action.REBOOT.value: {"reboot", "diagnostic", "replaced", "admin"},
@@ -39,37 +56,62 @@ def _drain_node(drain: Drain) -> None:
         drain.state = Drain.State.RECORDED
         return
     try:
-        backend.node_drain(hostname=drain.node.hostname, reason=drain.reason)
+        backend.node_drain(hostname=drain.node.hostname,
+                           reason=drain.reason + (AFTER_JOBS if drain.after_jobs else ""))
         drain.state = Drain.State.DRAINED
     except BackendError as exc:
         drain.state, drain.error = Drain.State.REFUSED, str(exc)[:2000]
 
 
+def _escalate(drain: Drain, event, entry, now: datetime) -> Drain | None:
+    """A critical failure on a node draining after its jobs for a lesser event: the drain
+    becomes the critical one's (at once, its reason and fix), written again."""
+    if not drain.after_jobs or entry.severity != Severity.CRITICAL or drain.event_at >= event.ts:
+        return None
+    before = {"reason": drain.reason, "needs": drain.needs}
+    drain.after_jobs, drain.event_at, drain.drained_at = False, event.ts, now
+    drain.gpu = event.gpu.parent or event.gpu
+    drain.reason = f"xid {event.xid}" if event.type == EventType.XID else event.type
+    order = [a.value for a in DRAINING_ACTIONS]
+    drain.needs = max(drain.needs, entry.action.value, key=order.index)
+    _drain_node(drain)
+    drain.save()
+    audit_record(actor=None, action="node_drain", obj=drain, reason=drain.reason, changes={
+        "escalated_from": before, "needs": drain.needs, "state": drain.state})
+    return drain
+
+
 def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
-    """Drain the node of every critical failure received in [since, now] whose node has
-    no open drain and no drain for it or a later failure; idempotent (one open drain per
-    node; a failure that was drained and returned never drains again)."""
-    critical = (Q(type__in=CRITICAL_EVENT_TYPES)
-                | Q(type=EventType.XID, xid__in=CRITICAL_XIDS))
-    events = (GpuEvent.objects.filter(critical, gpu__isnull=False, received_at__gte=since,
+    """Drain the node of every critical failure or lesser event received in [since, now]
+    whose node has no open drain and no drain for it or a later failure; idempotent (one
+    open drain per node; a failure that was drained and returned never drains again)."""
+    draining = (Q(type__in=CRITICAL_EVENT_TYPES | LESSER_EVENT_TYPES)
+                | Q(type=EventType.XID, xid__in=CRITICAL_XIDS | LESSER_XIDS))
+    events = (GpuEvent.objects.filter(draining, gpu__isnull=False, received_at__gte=since,
                                       received_at__lte=now)
               .select_related("gpu", "node", "node__cluster").order_by("ts"))
     made = []
     for event in events:
-        drained = Drain.objects.filter(node=event.node)
-        if (drained.filter(released_at__isnull=True).exists()
-                or drained.filter(event_at__gte=event.ts).exists()):
-            continue  # drained now, or for this failure or a later one already
         entry = classify(type=event.type, xid=event.xid)
+        drained = Drain.objects.filter(node=event.node)
+        open_drain = drained.filter(released_at__isnull=True).first()
+        if open_drain is not None:
+            with transaction.atomic():
+                if _escalate(open_drain, event, entry, now) is not None:
+                    made.append(open_drain)
+            continue
+        if drained.filter(event_at__gte=event.ts).exists():
+            continue  # drained for this failure or a later one already
         reason = f"xid {event.xid}" if event.type == EventType.XID else event.type
         with transaction.atomic():
             drain = Drain(node=event.node, gpu=event.gpu.parent or event.gpu, reason=reason,
-                          needs=entry.action.value, event_at=event.ts, drained_at=now)
+                          needs=entry.action.value, event_at=event.ts, drained_at=now,
+                          after_jobs=entry.severity != Severity.CRITICAL)
             _drain_node(drain)
             drain.save()
             audit_record(actor=None, action="node_drain", obj=drain, reason=reason, changes={
                 "node": str(event.node), "gpu": drain.gpu.uuid, "needs": drain.needs,
-                "state": drain.state, "error": drain.error})
+                "after_jobs": drain.after_jobs, "state": drain.state, "error": drain.error})
         made.append(drain)
     return made
 
@@ -101,13 +143,16 @@ def drain_release(*, drain: Drain, by, fix: str, at: datetime) -> Drain:
 
 
 def drains_auto_release(*, now: datetime) -> list[Drain]:
-    """Return the nodes whose drain needs a reset or a reboot once the GPU's failed
-    interval that the failure opened has closed (a new boot reported a good sample)."""
+    """Return the nodes whose drain needs a reset or a reboot once the GPU's failed (or, for
+    a lesser event, degraded) interval that the failure opened has closed (a new boot
+    reported a good sample). A lesser event that opened no interval waits for an admin."""
     released = []
     for drain in Drain.objects.filter(released_at__isnull=True, needs__in=AUTO_RETURN,
                                       state__in=[Drain.State.DRAINED, Drain.State.RECORDED]):
         interval = (GpuHealthInterval.objects.filter(
-            gpu=drain.gpu, state=GpuHealthInterval.State.FAILED, valid_from__lte=drain.event_at)
+            gpu=drain.gpu, valid_from__lte=drain.event_at, state__in=(
+                [GpuHealthInterval.State.FAILED, GpuHealthInterval.State.DEGRADED]
+                if drain.after_jobs else [GpuHealthInterval.State.FAILED]))
             .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=drain.event_at))
             .first())
         if interval is None or interval.valid_until is None or interval.valid_until > now:

@@ -116,14 +116,19 @@ def _incidents(rows: list[dict], gpus: dict[int, GpuLife]) -> list[Incident]:
     return sorted(found, key=lambda i: (i.at, i.gpu_id))
 
 
-def fleet_history(*, as_of: datetime, since: datetime | None = None) -> History:
-    """The GPUs commissioned by `as_of`, their hardware incidents and failed intervals
-    starting in [since, as_of] (since: all history)."""
+def fleet_history(*, as_of: datetime, since: datetime | None = None,
+                  gpu_class_ids: set[int] | None = None) -> History:
+    """The GPUs commissioned by `as_of` (of `gpu_class_ids` only, when given: a GPU's or
+    node's page reads its classes, not the fleet), their hardware incidents and failed
+    intervals starting in [since, as_of] (since: all history)."""
+    physical = Gpu.objects.filter(parent__isnull=True, commissioned_at__lte=as_of)
+    if gpu_class_ids is not None:
+        physical = physical.filter(gpu_class_id__in=gpu_class_ids)
     gpus = {
         row["id"]: GpuLife(row["id"], row["uuid"], row["node_id"], row["node__hostname"],
                            row["node__cluster__slug"], row["gpu_class__name"],
                            row["commissioned_at"], row["retired_at"])
-        for row in Gpu.objects.filter(parent__isnull=True, commissioned_at__lte=as_of).values(
+        for row in physical.values(
             "id", "uuid", "node_id", "node__hostname", "node__cluster__slug",
             "gpu_class__name", "commissioned_at", "retired_at")
     }
@@ -132,6 +137,10 @@ def fleet_history(*, as_of: datetime, since: datetime | None = None) -> History:
     events = GpuEvent.objects.filter(hardware, gpu__isnull=False, ts__lte=as_of)
     intervals = GpuHealthInterval.objects.filter(
         state=GpuHealthInterval.State.FAILED, valid_from__lte=as_of)
+    if gpu_class_ids is not None:
+        ids = physical.values("id")
+        events = events.filter(Q(gpu_id__in=ids) | Q(gpu__parent_id__in=ids))
+        intervals = intervals.filter(gpu_id__in=ids)
     if since is not None:
         events = events.filter(ts__gte=since)
         intervals = intervals.filter(Q(valid_until__isnull=True) | Q(valid_until__gt=since))

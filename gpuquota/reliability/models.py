@@ -23,6 +23,9 @@ class Drain(models.Model):
     event_at = WholeSecondDateTimeField(help_text="When the failure happened")
     drained_at = WholeSecondDateTimeField(help_text="When gpuquota drained the node")
     state = models.CharField(max_length=16, choices=State.choices)
+    after_jobs = models.BooleanField(
+        default=False, help_text="A lesser (warning) event: the running jobs finish first (the "
+        "node shows DRAINING until they end); a critical one drains at once.")
     error = models.TextField(blank=True)
     released_at = WholeSecondDateTimeField(null=True, blank=True)
     released_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,

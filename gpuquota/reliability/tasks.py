@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from gpuquota.core.retry import DB_RETRY
 from gpuquota.reliability.drains import drains_apply, drains_auto_release
+from gpuquota.reliability.replace import drains_reservations_move
 
 DRAIN_INTERVAL_S = 60
 #: How far back a run looks for critical events received: missed runs are caught up.
@@ -23,8 +24,10 @@ BEAT_SCHEDULE = {
 
 @shared_task(name="reliability.drains", **DB_RETRY)
 def drains_task() -> dict:
-    """Drain the nodes of critical failures just received; return those fixed."""
+    """Drain the nodes of failures just received, return those fixed, move the drained
+    GPUs' reservations where a GPU is free."""
     now = timezone.now().replace(microsecond=0)
     drained = drains_apply(since=now - DRAIN_LOOKBACK, now=now)
     released = drains_auto_release(now=now)
-    return {"drained": len(drained), "released": len(released)}
+    moved = drains_reservations_move(now=now)
+    return {"drained": len(drained), "released": len(released), **moved}

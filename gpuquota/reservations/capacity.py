@@ -2,7 +2,8 @@
 
 Everything here reads; it never writes. Intervals are half-open `[a, b)` in UTC.
 A GPU is *free* at an instant when it is a physical GPU of the class, in
-service, not `failed`, not blocked for maintenance and not assigned.
+service, not `failed`, not blocked for maintenance, not held out by an app above
+(`GPUS_HELD_OUT`: a drained GPU) and not assigned.
 """
 
 from collections import defaultdict
@@ -11,6 +12,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import F, Q
 
+from gpuquota.core.contributions import gpus_held_out
 from gpuquota.inventory.models import (
     Gpu,
     GpuClass,
@@ -119,6 +121,7 @@ def free_map(
     busy += MaintenanceBlock.objects.filter(
         _overlapping("valid_from", "valid_until", start, end), gpu_id__in=gpus
     ).values_list("gpu_id", "valid_from", "valid_until")
+    busy += gpus_held_out(gpu_ids=gpus, start=start, end=end)  # reliability: drained GPUs
     assignments = Assignment.objects.filter(
         assigned_from__lt=end, assigned_until__gt=start, gpu_id__in=gpus,
     ).exclude(assigned_until=F("assigned_from"))

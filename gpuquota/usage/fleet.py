@@ -217,3 +217,10 @@ def gpu_history(*, gpu: Gpu, start: datetime, end: datetime) -> dict:
         "health": health,
         "events": events,
     }
+
+
+def health_now(*, gpu_ids: list[int], at: datetime) -> dict[int, GpuHealthInterval]:
+    """The open health interval (failed or degraded) of each of `gpu_ids` at `at`."""
+    return {h.gpu_id: h for h in GpuHealthInterval.objects.filter(
+        Q(valid_until__isnull=True) | Q(valid_until__gt=at), gpu_id__in=gpu_ids,
+        valid_from__lte=at)}

@@ -14,11 +14,11 @@ from gpuquota.core.errors import DomainError
 from gpuquota.core.sections import page_sections
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.ingest.health import gpu_health_recover
-from gpuquota.inventory.models import Gpu, gpu_uuid_normalize
+from gpuquota.inventory.models import Gpu, Node, gpu_uuid_normalize
 from gpuquota.outbox.conf import rollup_freshness_s
 from gpuquota.usage.charts import COMPACT, svg_bar_chart, svg_reserved_busy_chart
 from gpuquota.usage.conf import agent_silent_after_s, busy_util_percent
-from gpuquota.usage.fleet import gpu_history
+from gpuquota.usage.fleet import gpu_history, health_now
 from gpuquota.usage.fleet_index import FleetFilter, fleet_choices, fleet_page
 from gpuquota.usage.forms import FleetFilterForm, HealthRecoverForm
 from gpuquota.usage.freshness import usage_freshness
@@ -96,8 +96,23 @@ def gpu_detail(request, uuid: str):
         "recover_form": HealthRecoverForm()
         if is_admin(request.user) and any(h.valid_until is None and h.state != "healthy"
                                           for h in history["health"]) else None,
+        "sections": page_sections("gpu", gpu=gpu, user=request.user, now=timezone.now()),
     }
     return render(request, "usage/gpu_detail.html", context)
+
+
+@login_required
+def node_detail(request, pk: int):
+    """A node: its agent, its GPUs and their health now, and what the apps above add
+    (reliability)."""
+    node = get_object_or_404(Node.objects.select_related("cluster"), pk=pk)
+    gpus = list(Gpu.objects.filter(node=node, parent__isnull=True, retired_at__isnull=True)
+                .select_related("gpu_class").order_by("index", "uuid"))
+    now = timezone.now()
+    health = health_now(gpu_ids=[g.id for g in gpus], at=now)
+    context = {"node": node, "gpus": [(g, health.get(g.id)) for g in gpus],
+               "sections": page_sections("node", node=node, user=request.user, now=now)}
+    return render(request, "usage/node_detail.html", context)
 
 
 @require_POST

@@ -82,6 +82,8 @@ def test_the_installed_apps_contribute_in_installed_apps_order():
         ("team", "top", "kubernetes/_team_foreign.html"),
         ("team", "main", "lending/_team_loans.html"),
         ("team", "main", "jobs/_team_jobs.html"),
+        ("gpu", "main", "reliability/_unit_section.html"),
+        ("node", "main", "reliability/_unit_section.html"),
         ("team", "main", "reports/_team_budget.html"),
         ("team", "main", "reports/_team_statements.html"),
         ("team", "top", "reclaim/_team_banner.html"),
