@@ -15,6 +15,10 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
 - `RESERVATIONS_CHANGED`: functions `hook(*, reason)` that the reservations' services call,
   in their transaction, once a reservation, quota or maintenance block changed what the
   schedulers must hold (the scheduler backends reconcile after the commit).
+- `RESERVATION_REQUESTED`: functions `hook(*, team, gpu_class, count, start, end, now)`
+  that the reservations' services call, in their transaction, before a new reservation
+  (not an admin's backfill) is written; a hook refuses it by raising a `DomainError`
+  (reports: a budget's action at 100 %, docs/budgets.md).
 - `RECOMPUTE_HORIZON`: functions `hook(*, start, end=None, gpu_id=None, gpu_class_id=None)`
   returning the raw-data horizon when figures derived from the GPU's (or class's) hours
   from `start` (before `end`) lie before it, so could not be recomputed, else None: asked
@@ -39,7 +43,8 @@ from django.core import checks
 
 MODULE = "contributions"
 KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION",
-         "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED", "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED")
+         "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED", "RESERVATION_REQUESTED",
+         "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED")
 
 
 @cache
