@@ -74,8 +74,11 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(User)
 class GpuquotaUserAdmin(ServicesSaveMixin, UserAdmin):
-    fieldsets = (*UserAdmin.fieldsets, ("gpuquota", {"fields": ("timezone", "email_opt_out")}))
-    list_display = ["username", "email", "first_name", "last_name", "is_staff", "timezone"]
+    fieldsets = (*UserAdmin.fieldsets, ("gpuquota", {"fields": ("timezone", "email_opt_out",
+                                                                      "is_finance")}))
+    list_display = ["username", "email", "first_name", "last_name", "is_staff", "is_finance",
+                    "timezone"]
+    list_filter = [*UserAdmin.list_filter, "is_finance"]
     inlines = [MembershipInline]
 
 

@@ -40,6 +40,10 @@ class User(AbstractUser):
         default=False,
         help_text="Receive no email from gpuquota (statements still reach leads' peers).",
     )
+    is_finance = models.BooleanField(
+        "finance", default=False,
+        help_text="Reads every team's statements, the review, exports, budgets and the FOCUS "
+        "export; no reservations, no admin pages (docs/chargeback.md, The finance role).")
 
 
 class Team(models.Model):

@@ -228,3 +228,15 @@ def team_cost_center_set(*, team: Team, cost_center: str, actor: User) -> Team:
         audit_record(actor=actor, action="team.cost_center", obj=team, team=team,
                      changes={"cost_center": [before, cost_center]})
     return team
+
+
+@transaction.atomic
+def finance_role_set(*, user: User, on: bool, actor: User | None = None) -> User:
+    """Grant (or take back) the read-only finance role; audited. An admin's act on the
+    Django admin page or `manage.py finance_role` (actor None: the command line)."""
+    if user.is_finance != on:
+        user.is_finance = on
+        user.save(update_fields=["is_finance"])
+        audit_record(actor=actor, action="user.finance_role", obj=user,
+                     changes={"is_finance": on}, reason="" if actor else "manage.py finance_role")
+    return user

@@ -8,7 +8,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.permissions import team_for_action, team_for_view
+from accounts.permissions import team_for_action, team_for_statements
 from gpuquota.core.api import ERRORS
 from reports.budget_actions import refusal_preview
 from reports.budgets import BudgetStatus, budget_set, team_budget_status
@@ -69,7 +69,7 @@ class TeamBudgetView(APIView):
 
     @extend_schema(responses={200: dict, 404: ERRORS[404]}, operation_id="team_budget")
     def get(self, request, slug: str):
-        team = team_for_view(request.user, slug)
+        team = team_for_statements(request.user, slug)
         return Response(status_export(team_budget_status(team=team)))
 
     @extend_schema(request=BudgetChangeSerializer,

@@ -13,7 +13,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from accounts.authentication import token_or_login_required
-from accounts.permissions import is_admin, require_admin, team_for_view
+from accounts.permissions import (
+    is_admin,
+    require_admin,
+    require_statements_reader,
+    team_for_statements,
+)
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period
 from gpuquota.usage.selectors import team_reservations_utilization
@@ -46,7 +51,7 @@ def _period_or_404(month: str) -> Period:
 
 
 def _statement_or_404(request, slug: str, month: str) -> tuple[Statement, Period]:
-    team = team_for_view(request.user, slug)
+    team = team_for_statements(request.user, slug)
     period = _period_or_404(month)
     stored = team.statements.filter(month=period.start.date()).exists()
     if period.end <= team.created_at and not stored:
@@ -67,11 +72,12 @@ def _review_url(period: Period) -> str:
 
 @login_required
 def statement_review(request):
-    require_admin(request.user)
+    require_statements_reader(request.user)
     now = timezone.now()
     default = previous_period(Period.month(now.year, now.month))
     month_text = request.GET.get("month") or f"{default.start:%Y-%m}"
-    context = {"month_text": month_text, "max_month": f"{now:%Y-%m}", "review": None}
+    context = {"month_text": month_text, "max_month": f"{now:%Y-%m}", "review": None,
+               "is_admin": is_admin(request.user)}
     try:
         period = period_parse(month_text, now=now)
     except ValueError as exc:
