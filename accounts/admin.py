@@ -84,8 +84,8 @@ class GpuquotaUserAdmin(ServicesSaveMixin, UserAdmin):
 
 @admin.register(Team)
 class TeamAdmin(ServicesSaveMixin, admin.ModelAdmin):
-    list_display = ["name", "slug", "cost_center"]
-    search_fields = ["name", "slug", "cost_center"]
+    list_display = ["name", "slug", "cost_center", "cost_center_owner_email"]
+    search_fields = ["name", "slug", "cost_center", "cost_center_owner_email"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
 

@@ -56,6 +56,9 @@ class Team(models.Model):
         "cost-center code", max_length=64, blank=True, validators=[validate_cost_center],
         help_text="What finance books the team's statements to; statements keep the code "
                   "they were drafted with.")
+    cost_center_owner_email = models.EmailField(
+        "cost-center owner", blank=True,
+        help_text="Who owns the cost center at finance: copied on the team's statement mail.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

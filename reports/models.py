@@ -45,6 +45,10 @@ class Statement(models.Model):
     )
     approved_at = WholeSecondDateTimeField(null=True, blank=True)
     sent_at = WholeSecondDateTimeField(null=True, blank=True)
+    number = models.CharField(
+        max_length=32, null=True, blank=True, unique=True,
+        help_text="The statement's number finance books, e.g. GQ-2026-11-0007 (prefix, the "
+        "statement's month, a sequence within it), given once at approval; never changes.")
     daily_usage = models.JSONField(
         null=True, blank=True,
         help_text="The PDF chart's reserved and busy GPU-seconds per UTC day, frozen at "
