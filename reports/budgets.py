@@ -36,6 +36,16 @@ def budget_in_force(*, team: Team, month: date) -> Budget | None:
             .order_by("-valid_from").first())
 
 
+def budgets_of_month(*, month: date) -> list[Budget]:
+    """Every team's budget in force in `month` (first day), by team name: the review's
+    table for admins and finance."""
+    found: dict[int, Budget] = {}
+    for budget in (Budget.objects.filter(valid_from__lte=month).select_related("team")
+                   .order_by("team_id", "-valid_from")):
+        found.setdefault(budget.team_id, budget)
+    return sorted(found.values(), key=lambda b: b.team.name)
+
+
 def _percent(part: Decimal, whole: Decimal) -> Fraction | None:
     return None if not whole else Fraction(part) / Fraction(whole) * 100
 

@@ -22,6 +22,7 @@ from accounts.permissions import (
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period
 from gpuquota.usage.selectors import team_reservations_utilization
+from reports.budgets import budgets_of_month
 from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
 from reports.energy import statement_energy_kwh
 from reports.forms import AdjustmentForm, approval_confirmation_parse, period_parse
@@ -84,6 +85,7 @@ def statement_review(request):
         context["month_error"] = f"Cannot show {month_text!r}: {exc}"
         return render(request, "reports/review.html", context, status=400)
     context["review"] = statements_review(period=period, now=now)
+    context["budgets"] = budgets_of_month(month=period.start.date())
     return render(request, "reports/review.html", context)
 
 

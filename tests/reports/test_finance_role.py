@@ -99,8 +99,10 @@ def test_nothing_finance_posts_changes_anything(billed):
         content_type="application/json").status_code in (403, 404)
     statement.refresh_from_db()
     assert statement.status == "draft"
-    budget_set(team=billed.team, amount="100", by=billed.lead)
+    budget_set(team=billed.team, amount="100", by=billed.lead, action="refuse")
     assert finance.get("/api/v1/teams/vision/budget").json()["budget"]["amount"] == "100.00"
+    review = finance.get("/statements/review/?month=2026-11").content.decode()
+    assert 'id="review-budgets"' in review and "Refuse reservations that" in review
 
 
 def test_the_role_is_granted_and_taken_back_audited(billed):

@@ -132,6 +132,13 @@ def test_only_admins_set_a_cost_center_and_it_must_be_printable(october):
     assert Team.objects.get(pk=october.vision.pk).cost_center == october.vision.cost_center
     assert _cost_center(october, "").json()["cost_center"] == ""
     assert _client(lead).get("/api/v1/teams/vision").json()["cost_center"] == ""
+    admin = _client(october.admin)
+    assert_api_error(admin.patch("/api/v1/teams/vision", {"cost_center_owner_email": "x@"},
+                                 content_type="application/json"), 400,
+                     "cost_center_owner_email")
+    body = admin.patch("/api/v1/teams/vision", {"cost_center_owner_email": "owner@example.org"},
+                       content_type="application/json").json()
+    assert (body["cost_center"], body["cost_center_owner_email"]) == ("", "owner@example.org")
 
 
 @pytest.mark.postgres
