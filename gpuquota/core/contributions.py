@@ -17,7 +17,8 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
   schedulers must hold (the scheduler backends reconcile after the commit).
 - `RESERVATION_REQUESTED`: functions `hook(*, team, gpu_class, count, start, end, now)`
   that the reservations' services call, in their transaction, before a new reservation
-  (not an admin's backfill) is written; a hook refuses it by raising a `DomainError`
+  (not an admin's backfill) is written or an extension adds [old end, new end); a hook
+  refuses it by raising a `DomainError`
   (reports: a budget's action at 100 %, docs/budgets.md).
 - `RECOMPUTE_HORIZON`: functions `hook(*, start, end=None, gpu_id=None, gpu_class_id=None)`
   returning the raw-data horizon when figures derived from the GPU's (or class's) hours

@@ -52,6 +52,21 @@ def test_refuse_refuses_a_reservation_that_would_take_the_forecast_over(month):
     assert _reserve(month, start=datetime(2026, 11, 2, tzinfo=UTC)).pk
 
 
+def test_an_extension_is_new_reserved_time(month):
+    from gpuquota.reservations.services_change import reservation_extend
+    from tests.factories import QuotaFactory
+    QuotaFactory(team=month.vision, gpu_class=month.h100, gpus=2)
+    booked = _reserve(month)  # scheduled, 60.00: the forecast is now 1920.00
+    assert booked.status == "scheduled"
+    budget_set(team=month.vision, amount="1950", action="refuse", by=month.alice, now=OCT_11)
+    with pytest.raises(BudgetExceeded):  # one more day: 1980.00
+        reservation_extend(reservation=booked, actor=month.alice, end=booked.end + DAY,
+                           now=OCT_11)
+    extended = reservation_extend(reservation=booked, actor=month.alice,
+                                  end=booked.end + DAY / 2, now=OCT_11)  # 1950.00: allowed
+    assert extended.end == booked.end + DAY / 2
+
+
 def test_preemptible_only_refuses_every_new_reservation_once_spent(month):
     budget_set(team=month.vision, amount="700", action="preemptible_only", by=month.alice,
                now=OCT_11)

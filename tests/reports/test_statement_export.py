@@ -57,7 +57,8 @@ def _cost_center(world, value: str):
 
 def test_the_json_carries_lent_hours_cost_center_and_approval(october):
     assert _cost_center(october, "CC-4711").json() == {
-        "slug": "vision", "name": "Vision", "cost_center": "CC-4711"}
+        "slug": "vision", "name": "Vision", "cost_center": "CC-4711",
+        "cost_center_owner_email": ""}
     statement = statement_draft(team=october.vision, period=OCTOBER)
     statement_approve(statement=statement, by=october.admin)
     admin = _client(october.admin)
@@ -96,7 +97,8 @@ def test_the_csv_repeats_cost_center_status_and_approval_on_every_row_neutralise
     text = admin.get("/api/v1/statements/vision/2026-10.csv").content.decode()
     assert csv_lines(text) == [
         COLUMNS,
-        *[f"vision,2026-10,USD,{line},,'{HOSTILE_COST_CENTER},approved,2026-11-05T12:00:00Z"
+        *[f"vision,2026-10,USD,{line},,'{HOSTILE_COST_CENTER},approved,2026-11-05T12:00:00Z,"
+          "GQ-2026-10-0001"
           for line in ("reserved,H100-80GB,86400,24.00,2.50,60.00",
                        "failure_credit,H100-80GB,1800,0.50,2.50,-1.25",
                        "lending_credit,H100-80GB,3600,1.00,1.25,-1.25")]]
