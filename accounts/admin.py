@@ -74,15 +74,18 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(User)
 class GpuquotaUserAdmin(ServicesSaveMixin, UserAdmin):
-    fieldsets = (*UserAdmin.fieldsets, ("gpuquota", {"fields": ("timezone", "email_opt_out")}))
-    list_display = ["username", "email", "first_name", "last_name", "is_staff", "timezone"]
+    fieldsets = (*UserAdmin.fieldsets, ("gpuquota", {"fields": ("timezone", "email_opt_out",
+                                                                      "is_finance")}))
+    list_display = ["username", "email", "first_name", "last_name", "is_staff", "is_finance",
+                    "timezone"]
+    list_filter = [*UserAdmin.list_filter, "is_finance"]
     inlines = [MembershipInline]
 
 
 @admin.register(Team)
 class TeamAdmin(ServicesSaveMixin, admin.ModelAdmin):
-    list_display = ["name", "slug", "cost_center"]
-    search_fields = ["name", "slug", "cost_center"]
+    list_display = ["name", "slug", "cost_center", "cost_center_owner_email"]
+    search_fields = ["name", "slug", "cost_center", "cost_center_owner_email"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]
 

@@ -1,4 +1,4 @@
-from accounts.permissions import is_admin, is_lead_anywhere
+from accounts.permissions import is_admin, is_finance, is_lead_anywhere
 from accounts.selectors import teams_visible
 
 # Which menu entry a page belongs to, by path prefix (the first that matches): it is shown
@@ -34,8 +34,10 @@ def navigation(request) -> dict:
     appear, and which entry is the current page's."""
     user = request.user
     if not user.is_authenticated:
-        return {"nav_teams": [], "nav_is_admin": False, "nav_is_lead": False}
+        return {"nav_teams": [], "nav_is_admin": False, "nav_is_lead": False,
+                "nav_is_finance": False}
     section = nav_section(request.path)
     team = request.path.split("/")[2] if section == "teams" else ""
     return {"nav_teams": list(teams_visible(user=user)[:20]), "nav_is_admin": is_admin(user),
-            "nav_is_lead": is_lead_anywhere(user), "nav_section": section, "nav_team": team}
+            "nav_is_lead": is_lead_anywhere(user), "nav_is_finance": is_finance(user),
+            "nav_section": section, "nav_team": team}

@@ -40,6 +40,10 @@ class User(AbstractUser):
         default=False,
         help_text="Receive no email from gpuquota (statements still reach leads' peers).",
     )
+    is_finance = models.BooleanField(
+        "finance", default=False,
+        help_text="Reads every team's statements, the review, exports, budgets and the FOCUS "
+        "export; no reservations, no admin pages (docs/chargeback.md, The finance role).")
 
 
 class Team(models.Model):
@@ -52,6 +56,9 @@ class Team(models.Model):
         "cost-center code", max_length=64, blank=True, validators=[validate_cost_center],
         help_text="What finance books the team's statements to; statements keep the code "
                   "they were drafted with.")
+    cost_center_owner_email = models.EmailField(
+        "cost-center owner", blank=True,
+        help_text="Who owns the cost center at finance: copied on the team's statement mail.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -3,6 +3,9 @@
 - admin (staff): everything;
 - team lead: act for their teams, see their teams' data;
 - member: read their teams' data;
+- finance (`User.is_finance`): read every team's statements, the review, the exports,
+  budgets and the FOCUS export; nothing else of a team (no reservations, no team page)
+  and no admin page;
 - anyone else: nothing of a team's data, answered as 404 so a team's existence
   does not leak.
 
@@ -20,6 +23,16 @@ from accounts.selectors import memberships_current
 def is_admin(user: User) -> bool:
     """A platform admin: an active staff user."""
     return bool(user.is_authenticated and user.is_active and user.is_staff)
+
+
+def is_finance(user: User) -> bool:
+    """The read-only finance role: an active user marked `is_finance`."""
+    return bool(user.is_authenticated and user.is_active and getattr(user, "is_finance", False))
+
+
+def reads_all_statements(user: User) -> bool:
+    """Admins and finance: every team's statements, budgets and exports."""
+    return is_admin(user) or is_finance(user)
 
 
 def can_view_team(user: User, team: Team) -> bool:
@@ -53,6 +66,21 @@ def team_for_view(user: User, slug: str) -> Team:
     if team is None or not can_view_team(user, team):
         raise Http404("No such team.")
     return team
+
+
+def team_for_statements(user: User, slug: str) -> Team:
+    """The team named by `slug` if the user may read its statements and budget (its
+    members, admins, finance); 404 otherwise."""
+    team = Team.objects.filter(slug=slug).first()
+    if team is None or not (is_finance(user) or can_view_team(user, team)):
+        raise Http404("No such team.")
+    return team
+
+
+def require_statements_reader(user: User) -> None:
+    """The statements review: admins and finance; 404 for anyone else."""
+    if not reads_all_statements(user):
+        raise Http404("Not found.")
 
 
 def team_for_action(user: User, slug: str) -> Team:

@@ -34,6 +34,14 @@ def teams_visible(*, user: User) -> QuerySet[Team]:
     return Team.objects.filter(id__in=ids)
 
 
+def teams_billed_visible(*, user: User) -> QuerySet[Team]:
+    """Teams whose statements, budgets and exports the user may read: all for admins and
+    finance, else current memberships."""
+    if user.is_authenticated and user.is_active and getattr(user, "is_finance", False):
+        return Team.objects.all()
+    return teams_visible(user=user)
+
+
 def teams_led(*, user: User) -> QuerySet[Team]:
     """Teams the user may act for: all for admins, else those they currently lead."""
     if not user.is_authenticated:

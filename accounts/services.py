@@ -209,22 +209,42 @@ def identity_delete(*, identity: ClusterIdentity, actor: User) -> None:
 
 
 @transaction.atomic
-def team_cost_center_set(*, team: Team, cost_center: str, actor: User) -> Team:
-    """Set the team's cost center (admins; audited): the next draft of each open month
-    carries it, approved statements keep theirs."""
+def team_cost_center_set(*, team: Team, cost_center: str | None, actor: User,
+                         owner_email: str | None = None) -> Team:
+    """Set the team's cost center and/or its owner's email (admins; audited; None leaves
+    one as it is): the next draft of each open month carries the code, approved statements
+    keep theirs; the owner is copied on the team's statement mail."""
     if not is_admin(actor):
         raise PermissionDenied("Only admins set a team's cost center.", field="cost_center")
     team = Team.objects.select_for_update().get(pk=team.pk)
-    try:
-        validate_cost_center(cost_center)
-    except ValidationError as exc:
-        raise DomainError(exc.messages[0], field="cost_center") from exc
-    if len(cost_center) > Team._meta.get_field("cost_center").max_length:
-        raise DomainError("A cost center has at most 64 characters.", field="cost_center")
-    before = team.cost_center
-    if before != cost_center:
-        team.cost_center = cost_center
-        team.save(update_fields=["cost_center"])
+    changes = {}
+    if cost_center is not None:
+        try:
+            validate_cost_center(cost_center)
+        except ValidationError as exc:
+            raise DomainError(exc.messages[0], field="cost_center") from exc
+        if len(cost_center) > Team._meta.get_field("cost_center").max_length:
+            raise DomainError("A cost center has at most 64 characters.", field="cost_center")
+        if team.cost_center != cost_center:
+            changes["cost_center"] = [team.cost_center, cost_center]
+            team.cost_center = cost_center
+    if owner_email is not None and owner_email != team.cost_center_owner_email:
+        changes["cost_center_owner_email"] = [team.cost_center_owner_email, owner_email]
+        team.cost_center_owner_email = owner_email
+    if changes:
+        team.save(update_fields=["cost_center", "cost_center_owner_email"])
         audit_record(actor=actor, action="team.cost_center", obj=team, team=team,
-                     changes={"cost_center": [before, cost_center]})
+                     changes=changes)
     return team
+
+
+@transaction.atomic
+def finance_role_set(*, user: User, on: bool, actor: User | None = None) -> User:
+    """Grant (or take back) the read-only finance role; audited. An admin's act on the
+    Django admin page or `manage.py finance_role` (actor None: the command line)."""
+    if user.is_finance != on:
+        user.is_finance = on
+        user.save(update_fields=["is_finance"])
+        audit_record(actor=actor, action="user.finance_role", obj=user,
+                     changes={"is_finance": on}, reason="" if actor else "manage.py finance_role")
+    return user

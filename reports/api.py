@@ -14,8 +14,8 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.permissions import team_for_view
-from accounts.selectors import teams_visible
+from accounts.permissions import team_for_statements
+from accounts.selectors import teams_billed_visible
 from gpuquota.core.api import ErrorSerializer
 from gpuquota.core.errors import Conflict, DomainError
 from gpuquota.core.fields import whole_second
@@ -102,7 +102,7 @@ def _csv_response(text: str, filename: str) -> HttpResponse:
 class _TeamStatement(APIView):
     def statement(self, request, team: str, period: str):
         now = whole_second(timezone.now())
-        team = team_for_view(request.user, team)
+        team = team_for_statements(request.user, team)
         return statement_current(team=team, period=period_parse(period, now), now=now)
 
 
@@ -160,7 +160,7 @@ class TeamStatementPdfView(_TeamStatement):
 class _Organisation(APIView):
     def statements(self, request, period: str) -> tuple[Period, list]:
         now = whole_second(timezone.now())
-        if not teams_visible(user=request.user).exists():
+        if not teams_billed_visible(user=request.user).exists():
             raise Http404("Not found.")
         month = period_parse(period, now)
         statements_current(period=month, now=now)

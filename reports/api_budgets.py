@@ -8,8 +8,9 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.permissions import team_for_action, team_for_view
+from accounts.permissions import team_for_action, team_for_statements
 from gpuquota.core.api import ERRORS
+from reports.budget_actions import refusal_preview
 from reports.budgets import BudgetStatus, budget_set, team_budget_status
 from reports.energy import team_energy_kwh
 from reports.forecast import RECENT_DAYS, month_of
@@ -24,6 +25,9 @@ class BudgetChangeSerializer(serializers.Serializer):
     forecast_threshold = serializers.IntegerField(required=False, allow_null=True,
                                                   help_text="Percent of the forecast (default "
                                                   "100); null: no forecast alert.")
+    action = serializers.CharField(required=False, help_text="At 100 %: notify (default), "
+                                   "refuse (new reservations that would exceed it) or "
+                                   "preemptible_only (no new reservations once spent).")
     valid_from = serializers.DateField(required=False, help_text="The first day of the first "
                                        "month it applies to; default this month.")
 
@@ -44,7 +48,13 @@ def status_export(status: BudgetStatus) -> dict:
         "budget": None if budget is None else {
             "amount": str(budget.amount), "currency": budget.currency,
             "valid_from": f"{budget.valid_from:%Y-%m}", "thresholds": budget.thresholds,
-            "forecast_threshold": budget.forecast_threshold},
+            "forecast_threshold": budget.forecast_threshold, "action": budget.action},
+        "refusal_preview": [
+            {"reservation": r.reservation.pk, "gpu_class": r.reservation.gpu_class.name,
+             "count": r.reservation.count, "start": f"{r.reservation.start:%Y-%m-%dT%H:%M:%SZ}",
+             "status": r.reservation.status, "cost": str(r.cost),
+             "running_total": str(r.running_total)}
+            for r in refusal_preview(team=status.team, budget=budget, now=now)],
         "actual_percent": status.actual_percent_shown,
         "forecast_percent": status.forecast_percent_shown,
         "alerts": [{"basis": a.basis, "threshold": a.threshold, "amount": str(a.spent),
@@ -59,7 +69,7 @@ class TeamBudgetView(APIView):
 
     @extend_schema(responses={200: dict, 404: ERRORS[404]}, operation_id="team_budget")
     def get(self, request, slug: str):
-        team = team_for_view(request.user, slug)
+        team = team_for_statements(request.user, slug)
         return Response(status_export(team_budget_status(team=team)))
 
     @extend_schema(request=BudgetChangeSerializer,
@@ -75,5 +85,5 @@ class TeamBudgetView(APIView):
         budget_set(team=team, amount=values["amount"], by=request.user,
                    currency=values.get("currency"), thresholds=values.get("thresholds"),
                    forecast_threshold=values.get("forecast_threshold", 100),
-                   valid_from=values.get("valid_from"))
+                   valid_from=values.get("valid_from"), action=values.get("action"))
         return Response(status_export(team_budget_status(team=team)))

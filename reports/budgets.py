@@ -36,6 +36,16 @@ def budget_in_force(*, team: Team, month: date) -> Budget | None:
             .order_by("-valid_from").first())
 
 
+def budgets_of_month(*, month: date) -> list[Budget]:
+    """Every team's budget in force in `month` (first day), by team name: the review's
+    table for admins and finance."""
+    found: dict[int, Budget] = {}
+    for budget in (Budget.objects.filter(valid_from__lte=month).select_related("team")
+                   .order_by("team_id", "-valid_from")):
+        found.setdefault(budget.team_id, budget)
+    return sorted(found.values(), key=lambda b: b.team.name)
+
+
 def _percent(part: Decimal, whole: Decimal) -> Fraction | None:
     return None if not whole else Fraction(part) / Fraction(whole) * 100
 
@@ -134,7 +144,8 @@ def _amount(raw) -> Decimal:
 
 def budget_set(*, team: Team, amount, by: User, valid_from: date | None = None,
                currency: str | None = None, thresholds=None,
-               forecast_threshold: int | None = 100, now: datetime | None = None) -> Budget:
+               forecast_threshold: int | None = 100, action: str | None = None,
+               now: datetime | None = None) -> Budget:
     """Set the team's budget from a month on (this month by default; never a past month):
     a team lead or an admin; audited. A second budget from the same month replaces it."""
     if not can_act_for_team(by, team):
@@ -150,7 +161,11 @@ def budget_set(*, team: Team, amount, by: User, valid_from: date | None = None,
         raise DomainError("A currency is a 3-letter ISO 4217 code.", field="currency")
     if forecast_threshold is not None and not 1 <= int(forecast_threshold) <= 1000:
         raise DomainError("From 1 to 1000 (%), or none.", field="forecast_threshold")
-    values = {"amount": _amount(amount), "currency": currency,
+    action = action or Budget.Action.NOTIFY
+    if action not in Budget.Action.values:
+        raise DomainError("The action at 100 % is notify, refuse or preemptible_only.",
+                          field="action")
+    values = {"amount": _amount(amount), "currency": currency, "action": action,
               "thresholds": _thresholds(thresholds), "forecast_threshold": forecast_threshold,
               "created_by": by, "created_at": now.replace(microsecond=0)}
     with transaction.atomic():
@@ -159,7 +174,7 @@ def budget_set(*, team: Team, amount, by: User, valid_from: date | None = None,
         audit_record(actor=by, action="budget.set", obj=budget, team=team, changes={
             "amount": str(budget.amount), "currency": currency,
             "valid_from": f"{valid_from:%Y-%m}", "thresholds": budget.thresholds,
-            "forecast_threshold": forecast_threshold})
+            "forecast_threshold": forecast_threshold, "action": action})
     return budget
 
 

@@ -5,7 +5,8 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.validators import validate_email
 
 
 def settlement_delay() -> timedelta:
@@ -31,6 +32,26 @@ def organisation_name() -> str:
     """Who issues the statements, on their PDF and mail (env GPUQUOTA_ORGANISATION_NAME)."""
     default = os.environ.get("GPUQUOTA_ORGANISATION_NAME") or "gpuquota"
     return str(getattr(settings, "ORGANISATION_NAME", default))
+
+
+def finance_mailbox() -> str:
+    """The organisation's finance mailbox, copied on every statement mail ("" for none;
+    env GPUQUOTA_FINANCE_EMAIL)."""
+    default = os.environ.get("GPUQUOTA_FINANCE_EMAIL") or ""
+    value = str(getattr(settings, "FINANCE_EMAIL", default)).strip()
+    try:
+        validate_email(value)
+    except ValidationError:
+        return ""  # unset, or not an address: no copy (config check: docs/configuration.md)
+    return value
+
+
+def statement_number_prefix() -> str:
+    """The statements' number prefix, e.g. GQ in GQ-2026-11-0007 (env
+    GPUQUOTA_STATEMENT_NUMBER_PREFIX; letters and digits, at most 8)."""
+    default = os.environ.get("GPUQUOTA_STATEMENT_NUMBER_PREFIX") or "GQ"
+    value = str(getattr(settings, "STATEMENT_NUMBER_PREFIX", default))
+    return value if value.isalnum() and len(value) <= 8 else "GQ"
 
 
 def late_usage_scan_months() -> int:

@@ -4,11 +4,13 @@ month, and the statements to approve or still unsent on the admin's home page.""
 
 from gpuquota.core.sections import Section
 from reports.attention import statements_attention
+from reports.budget_actions import refusal_preview, reservation_budget_check
 from reports.budgets import team_budget_status
 from reports.channels import channel_deliveries
 from reports.demo import demo_statements_seed
 from reports.energy import team_energy_kwh
 from reports.forecast import month_of
+from reports.models import Budget
 from reports.review import team_statements
 
 
@@ -21,7 +23,8 @@ def team_budget_context(*, team, can_act, now) -> dict:
     who may change them."""
     status = team_budget_status(team=team, now=now)
     month = month_of(now.replace(microsecond=0))
-    context = {"budget_status": status,
+    context = {"budget_status": status, "budget_actions": Budget.Action.choices,
+               "refusal_preview": refusal_preview(team=team, budget=status.budget, now=now),
                "energy_kwh": team_energy_kwh(team_id=team.pk, period=month.to_date(now))}
     if can_act:
         context |= {"channels": team.channels.filter(active=True),
@@ -39,3 +42,5 @@ PAGE_SECTIONS = [
 DEMO_SEEDS = [demo_statements_seed]
 
 ATTENTION = [statements_attention]
+
+RESERVATION_REQUESTED = [reservation_budget_check]

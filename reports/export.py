@@ -14,7 +14,7 @@ from reports.models import Statement, StatementLine
 
 # The last three repeat the statement's values on every row: each row can be booked alone.
 CSV_COLUMNS = ["team", "period", "currency", "kind", "gpu_class", "seconds", "hours", "rate",
-               "amount", "reason", "cost_center", "status", "approved_at"]
+               "amount", "reason", "cost_center", "status", "approved_at", "number"]
 
 
 def rate_text(rate: Decimal) -> str:
@@ -66,7 +66,7 @@ def statement_export(statement: Statement) -> dict:
             "lines": [line_export(line) for line in _lines(statement)],
             "total": str(statement.total), "utilization": utilization_export(statement),
             "cost_center": statement.cost_center,
-            "approved_at": instant_text(statement.approved_at)}
+            "approved_at": instant_text(statement.approved_at), "number": statement.number}
     if statement.error:
         body["error"] = statement.error
     return body
@@ -81,7 +81,7 @@ def statement_csv_rows(statement: Statement) -> list[list]:
                      data["gpu_class"] or "", "" if data["seconds"] is None else data["seconds"],
                      data["hours"] or "", data["rate"] or "", data["amount"], line.reason,
                      statement.cost_center, statement.status,
-                     instant_text(statement.approved_at) or ""])
+                     instant_text(statement.approved_at) or "", statement.number or ""])
     return rows
 
 

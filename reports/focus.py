@@ -99,7 +99,7 @@ def _row(statement: Statement, line: StatementLine, period: Period, energy: Deci
         "ServiceProviderName": organisation, "HostProviderName": organisation,
         "InvoiceIssuerName": organisation, "ProviderName": organisation,
         "PublisherName": organisation,
-        "InvoiceId": f"{statement.team_slug}-{statement.period_label}",
+        "InvoiceId": statement.number or f"{statement.team_slug}-{statement.period_label}",
         "ResourceType": "GPU" if priced else None,
         "SubAccountId": statement.team_slug, "SubAccountName": statement.team_name,
         "SubAccountType": "Team",

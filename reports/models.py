@@ -45,6 +45,10 @@ class Statement(models.Model):
     )
     approved_at = WholeSecondDateTimeField(null=True, blank=True)
     sent_at = WholeSecondDateTimeField(null=True, blank=True)
+    number = models.CharField(
+        max_length=32, null=True, blank=True, unique=True,
+        help_text="The statement's number finance books, e.g. GQ-2026-11-0007 (prefix, the "
+        "statement's month, a sequence within it), given once at approval; never changes.")
     daily_usage = models.JSONField(
         null=True, blank=True,
         help_text="The PDF chart's reserved and busy GPU-seconds per UTC day, frozen at "
@@ -201,6 +205,17 @@ class Budget(models.Model):
     thresholds = models.JSONField(default=list, help_text="Percent of actual spend, e.g. "
                                   "[50, 80, 100].")
     forecast_threshold = models.PositiveSmallIntegerField(null=True, blank=True, default=100)
+
+    class Action(models.TextChoices):
+        NOTIFY = "notify", "Notify only"
+        REFUSE = "refuse", "Refuse reservations that would exceed it"
+        PREEMPTIBLE_ONLY = "preemptible_only", "Preemptible only once spent"
+
+    action = models.CharField(
+        max_length=16, choices=Action.choices, default=Action.NOTIFY,
+        help_text="At 100 %: notify; refuse new reservations that would take the forecast "
+        "over; or, once spent, no new reservations (borrowing goes on). Running work is "
+        "never stopped (docs/budgets.md, Actions at 100 %).")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                                    related_name="+")
     created_at = WholeSecondDateTimeField()

@@ -172,6 +172,7 @@ def _header(export: dict, header: StatementHeader, st: _Styles) -> list:
         )
     )
     facts = [
+        ("Statement number", export.get("number") or "given at approval"),
         ("Team", f"{header.team_name} ({export['team']})"),
         ("Cost center", header.cost_center or "\u2014"),
         ("Period", _period_label(export, header.figures_until or header.generated_at)),

@@ -8,7 +8,7 @@ from decimal import Decimal
 from django.db.models import Prefetch, QuerySet, Sum
 
 from accounts.models import User
-from accounts.selectors import teams_visible
+from accounts.selectors import teams_billed_visible
 from gpuquota.core.timeutil import Period
 from reports.models import Statement, StatementLine
 from reports.pricing import TeamDraft, team_drafts
@@ -28,9 +28,10 @@ ADJUSTMENT = StatementLine.Kind.ADJUSTMENT
 
 
 def statements_visible(*, user: User, month: date | None = None) -> QuerySet[Statement]:
-    """Statements of the teams the user may read (all for admins), lines prefetched."""
+    """Statements of the teams the user may read (all for admins and finance), lines
+    prefetched."""
     lines = Prefetch("lines", queryset=StatementLine.objects.order_by("position"))
-    qs = Statement.objects.filter(team__in=teams_visible(user=user)).prefetch_related(lines)
+    qs = Statement.objects.filter(team__in=teams_billed_visible(user=user)).prefetch_related(lines)
     return qs.filter(month=month) if month else qs
 
 

@@ -18,7 +18,12 @@ from gpuquota.core.timeutil import Period
 from gpuquota.mail.conf import mail_enabled
 from gpuquota.mail.selectors import mail_keys_waiting
 from gpuquota.mail.services import Attachment, MailOutcome, mail_send
-from reports.conf import organisation_name, statement_send_stale_s, statement_send_sweep_s
+from reports.conf import (
+    finance_mailbox,
+    organisation_name,
+    statement_send_stale_s,
+    statement_send_sweep_s,
+)
 from reports.documents import (
     statement_csv_bytes,
     statement_filename,
@@ -75,6 +80,13 @@ def statement_attachments(*, statement: Statement, now: datetime | None = None) 
     ]
 
 
+def statement_copies(statement: Statement) -> list[str]:
+    """Who gets a copy of the statement mail: the organisation's finance mailbox and the
+    team's cost-center owner (either may be unset)."""
+    return [address for address in (finance_mailbox(), statement.team.cost_center_owner_email)
+            if address]
+
+
 def statement_send(*, statement: Statement, now: datetime | None = None) -> MailOutcome:
     """Mail an approved statement to each current lead of its team, once per lead, and
     mark it `sent` when every lead is served (sent now, earlier, or opted out). Refused
@@ -92,6 +104,7 @@ def statement_send(*, statement: Statement, now: datetime | None = None) -> Mail
         context=_mail_context(statement, export),
         key=statement_mail_key(statement),
         attachments=statement_attachments(statement=statement, now=now),
+        cc=statement_copies(statement),
     )
     if outcome.complete and statement.status == Statement.Status.APPROVED:
         statement_mark_sent(statement=statement, at=now or timezone.now())

@@ -6,7 +6,7 @@ are adjustments on a month not yet approved, late usage of an approved month inc
 from datetime import date, datetime
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from accounts.models import Team, User
@@ -25,6 +25,7 @@ from reports.pricing import TeamDraft, team_drafts, utc_label
 from reports.selectors import month_after, month_before, statement_late_usage
 
 S = Statement.Status
+NUMBER_LOCK = 0x47510010  # pg_advisory_xact_lock's first key: statement numbers
 MAX_ADJUSTMENT = Decimal("1000000000")
 DRAFT_FIELDS = ["currency", "total", "error", "team_name", "team_slug", "cost_center",
                 "reserved_s", "covered_s", "busy_s", "lent_s", "lent_busy_s", "computed_at",
@@ -176,6 +177,21 @@ def _approval_check(period: Period, now: datetime) -> None:
                        field="month")
 
 
+def statement_number_next(*, month: date) -> str:
+    """The next number of `month`'s statements, e.g. GQ-2026-11-0007: the month's approvals
+    are serialised (a transaction-scoped lock per month), and the unique constraint stands
+    behind it. Numbers are given at approval, so they run in the order of approval."""
+    prefix = f"{conf.statement_number_prefix()}-{month:%Y-%m}-"
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)",
+                           [NUMBER_LOCK, month.year * 100 + month.month])
+    taken = Statement.objects.filter(number__startswith=prefix).values_list("number", flat=True)
+    last = max((int(number[len(prefix):]) for number in taken
+                if number[len(prefix):].isdigit()), default=0)
+    return f"{prefix}{last + 1:04d}"
+
+
 def _approve_locked(statement: Statement, by: User | None, now: datetime) -> Statement:
     if statement.status != S.DRAFT:
         raise Conflict(f"This statement is already {statement.status}.", field="status")
@@ -184,10 +200,12 @@ def _approve_locked(statement: Statement, by: User | None, now: datetime) -> Sta
                        field="error")
     statement.status, statement.approved_by, statement.approved_at = S.APPROVED, by, now
     statement.daily_usage = daily_usage_snapshot(statement)  # the PDF's chart, frozen too
-    statement.save(update_fields=["status", "approved_by", "approved_at", "daily_usage"])
+    statement.number = statement.number or statement_number_next(month=statement.month)
+    statement.save(update_fields=["status", "approved_by", "approved_at", "daily_usage",
+                                  "number"])
     audit_record(actor=by, action="statement.approve", obj=statement, team=statement.team,
                  changes={"month": statement.period_label, "total": str(statement.total),
-                          "currency": statement.currency})
+                          "currency": statement.currency, "number": statement.number})
     # the leads are mailed once this commits (`reports.tasks.statement_send_task`)
     task_enqueue_on_commit("reports.statement_send", statement_id=statement.pk)
     return statement

@@ -13,10 +13,16 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from accounts.authentication import token_or_login_required
-from accounts.permissions import is_admin, require_admin, team_for_view
+from accounts.permissions import (
+    is_admin,
+    require_admin,
+    require_statements_reader,
+    team_for_statements,
+)
 from gpuquota.core.errors import DomainError
 from gpuquota.core.timeutil import Period
 from gpuquota.usage.selectors import team_reservations_utilization
+from reports.budgets import budgets_of_month
 from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
 from reports.energy import statement_energy_kwh
 from reports.forms import AdjustmentForm, approval_confirmation_parse, period_parse
@@ -46,7 +52,7 @@ def _period_or_404(month: str) -> Period:
 
 
 def _statement_or_404(request, slug: str, month: str) -> tuple[Statement, Period]:
-    team = team_for_view(request.user, slug)
+    team = team_for_statements(request.user, slug)
     period = _period_or_404(month)
     stored = team.statements.filter(month=period.start.date()).exists()
     if period.end <= team.created_at and not stored:
@@ -67,17 +73,19 @@ def _review_url(period: Period) -> str:
 
 @login_required
 def statement_review(request):
-    require_admin(request.user)
+    require_statements_reader(request.user)
     now = timezone.now()
     default = previous_period(Period.month(now.year, now.month))
     month_text = request.GET.get("month") or f"{default.start:%Y-%m}"
-    context = {"month_text": month_text, "max_month": f"{now:%Y-%m}", "review": None}
+    context = {"month_text": month_text, "max_month": f"{now:%Y-%m}", "review": None,
+               "is_admin": is_admin(request.user)}
     try:
         period = period_parse(month_text, now=now)
     except ValueError as exc:
         context["month_error"] = f"Cannot show {month_text!r}: {exc}"
         return render(request, "reports/review.html", context, status=400)
     context["review"] = statements_review(period=period, now=now)
+    context["budgets"] = budgets_of_month(month=period.start.date())
     return render(request, "reports/review.html", context)
 
 

@@ -27,12 +27,14 @@ def team_budget_set(request, slug: str):
     try:
         budget = budget_set(team=team, amount=request.POST.get("amount", ""), by=request.user,
                             thresholds=request.POST.get("thresholds") or None,
-                            currency=request.POST.get("currency") or None)
+                            currency=request.POST.get("currency") or None,
+                            action=request.POST.get("action") or None)
     except DomainError as exc:
         messages.error(request, f"Budget not set ({exc.field or 'budget'}): {exc.message}")
     else:
+        action = budget.get_action_display().lower()
         messages.success(request, f"Budget from {budget.valid_from:%Y-%m}: {budget.amount} "
-                                  f"{budget.currency}.")
+                                  f"{budget.currency}; at 100 %: {action}.")
     return _back(slug)
 
 

@@ -149,6 +149,7 @@ class RoleMatrix:
     member: User
     outsider: User
     anonymous: AnonymousUser
+    finance: User | None = None
 
     @classmethod
     def create(cls) -> "RoleMatrix":
@@ -169,6 +170,7 @@ class RoleMatrix:
             member=member,
             outsider=UserFactory(username="outsider"),
             anonymous=AnonymousUser(),
+            finance=UserFactory(username="finance", is_finance=True),
         )
 
     def users(self) -> dict:
@@ -179,4 +181,5 @@ class RoleMatrix:
             "member": self.member,
             "outsider": self.outsider,
             "anonymous": self.anonymous,
+            "finance": self.finance,
         }

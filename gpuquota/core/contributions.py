@@ -19,6 +19,11 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
   scheduler backends call when the scheduler shows a job of the reserving team holding an
   open loan's GPU (its owner took it back): lending ends the loan as `owner_job`, asked at
   `asked_at` (the job's submission) and freed at `freed_at` (its start).
+- `RESERVATION_REQUESTED`: functions `hook(*, team, gpu_class, count, start, end, now)`
+  that the reservations' services call, in their transaction, before a new reservation
+  (not an admin's backfill) is written or an extension adds [old end, new end); a hook
+  refuses it by raising a `DomainError`
+  (reports: a budget's action at 100 %, docs/budgets.md).
 - `RECOMPUTE_HORIZON`: functions `hook(*, start, end=None, gpu_id=None, gpu_class_id=None)`
   returning the raw-data horizon when figures derived from the GPU's (or class's) hours
   from `start` (before `end`) lie before it, so could not be recomputed, else None: asked
@@ -48,8 +53,8 @@ from django.core import checks
 
 MODULE = "contributions"
 KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION",
-         "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED", "LOAN_OWNER_JOB", "RECOMPUTE_HORIZON",
-         "RATE_CARD_CHANGED", "GPUS_HELD_OUT")
+         "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED", "RESERVATION_REQUESTED", "LOAN_OWNER_JOB",
+         "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED", "GPUS_HELD_OUT")
 
 
 @cache

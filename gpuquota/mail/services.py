@@ -91,6 +91,7 @@ def mail_send(
     key: str,
     attachments: Sequence[Attachment] = (),
     force: bool = False,
+    cc: Sequence[str] = (),
 ) -> MailOutcome:
     """One message per recipient, rendered from templates/mail/<template>/{subject.txt,body.txt,
     body.html} (context plus `recipient`), recorded per (key, recipient): a recipient already
@@ -102,10 +103,15 @@ def mail_send(
         outcome.disabled = True
         return outcome
     sender = _Sender()
+    unique = _unique(recipients)
+    # `cc` (addresses, not users) rides on the message of the first recipient who can be
+    # mailed, always the same one, so a retry of the others never copies it twice
+    carrier = next((r for r in unique if not _skip_reason(r)), None)
     try:
-        for recipient in _unique(recipients):
+        for recipient in unique:
             _serve(recipient=recipient, template=template, context=context, key=key,
-                   attachments=attachments, force=force, sender=sender, outcome=outcome)
+                   attachments=attachments, force=force, sender=sender, outcome=outcome,
+                   cc=cc if recipient is carrier else ())
     finally:
         sender.close()
     return outcome
@@ -120,7 +126,7 @@ def _unique(recipients: Iterable[Recipient]) -> list[Recipient]:
 
 def _serve(*, recipient: Recipient, template: str, context: dict, key: str,
            attachments: Sequence[Attachment], force: bool, sender: "_Sender",
-           outcome: MailOutcome) -> str:
+           outcome: MailOutcome, cc: Sequence[str] = ()) -> str:
     """Serve one recipient under `key`; returns the row's status afterwards."""
     rendered = mail_render(template=template, context=context, recipient=recipient)
     claim = _claim(recipient=recipient, template=template, key=key, force=force)
@@ -137,7 +143,7 @@ def _serve(*, recipient: Recipient, template: str, context: dict, key: str,
             return D.SENT
         mid = message_id(key=key, recipient_id=recipient.pk)
         error = sender.send(_message(rendered, recipient=recipient, message_id=mid,
-                                     attachments=attachments))
+                                     attachments=attachments, cc=cc))
         if error:
             delivery.status, delivery.error = D.FAILED, error
             outcome.failed.append((recipient, error))
@@ -186,9 +192,11 @@ def _skip_reason(recipient: Recipient) -> str:
 
 
 def _message(rendered: RenderedMail, *, recipient: Recipient, message_id: str,
-             attachments: Sequence[Attachment]) -> EmailMultiAlternatives:
+             attachments: Sequence[Attachment], cc: Sequence[str] = ()
+             ) -> EmailMultiAlternatives:
     message = EmailMultiAlternatives(
         subject=rendered.subject, body=rendered.text, to=[recipient.email],
+        cc=[address for address in dict.fromkeys(cc) if address and address != recipient.email],
         headers={"Message-ID": message_id},
     )
     message.attach_alternative(rendered.html, "text/html")

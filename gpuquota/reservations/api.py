@@ -59,12 +59,15 @@ class TeamDetailView(APIView):
                    responses={200: s.TeamSerializer, 400: ERRORS[400], 403: ERRORS[403],
                               404: ERRORS[404]},
                    description="Admins: the team's cost center, which the next draft of each "
-                   "open month carries (approved statements keep theirs). Audited.")
+                   "open month carries (approved statements keep theirs), and its owner's "
+                   "email, copied on the team's statement mail. Audited.")
     def patch(self, request, slug: str):
         team = team_for_view(request.user, slug)
         data = s.TeamChangeSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        team = team_cost_center_set(team=team, cost_center=data.validated_data["cost_center"],
+        values = data.validated_data
+        team = team_cost_center_set(team=team, cost_center=values.get("cost_center"),
+                                    owner_email=values.get("cost_center_owner_email"),
                                     actor=request.user)
         return Response(s.TeamSerializer(team).data)
 

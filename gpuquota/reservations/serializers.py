@@ -13,13 +13,16 @@ from gpuquota.reservations.services import MAX_GPUS_PER_REQUEST
 class TeamSerializer(serializers.ModelSerializer):
     class Meta:
         model = Team
-        fields = ["slug", "name", "cost_center"]
+        fields = ["slug", "name", "cost_center", "cost_center_owner_email"]
 
 
 class TeamChangeSerializer(serializers.Serializer):
-    cost_center = serializers.CharField(allow_blank=True, trim_whitespace=False,
+    cost_center = serializers.CharField(allow_blank=True, trim_whitespace=False, required=False,
                                         help_text="Printable text, at most 64 characters "
                                         "(empty: none).")
+    cost_center_owner_email = serializers.EmailField(
+        allow_blank=True, required=False,
+        help_text="Copied on the team's statement mail (empty: none).")
 
 
 class GpuClassSerializer(serializers.ModelSerializer):

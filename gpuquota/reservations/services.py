@@ -140,6 +140,9 @@ def reservation_create(
         lock_class_guarantees(team_id=team.id, gpu_class_id=gpu_class.id)
     else:
         lock_team_class(team_id=team.id, gpu_class_id=gpu_class.id)
+    if not backfill:  # e.g. a budget refusing it (reports): never what already runs
+        hooks_call("RESERVATION_REQUESTED", team=team, gpu_class=gpu_class, count=count,
+                   start=start, end=end, now=now)
     check = quota_check(team_id=team.id, gpu_class=gpu_class, start=start, end=end, count=count)
     if not check.in_quota and not backfill:
         _refuse_impossible(team=team, gpu_class=gpu_class, start=start, end=end, count=count,

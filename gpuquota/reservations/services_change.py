@@ -70,6 +70,9 @@ def reservation_extend(
     held = list(reservation.assignments.filter(assigned_until=reservation.end)
                 .exclude(assigned_from=reservation.end).select_related("gpu"))
     old_end = reservation.end
+    # the added time is new reserved time: a budget may refuse it (reports)
+    hooks_call("RESERVATION_REQUESTED", team=reservation.team, gpu_class=reservation.gpu_class,
+               count=len(held), start=old_end, end=end, now=now)
     check = quota_check(team_id=reservation.team_id, gpu_class=reservation.gpu_class,
                         start=old_end, end=end, count=len(held))
     if not check.in_quota:

@@ -7,14 +7,16 @@ from accounts.selectors import teams_led, teams_visible
 
 pytestmark = pytest.mark.django_db
 
-#                      admin  lead   other_lead member outsider anonymous
+#                      admin  lead   other_lead member outsider anonymous finance
 EXPECTED = {
-    "is_admin": (True, False, False, False, False, False),
-    "can_view_team": (True, True, False, True, False, False),
-    "can_act_for_team": (True, True, False, False, False, False),
-    "is_lead_anywhere": (True, True, True, False, False, False),
+    "is_admin": (True, False, False, False, False, False, False),
+    "can_view_team": (True, True, False, True, False, False, False),
+    "can_act_for_team": (True, True, False, False, False, False, False),
+    "is_lead_anywhere": (True, True, True, False, False, False, False),
+    "is_finance": (False, False, False, False, False, False, True),
+    "reads_all_statements": (True, False, False, False, False, False, True),
 }
-ROLES = ("admin", "lead", "other_lead", "member", "outsider", "anonymous")
+ROLES = ("admin", "lead", "other_lead", "member", "outsider", "anonymous", "finance")
 
 
 @pytest.mark.parametrize("predicate", EXPECTED)
@@ -35,6 +37,7 @@ def test_predicates(roles, predicate, role_index, role):
         ("member", {"vision"}, set()),
         ("outsider", set(), set()),
         ("anonymous", set(), set()),
+        ("finance", set(), set()),  # statements of every team, not the teams' other data
     ],
 )
 def test_team_selectors(roles, role, visible, led):

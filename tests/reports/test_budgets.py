@@ -186,7 +186,8 @@ def test_the_budget_api_shows_the_month_and_sets_the_budget(month, time_machine)
                       {"amount": "1200", "thresholds": [50, 100]},
                       content_type="application/json").json()
     assert body["budget"] == {"amount": "1200.00", "currency": "USD", "valid_from": "2026-10",
-                              "thresholds": [50, 100], "forecast_threshold": 100}
+                              "thresholds": [50, 100], "forecast_threshold": 100,
+                              "action": "notify"}
     assert (body["actual_percent"], body["forecast_percent"]) == (50, 155)
     speech = Client()
     speech.force_login(month.bob)

@@ -81,10 +81,10 @@ def test_october_to_the_cent(time_machine):
     organisation_csv = csv_lines(client.get("/api/v1/statements/2026-10.csv").content.decode())
     assert organisation_csv[0] == ",".join(
         ["team", "period", "currency", "kind", "gpu_class", "seconds", "hours", "rate",
-         "amount", "reason", "cost_center", "status", "approved_at"])
+         "amount", "reason", "cost_center", "status", "approved_at", "number"])
     assert organisation_csv[1:] == [
-        "robotics,2026-10,USD,on_demand,H100-80GB,4,0.00,3.20,0.00,,CC-300,draft,",
-        "speech,2026-10,USD,on_demand,A100-40GB,900,0.25,1.75,0.44,,CC-200,draft,",
+        "robotics,2026-10,USD,on_demand,H100-80GB,4,0.00,3.20,0.00,,CC-300,draft,,",
+        "speech,2026-10,USD,on_demand,A100-40GB,900,0.25,1.75,0.44,,CC-200,draft,,",
         *VISION_CSV.splitlines()[1:]]
 
 
@@ -108,16 +108,16 @@ VISION_JSON = {
     "total": "1923.85",
     "utilization": {"reserved_hours": "772.00", "busy_hours": "0.03", "utilization": "0.0000",
                     "coverage": "0.0000", "lent_hours": "0.00", "lent_busy_hours": "0.00"},
-    "cost_center": "CC-100", "approved_at": None,
+    "cost_center": "CC-100", "approved_at": None, "number": None,
 }
 VISION_CSV = (
     "team,period,currency,kind,gpu_class,seconds,hours,rate,amount,reason,cost_center,status,"
-    "approved_at\r\n"
-    "vision,2026-10,USD,reserved,H100-80GB,1355400,376.50,2.50,941.25,,CC-100,draft,\r\n"
-    "vision,2026-10,USD,reserved,H100-80GB,1423800,395.50,2.75,1087.63,,CC-100,draft,\r\n"
-    "vision,2026-10,USD,failure_credit,H100-80GB,11700,3.25,2.75,-8.94,,CC-100,draft,\r\n"
-    "vision,2026-10,USD,on_demand,A100-40GB,2700,0.75,1.75,1.31,,CC-100,draft,\r\n"
-    "vision,2026-10,USD,on_demand,H100-80GB,1200,0.33,3.00,1.00,,CC-100,draft,\r\n"
-    "vision,2026-10,USD,on_demand,H100-80GB,1804,0.50,3.20,1.60,,CC-100,draft,\r\n"
-    "vision,2026-10,USD,adjustment,,,,,-100.00,Goodwill credit for the outage,CC-100,draft,\r\n"
+    "approved_at,number\r\n"
+    "vision,2026-10,USD,reserved,H100-80GB,1355400,376.50,2.50,941.25,,CC-100,draft,,\r\n"
+    "vision,2026-10,USD,reserved,H100-80GB,1423800,395.50,2.75,1087.63,,CC-100,draft,,\r\n"
+    "vision,2026-10,USD,failure_credit,H100-80GB,11700,3.25,2.75,-8.94,,CC-100,draft,,\r\n"
+    "vision,2026-10,USD,on_demand,A100-40GB,2700,0.75,1.75,1.31,,CC-100,draft,,\r\n"
+    "vision,2026-10,USD,on_demand,H100-80GB,1200,0.33,3.00,1.00,,CC-100,draft,,\r\n"
+    "vision,2026-10,USD,on_demand,H100-80GB,1804,0.50,3.20,1.60,,CC-100,draft,,\r\n"
+    "vision,2026-10,USD,adjustment,,,,,-100.00,Goodwill credit for the outage,CC-100,draft,,\r\n"
 )

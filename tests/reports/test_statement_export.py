@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db
 H, M = timedelta(hours=1), timedelta(minutes=1)
 APPROVED_AT = datetime(2026, 11, 5, 12, 0, tzinfo=UTC)
 COLUMNS = ("team,period,currency,kind,gpu_class,seconds,hours,rate,amount,reason,cost_center,"
-           "status,approved_at")
+           "status,approved_at,number")
 
 
 @pytest.fixture
@@ -57,7 +57,8 @@ def _cost_center(world, value: str):
 
 def test_the_json_carries_lent_hours_cost_center_and_approval(october):
     assert _cost_center(october, "CC-4711").json() == {
-        "slug": "vision", "name": "Vision", "cost_center": "CC-4711"}
+        "slug": "vision", "name": "Vision", "cost_center": "CC-4711",
+        "cost_center_owner_email": ""}
     statement = statement_draft(team=october.vision, period=OCTOBER)
     statement_approve(statement=statement, by=october.admin)
     admin = _client(october.admin)
@@ -96,7 +97,8 @@ def test_the_csv_repeats_cost_center_status_and_approval_on_every_row_neutralise
     text = admin.get("/api/v1/statements/vision/2026-10.csv").content.decode()
     assert csv_lines(text) == [
         COLUMNS,
-        *[f"vision,2026-10,USD,{line},,'{HOSTILE_COST_CENTER},approved,2026-11-05T12:00:00Z"
+        *[f"vision,2026-10,USD,{line},,'{HOSTILE_COST_CENTER},approved,2026-11-05T12:00:00Z,"
+          "GQ-2026-10-0001"
           for line in ("reserved,H100-80GB,86400,24.00,2.50,60.00",
                        "failure_credit,H100-80GB,1800,0.50,2.50,-1.25",
                        "lending_credit,H100-80GB,3600,1.00,1.25,-1.25")]]
@@ -104,7 +106,7 @@ def test_the_csv_repeats_cost_center_status_and_approval_on_every_row_neutralise
     organisation = csv_lines(admin.get("/api/v1/statements/2026-10.csv").content.decode())
     assert organisation[0] == COLUMNS
     assert organisation[1] == "speech,2026-10,USD,borrowed,H100-80GB,3600,1.00,1.50,1.50,," \
-                              f"{october.speech.cost_center},draft,"
+                              f"{october.speech.cost_center},draft,,"
 
 
 def test_the_pdf_shows_lent_hours_cost_center_and_approval(october):
@@ -132,6 +134,13 @@ def test_only_admins_set_a_cost_center_and_it_must_be_printable(october):
     assert Team.objects.get(pk=october.vision.pk).cost_center == october.vision.cost_center
     assert _cost_center(october, "").json()["cost_center"] == ""
     assert _client(lead).get("/api/v1/teams/vision").json()["cost_center"] == ""
+    admin = _client(october.admin)
+    assert_api_error(admin.patch("/api/v1/teams/vision", {"cost_center_owner_email": "x@"},
+                                 content_type="application/json"), 400,
+                     "cost_center_owner_email")
+    body = admin.patch("/api/v1/teams/vision", {"cost_center_owner_email": "owner@example.org"},
+                       content_type="application/json").json()
+    assert (body["cost_center"], body["cost_center_owner_email"]) == ("", "owner@example.org")
 
 
 @pytest.mark.postgres
