@@ -14,7 +14,7 @@ from reports.models import Statement, StatementLine
 
 # The last three repeat the statement's values on every row: each row can be booked alone.
 CSV_COLUMNS = ["team", "period", "currency", "kind", "gpu_class", "seconds", "hours", "rate",
-               "amount", "reason", "cost_center", "status", "approved_at", "number"]
+               "amount", "reason", "cost_center", "status", "approved_at"]
 
 
 def rate_text(rate: Decimal) -> str:
@@ -81,7 +81,7 @@ def statement_csv_rows(statement: Statement) -> list[list]:
                      data["gpu_class"] or "", "" if data["seconds"] is None else data["seconds"],
                      data["hours"] or "", data["rate"] or "", data["amount"], line.reason,
                      statement.cost_center, statement.status,
-                     instant_text(statement.approved_at) or "", statement.number or ""])
+                     instant_text(statement.approved_at) or ""])
     return rows
 
 

@@ -81,10 +81,10 @@ def test_october_to_the_cent(time_machine):
     organisation_csv = csv_lines(client.get("/api/v1/statements/2026-10.csv").content.decode())
     assert organisation_csv[0] == ",".join(
         ["team", "period", "currency", "kind", "gpu_class", "seconds", "hours", "rate",
-         "amount", "reason", "cost_center", "status", "approved_at", "number"])
+         "amount", "reason", "cost_center", "status", "approved_at"])
     assert organisation_csv[1:] == [
-        "robotics,2026-10,USD,on_demand,H100-80GB,4,0.00,3.20,0.00,,CC-300,draft,,",
-        "speech,2026-10,USD,on_demand,A100-40GB,900,0.25,1.75,0.44,,CC-200,draft,,",
+        "robotics,2026-10,USD,on_demand,H100-80GB,4,0.00,3.20,0.00,,CC-300,draft,",
+        "speech,2026-10,USD,on_demand,A100-40GB,900,0.25,1.75,0.44,,CC-200,draft,",
         *VISION_CSV.splitlines()[1:]]
 
 
@@ -112,12 +112,12 @@ VISION_JSON = {
 }
 VISION_CSV = (
     "team,period,currency,kind,gpu_class,seconds,hours,rate,amount,reason,cost_center,status,"
-    "approved_at,number\r\n"
-    "vision,2026-10,USD,reserved,H100-80GB,1355400,376.50,2.50,941.25,,CC-100,draft,,\r\n"
-    "vision,2026-10,USD,reserved,H100-80GB,1423800,395.50,2.75,1087.63,,CC-100,draft,,\r\n"
-    "vision,2026-10,USD,failure_credit,H100-80GB,11700,3.25,2.75,-8.94,,CC-100,draft,,\r\n"
-    "vision,2026-10,USD,on_demand,A100-40GB,2700,0.75,1.75,1.31,,CC-100,draft,,\r\n"
-    "vision,2026-10,USD,on_demand,H100-80GB,1200,0.33,3.00,1.00,,CC-100,draft,,\r\n"
-    "vision,2026-10,USD,on_demand,H100-80GB,1804,0.50,3.20,1.60,,CC-100,draft,,\r\n"
-    "vision,2026-10,USD,adjustment,,,,,-100.00,Goodwill credit for the outage,CC-100,draft,,\r\n"
+    "approved_at\r\n"
+    "vision,2026-10,USD,reserved,H100-80GB,1355400,376.50,2.50,941.25,,CC-100,draft,\r\n"
+    "vision,2026-10,USD,reserved,H100-80GB,1423800,395.50,2.75,1087.63,,CC-100,draft,\r\n"
+    "vision,2026-10,USD,failure_credit,H100-80GB,11700,3.25,2.75,-8.94,,CC-100,draft,\r\n"
+    "vision,2026-10,USD,on_demand,A100-40GB,2700,0.75,1.75,1.31,,CC-100,draft,\r\n"
+    "vision,2026-10,USD,on_demand,H100-80GB,1200,0.33,3.00,1.00,,CC-100,draft,\r\n"
+    "vision,2026-10,USD,on_demand,H100-80GB,1804,0.50,3.20,1.60,,CC-100,draft,\r\n"
+    "vision,2026-10,USD,adjustment,,,,,-100.00,Goodwill credit for the outage,CC-100,draft,\r\n"
 )
