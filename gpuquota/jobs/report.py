@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
+from functools import reduce
+from operator import or_
 
 from django.db.models import Q
 
@@ -15,7 +17,7 @@ from gpuquota.ingest.models import Sample
 from gpuquota.inventory.models import Gpu, GpuClassInterval
 from gpuquota.jobs import conf
 from gpuquota.jobs.analysis import Analysis, GpuSeries, JobFacts, Point, analyse
-from gpuquota.jobs.models import Job
+from gpuquota.jobs.models import Job, JobGpu
 from gpuquota.rates.models import RateCard
 
 CENT = Decimal("0.01")
@@ -59,23 +61,48 @@ def _gpu_key(gpu: Gpu) -> str:
     return f"{gpu.node.hostname}/{gpu.index if gpu.index is not None else gpu.uuid[:12]}"
 
 
-def job_series(*, job: Job, end: datetime) -> tuple[list[GpuSeries], list[Gpu]]:
-    """The samples of each GPU the job held over [start, end), oldest first."""
-    gpus = list(Gpu.objects.filter(pk__in=job.job_gpus.values("gpu_id"))
-                .select_related("node", "gpu_class", "parent").order_by("node__hostname", "index"))
-    points: dict[int, list[Point]] = {g.pk: [] for g in gpus}
-    rows = (Sample.objects.filter(gpu_id__in=points, window_start__lt=end,
-                                  window_end__gt=job.started_at)
+def jobs_series(*, jobs: list[Job], end: datetime) -> dict[int, tuple[list[GpuSeries],
+                                                                     list[Gpu]]]:
+    """`job_series` of many jobs up to the same `end`, in two queries whatever their number
+    (each GPU's samples read from the start of the earliest of these jobs that held it): by
+    job pk."""
+    held: dict[int, list[Gpu]] = {job.pk: [] for job in jobs}
+    rows = JobGpu.objects.filter(job__in=list(held)).select_related(
+        "gpu__node", "gpu__gpu_class", "gpu__parent") if held else ()
+    for row in rows:
+        held[row.job_id].append(row.gpu)
+    first: dict[int, datetime] = {}  # GPU pk -> the earliest start of a job that held it
+    for job in jobs:
+        for gpu in held[job.pk]:
+            first[gpu.pk] = min(first.get(gpu.pk, job.started_at), job.started_at)
+    by_start: dict[datetime, list[int]] = {}
+    for gpu_pk, start in first.items():
+        by_start.setdefault(start, []).append(gpu_pk)
+    points: dict[int, list[Point]] = {pk: [] for pk in first}
+    rows = (Sample.objects.filter(window_start__lt=end)
+            .filter(reduce(or_, (Q(gpu_id__in=pks, window_end__gt=start)
+                                 for start, pks in by_start.items())))
             .order_by("gpu_id", "window_start")
             .values_list("gpu_id", "window_start", "window_end", "util_gpu_avg", "util_gpu_max",
-                         "memory_used_bytes_max", "energy_j"))
-    for gpu_id, start, stop, util, util_max, memory, energy in rows:
-        points[gpu_id].append(Point(start, stop, None if util is None else float(util),
+                         "memory_used_bytes_max", "energy_j")) if points else ()
+    for gpu_id, begin, stop, util, util_max, memory, energy in rows:
+        points[gpu_id].append(Point(begin, stop, None if util is None else float(util),
                                     None if util_max is None else float(util_max),
                                     memory, energy))
-    series = [GpuSeries(_gpu_key(g), g.memory_total_bytes or (
-        g.parent.memory_total_bytes if g.parent else None), points[g.pk]) for g in gpus]
-    return series, gpus
+    found = {}
+    for job in jobs:
+        mine = sorted({g.pk: g for g in held[job.pk]}.values(),
+                      key=lambda g: (g.node.hostname, g.index is None, g.index or 0))
+        series = [GpuSeries(_gpu_key(g), g.memory_total_bytes or (
+            g.parent.memory_total_bytes if g.parent else None),
+            [p for p in points[g.pk] if p.end > job.started_at]) for g in mine]
+        found[job.pk] = (series, mine)
+    return found
+
+
+def job_series(*, job: Job, end: datetime) -> tuple[list[GpuSeries], list[Gpu]]:
+    """The samples of each GPU the job held over [start, end), oldest first."""
+    return jobs_series(jobs=[job], end=end)[job.pk]
 
 
 def _class_at(gpu: Gpu, at: datetime) -> int:
