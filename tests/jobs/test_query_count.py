@@ -20,6 +20,7 @@ from tests.jobs.world import JobWorld
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 NOW = T0 + timedelta(minutes=65)  # the pods still running: records 5 min ago
+SINCE = T0 - timedelta(hours=1)
 
 
 def _running(world, first: int, count: int) -> None:
@@ -65,9 +66,8 @@ def test_queries_do_not_grow_with_the_number_of_jobs():
     for first, count in ((0, 2), (2, 8)):  # 2 + 2 jobs, then 10 + 10
         Job.objects.all().delete()  # each round collects every job anew
         _running(world, first, count)
-        since = T0 - timedelta(hours=1)
-        counts.append((_queries(lambda: jobs_collect(now=NOW, since=since)),
-                       _queries(lambda: jobs_collect(now=NOW, since=since)),
+        counts.append((_queries(lambda: jobs_collect(now=NOW, since=SINCE)),
+                       _queries(lambda: jobs_collect(now=NOW, since=SINCE)),
                        _queries(lambda: jobs_zero_use_scan(now=NOW))))
         jobs = Job.objects.filter(ended_at__isnull=True)
         assert jobs.filter(source="slurm").count() == jobs.filter(
