@@ -68,12 +68,15 @@ def _jobs_write(cluster: Cluster, upserts: list[_Upsert], known: dict[tuple, Job
     """Create or update the jobs of `upserts` (`known`: the cluster's jobs of these ids by
     (source, job_id, started_at)); a reported job is final and skipped. Returns how many
     were written. `moved`: unreported jobs whose start moved earlier, saved first."""
-    new, changed, pending = [], [], []
+    new, changed, pending = [], {}, {}  # pending: by key, the job and the GPUs it held
+    written = 0
     for up in upserts:
-        job = known.get((up.source, up.job_id, up.started_at))
+        key = (up.source, up.job_id, up.started_at)
+        job = pending[key][0] if key in pending else known.get(key)
         if job is not None and job.reported_at is not None:
             continue
-        fields = {**up.fields, "gpus_held": len(up.gpu_ids)}
+        written += 1
+        fields = {**up.fields, "gpus_held": len(up.gpu_ids)}  # the last run of a key wins
         if job is None:
             job = Job(cluster=cluster, source=up.source, job_id=up.job_id,
                       started_at=up.started_at, **fields)
@@ -81,22 +84,24 @@ def _jobs_write(cluster: Cluster, upserts: list[_Upsert], known: dict[tuple, Job
         elif any(getattr(job, name) != value for name, value in fields.items()):  # else as is
             for name, value in fields.items():
                 setattr(job, name, value)
-            changed.append(job)
-        pending.append((job, up.gpu_ids))
+            if job.pk is not None:
+                changed[id(job)] = job
+        pending.setdefault(key, (job, set()))[1].update(up.gpu_ids)
     if not pending:
         return 0
     with transaction.atomic():
         if moved:
             Job.objects.bulk_update(moved, ["started_at"])
         Job.objects.bulk_create(new)
-        Job.objects.bulk_update(changed, [*FIELDS, "gpus_held"])
+        Job.objects.bulk_update(list(changed.values()), [*FIELDS, "gpus_held"])
         created = {id(job) for job in new}
-        have = set(JobGpu.objects.filter(job__in=[j.pk for j, _ in pending
+        have = set(JobGpu.objects.filter(job__in=[j.pk for j, _ in pending.values()
                                                   if id(j) not in created])
                    .values_list("job_id", "gpu_id"))
-        JobGpu.objects.bulk_create([JobGpu(job=job, gpu_id=g) for job, gpu_ids in pending
+        JobGpu.objects.bulk_create([JobGpu(job=job, gpu_id=g)
+                                    for job, gpu_ids in pending.values()
                                     for g in sorted(gpu_ids) if (job.pk, g) not in have])
-    return len(pending)
+    return written
 
 
 def _slurm_gpu_ids(cluster: Cluster, runs: list[SlurmJob], now: datetime) -> list[set[int]]:
