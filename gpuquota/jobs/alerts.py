@@ -2,7 +2,9 @@
 been at zero past its threshold (`zero_use.py` says what counts) is warned once per stretch
 of zero use: its owner is mailed through the mail outbox, and the evidence (since when,
 how far the samples go, its GPUs) is audited, in one transaction. Where the site opted in,
-a warned job still at zero later is cancelled (`cancel.py`)."""
+a warned job still at zero later is cancelled (`cancel.py`). The scan reads the running
+jobs and their samples in a few queries whatever their number; only a warning or a
+cancellation writes, one transaction each."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from gpuquota.core.services import audit_record
 from gpuquota.jobs import conf
 from gpuquota.jobs.cancel import RETRY, cancel_opted_in, zero_use_cancel
 from gpuquota.jobs.models import Job, JobMailOptOut
-from gpuquota.jobs.report import job_series
+from gpuquota.jobs.report import jobs_series
 from gpuquota.jobs.zero_use import ZeroUse, zero_use
 from gpuquota.mail.outbox import mail_send_later
 
@@ -54,10 +56,11 @@ def jobs_zero_use_scan(*, now: datetime) -> int:
     how many were warned."""
     rules = conf.zero_use_rules()
     warned = 0
-    running = Job.objects.filter(ended_at__isnull=True).select_related("cluster", "owner",
-                                                                        "team")
-    for job in running.order_by("pk"):
-        series, _gpus = job_series(job=job, end=now)
+    running = list(Job.objects.filter(ended_at__isnull=True)
+                   .select_related("cluster", "owner", "team").order_by("pk"))
+    series_of = jobs_series(jobs=running, end=now)  # the samples of all, in two queries
+    for job in running:
+        series, _gpus = series_of[job.pk]
         clock = zero_use(series=series, start=job.started_at, now=now, rules=rules)
         if clock is not None and _cancel_due(job, clock, now):
             zero_use_cancel(job=job, clock=clock, now=now)

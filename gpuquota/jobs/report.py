@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
+from functools import reduce
+from operator import or_
 
 from django.db.models import Q
 
@@ -15,7 +17,7 @@ from gpuquota.ingest.models import Sample
 from gpuquota.inventory.models import Gpu, GpuClassInterval
 from gpuquota.jobs import conf
 from gpuquota.jobs.analysis import Analysis, GpuSeries, JobFacts, Point, analyse
-from gpuquota.jobs.models import Job
+from gpuquota.jobs.models import Job, JobGpu
 from gpuquota.rates.models import RateCard
 
 CENT = Decimal("0.01")
@@ -59,41 +61,92 @@ def _gpu_key(gpu: Gpu) -> str:
     return f"{gpu.node.hostname}/{gpu.index if gpu.index is not None else gpu.uuid[:12]}"
 
 
-def job_series(*, job: Job, end: datetime) -> tuple[list[GpuSeries], list[Gpu]]:
-    """The samples of each GPU the job held over [start, end), oldest first."""
-    gpus = list(Gpu.objects.filter(pk__in=job.job_gpus.values("gpu_id"))
-                .select_related("node", "gpu_class", "parent").order_by("node__hostname", "index"))
-    points: dict[int, list[Point]] = {g.pk: [] for g in gpus}
-    rows = (Sample.objects.filter(gpu_id__in=points, window_start__lt=end,
-                                  window_end__gt=job.started_at)
+def jobs_series(*, jobs: list[Job], end: datetime, ends: dict[int, datetime] | None = None
+                ) -> dict[int, tuple[list[GpuSeries], list[Gpu]]]:
+    """`job_series` of many jobs up to `end` (or each up to its own in `ends`, by pk), in two
+    queries whatever their number (each GPU's samples read from the start of the earliest of
+    these jobs that held it): by job pk."""
+    ends = {job.pk: (ends or {}).get(job.pk, end) for job in jobs}
+    end = max(ends.values(), default=end)
+    held: dict[int, list[Gpu]] = {job.pk: [] for job in jobs}
+    rows = JobGpu.objects.filter(job__in=list(held)).select_related(
+        "gpu__node", "gpu__gpu_class", "gpu__parent") if held else ()
+    for row in rows:
+        held[row.job_id].append(row.gpu)
+    first: dict[int, datetime] = {}  # GPU pk -> the earliest start of a job that held it
+    for job in jobs:
+        for gpu in held[job.pk]:
+            first[gpu.pk] = min(first.get(gpu.pk, job.started_at), job.started_at)
+    by_start: dict[datetime, list[int]] = {}
+    for gpu_pk, start in first.items():
+        by_start.setdefault(start, []).append(gpu_pk)
+    points: dict[int, list[Point]] = {pk: [] for pk in first}
+    rows = (Sample.objects.filter(window_start__lt=end)
+            .filter(reduce(or_, (Q(gpu_id__in=pks, window_end__gt=start)
+                                 for start, pks in by_start.items())))
             .order_by("gpu_id", "window_start")
             .values_list("gpu_id", "window_start", "window_end", "util_gpu_avg", "util_gpu_max",
-                         "memory_used_bytes_max", "energy_j"))
-    for gpu_id, start, stop, util, util_max, memory, energy in rows:
-        points[gpu_id].append(Point(start, stop, None if util is None else float(util),
+                         "memory_used_bytes_max", "energy_j")) if points else ()
+    for gpu_id, begin, stop, util, util_max, memory, energy in rows:
+        points[gpu_id].append(Point(begin, stop, None if util is None else float(util),
                                     None if util_max is None else float(util_max),
                                     memory, energy))
-    series = [GpuSeries(_gpu_key(g), g.memory_total_bytes or (
-        g.parent.memory_total_bytes if g.parent else None), points[g.pk]) for g in gpus]
-    return series, gpus
+    found = {}
+    for job in jobs:
+        mine = sorted({g.pk: g for g in held[job.pk]}.values(),
+                      key=lambda g: (g.node.hostname, g.index is None, g.index or 0))
+        series = [GpuSeries(_gpu_key(g), g.memory_total_bytes or (
+            g.parent.memory_total_bytes if g.parent else None),
+            [p for p in points[g.pk] if p.end > job.started_at and p.start < ends[job.pk]])
+            for g in mine]
+        found[job.pk] = (series, mine)
+    return found
 
 
-def _class_at(gpu: Gpu, at: datetime) -> int:
-    interval = (GpuClassInterval.objects.filter(gpu=gpu, valid_from__lte=at)
-                .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=at))
-                .values_list("gpu_class_id", flat=True).first())
-    return interval or gpu.gpu_class_id
+def job_series(*, job: Job, end: datetime) -> tuple[list[GpuSeries], list[Gpu]]:
+    """The samples of each GPU the job held over [start, end), oldest first."""
+    return jobs_series(jobs=[job], end=end)[job.pk]
 
 
-def job_cost(*, gpus: list[Gpu], start: datetime, end: datetime) -> tuple[Fraction | None, str]:
+class Prices:
+    """The class intervals of some GPUs and the rate cards of their classes, read once (two
+    queries) to price many jobs."""
+
+    def __init__(self, gpus: list[Gpu]):
+        self._classes: dict[int, list[tuple]] = {}
+        for gpu_id, class_id, valid_from, valid_until in GpuClassInterval.objects.filter(
+                gpu_id__in={g.pk for g in gpus}).values_list(
+                "gpu_id", "gpu_class_id", "valid_from", "valid_until"):
+            self._classes.setdefault(gpu_id, []).append((valid_from, valid_until, class_id))
+        classes = {g.gpu_class_id for g in gpus} | {
+            c for rows in self._classes.values() for *_, c in rows}
+        self._cards: dict[int, list[RateCard]] = {}
+        for card in (RateCard.objects.filter(gpu_class_id__in=classes)
+                     .order_by("gpu_class__name", "valid_from", "pk")) if classes else ():
+            self._cards.setdefault(card.gpu_class_id, []).append(card)
+
+    def class_at(self, gpu: Gpu, at: datetime) -> int:
+        """The class the GPU was priced as at `at` (its current one where no interval says)."""
+        for valid_from, valid_until, class_id in self._classes.get(gpu.pk, ()):
+            if valid_from <= at and (valid_until is None or valid_until > at):
+                return class_id
+        return gpu.gpu_class_id
+
+    def cards(self, class_id: int, start: datetime, end: datetime) -> list[RateCard]:
+        """The class's cards in force over part of [start, end)."""
+        return [c for c in self._cards.get(class_id, ())
+                if c.valid_from < end and (c.valid_until is None or c.valid_until > start)]
+
+
+def job_cost(*, gpus: list[Gpu], start: datetime, end: datetime,
+             prices: Prices | None = None) -> tuple[Fraction | None, str]:
     """The exact on-demand price of holding `gpus` over [start, end), and its currency; None
     when a GPU's class has no card for part of that time (the report says "no rate")."""
+    prices = prices or Prices(gpus)
     total, currency = Fraction(0), ""
     for gpu in gpus:
         priced = 0
-        cards = (RateCard.objects.filter(gpu_class_id=_class_at(gpu, start), valid_from__lt=end)
-                 .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=start)))
-        for card in cards:
+        for card in prices.cards(prices.class_at(gpu, start), start, end):
             seconds = int((min(end, card.valid_until or end) - max(start, card.valid_from))
                           .total_seconds())
             total += Fraction(seconds) * Fraction(card.on_demand_rate) / 3600
@@ -104,15 +157,19 @@ def job_cost(*, gpus: list[Gpu], start: datetime, end: datetime) -> tuple[Fracti
     return total, currency
 
 
-def job_report(*, job: Job, now: datetime) -> JobReport:
-    """The report of `job` as its samples show it now (a running job: up to now)."""
+def job_report(*, job: Job, now: datetime,
+               series_gpus: tuple[list[GpuSeries], list[Gpu]] | None = None,
+               prices: Prices | None = None) -> JobReport:
+    """The report of `job` as its samples show it now (a running job: up to now);
+    `series_gpus` and `prices`, read for many jobs at once (`jobs_series`, `Prices`), spare
+    its reads."""
     end = job.ended_at or now
-    series, gpus = job_series(job=job, end=end)
+    series, gpus = series_gpus or job_series(job=job, end=end)
     facts = JobFacts(start=job.started_at, end=end, time_limit_s=job.time_limit_s,
                      interactive=job.interactive)
     analysis = analyse(facts=facts, gpus_held=max(job.gpus_held, len(gpus)), series=series,
                        thresholds=conf.thresholds())
-    cost, currency = job_cost(gpus=gpus, start=job.started_at, end=end)
+    cost, currency = job_cost(gpus=gpus, start=job.started_at, end=end, prices=prices)
     return JobReport(job=job, end=end, analysis=analysis, series=series,
                      classes={_gpu_key(g): g.gpu_class.name for g in gpus},
                      cost_exact=cost, currency=currency)

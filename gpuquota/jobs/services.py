@@ -14,7 +14,7 @@ from gpuquota.inventory.models import Cluster
 from gpuquota.jobs import conf
 from gpuquota.jobs.collect import process_jobs_collect, slurm_jobs_collect
 from gpuquota.jobs.models import Job, JobMailOptOut, JobNote
-from gpuquota.jobs.report import JobReport, job_report
+from gpuquota.jobs.report import JobReport, Prices, job_report, jobs_series
 from gpuquota.mail.outbox import mail_send_later
 
 #: Each refresh looks this far back for jobs that ran (the task runs every few minutes).
@@ -38,10 +38,12 @@ def _pct(value: float | None):
     return None if value is None else round(value, 1)
 
 
-def job_report_store(*, job: Job, now: datetime, notify: bool = True) -> JobReport:
+def job_report_store(*, job: Job, now: datetime, notify: bool = True,
+                     report: JobReport | None = None) -> JobReport:
     """Store a finished job's report (its figures and notes) and queue its owner's mail if it
-    was wasteful; the report is final: a job reported is never collected again."""
-    report = job_report(job=job, now=now)
+    was wasteful; the report is final: a job reported is never collected again. `report`:
+    computed by the caller (from reads shared by many jobs)."""
+    report = report or job_report(job=job, now=now)
     a = report.analysis
     with transaction.atomic():
         job.held_gpu_s, job.idle_gpu_s, job.wasted_gpu_s = a.held_gpu_s, a.idle_gpu_s, \
@@ -66,12 +68,17 @@ def jobs_report_due(*, now: datetime, limit: int = 500) -> int:
     """Report every job that ended at least `report_settle_s` ago and has no report yet;
     returns how many were reported."""
     settled = now - timedelta(seconds=conf.report_settle_s())
-    due = (Job.objects.filter(reported_at__isnull=True, ended_at__isnull=False,
-                              ended_at__lte=settled)
-           .select_related("owner", "cluster").order_by("ended_at", "pk")[:limit])
+    due = list(Job.objects.filter(reported_at__isnull=True, ended_at__isnull=False,
+                                  ended_at__lte=settled)
+               .select_related("owner", "cluster").order_by("ended_at", "pk")[:limit])
+    # The samples and prices of all the jobs due in a few queries; then one transaction each.
+    found = jobs_series(jobs=due, end=now, ends={job.pk: job.ended_at for job in due})
+    prices = Prices([gpu for _series, gpus in found.values() for gpu in gpus])
     count = 0
     for job in due:
-        job_report_store(job=job, now=now, notify=now - job.ended_at <= TOO_OLD_TO_MAIL)
+        report = job_report(job=job, now=now, series_gpus=found[job.pk], prices=prices)
+        job_report_store(job=job, now=now, notify=now - job.ended_at <= TOO_OLD_TO_MAIL,
+                         report=report)
         count += 1
     return count
 
