@@ -49,10 +49,10 @@ def problems_attention(now: datetime) -> list[Attention]:
 
 
 PAGE_SECTIONS = [
-    Section(page="team", slot="top", template="schedulers/_team_foreign.html",
-            context=team_foreign_context, order=30),
     Section(page="team", slot="main", template="schedulers/_team_holds.html",
             context=team_holds_context, order=10),
+    Section(page="team", slot="top", template="schedulers/_team_foreign.html",
+            context=team_foreign_context, order=30),
 ]
 
 ATTENTION = [problems_attention]
