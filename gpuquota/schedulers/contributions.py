@@ -25,11 +25,11 @@ def team_holds_context(*, team, can_act, now: datetime):
     return {"holds": holds} if holds else None
 
 
-def team_foreign_context(*, team, now: datetime) -> dict | None:
-    """The team is told of others' work on its reserved GPUs this month (the admins too)."""
-    period = foreign_use_period(now)
-    found = foreign_use(period=period, team=team)
-    return {"foreign": found, "foreign_period": period} if found else None
+def team_foreign_context(*, team, month) -> dict | None:
+    """The team is told of others' work on its reserved GPUs in the month its page shows
+    (`?month=`, the current one by default; the admins are told too)."""
+    found = foreign_use(period=month, team=team)
+    return {"foreign": found, "foreign_period": month} if found else None
 
 
 def problems_attention(now: datetime) -> list[Attention]:

@@ -9,12 +9,14 @@ from collections import defaultdict
 from django.db.models import Q
 
 from accounts.models import ClusterIdentity
-from gpuquota.reservations.models import Assignment
+from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.schedulers.backend import ForeignUse, owned_name
 from gpuquota.schedulers.models import BindingLevel, ReservationBinding, SlurmJob, SlurmJobGpu
 from gpuquota.schedulers.slurm.objects import hostlist_expand
 from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT, SCAVENGER_QOS
 
+#: Reservations that never held GPUs (as on Kubernetes, docs/accounting.md#foreign-use).
+NOT_HELD = (Reservation.Status.PENDING, Reservation.Status.CANCELLED, Reservation.Status.DENIED)
 BY_GPUS = "the GPUs slurmctld said the job held (node:index)"
 BY_NODES = "Slurm's accounting: the job ran on nodes the reservation held whole"
 
@@ -48,7 +50,7 @@ def slurm_foreign_use(*, cluster, period, team=None) -> list[ForeignUse]:
     bindings = ReservationBinding.objects.filter(
         reservation__end__gt=period.start, reservation__start__lt=period.end,
         reservation__assignments__gpu__node__cluster=cluster,
-    ).select_related("reservation__team")
+    ).exclude(reservation__status__in=NOT_HELD).select_related("reservation__team")
     if team is not None:
         bindings = bindings.filter(reservation__team=team)
     teams = dict(ClusterIdentity.objects.filter(
