@@ -53,11 +53,14 @@ def slurm_foreign_use(*, cluster, period, team=None) -> list[ForeignUse]:
     ).exclude(reservation__status__in=NOT_HELD).select_related("reservation__team")
     if team is not None:
         bindings = bindings.filter(reservation__team=team)
+    bindings = list(bindings.distinct())
+    if not bindings:
+        return []
     teams = dict(ClusterIdentity.objects.filter(
         cluster=cluster, kind=ClusterIdentity.Kind.SLURM_ACCOUNT, team__isnull=False,
     ).order_by("valid_from").values_list("key", "team__slug"))
     found = []
-    for binding in bindings.distinct():
+    for binding in bindings:
         assignments = list(Assignment.objects.filter(
             reservation=binding.reservation, gpu__node__cluster=cluster).select_related(
             "gpu__node"))
