@@ -16,7 +16,7 @@ them there:
   backend whose objects stand alone, going on past each);
 - `render(actions)`: the same actions as the commands they run (the dry run and the
   export for sites that forbid writes);
-- `foreign_use(cluster=, period=, team=)`: what the scheduler's records (or, where it has
+- `foreign_use(clusters=, period=, team=)`: what the scheduler's records (or, where it has
   none, the agents') prove of other accounts' work on reserved GPUs, outside a loan, in a
   period (docs/accounting.md#foreign-use): one list of `ForeignUse`, whatever the scheduler.
 
@@ -200,9 +200,9 @@ class Backend(ABC):
         raise BackendError(f"The {self.scheduler} backend cannot resume nodes yet.")
 
     @classmethod
-    def foreign_use(cls, *, cluster, period, team=None) -> list[ForeignUse]:
-        """Foreign use on `cluster` in `period` (a `core.timeutil.Period`), on `team`'s
-        reservations only if given, newest first (docs/accounting.md#foreign-use). Read from
+    def foreign_use(cls, *, clusters, period, team=None) -> list[ForeignUse]:
+        """Foreign use on `clusters` (this backend's) in `period` (a `core.timeutil.Period`),
+        on `team`'s reservations only if given (docs/accounting.md#foreign-use). Read from
         gpuquota's own records of the scheduler, never by asking it; a backend whose
         scheduler keeps no record of whose work ran where has no evidence: none."""
         return []
@@ -281,6 +281,15 @@ def backend_class(cluster) -> type[Backend] | None:
     """The backend class of a cluster's scheduler, or None (`none`)."""
     path = BACKENDS.get(cluster.scheduler)
     return import_string(path) if path else None
+
+
+def backend_classes(clusters) -> dict[type[Backend], list]:
+    """The clusters by their backend's class (those whose scheduler has one)."""
+    found: dict[type[Backend], list] = {}
+    for cluster in clusters:
+        if (backend := backend_class(cluster)) is not None:
+            found.setdefault(backend, []).append(cluster)
+    return found
 
 
 def backend_for(cluster, config) -> Backend | None:

@@ -15,7 +15,7 @@ from accounts.models import ClusterIdentity, Membership
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import Cluster, Gpu
 from gpuquota.reservations.models import Assignment, Loan, Quota, Reservation
-from gpuquota.schedulers.backend import ForeignUse, backend_class
+from gpuquota.schedulers.backend import ForeignUse, backend_classes
 from gpuquota.schedulers.models import (
     Drift,
     LoanReturn,
@@ -260,7 +260,6 @@ def foreign_use(*, period: Period, cluster=None, team=None) -> list[ForeignUse]:
     clusters = [cluster] if cluster is not None else Cluster.objects.exclude(
         scheduler=Cluster.Scheduler.NONE).order_by("name")
     found = []
-    for c in clusters:
-        if (backend := backend_class(c)) is not None:
-            found += backend.foreign_use(cluster=c, period=period, team=team)
-    return sorted(found, key=lambda f: f.first_seen, reverse=True)
+    for backend, theirs in backend_classes(clusters).items():
+        found += backend.foreign_use(clusters=theirs, period=period, team=team)
+    return sorted(found, key=lambda f: (f.first_seen, f.cluster_id, f.job), reverse=True)

@@ -31,9 +31,9 @@ class MemoryBackend(Backend):
         SlurmBackend.options_check(options, cluster=cluster)
 
     @classmethod
-    def foreign_use(cls, *, cluster, period, team=None):
+    def foreign_use(cls, *, clusters, period, team=None):
         """A Slurm cluster's foreign use, from the records of the Slurm it stands in for."""
-        return SlurmBackend.foreign_use(cluster=cluster, period=period, team=team)
+        return SlurmBackend.foreign_use(clusters=clusters, period=period, team=team)
 
     def capabilities(self) -> CapabilityReport:
         return CapabilityReport(version="mem-1", best_binding=BindingLevel.QUOTA)

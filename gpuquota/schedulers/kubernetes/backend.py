@@ -71,10 +71,11 @@ class KubernetesBackend(Backend):
         options_parse(options, cluster_slug=cluster.slug)  # and the names it refuses
 
     @classmethod
-    def foreign_use(cls, *, cluster, period, team=None) -> list[ForeignUse]:
+    def foreign_use(cls, *, clusters, period, team=None) -> list[ForeignUse]:
         """From the agents' process records: Kubernetes keeps no record of which pod held
         which GPU once it is gone."""
-        return foreign_uses(cluster=cluster, start=period.start, end=period.end, team=team)
+        return [use for cluster in clusters for use in foreign_uses(
+            cluster=cluster, start=period.start, end=period.end, team=team)]
 
     def __init__(self, *, cluster, config):
         super().__init__(cluster=cluster, config=config)

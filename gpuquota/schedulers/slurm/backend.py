@@ -45,9 +45,9 @@ class SlurmBackend(Backend):
         SlurmOptions.parse(options)  # refuses unknown or malformed options
 
     @classmethod
-    def foreign_use(cls, *, cluster, period, team=None) -> list[ForeignUse]:
+    def foreign_use(cls, *, clusters, period, team=None) -> list[ForeignUse]:
         """From Slurm's accounting and the GPUs slurmctld said each job held."""
-        return slurm_foreign_use(cluster=cluster, period=period, team=team)
+        return slurm_foreign_use(clusters=clusters, period=period, team=team)
 
     def __init__(self, *, cluster, config):
         super().__init__(cluster=cluster, config=config)

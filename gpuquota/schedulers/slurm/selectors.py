@@ -41,7 +41,7 @@ def hold_jobs(reservation) -> list[SlurmJob]:
     return jobs
 
 
-def slurm_foreign_use(*, cluster, period, team=None) -> list[ForeignUse]:
+def slurm_foreign_use(*, clusters, period, team=None) -> list[ForeignUse]:
     """Jobs that ran in `period` on GPUs a reservation held, while it held them, under an
     account that is not the team's and not a borrower's. Evidence is the GPUs slurmctld
     said the job held while it ran (SlurmJobGpu), whatever the binding level; a job never
@@ -49,27 +49,27 @@ def slurm_foreign_use(*, cluster, period, team=None) -> list[ForeignUse]:
     the reservation held them whole."""
     bindings = ReservationBinding.objects.filter(
         reservation__end__gt=period.start, reservation__start__lt=period.end,
-        reservation__assignments__gpu__node__cluster=cluster,
+        reservation__assignments__gpu__node__cluster__in=clusters,
     ).exclude(reservation__status__in=NOT_HELD).select_related("reservation__team")
     if team is not None:
         bindings = bindings.filter(reservation__team=team)
     bindings = list(bindings.distinct())
     if not bindings:
         return []
-    teams = dict(ClusterIdentity.objects.filter(
-        cluster=cluster, kind=ClusterIdentity.Kind.SLURM_ACCOUNT, team__isnull=False,
-    ).order_by("valid_from").values_list("key", "team__slug"))
+    teams = {(cluster_id, key): slug for cluster_id, key, slug in ClusterIdentity.objects.filter(
+        cluster__in=clusters, kind=ClusterIdentity.Kind.SLURM_ACCOUNT, team__isnull=False,
+    ).order_by("valid_from").values_list("cluster_id", "key", "team__slug")}
     found = []
     for binding in bindings:
         assignments = list(Assignment.objects.filter(
-            reservation=binding.reservation, gpu__node__cluster=cluster).select_related(
+            reservation=binding.reservation, gpu__node__cluster__in=clusters).select_related(
             "gpu__node"))
         if assignments:
             found += _foreign_jobs(binding, assignments, period, teams)
-    return sorted(found, key=lambda f: f.first_seen, reverse=True)
+    return found
 
 
-def _foreign_jobs(binding, assignments, period, teams: dict[str, str]) -> list[ForeignUse]:
+def _foreign_jobs(binding, assignments, period, teams: dict) -> list[ForeignUse]:
     r = binding.reservation
     cluster_id = assignments[0].gpu.node.cluster_id
     lo, hi = max(r.start, period.start), min(r.end, period.end)
@@ -93,8 +93,8 @@ def _foreign_jobs(binding, assignments, period, teams: dict[str, str]) -> list[F
     nodes = {a.gpu.node.hostname.split(".")[0] for a in assignments}
     found = []
     for job in jobs.filter(job_id__in=list(seen)) if not whole else jobs:
-        use = dict(cluster_id=cluster_id, reservation=r, account=job.account,
-                   using_team=teams.get(job.account, ""), job=job.job_id, user=job.user,
+        use = dict(cluster_id=cluster_id, reservation=r, account=job.account, job=job.job_id,
+                   using_team=teams.get((cluster_id, job.account), ""), user=job.user,
                    first_seen=job.started_at, last_seen=job.ended_at, detail=job)
         if rows := seen.get(job.job_id, []):
             found.append(ForeignUse(**use, evidence=BY_GPUS,
