@@ -1,7 +1,7 @@
-"""Foreign GPU use for the statements review: per cluster, how many jobs (Slurm, from its
-accounting) or pods (Kubernetes, from the agents' process records) of another team ran on
-GPUs a reservation held in the month, outside a loan. Each count links to its cluster's
-page, where the evidence is."""
+"""Foreign GPU use for the statements review: per cluster, how many jobs or pods of another
+team ran on GPUs a reservation held in the month, outside a loan (docs/accounting.md#
+foreign-use, each cluster's backend reading its own evidence). Each count links to its
+cluster's page for the same month, where the evidence is: the same number."""
 
 from collections import Counter
 from dataclasses import dataclass
@@ -10,7 +10,6 @@ from django.urls import reverse
 
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import Cluster
-from gpuquota.schedulers.kubernetes.selectors import foreign_use_counts
 from gpuquota.schedulers.selectors import foreign_use
 
 
@@ -21,12 +20,14 @@ class ForeignUseCount:
     url: str
 
 
+def _cluster_url(cluster: Cluster, period: Period) -> str:
+    name = ("kubernetes_cluster" if cluster.scheduler == Cluster.Scheduler.KUBERNETES
+            else "scheduler_cluster")
+    return reverse(name, args=[cluster.slug]) + f"?month={period.start:%Y-%m}"
+
+
 def foreign_use_by_cluster(*, period: Period) -> list[ForeignUseCount]:
     """Clusters with foreign use in `period`, by name."""
-    slurm = Counter(use.job.cluster_id for use in foreign_use(since=period.start)
-                    if use.job.started_at < period.end)
-    found = [(c, n, reverse("scheduler_cluster", args=[c.slug]))
-             for c in Cluster.objects.filter(id__in=slurm) for n in [slurm[c.id]]]
-    found += [(c, n, reverse("kubernetes_cluster", args=[c.slug]) + f"?month={period.start:%Y-%m}")
-              for c, n in foreign_use_counts(period=period).items() if n]
-    return [ForeignUseCount(c.name, n, url) for c, n, url in sorted(found, key=lambda f: f[0].name)]
+    counts = Counter(use.cluster_id for use in foreign_use(period=period))
+    return [ForeignUseCount(c.name, counts[c.pk], _cluster_url(c, period))
+            for c in Cluster.objects.filter(pk__in=counts).order_by("name")]

@@ -15,7 +15,10 @@ them there:
 - `apply(actions)`: performs them one by one, stopping at the first failure (or, for a
   backend whose objects stand alone, going on past each);
 - `render(actions)`: the same actions as the commands they run (the dry run and the
-  export for sites that forbid writes).
+  export for sites that forbid writes);
+- `foreign_use(clusters=, period=, team=)`: what the scheduler's records (or, where it has
+  none, the agents') prove of other accounts' work on reserved GPUs, outside a loan, in a
+  period (docs/accounting.md#foreign-use): one list of `ForeignUse`, whatever the scheduler.
 
 The reconcile loop (`gpuquota.schedulers.reconcile`) calls them; it records runs, drift,
 problems and bindings, so a backend only talks to its scheduler.
@@ -124,6 +127,32 @@ class ApplyResult:
     refused: list[tuple[Action, BackendError]] = field(default_factory=list)  # every one
 
 
+@dataclass(frozen=True)
+class ForeignUse:
+    """One job (Slurm) or pod (Kubernetes) of an account or namespace that is neither the
+    reserving team's nor a borrower's on a loan, on GPUs a reservation held, while it held
+    them, in the period asked for (docs/accounting.md#foreign-use). The evidence: `gpus`
+    (`node:index`, or `node uuid`) where the records name the GPUs, else `nodes`."""
+
+    cluster_id: int
+    reservation: object  # the Reservation, its team selected
+    account: str  # the Slurm account or the Kubernetes namespace ("" when none was seen)
+    using_team: str  # the slug of the team that account belongs to, "" when none
+    job: str  # the Slurm job id or the pod's name
+    first_seen: datetime  # the job's start, or the first sample window it ran in
+    last_seen: datetime | None  # its end or the last window's end; None: still running
+    evidence: str  # what proves it, for people: which records
+    nodes: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()
+    user: str = ""
+    seen_s: int | None = None  # how long the agents saw it (sampled backends only)
+    detail: object = None  # the backend's own record (a SlurmJob), for its pages
+
+    @property
+    def reserving_team(self) -> str:
+        return self.reservation.team.slug
+
+
 class Backend(ABC):
     """The interface every scheduler backend implements. `kinds` orders creation (an
     account before its associations); deletions run in the reverse order."""
@@ -169,6 +198,14 @@ class Backend(ABC):
     def node_resume(self, *, hostname: str) -> bool:
         """Undo gpuquota's own drain of the node (never the site's); whether it did."""
         raise BackendError(f"The {self.scheduler} backend cannot resume nodes yet.")
+
+    @classmethod
+    def foreign_use(cls, *, clusters, period, team=None) -> list[ForeignUse]:
+        """Foreign use on `clusters` (this backend's) in `period` (a `core.timeutil.Period`),
+        on `team`'s reservations only if given (docs/accounting.md#foreign-use). Read from
+        gpuquota's own records of the scheduler, never by asking it; a backend whose
+        scheduler keeps no record of whose work ran where has no evidence: none."""
+        return []
 
     def export(self, plan: Plan) -> dict[str, str]:
         """The whole plan as files a site applies itself: file name -> content."""
@@ -238,6 +275,21 @@ def backend_options_check(cluster, options: dict) -> None:
     """Refuse options the cluster's backend cannot read (its `options_check`)."""
     if path := BACKENDS.get(cluster.scheduler):
         import_string(path).options_check(options, cluster=cluster)
+
+
+def backend_class(cluster) -> type[Backend] | None:
+    """The backend class of a cluster's scheduler, or None (`none`)."""
+    path = BACKENDS.get(cluster.scheduler)
+    return import_string(path) if path else None
+
+
+def backend_classes(clusters) -> dict[type[Backend], list]:
+    """The clusters by their backend's class (those whose scheduler has one)."""
+    found: dict[type[Backend], list] = {}
+    for cluster in clusters:
+        if (backend := backend_class(cluster)) is not None:
+            found.setdefault(backend, []).append(cluster)
+    return found
 
 
 def backend_for(cluster, config) -> Backend | None:

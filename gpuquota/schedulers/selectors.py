@@ -12,21 +12,18 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from accounts.models import ClusterIdentity, Membership
+from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import Cluster, Gpu
 from gpuquota.reservations.models import Assignment, Loan, Quota, Reservation
-from gpuquota.schedulers.backend import owned_name
+from gpuquota.schedulers.backend import ForeignUse, backend_classes
 from gpuquota.schedulers.models import (
-    BindingLevel,
     Drift,
     LoanReturn,
     Problem,
     ReconcileRun,
     ReservationBinding,
-    SlurmJob,
-    SlurmJobGpu,
 )
-from gpuquota.schedulers.slurm.objects import hostlist_expand
-from gpuquota.schedulers.slurm.options import LENDING_ACCOUNT, SCAVENGER_QOS
+from gpuquota.schedulers.slurm.selectors import hold_jobs
 
 #: Reservations a scheduler must hold: approved and not over.
 HELD_STATUSES = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE)
@@ -191,14 +188,11 @@ def clusters_backends() -> list:
     return clusters
 
 
-FOREIGN_USE_DAYS = 30
-
-
-def cluster_backend_detail(*, cluster, now: datetime) -> dict:
+def cluster_backend_detail(*, cluster, now: datetime, period: Period) -> dict:
     """What the cluster's admin page shows: problems, drift, runs, bindings of the
-    reservations it holds now, foreign use of the last 30 days, lent GPUs' returns."""
+    reservations it holds now, foreign use in `period`, lent GPUs' returns."""
     return {
-        "foreign": foreign_use(cluster=cluster, since=now - timedelta(days=FOREIGN_USE_DAYS)),
+        "foreign": foreign_use(cluster=cluster, period=period),
         "problems": Problem.objects.filter(cluster=cluster).order_by("status", "-last_seen_at")[
             :PAGE_ROWS],
         "drifts": Drift.objects.filter(cluster=cluster)[:PAGE_ROWS],
@@ -249,90 +243,23 @@ def team_scheduler_holds(*, team, now: datetime) -> list[dict]:
         reservation__team=team, reservation__status__in=HELD_STATUSES,
         reservation__end__gt=now,
     ).select_related("reservation__gpu_class").order_by("reservation__start"))
-    return [{"binding": b, "reservation": b.reservation, "jobs": _hold_jobs(b.reservation)}
+    return [{"binding": b, "reservation": b.reservation, "jobs": hold_jobs(b.reservation)}
             for b in held]
 
 
-def _hold_jobs(reservation) -> list[SlurmJob]:
-    """The latest Slurm jobs in the reservation's Slurm reservation or seen running on its
-    GPUs, each with `gpus_seen` (`node:index`, on its GPUs)."""
-    seen = defaultdict(list)
-    rows = SlurmJobGpu.objects.filter(
-        gpu__assignments__reservation=reservation, first_seen_at__lt=reservation.end,
-        last_seen_at__gte=reservation.start,
-    ).distinct().order_by("node", "gpu_index")
-    for row in rows:
-        seen[(row.cluster_id, row.job_id)].append(f"{row.node}:{row.gpu_index}")
-    on_gpus = Q(pk__in=[])
-    for cluster_id, job_id in seen:
-        on_gpus |= Q(cluster_id=cluster_id, job_id=job_id)
-    jobs = list(SlurmJob.objects.filter(
-        Q(reservation=owned_name("res", reservation.pk)) | on_gpus).order_by("-submitted_at")[:10])
-    for job in jobs:
-        job.gpus_seen = ", ".join(seen.get((job.cluster_id, job.job_id), []))
-    return jobs
+def foreign_use_period(now: datetime) -> Period:
+    """The period every page shows foreign use for unless asked another: the statement
+    period (the calendar month, UTC) that `now` is in."""
+    return Period.month(now.year, now.month)
 
 
-@dataclass(frozen=True)
-class ForeignUse:
-    """A job of another account on GPUs a reservation held, outside a loan: the evidence
-    (the nodes; the GPUs, `node:index`, where slurmctld was seen saying which)."""
-
-    reservation: object
-    job: object
-    nodes: tuple[str, ...]
-    gpus: tuple[str, ...] = ()
-
-
-def foreign_use(*, cluster=None, team=None, since: datetime) -> list[ForeignUse]:
-    """Jobs that ran, since `since`, on GPUs a reservation held, while it held them, under
-    an account that is not the team's and not a borrower's. Evidence is the GPUs slurmctld
-    said the job held while it ran (SlurmJobGpu), whatever the binding level; a job never
-    seen running (shorter than the observation interval) counts by its nodes, and only where
-    the reservation held them whole."""
-    bindings = ReservationBinding.objects.filter(reservation__end__gt=since).select_related(
-        "reservation__team")
-    if team is not None:
-        bindings = bindings.filter(reservation__team=team)
-    if cluster is not None:
-        bindings = bindings.filter(reservation__assignments__gpu__node__cluster=cluster)
+def foreign_use(*, period: Period, cluster=None, team=None) -> list[ForeignUse]:
+    """Foreign use in `period` (docs/accounting.md#foreign-use), on `cluster` or on every
+    cluster with a scheduler, on `team`'s reservations only if given, newest first: each
+    cluster's backend reads its own evidence (`Backend.foreign_use`)."""
+    clusters = [cluster] if cluster is not None else Cluster.objects.exclude(
+        scheduler=Cluster.Scheduler.NONE).order_by("name")
     found = []
-    for binding in bindings.distinct():
-        r = binding.reservation
-        assignments = list(Assignment.objects.filter(reservation=r).select_related("gpu__node"))
-        if assignments:
-            found += _foreign_jobs(binding, assignments, since)
-    return sorted(found, key=lambda f: f.job.started_at, reverse=True)
-
-
-def _foreign_jobs(binding, assignments, since: datetime) -> list[ForeignUse]:
-    r = binding.reservation
-    node_cluster = assignments[0].gpu.node.cluster_id
-    own = [*ClusterIdentity.objects.filter(
-        cluster_id=node_cluster, team=r.team, kind=ClusterIdentity.Kind.SLURM_ACCOUNT,
-    ).values_list("key", flat=True), LENDING_ACCOUNT]
-    jobs = SlurmJob.objects.filter(
-        cluster_id=node_cluster, started_at__lt=r.end, started_at__isnull=False,
-    ).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=max(r.start, since))).exclude(
-        account__in=own).exclude(qos=SCAVENGER_QOS).exclude(gpus=0)
-    seen = defaultdict(list)  # job id -> the reserved GPUs it was seen on
-    for row in SlurmJobGpu.objects.filter(
-        cluster_id=node_cluster, gpu_id__in=[a.gpu_id for a in assignments],
-        first_seen_at__lt=r.end, last_seen_at__gte=max(r.start, since),
-    ).exclude(account__in=own).order_by("node", "gpu_index"):
-        seen[row.job_id].append(row)
-    whole = binding.level in (BindingLevel.WHOLE_NODES, BindingLevel.EXACT_GPUS)
-    observed = set(SlurmJobGpu.objects.filter(
-        cluster_id=node_cluster, job_id__in=[j.job_id for j in jobs]).values_list(
-        "job_id", flat=True)) if whole else set()
-    nodes = {a.gpu.node.hostname.split(".")[0] for a in assignments}
-    found = []
-    for job in jobs.filter(job_id__in=list(seen)) if not whole else jobs:
-        rows = seen.get(job.job_id, [])
-        if rows:
-            found.append(ForeignUse(reservation=r, job=job,
-                                    nodes=tuple(sorted({row.node for row in rows})),
-                                    gpus=tuple(f"{row.node}:{row.gpu_index}" for row in rows)))
-        elif job.job_id not in observed and (shared := nodes & set(hostlist_expand(job.nodes))):
-            found.append(ForeignUse(reservation=r, job=job, nodes=tuple(sorted(shared))))
-    return found
+    for backend, theirs in backend_classes(clusters).items():
+        found += backend.foreign_use(clusters=theirs, period=period, team=team)
+    return sorted(found, key=lambda f: (f.first_seen, f.cluster_id, f.job), reverse=True)

@@ -11,12 +11,17 @@ from django.views.decorators.http import require_POST
 
 from accounts.permissions import require_admin
 from gpuquota.core.errors import DomainError
+from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import Cluster
 from gpuquota.schedulers.backend import BackendError
 from gpuquota.schedulers.forms import BackendConfigForm
 from gpuquota.schedulers.models import BackendConfig, ReconcileRun
 from gpuquota.schedulers.reconcile import cluster_plan, cluster_reconcile
-from gpuquota.schedulers.selectors import cluster_backend_detail, clusters_backends
+from gpuquota.schedulers.selectors import (
+    cluster_backend_detail,
+    clusters_backends,
+    foreign_use_period,
+)
 from gpuquota.schedulers.services import backend_config_update
 
 
@@ -49,10 +54,17 @@ def cluster_detail(request, slug: str):
         else:
             messages.success(request, f"Backend of {cluster} saved.")
             return redirect("scheduler_cluster", slug=cluster.slug)
+    now = timezone.now()
+    period, month_error = foreign_use_period(now), ""
+    if month := request.GET.get("month"):
+        try:
+            period = Period.parse_month(month)
+        except ValueError as exc:
+            month_error = str(exc)
     return render(request, "schedulers/cluster.html", {
-        "cluster": cluster, "config": config, "form": form,
-        "caps": getattr(cluster, "scheduler_capabilities", None),
-        **cluster_backend_detail(cluster=cluster, now=timezone.now()),
+        "cluster": cluster, "config": config, "form": form, "period": period,
+        "month_error": month_error, "caps": getattr(cluster, "scheduler_capabilities", None),
+        **cluster_backend_detail(cluster=cluster, now=now, period=period),
     })
 
 

@@ -79,7 +79,7 @@ def test_the_installed_apps_contribute_in_installed_apps_order():
     assert found == [
         ("team", "main", "usage/_reservation_utilization.html"),
         ("team", "main", "schedulers/_team_holds.html"),
-        ("team", "top", "kubernetes/_team_foreign.html"),
+        ("team", "top", "schedulers/_team_foreign.html"),
         ("team", "main", "lending/_team_loans.html"),
         ("team", "main", "jobs/_team_jobs.html"),
         ("gpu", "main", "reliability/_unit_section.html"),

@@ -41,15 +41,15 @@ def test_another_teams_pod_on_a_reserved_gpu_is_foreign_unless_lent(kube):
     seen(gpus[1], "speech", "asr-9", [31, 32])  # on loan: borrowing is allowed
 
     uses = foreign_uses(cluster=kube.cluster, start=NOW, end=NOW + timedelta(hours=1))
-    assert [(u.gpu_uuid, u.namespace, u.using_team, u.pod, u.windows) for u in uses] == [
-        (gpus[1].uuid, "research", "", "notebook-1", 1),
-        (gpus[0].uuid, "speech", "speech", "asr-7", 4),
+    assert [(u.gpus, u.account, u.using_team, u.job, u.seen_s) for u in uses] == [
+        ((gpus[1].uuid,), "research", "", "notebook-1", 60),
+        ((gpus[0].uuid,), "speech", "speech", "asr-7", 4 * 60),
     ]
     asr = uses[1]
     assert (asr.first_seen, asr.last_seen) == (NOW + timedelta(minutes=5),
                                               NOW + timedelta(minutes=9))
-    assert asr.reservation_id == reservation.pk and asr.reserving_team == "vision"
-    assert asr.seen_s == 4 * 60  # four one-minute windows
+    assert asr.reservation.pk == reservation.pk and asr.reserving_team == "vision"
+    assert "(4 windows)" in asr.evidence  # four one-minute windows
     assert foreign_uses(cluster=kube.cluster, start=NOW, end=NOW + timedelta(hours=1),
                         team=kube.teams["speech"]) == []
 
@@ -93,7 +93,7 @@ def test_the_team_and_the_admins_are_told(kube):
         other.force_login(kube.admin)
         home = other.get("/").content.decode()
     assert 'id="foreign-use"' in team_page and "asr-7" in team_page
-    assert "Foreign GPU use on kube this month" in home
+    assert "Foreign GPU use this month" in home and "kube: 1" in home
 
 
 def test_the_fake_api_server_script_configures_a_cluster_and_reconciles_it(kube):

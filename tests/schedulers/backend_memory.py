@@ -30,6 +30,11 @@ class MemoryBackend(Backend):
         """A Slurm cluster's options, as the backend it stands in for reads them."""
         SlurmBackend.options_check(options, cluster=cluster)
 
+    @classmethod
+    def foreign_use(cls, *, clusters, period, team=None):
+        """A Slurm cluster's foreign use, from the records of the Slurm it stands in for."""
+        return SlurmBackend.foreign_use(clusters=clusters, period=period, team=team)
+
     def capabilities(self) -> CapabilityReport:
         return CapabilityReport(version="mem-1", best_binding=BindingLevel.QUOTA)
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from accounts.models import User
 from gpuquota.core.models import AuditEntry
 from gpuquota.schedulers.models import BackendConfig, Problem, ReservationBinding, SlurmJob
-from gpuquota.schedulers.selectors import foreign_use
+from gpuquota.schedulers.selectors import foreign_use, foreign_use_period
 from gpuquota.schedulers.services import backend_config_update
 from tests.factories import MembershipFactory, UserFactory
 from tests.schedulers import backend_memory as mem
@@ -155,15 +155,15 @@ def test_foreign_use_of_a_reserved_node_is_flagged_with_the_job(memory_backend):
     job("104", "speech", "normal", nodes="node-b")  # not on the reserved node
     job("105", "speech", "normal", started=now - timedelta(hours=5))  # before it held it
     SlurmJob.objects.filter(job_id="105").update(ended_at=now - timedelta(hours=4))
-    assert [f.job.job_id for f in foreign_use(since=now - timedelta(days=30))] == ["101"]
+    assert [f.job for f in foreign_use(period=foreign_use_period(now))] == ["101"]
 
     lead_page = client_for(User.objects.get(username="alice")).get(
         reverse("team_detail", args=["vision"])).content.decode()
     assert 'id="foreign-use"' in lead_page and ">101<" in lead_page
     admin = client_for(memory_backend.admin)
     assert ">101<" in admin.get(f"/schedulers/{memory_backend.cluster.slug}/").content.decode()
-    assert "Jobs of other accounts on reserved GPUs" in admin.get("/").content.decode()
+    assert "Foreign GPU use this month" in admin.get("/").content.decode()
     review = admin.get(reverse("statement_review") + f"?month={now:%Y-%m}").content.decode()
     assert 'id="foreign-use"' in review
     cluster = memory_backend.cluster
-    assert f'href="/schedulers/{cluster.slug}/">{cluster.name}: 1</a>' in review
+    assert f'href="/schedulers/{cluster.slug}/?month={now:%Y-%m}">{cluster.name}: 1</a>' in review

@@ -180,6 +180,7 @@ def test_running_jobs_gpus_are_read_from_slurm_and_prove_foreign_use(live):
     account's job on a reserved GPU is foreign use, by GPU. The epilog removes the records."""
     from django.utils import timezone
 
+    from gpuquota.core.timeutil import Period
     from gpuquota.schedulers.selectors import foreign_use
 
     site = _site(live)
@@ -203,8 +204,8 @@ def test_running_jobs_gpus_are_read_from_slurm_and_prove_foreign_use(live):
 
     assert _wait(lambda: slurm_jobs_import(cluster=site.cluster) and SlurmJob.objects.filter(
         job_id=own, started_at__isnull=False).exists())
-    found = foreign_use(since=now - timedelta(days=1))
-    assert [(f.job.job_id, f.gpus) for f in found] == [(foreign, ("gqnode1:0",))]
+    found = foreign_use(period=Period(now - timedelta(days=1), now + timedelta(days=1)))
+    assert [(f.job, f.gpus) for f in found] == [(foreign, ("gqnode1:0",))]
 
     live.run("scancel", foreign)
     assert _wait(lambda: not (records / "gpu0").exists()), "the epilog left the record"

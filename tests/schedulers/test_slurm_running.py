@@ -8,6 +8,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from gpuquota.core.timeutil import Period
 from gpuquota.schedulers.models import ReservationBinding, SlurmJob, SlurmJobGpu
 from gpuquota.schedulers.selectors import foreign_use
 from gpuquota.schedulers.slurm.objects import RunningGpu, gres_indices, running_gpus_parse
@@ -102,8 +103,8 @@ def test_foreign_use_by_gpu_on_a_reservation_held_by_quota_only(site):
         running_gpus_record(cluster=site.cluster, at=now - timedelta(minutes=30),
                             gpus=[RunningGpu(job_id, "speech", "bob", "node-a", index)],
                             node_name=lambda h: h)
-    found = foreign_use(since=now - timedelta(days=30))
-    assert [(f.job.job_id, f.gpus) for f in found] == [("201", ("node-a:1",))]
+    found = foreign_use(period=Period(now - timedelta(days=30), now + timedelta(days=1)))
+    assert [(f.job, f.gpus) for f in found] == [("201", ("node-a:1",))]
 
 
 def test_on_a_whole_node_a_job_seen_elsewhere_is_not_flagged_by_its_node_list(site):
@@ -124,8 +125,8 @@ def test_on_a_whole_node_a_job_seen_elsewhere_is_not_flagged_by_its_node_list(si
                         gpus=[RunningGpu("301", "speech", "bob", "node-b", 0)],
                         node_name=lambda h: h)
     # 302 was never seen running (too short): its node list is the evidence.
-    assert [(f.job.job_id, f.nodes, f.gpus) for f in foreign_use(
-        since=now - timedelta(days=30))] == [("302", ("node-a",), ())]
+    found = foreign_use(period=Period(now - timedelta(days=30), now + timedelta(days=1)))
+    assert [(f.job, f.nodes, f.gpus) for f in found] == [("302", ("node-a",), ())]
 
 
 def test_the_team_page_lists_the_jobs_seen_on_a_reservations_gpus(site):

@@ -19,6 +19,7 @@ from gpuquota.schedulers.backend import (
     BackendError,
     Binding,
     CapabilityReport,
+    ForeignUse,
     Observed,
     Plan,
     SchedulerObject,
@@ -27,6 +28,7 @@ from gpuquota.schedulers.kubernetes import drain
 from gpuquota.schedulers.kubernetes.admission import admission_objects
 from gpuquota.schedulers.kubernetes.api import Api, api_client
 from gpuquota.schedulers.kubernetes.capabilities import detect
+from gpuquota.schedulers.kubernetes.foreign import foreign_uses
 from gpuquota.schedulers.kubernetes.kueue_release import Release
 from gpuquota.schedulers.kubernetes.names import manifest_refusal, namespaces_usable
 from gpuquota.schedulers.kubernetes.objects import (
@@ -67,6 +69,13 @@ class KubernetesBackend(Backend):
     @classmethod
     def options_check(cls, options: dict, *, cluster) -> None:
         options_parse(options, cluster_slug=cluster.slug)  # and the names it refuses
+
+    @classmethod
+    def foreign_use(cls, *, clusters, period, team=None) -> list[ForeignUse]:
+        """From the agents' process records: Kubernetes keeps no record of which pod held
+        which GPU once it is gone."""
+        return [use for cluster in clusters for use in foreign_uses(
+            cluster=cluster, start=period.start, end=period.end, team=team)]
 
     def __init__(self, *, cluster, config):
         super().__init__(cluster=cluster, config=config)

@@ -14,25 +14,36 @@ from accounts.models import ClusterIdentity
 from gpuquota.ingest.models import ProcessRecord
 from gpuquota.inventory.models import Gpu
 from gpuquota.reservations.models import Assignment, Loan, Reservation
+from gpuquota.schedulers.backend import ForeignUse
 
 NOT_HELD = (Reservation.Status.PENDING, Reservation.Status.CANCELLED, Reservation.Status.DENIED)
 
 
-@dataclass
-class ForeignUse:
-    """One pod of another team on one reserved GPU: when it was seen, in how many windows."""
+EVIDENCE = "the agents' process records: the pod and namespace of each process on the GPU"
 
-    gpu_uuid: str
-    node: str
-    reservation_id: int
-    reserving_team: str
+
+@dataclass
+class _Seen:
+    """One pod of another team on one reserved GPU, as the windows add up."""
+
+    reservation: object
     namespace: str
-    using_team: str  # "" when the namespace belongs to no team
+    using_team: str
     pod: str
+    node: str
+    gpu_uuid: str
     first_seen: datetime
     last_seen: datetime
     windows: int
-    seen_s: int = 0  # the seconds of those windows: how long it ran there, as sampled
+    seen_s: int
+
+    def use(self, cluster_id: int) -> ForeignUse:
+        return ForeignUse(
+            cluster_id=cluster_id, reservation=self.reservation, account=self.namespace,
+            using_team=self.using_team, job=self.pod, first_seen=self.first_seen,
+            last_seen=self.last_seen, nodes=(self.node,), gpus=(self.gpu_uuid,),
+            seen_s=self.seen_s,
+            evidence=f"{EVIDENCE} ({self.windows} window{'s' if self.windows != 1 else ''})")
 
 
 def _intervals(rows, key):
@@ -49,7 +60,7 @@ def _covering(intervals, at: datetime, start: str, end: str):
 
 def foreign_uses(*, cluster, start: datetime, end: datetime, team=None) -> list[ForeignUse]:
     """Every foreign use on `cluster` seen in [start, end) (on `team`'s reservations only,
-    if given), oldest first."""
+    if given), oldest first: one per GPU, reservation and pod."""
     gpus = {g.pk: g for g in Gpu.objects.filter(node__cluster=cluster).select_related("node")}
     assignments = Assignment.objects.filter(
         gpu_id__in=gpus, assigned_from__lt=end, assigned_until__gt=start,
@@ -70,7 +81,7 @@ def foreign_uses(*, cluster, start: datetime, end: datetime, team=None) -> list[
         job_source=ProcessRecord.JobSource.KUBERNETES)
         .values_list("gpu_id", "job_account", "job_id", "window_start", "window_end")
         .distinct().order_by("gpu_id", "job_account", "job_id", "window_start"))
-    found: dict[tuple, ForeignUse] = {}
+    found: dict[tuple, _Seen] = {}
     for gpu_id, namespace, pod, window_start, window_end in windows:
         assignment = _covering(by_gpu[gpu_id], window_start, "assigned_from", "assigned_until")
         if assignment is None or _covering(loans.get(gpu_id, []), window_start, "lent_from",
@@ -85,13 +96,14 @@ def foreign_uses(*, cluster, start: datetime, end: datetime, team=None) -> list[
         use = found.get(key)
         if use is None:
             gpu = gpus[gpu_id]
-            found[key] = ForeignUse(
-                gpu_uuid=gpu.uuid, node=gpu.node.hostname, reservation_id=reservation.pk,
-                reserving_team=reservation.team.slug, namespace=namespace or "",
+            found[key] = _Seen(
+                reservation=reservation, namespace=namespace or "",
                 using_team=owner.team.slug if owner and owner.team else "", pod=pod or "",
-                first_seen=window_start, last_seen=window_end, windows=1,
+                node=gpu.node.hostname, gpu_uuid=gpu.uuid, first_seen=window_start,
+                last_seen=window_end, windows=1,
                 seen_s=int((window_end - window_start).total_seconds()))
         else:
             use.last_seen, use.windows = max(use.last_seen, window_end), use.windows + 1
             use.seen_s += int((window_end - window_start).total_seconds())
-    return sorted(found.values(), key=lambda u: (u.first_seen, u.gpu_uuid, u.pod))
+    return [u.use(cluster.pk) for u in sorted(
+        found.values(), key=lambda u: (u.first_seen, u.gpu_uuid, u.pod))]

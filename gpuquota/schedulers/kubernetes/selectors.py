@@ -1,13 +1,11 @@
 """Reads for the Kubernetes cluster page: capabilities, each reservation's binding and the
-objects written for it, foreign use per month."""
+objects written for it (foreign use is the backend's `foreign_use`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import Cluster
-from gpuquota.schedulers.kubernetes.foreign import ForeignUse, foreign_uses
 from gpuquota.schedulers.models import Capabilities, ManagedObject, ReservationBinding
 
 
@@ -42,13 +40,3 @@ def kubernetes_clusters() -> list[Cluster]:
 
 def cluster_capabilities(*, cluster: Cluster) -> Capabilities | None:
     return Capabilities.objects.filter(cluster=cluster).first()
-
-
-def foreign_uses_month(*, cluster: Cluster, period: Period, team=None) -> list[ForeignUse]:
-    return foreign_uses(cluster=cluster, start=period.start, end=period.end, team=team)
-
-
-def foreign_use_counts(*, period: Period) -> dict[Cluster, int]:
-    """Foreign uses in `period` per Kubernetes cluster (the statements' review can show
-    them per month: reports may import this selector)."""
-    return {c: len(foreign_uses_month(cluster=c, period=period)) for c in kubernetes_clusters()}

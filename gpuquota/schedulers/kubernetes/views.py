@@ -7,11 +7,8 @@ from django.utils import timezone
 from accounts.permissions import require_admin
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import Cluster
-from gpuquota.schedulers.kubernetes.selectors import (
-    cluster_capabilities,
-    foreign_uses_month,
-    reservation_holds,
-)
+from gpuquota.schedulers.kubernetes.selectors import cluster_capabilities, reservation_holds
+from gpuquota.schedulers.selectors import foreign_use, foreign_use_period
 
 
 def cluster_page(request, slug: str):
@@ -22,9 +19,9 @@ def cluster_page(request, slug: str):
     try:
         period = Period.parse_month(request.GET.get("month") or f"{now:%Y-%m}")
     except ValueError as exc:
-        period, error = Period.month(now.year, now.month), str(exc)
+        period, error = foreign_use_period(now), str(exc)
     return render(request, "kubernetes/cluster.html", {
         "cluster": cluster, "capabilities": cluster_capabilities(cluster=cluster),
         "holds": reservation_holds(cluster=cluster), "period": period, "month_error": error,
-        "foreign": foreign_uses_month(cluster=cluster, period=period),
+        "foreign": foreign_use(cluster=cluster, period=period),
     })

@@ -11,6 +11,7 @@ from gpuquota.schedulers.backend import (
     Backend,
     BackendError,
     CapabilityReport,
+    ForeignUse,
     Observed,
     Plan,
     SchedulerObject,
@@ -29,6 +30,7 @@ from gpuquota.schedulers.slurm.capabilities import (
 from gpuquota.schedulers.slurm.options import SCAVENGER_QOS, SlurmOptions
 from gpuquota.schedulers.slurm.plan import plan_build
 from gpuquota.schedulers.slurm.rest import SlurmRest
+from gpuquota.schedulers.slurm.selectors import slurm_foreign_use
 
 
 class SlurmBackend(Backend):
@@ -41,6 +43,11 @@ class SlurmBackend(Backend):
     @classmethod
     def options_check(cls, options: dict, *, cluster) -> None:
         SlurmOptions.parse(options)  # refuses unknown or malformed options
+
+    @classmethod
+    def foreign_use(cls, *, clusters, period, team=None) -> list[ForeignUse]:
+        """From Slurm's accounting and the GPUs slurmctld said each job held."""
+        return slurm_foreign_use(clusters=clusters, period=period, team=team)
 
     def __init__(self, *, cluster, config):
         super().__init__(cluster=cluster, config=config)
