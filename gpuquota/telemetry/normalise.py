@@ -220,7 +220,9 @@ def _device_fields(gpu: GatheredGpu, ws: int, window_s: int) -> dict:
     dev = gpu.device
     energy = _delta(dev["energy_last"], ws, window_s)
     reset = (dev["energy_resets"].get(ws) or 0) > 0 or (energy is not None and energy < 0)
-    dbe, sbe = _delta(dev["dbe_last"], ws, window_s), _delta(dev["sbe_last"], ws, window_s)
+    # ECC counters and temperature are missing from many exporters' fields: no look-ups
+    dbe = _delta(dev["dbe_last"], ws, window_s) if dev["dbe_last"] else None
+    sbe = _delta(dev["sbe_last"], ws, window_s) if dev["sbe_last"] else None
     temp = dev["temp_max"].get(ws)
     return {"power_w_avg": dev["power_avg"].get(ws),
             "energy_j": None if reset or energy is None else energy / 1000.0,
