@@ -2,6 +2,10 @@
 Prometheus itself takes to answer the same queries, at several fleet sizes in one run.
 
     .venv/bin/python -m bench.telemetry_import [--sizes 200,1000] [--hours 24] [--step 30]
+        [--data DIR] [--profile FILE]
+
+(`--data`: keep the loaded history in DIR and reuse it; `--profile`: a CPU-time cProfile
+of each import, to FILE.<size>.)
 
 It writes `--hours` of dcgm-exporter history for the largest size (8 GPUs a node, a
 reading every `--step` seconds: utilization from the profiling field, memory, power,
@@ -79,7 +83,8 @@ def history_write(path: Path, *, uuids: list[str], first: int, start: int, secon
     return lines
 
 
-def blocks_write(workdir: Path, *, data: Path, gpus: int, seconds: int, step: int, jobs: int) -> int:
+def blocks_write(workdir: Path, *, data: Path, gpus: int, seconds: int, step: int,
+                 jobs: int) -> int:
     """The history as TSDB blocks, `jobs` files written and loaded at once."""
     uuids = gpu_uuids(gpus)
     start = int(START.timestamp())
