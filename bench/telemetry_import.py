@@ -2,6 +2,10 @@
 Prometheus itself takes to answer the same queries, at several fleet sizes in one run.
 
     .venv/bin/python -m bench.telemetry_import [--sizes 200,1000] [--hours 24] [--step 30]
+        [--data DIR] [--profile FILE]
+
+(`--data`: keep the loaded history in DIR and reuse it; `--profile`: a CPU-time cProfile
+of each import, to FILE.<size>.)
 
 It writes `--hours` of dcgm-exporter history for the largest size (8 GPUs a node, a
 reading every `--step` seconds: utilization from the profiling field, memory, power,
@@ -79,7 +83,8 @@ def history_write(path: Path, *, uuids: list[str], first: int, start: int, secon
     return lines
 
 
-def blocks_write(workdir: Path, *, gpus: int, seconds: int, step: int, jobs: int) -> int:
+def blocks_write(workdir: Path, *, data: Path, gpus: int, seconds: int, step: int,
+                 jobs: int) -> int:
     """The history as TSDB blocks, `jobs` files written and loaded at once."""
     uuids = gpu_uuids(gpus)
     start = int(START.timestamp())
@@ -90,7 +95,7 @@ def blocks_write(workdir: Path, *, gpus: int, seconds: int, step: int, jobs: int
         lines = history_write(path, uuids=uuids[:min(gpus, (part + 1) * share)],
                               first=part * share, start=start, seconds=seconds, step=step)
         subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(path),
-                        str(workdir / "data")], check=True, capture_output=True)
+                        str(data)], check=True, capture_output=True)
         path.unlink()
         return lines
 
@@ -160,7 +165,8 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(size: int, url: str, pid: int, hours: int, step: int, database: str) -> dict:
+def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
+            profile: str = "") -> dict:
     """One size, in this process with its own database: Prometheus alone, then the import."""
     database_create(database)
     os.environ.update(env_for(database))
@@ -182,9 +188,18 @@ def measure(size: int, url: str, pid: int, hours: int, step: int, database: str)
     prom_cpu = process_cpu_s(pid)
     prom_wall, answered = prometheus_alone(source, start=START, end=end)
     prom_cpu = process_cpu_s(pid) - prom_cpu
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile(time.process_time)  # CPU, not wall: a shared machine
+        profiler.enable()
     wall_began, cpu_began = time.perf_counter(), time.process_time()
     result = range_import(source=source, start=START, end=end)
     wall, cpu = time.perf_counter() - wall_began, time.process_time() - cpu_began
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(f"{profile}.{size}")
     return {"gpus": size, "hours": hours, "prometheus_s": prom_wall, "prometheus_cpu_s": prom_cpu,
             "answer_mb": answered / 1e6,
             "import_wall_s": wall, "import_cpu_s": cpu,
@@ -200,30 +215,39 @@ def main() -> None:
     parser.add_argument("--hours", type=int, default=24)
     parser.add_argument("--step", type=int, default=30, help="seconds between readings")
     parser.add_argument("--jobs", type=int, default=2, help="promtool processes at once")
+    parser.add_argument("--data", help="a TSDB folder to keep and reuse (written when new)")
+    parser.add_argument("--profile", default="",
+                        help="cProfile each import to <this>.<size> (CPU figures inflate)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # size,url: the child process
     args = parser.parse_args()
     if args.measure:
         size, pid, url = args.measure.split(",", 2)
         print(json.dumps(measure(int(size), url, int(pid), args.hours, args.step,
-                                 f"{args.database}_{size}")))
+                                 f"{args.database}_{size}", args.profile)))
         return
     if not (shutil.which("prometheus") and shutil.which("promtool")):
         raise SystemExit("needs Debian's prometheus and promtool (apt-get install prometheus)")
     sizes = sorted(int(s) for s in args.sizes.split(","))
     workdir = Path(tempfile.mkdtemp(prefix="gq-bench-telemetry-"))
+    data = Path(args.data).resolve() if args.data else workdir / "data"
     try:
         began = time.perf_counter()
-        lines = blocks_write(workdir, gpus=sizes[-1], seconds=args.hours * 3600,
-                             step=args.step, jobs=args.jobs)
-        print(f"history: {sizes[-1]} GPUs x {args.hours} h every {args.step} s: {lines:,} "
-              f"lines, written and loaded in {time.perf_counter() - began:.0f} s")
-        process, url = prometheus_start(workdir, workdir / "data")
+        if (data / "done").exists():
+            print(f"history: reused {data}")
+        else:
+            lines = blocks_write(workdir, data=data, gpus=sizes[-1], seconds=args.hours * 3600,
+                                 step=args.step, jobs=args.jobs)
+            (data / "done").write_text(f"{sizes[-1]} {args.hours} {args.step}\n")
+            print(f"history: {sizes[-1]} GPUs x {args.hours} h every {args.step} s: {lines:,} "
+                  f"lines, written and loaded in {time.perf_counter() - began:.0f} s")
+        process, url = prometheus_start(workdir, data)
         try:
             for size in sizes:
                 child = subprocess.run(
                     [sys.executable, "-m", "bench.telemetry_import", "--measure",
                      f"{size},{process.pid},{url}", "--hours", str(args.hours),
-                     "--step", str(args.step), "--database", args.database], cwd=ROOT,
+                     "--step", str(args.step), "--database", args.database,
+                     "--profile", args.profile], cwd=ROOT,
                     check=True, capture_output=True, text=True)
                 _report(json.loads(child.stdout.strip().splitlines()[-1]))
         finally:

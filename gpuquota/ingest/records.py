@@ -151,7 +151,8 @@ class Judge:
         value = record.get(name)
         if value is None:
             return None
-        if value < low or (high is not None and value > high) or not _finite(value):
+        if value < low or (high is not None and value > high) or not (
+                math.isfinite(value) if type(value) is float else _finite(value)):
             why = f"must be {low}..{high}" if high is not None and high < INT64 else (
                 f"must be >= {low}")
             self.out.null(f"{path}.{name}", why)
@@ -195,16 +196,20 @@ class Judge:
         limit = gpu.power_limit_w
         power_high = 3 * limit if limit else None
         energy_high = power_high * window[2] if power_high else None
+        get, bounded = record.get, self.bounded  # absent or null fields: no check to make
         self.out.samples.append((
             gpu.id, window[0], window[1], _int(readings),
-            util_avg, util_max, self.percent(record, "util_mem_avg", path),
+            util_avg, util_max,
+            None if get("util_mem_avg") is None else self.percent(record, "util_mem_avg", path),
             _int(mem_avg), _int(mem_max),
-            self.bounded(record, "power_w_avg", path, 0, power_high),
-            self.bounded(record, "energy_j", path, 0, energy_high),
-            _int(self.bounded(record, "temp_c_max", path, -40, 150)),
-            _int(self.bounded(record, "clock_event_reasons", path, 0, INT64)),
-            _int(self.bounded(record, "ecc_uncorrected", path, 0, INT64)),
-            _int(self.bounded(record, "ecc_corrected", path, 0, INT64)),
+            None if get("power_w_avg") is None else bounded(record, "power_w_avg", path, 0,
+                                                            power_high),
+            None if get("energy_j") is None else bounded(record, "energy_j", path, 0,
+                                                         energy_high),
+            None if get("temp_c_max") is None else _int(bounded(record, "temp_c_max", path,
+                                                                -40, 150)),
+            *(None if get(name) is None else _int(bounded(record, name, path, 0, INT64))
+              for name in ("clock_event_reasons", "ecc_uncorrected", "ecc_corrected")),
             received_at, self.boot_pk, self.receipt_pk,
         ))
 

@@ -38,10 +38,16 @@ def gpu_register(
     pci_bus_id: str = "",
     memory_total_bytes: int | None = None,
     power_limit_w: float | None = None,
+    gpu_class: GpuClass | None = None,
 ) -> Gpu:
-    """A new GPU on `node` from `at`, with its first node and class intervals."""
+    """A new GPU on `node` from `at`, with its first node and class intervals; its class
+    is its parent's, else `gpu_class` (a caller registering many GPUs of one model looks
+    it up once, `gpu_class_for_model`), else its model's."""
     at = whole_second(at)
-    gpu_class = parent.gpu_class if parent else gpu_class_for_model(model_name=model_name)
+    if parent is not None:
+        gpu_class = parent.gpu_class
+    elif gpu_class is None:
+        gpu_class = gpu_class_for_model(model_name=model_name)
     gpu = Gpu.objects.create(
         uuid=gpu_uuid_normalize(uuid),
         parent=parent,

@@ -100,7 +100,9 @@ def _turned_on(series: dict, ws: int, window_s: int) -> bool:
         and (ws - window_s) in series
 
 
-def _counter_events(gpu: GpuTimeline, ws: int, at: int, window_s: int) -> list:
+def _health_counter_events(gpu: GpuTimeline, ws: int, at: int, window_s: int) -> list:
+    """XID counts, ECC and row remapping: most exporters have none of them (checked first,
+    once a window, by `_counter_events`)."""
     device, found = gpu.device, []
     for number, counts in gpu.xid_counts:
         if _grew(counts, ws, window_s):
@@ -115,6 +117,14 @@ def _counter_events(gpu: GpuTimeline, ws: int, at: int, window_s: int) -> list:
     if _turned_on(device["remap_failure_max"], ws, window_s):
         found.append(event_record(gpu.gpu_uuid, at, "xid", xid=REMAP_FAILURE_XID,
                                   detail="row remapping failed (DCGM_FI_DEV_ROW_REMAP_FAILURE)"))
+    return found
+
+
+def _counter_events(gpu: GpuTimeline, ws: int, at: int, window_s: int) -> list:
+    device, found = gpu.device, []
+    if gpu.xid_counts or device["dbe_last"] or device["remap_max"] or \
+            device["unc_remapped_last"] or device["remap_failure_max"]:
+        found += _health_counter_events(gpu, ws, at, window_s)
     energy, before = device["energy_last"].get(ws), device["energy_last"].get(ws - window_s)
     if (device["energy_resets"].get(ws) or 0) > 0 or (
             energy is not None and before is not None and energy < before):

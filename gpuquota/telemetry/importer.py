@@ -22,7 +22,7 @@ from gpuquota.ingest import conf as ingest_conf
 from gpuquota.ingest.batches import batch_ingest
 from gpuquota.ingest.protocol import batch_check
 from gpuquota.inventory.models import Gpu, Node
-from gpuquota.inventory.services import gpu_register
+from gpuquota.inventory.services import gpu_class_for_model, gpu_register
 from gpuquota.telemetry import conf, exposition, prometheus
 from gpuquota.telemetry.gather import Observed, gpus_gather, node_mates
 from gpuquota.telemetry.health import GpuState, iso, life_boot
@@ -69,22 +69,29 @@ def aligned(instant: datetime, window_s: int) -> datetime:
     return datetime.fromtimestamp(epoch - epoch % window_s, UTC)
 
 
-def _register(report: GpuReport, *, node: Node, known: dict) -> None:
+def _register(report: GpuReport, *, node: Node, known: dict, classes: dict) -> None:
+    """Register a GPU seen for the first time; `classes` holds the GPU classes by model
+    name looked up so far (one look-up per model, not per GPU)."""
     first = min([u.sample["window_start"] for u in report.units]
                 + [e["ts"] for e in report.events])
     entry = report.entry()
+    parent = known.get(report.parent_uuid) if report.parent_uuid else None
+    model_name = entry["name"] or ""
+    if parent is None and model_name not in classes:
+        classes[model_name] = gpu_class_for_model(model_name=model_name)
     try:
         with transaction.atomic():
             known[report.uuid] = gpu_register(
-                node=node, uuid=report.uuid, model_name=entry["name"] or "",
+                node=node, uuid=report.uuid, model_name=model_name,
                 at=datetime.fromisoformat(first), index=entry["index"],
-                pci_bus_id=entry["pci_bus_id"] or "",
-                parent=known.get(report.parent_uuid) if report.parent_uuid else None)
+                pci_bus_id=entry["pci_bus_id"] or "", parent=parent,
+                gpu_class=None if parent else classes[model_name])
     except IntegrityError:  # registered meanwhile (an agent, another pull): its node wins
         known[report.uuid] = Gpu.objects.select_related("node").get(uuid=report.uuid)
 
 
-def _node_for(report: GpuReport, *, source: TelemetrySource, known: dict) -> Node:
+def _node_for(report: GpuReport, *, source: TelemetrySource, known: dict,
+              classes: dict) -> Node:
     """The GPU's current node when it is known (UUID decides; a MIG device's is its
     GPU's); else it is registered, as the agent's are, on the node the source's node
     label names (in the source's cluster, created when new), from its first window: a
@@ -99,7 +106,7 @@ def _node_for(report: GpuReport, *, source: TelemetrySource, known: dict) -> Nod
         hostname = (labels.get(source.node_label) or labels.get("Hostname")
                     or labels.get("hostname") or "unnamed")[:253]
         node, _ = Node.objects.get_or_create(cluster=source.cluster, hostname=hostname)
-    _register(report, node=node, known=known)
+    _register(report, node=node, known=known, classes=classes)
     return known[report.uuid].node
 
 
@@ -185,8 +192,9 @@ def reports_store(*, source: TelemetrySource, reports: list[GpuReport], start: i
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(
         uuid__in=[r.uuid for r in reports] + [r.parent_uuid for r in reports if r.parent_uuid])}
     by_node: dict[int, tuple[Node, list[GpuReport]]] = {}
+    classes: dict = {}
     for report in sorted(reports, key=lambda r: bool(r.parent_uuid)):  # GPUs, then MIG
-        node = _node_for(report, source=source, known=known)
+        node = _node_for(report, source=source, known=known, classes=classes)
         by_node.setdefault(node.pk, (node, []))[1].append(report)
     for node, node_reports in by_node.values():
         _send(source=source, node=node, reports=node_reports, start=start, stop=stop, now=now,

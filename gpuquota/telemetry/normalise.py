@@ -109,7 +109,28 @@ def _columns(instance: Instance, prefix: str | None) -> list[tuple[dict, ...]]:
     return out
 
 
+def _window_one(column: tuple[dict, ...], ws: int, cap: int) -> _Window | None:
+    """`_window` of a single series (most GPUs), with the very same arithmetic."""
+    counts, avgs, tops, fb_avgs, fb_tops = column
+    count = counts.get(ws)
+    fb = fb_avgs.get(ws)
+    if not count and fb is None:
+        return None
+    util_avg = util_max = None
+    if count:
+        avg = avgs.get(ws)
+        if avg is not None:
+            util_avg = (0.0 + avg * count) / (0.0 + count)
+        util_max = tops.get(ws)
+    weight = count or 1
+    return _Window(int(min(count or 0, max(count or 0, cap))), util_avg, util_max,
+                   None if fb is None else (0.0 + fb * weight) / (0.0 + weight),
+                   fb_tops.get(ws))
+
+
 def _window(columns: list[tuple[dict, ...]], ws: int, cap: int) -> _Window | None:
+    if len(columns) == 1:
+        return _window_one(columns[0], ws, cap)
     total = largest = 0
     weighted = weight = 0.0
     util_max = fb_max = None
@@ -199,7 +220,9 @@ def _device_fields(gpu: GatheredGpu, ws: int, window_s: int) -> dict:
     dev = gpu.device
     energy = _delta(dev["energy_last"], ws, window_s)
     reset = (dev["energy_resets"].get(ws) or 0) > 0 or (energy is not None and energy < 0)
-    dbe, sbe = _delta(dev["dbe_last"], ws, window_s), _delta(dev["sbe_last"], ws, window_s)
+    # ECC counters and temperature are missing from many exporters' fields: no look-ups
+    dbe = _delta(dev["dbe_last"], ws, window_s) if dev["dbe_last"] else None
+    sbe = _delta(dev["sbe_last"], ws, window_s) if dev["sbe_last"] else None
     temp = dev["temp_max"].get(ws)
     return {"power_w_avg": dev["power_avg"].get(ws),
             "energy_j": None if reset or energy is None else energy / 1000.0,

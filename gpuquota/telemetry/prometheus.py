@@ -12,7 +12,15 @@ import orjson
 
 from gpuquota.telemetry import conf
 from gpuquota.telemetry.errors import SourceError
-from gpuquota.telemetry.fields import DEV_UTIL, FIGURES, PROF_UTIL, Figure, figure_usable
+from gpuquota.telemetry.fields import (
+    DEV_UTIL,
+    FIGURES,
+    FP64_BLANK,
+    PLAUSIBLE_MAX,
+    PROF_UTIL,
+    Figure,
+    figure_usable,
+)
 from gpuquota.telemetry.http import body_get, session_for
 from gpuquota.telemetry.labels import gpu_uuid, mig_instance
 from gpuquota.telemetry.models import TelemetrySource
@@ -70,13 +78,22 @@ def answer_parse(raw: bytes, *, window_s: int, where: str) -> list[tuple[dict, d
             _labels_check(labels, where)
             # a point stands for the window ending at its time (+ EPSILON_S); values that
             # are not figures (NaN, infinities, negative, DCGM's blanks) are left out here
-            points = {int(t + 0.5) - window_s: value for t, value in
-                      zip((p[0] for p in values), map(float, (p[1] for p in values)),
-                          strict=True) if figure_usable(value)}
+            points = _points(values, window_s)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SourceError(f"{where}: a malformed series") from exc
         series.append((labels, points))
     return series
+
+
+def _points(values: list, window_s: int) -> dict[int, float]:
+    """{window start: value} of a series' [time, "value"] pairs, usable figures only (the
+    same test as `figure_usable`, inlined: millions of points a day)."""
+    shift = 0.5 - window_s
+    starts = [int(p[0] + shift) for p in values]
+    figures = [float(p[1]) for p in values]
+    if all(0 <= v < PLAUSIBLE_MAX and v != FP64_BLANK for v in figures):
+        return dict(zip(starts, figures, strict=True))
+    return {ws: v for ws, v in zip(starts, figures, strict=True) if figure_usable(v)}
 
 
 def window_figures(source: TelemetrySource, *, start: datetime, end: datetime) -> WindowTable:
