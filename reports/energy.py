@@ -52,25 +52,6 @@ def team_energy_kwh(*, team_id: int, period: Period) -> Decimal:
     return kwh(joules)
 
 
-def lines_energy_kwh(lines, joules_by_key: dict[tuple[int, str], float]) -> list[Decimal | None]:
-    """Per line (objects with `kind`, `gpu_class_id`, `seconds`): the kWh of its class and
-    kind, shared among that class and kind's lines by their seconds (a rate change splits a
-    line), each rounded once to the Wh; None for credits and adjustments."""
-    totals: dict[tuple, int] = defaultdict(int)
-    for line in lines:
-        if line.kind in PRICED_KINDS:
-            totals[(line.gpu_class_id, line.kind)] += line.seconds
-    out: list[Decimal | None] = []
-    for line in lines:
-        key = (line.gpu_class_id, line.kind)
-        if line.kind not in PRICED_KINDS:
-            out.append(None)
-            continue
-        joules = Decimal(str(joules_by_key.get(key, 0.0)))
-        out.append(kwh(joules * line.seconds / totals[key]))
-    return out
-
-
 def statement_energy_kwh(lines) -> Decimal | None:
     """The kWh a statement's lines kept (None when none kept any: drafted before energy was
     kept, or only credits and adjustments)."""
