@@ -60,7 +60,10 @@ def statement_energy_kwh(lines) -> Decimal | None:
 
 
 def _day(text: str | None) -> str:
-    return text[:10] if text else ""
+    """An instant as its UTC day, with the time when not midnight."""
+    if not text:
+        return ""
+    return text[:10] if text[11:19] == "00:00:00" else f"{text[:10]} {text[11:16]} UTC"
 
 
 def basis_texts(basis: list[dict]) -> list[str]:
