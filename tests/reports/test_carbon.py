@@ -111,7 +111,8 @@ def test_page_pdf_and_focus_show_them(month):
     page = client.get("/statements/vision/2026-10/").content.decode()
     assert 'id="co2e-total">0.330' in page and 'id="facility-total">1.200' in page
     assert 'id="idle-reserved"' in page
-    assert "PUE 1.250, 400.00 g CO2e/kWh (Grid 2025) from 2026-10-01 until 2026-10-01 02:00 UTC" in page
+    assert ("PUE 1.250, 400.00 g CO2e/kWh (Grid 2025) from 2026-10-01 until 2026-10-01 "
+            "02:00 UTC") in page
     assert "hourly intensity for 1 h (Maps)" in page
     statement = Statement.objects.get(team_slug="vision", month=OCTOBER.start)
     pdf = statement_pdf_bytes(statement=statement, now=NOW)
