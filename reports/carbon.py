@@ -61,6 +61,7 @@ class TeamCarbon:
     hourly: dict = field(default_factory=lambda: defaultdict(set))  # (cluster, source) → hours
     missing: dict = field(default_factory=lambda: defaultdict(set))  # cluster id → hours
     resolver: FactorResolver | None = None
+    names: dict = field(default_factory=dict)  # cluster id → name
 
 
 def _cluster_at_hour():
@@ -109,8 +110,10 @@ def carbon_by_team(*, period: Period, team_ids: list[int]) -> dict[int, TeamCarb
             team.factors.add(factor.factor_id)
             if factor.hourly_source is not None:
                 team.hourly[(row["cluster_id"], factor.hourly_source)].add(row["hour"])
+    names = dict(Cluster.objects.filter(pk__in={row["cluster_id"] for row in rows})
+                 .values_list("pk", "name")) if rows else {}
     for team in out.values():
-        team.resolver = factors
+        team.resolver, team.names = factors, names
     return dict(out)
 
 
@@ -163,10 +166,7 @@ def carbon_basis(carbon: TeamCarbon | None) -> list[dict]:
     the static intensity (per source), and the hours with energy but no factor."""
     if carbon is None:
         return []
-    resolver = carbon.resolver
-    names = dict(Cluster.objects.filter(
-        pk__in={f.cluster_id for f in resolver.by_id.values()} | set(carbon.missing)
-    ).values_list("pk", "name"))
+    resolver, names = carbon.resolver, carbon.names
     entries: dict[int, dict] = {}
 
     def entry(cluster_id):
