@@ -79,17 +79,18 @@ def carbon_by_team(*, period: Period, team_ids: list[int]) -> dict[int, TeamCarb
     idle = Case(When(kind="reserved", then=F("energy_j") * (F("covered_s") - F("busy_s"))
                      / NullIf(Cast("covered_s", FloatField()), Value(0.0))),
                 default=Value(0.0), output_field=FloatField())
-    rows = (GpuHourUsage.objects
-            .filter(hour__gte=period.start, hour__lt=period.end, team_id__in=team_ids,
-                    energy_j__gt=0)
-            .annotate(cluster_id=_cluster_at_hour())
-            .values("team_id", "gpu_class_id", "kind", "cluster_id", "hour")
-            .annotate(joules=Sum(F("energy_j") / Cast("split_ways", FloatField())),
-                      idle_j=Sum(idle))
-            .order_by())
-    rows = list(rows)
-    factors = FactorResolver(cluster_ids={row["cluster_id"] for row in rows},
-                             start=period.start, end=period.end)
+    factors = FactorResolver(start=period.start, end=period.end)
+    # hour by hour only where the PUE or intensity may change within the period
+    hourly = not factors.constant()
+    rows = list(GpuHourUsage.objects
+                .filter(hour__gte=period.start, hour__lt=period.end, team_id__in=team_ids,
+                        energy_j__gt=0)
+                .annotate(cluster_id=_cluster_at_hour())
+                .values("team_id", "gpu_class_id", "kind", "cluster_id",
+                        *(["hour"] if hourly else []))
+                .annotate(joules=Sum(F("energy_j") / Cast("split_ways", FloatField())),
+                          idle_j=Sum(idle))
+                .order_by())
     out: dict[int, TeamCarbon] = defaultdict(TeamCarbon)
     with localcontext(WIDE):
         for row in rows:
@@ -99,10 +100,10 @@ def carbon_by_team(*, period: Period, team_ids: list[int]) -> dict[int, TeamCarb
             idle_j = Decimal(str(row["idle_j"] or 0.0))
             sums.it_j += joules
             sums.idle_j += idle_j
-            factor = factors.at(row["cluster_id"], row["hour"])
+            factor = factors.at(row["cluster_id"], row.get("hour", period.start))
             if factor is None:
                 sums.unfactored_j += joules
-                team.missing[row["cluster_id"]].add(row["hour"])
+                team.missing[row["cluster_id"]].add(row.get("hour"))
                 continue
             sums.facility_j += joules * factor.pue
             sums.co2e += joules * factor.pue * factor.intensity

@@ -33,16 +33,30 @@ class HourFactor:
 class FactorResolver:
     """The factors of some clusters over [start, end), loaded in two queries."""
 
-    def __init__(self, *, cluster_ids, start: datetime, end: datetime):
+    def __init__(self, *, start: datetime, end: datetime, cluster_ids=None):
+        self.start, self.end = start, end
         self.factors: dict[int, list[ClusterEnergyFactor]] = {}
-        for factor in (ClusterEnergyFactor.objects.select_related("cluster")
-                       .filter(cluster_id__in=cluster_ids, valid_from__lt=end)
-                       .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=start))
-                       .order_by("valid_from")):
+        factors = (ClusterEnergyFactor.objects.filter(valid_from__lt=end)
+                   .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=start)))
+        hours = CarbonIntensityHour.objects.filter(hour__gte=start, hour__lt=end)
+        if cluster_ids is not None:
+            factors = factors.filter(cluster_id__in=cluster_ids)
+            hours = hours.filter(cluster_id__in=cluster_ids)
+        for factor in factors.order_by("valid_from"):
             self.factors.setdefault(factor.cluster_id, []).append(factor)
-        self.hours = {(h.cluster_id, h.hour): h for h in CarbonIntensityHour.objects.filter(
-            cluster_id__in=cluster_ids, hour__gte=start, hour__lt=end)}
+        self.hours = {(h.cluster_id, h.hour): h for h in hours}
         self.by_id = {f.id: f for fs in self.factors.values() for f in fs}
+
+    def constant(self) -> bool:
+        """Whether one factor covers the whole period on every cluster, with no hourly
+        figure: then every hour of a cluster has the same PUE and intensity."""
+        if self.hours:
+            return False
+        clusters = set(Cluster.objects.values_list("pk", flat=True))
+        return set(self.factors) == clusters and all(
+            len(fs) == 1 and fs[0].valid_from <= self.start
+            and (fs[0].valid_until is None or fs[0].valid_until >= self.end)
+            for fs in self.factors.values())
 
     def at(self, cluster_id: int | None, hour: datetime) -> HourFactor | None:
         for factor in self.factors.get(cluster_id, ()):

@@ -145,3 +145,23 @@ def test_the_import_refuses_a_bad_file_naming_the_line(month, tmp_path):
     client.force_login(month["admin"])
     assert client.get("/admin/rates/clusterenergyfactor/").status_code == 200
     assert client.get("/admin/rates/clusterenergyfactor/add/").status_code == 200
+
+
+def test_one_factor_per_cluster_over_the_month_reads_no_hours(month):
+    """One factor covering the month on every cluster and no hourly figure: the sums are
+    read per cluster, not per hour, with the same rules."""
+    CarbonIntensityHour.objects.all().delete()
+    ClusterEnergyFactor.objects.filter(pue=Decimal("1.5")).delete()
+    ClusterEnergyFactor.objects.filter(pue=Decimal("1.25")).update(valid_until=None)
+    ClusterEnergyFactor.objects.create(cluster=ClusterFactory(slug="south"),
+                                       valid_from=OCTOBER.start, pue=Decimal("1.1"),
+                                       carbon_intensity=Decimal("100"), source="South grid")
+    statements_draft_month(period=OCTOBER, now=NOW)
+    statement, lines = lines_of("vision")
+    reserved = lines["reserved"]
+    assert (reserved.facility_energy_kwh, reserved.co2e_kg, reserved.idle_co2e_kg) == (
+        Decimal("1.125"), Decimal("0.450"), Decimal("0.150"))
+    assert statement.energy_basis[0]["hourly"] == []
+    _, lines = lines_of("speech")
+    assert (lines["on_demand"].facility_energy_kwh, lines["on_demand"].co2e_kg) == (
+        Decimal("0.220"), Decimal("0.022"))
