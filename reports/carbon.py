@@ -183,5 +183,6 @@ def carbon_basis(carbon: TeamCarbon | None) -> list[dict]:
     for (cluster_id, source), hours in sorted(carbon.hourly.items(), key=lambda i: i[0]):
         entry(cluster_id)["hourly"].append({"source": source, "hours": len(hours)})
     for cluster_id, hours in carbon.missing.items():
-        entry(cluster_id)["missing_hours"] = len(hours)
+        # read per cluster (no factor the whole period), the hours are not counted: None
+        entry(cluster_id)["missing_hours"] = None if None in hours else len(hours)
     return [entries[k] for k in sorted(entries, key=lambda k: entries[k]["cluster"])]

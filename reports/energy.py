@@ -79,6 +79,8 @@ def basis_texts(basis: list[dict]) -> list[str]:
                   for h in entry["hourly"]]
         if entry["missing_hours"]:
             parts.append(f"{entry['missing_hours']} h without a PUE and intensity (no CO2e)")
+        elif entry["missing_hours"] is None:
+            parts.append("no PUE and intensity in the period (no CO2e)")
         texts.append(f"{entry['cluster']}: " + "; ".join(parts))
     return texts
 

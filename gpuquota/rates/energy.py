@@ -48,12 +48,11 @@ class FactorResolver:
         self.by_id = {f.id: f for fs in self.factors.values() for f in fs}
 
     def constant(self) -> bool:
-        """Whether one factor covers the whole period on every cluster, with no hourly
-        figure: then every hour of a cluster has the same PUE and intensity."""
+        """Whether every cluster has the same factor (or none) over the whole period and no
+        hourly figure: then every hour of a cluster has the same PUE and intensity."""
         if self.hours:
             return False
-        clusters = set(Cluster.objects.values_list("pk", flat=True))
-        return set(self.factors) == clusters and all(
+        return all(
             len(fs) == 1 and fs[0].valid_from <= self.start
             and (fs[0].valid_until is None or fs[0].valid_until >= self.end)
             for fs in self.factors.values())

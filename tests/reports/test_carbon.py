@@ -153,6 +153,9 @@ def test_one_factor_per_cluster_over_the_month_reads_no_hours(month):
     CarbonIntensityHour.objects.all().delete()
     ClusterEnergyFactor.objects.filter(pue=Decimal("1.5")).delete()
     ClusterEnergyFactor.objects.filter(pue=Decimal("1.25")).update(valid_until=None)
+    statements_draft_month(period=OCTOBER, now=NOW)
+    speech, _ = lines_of("speech")  # south has no factor all month: its hours not counted
+    assert speech.energy_basis[0]["missing_hours"] is None
     ClusterEnergyFactor.objects.create(cluster=ClusterFactory(slug="south"),
                                        valid_from=OCTOBER.start, pue=Decimal("1.1"),
                                        carbon_intensity=Decimal("100"), source="South grid")
