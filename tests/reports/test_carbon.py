@@ -21,6 +21,7 @@ from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import Client
 
+from gpuquota.core.models import AuditEntry
 from gpuquota.ingest.models import ProcessRecord
 from gpuquota.outbox.services import gpu_hours_mark_dirty
 from gpuquota.rates.models import CarbonIntensityHour, ClusterEnergyFactor
@@ -145,6 +146,16 @@ def test_the_import_refuses_a_bad_file_naming_the_line(month, tmp_path):
     client.force_login(month["admin"])
     assert client.get("/admin/rates/clusterenergyfactor/").status_code == 200
     assert client.get("/admin/rates/clusterenergyfactor/add/").status_code == 200
+    south = ClusterFactory(slug="south")
+    form = {"cluster": south.pk, "valid_from_0": "2026-10-01", "valid_from_1": "00:00:00",
+            "pue": "1.1", "carbon_intensity": "90", "source": "South grid"}
+    response = client.post("/admin/rates/clusterenergyfactor/add/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert AuditEntry.objects.filter(action="energy_factor.save").count() == 1
+    # overlapping the first: refused by the form, naming the rule
+    response = client.post("/admin/rates/clusterenergyfactor/add/",
+                           {**form, "valid_from_0": "2026-10-02"})
+    assert response.status_code == 200 and "cannot overlap" in response.content.decode()
 
 
 def test_one_factor_per_cluster_over_the_month_reads_no_hours(month):
