@@ -5,7 +5,8 @@
 It fills its own database as `bench.statements` does (`BENCH_DATABASE`, default
 gpuquota_bench_carbon; one cluster), gives every rollup row an energy (350 W over its
 covered seconds), then times, in the same run, `statements_draft_month` and the carbon
-read alone (`reports.carbon.carbon_by_team`, all teams) in three set-ups:
+read alone (`reports.carbon.carbon_by_team`, all teams) beside the energy-only read drafting
+made before (`reports.energy.energy_by_team`), in three set-ups:
 1. no factor (the site configured none): read per cluster;
 2. one factor over the month: read per cluster;
 3. the same factor and an imported hourly intensity for each of the month's 744 hours:
@@ -44,16 +45,21 @@ def setup() -> None:
 def measure(label: str) -> None:
     from gpuquota.core.timeutil import Period
     from reports.carbon import carbon_by_team
+    from reports.energy import energy_by_team
 
     period = Period.month(2026, 10)
     from accounts.models import Team
 
     team_ids = list(Team.objects.values_list("id", flat=True))
     began = time.perf_counter()
+    energy_by_team(period=period, team_ids=team_ids)
+    energy_s = time.perf_counter() - began
+    began = time.perf_counter()
     carbon = carbon_by_team(period=period, team_ids=team_ids)
     read_s = time.perf_counter() - began
     draft_s, statements = base.draft()
-    print(f"RESULT carbon {label}: read {read_s:.2f} s ({len(carbon)} teams) | draft "
+    print(f"RESULT carbon {label}: carbon read {read_s:.2f} s ({len(carbon)} teams) | "
+          f"energy-only read (the read drafting made before) {energy_s:.2f} s | draft "
           f"{statements} statements {draft_s:.2f} s", flush=True)
 
 

@@ -64,12 +64,24 @@ class TeamCarbon:
     names: dict = field(default_factory=dict)  # cluster id → name
 
 
-def _cluster_at_hour():
-    moved = GpuNodeInterval.objects.filter(
+def _cluster_at_hour(period: Period):
+    """The GPU's cluster at the row's hour: its current node's (a join), except for the
+    GPUs that were on another cluster's node during the period (rare: a node history read
+    per row only for them)."""
+    moved_ids = list(GpuNodeInterval.objects.filter(valid_from__lt=period.end)
+                     .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=period.start))
+                     .exclude(node__cluster_id=F("gpu__node__cluster_id"))
+                     .values_list("gpu_id", flat=True).distinct())
+    current = F("gpu__node__cluster_id")
+    if not moved_ids:
+        return current
+    at_hour = GpuNodeInterval.objects.filter(
         gpu_id=OuterRef("gpu_id"), valid_from__lte=OuterRef("hour")).filter(
         Q(valid_until__isnull=True) | Q(valid_until__gt=OuterRef("hour")))
-    return Coalesce(Subquery(moved.values("node__cluster_id")[:1]), F("gpu__node__cluster_id"),
-                    output_field=BigIntegerField())
+    return Case(When(gpu_id__in=moved_ids,
+                     then=Coalesce(Subquery(at_hour.values("node__cluster_id")[:1]), current,
+                                   output_field=BigIntegerField())),
+                default=current, output_field=BigIntegerField())
 
 
 def carbon_by_team(*, period: Period, team_ids: list[int]) -> dict[int, TeamCarbon]:
@@ -85,7 +97,7 @@ def carbon_by_team(*, period: Period, team_ids: list[int]) -> dict[int, TeamCarb
     rows = list(GpuHourUsage.objects
                 .filter(hour__gte=period.start, hour__lt=period.end, team_id__in=team_ids,
                         energy_j__gt=0)
-                .annotate(cluster_id=_cluster_at_hour())
+                .annotate(cluster_id=_cluster_at_hour(period))
                 .values("team_id", "gpu_class_id", "kind", "cluster_id",
                         *(["hour"] if hourly else []))
                 .annotate(joules=Sum(F("energy_j") / Cast("split_ways", FloatField())),
