@@ -179,3 +179,21 @@ def test_one_factor_per_cluster_over_the_month_reads_no_hours(month):
     _, lines = lines_of("speech")
     assert (lines["on_demand"].facility_energy_kwh, lines["on_demand"].co2e_kg) == (
         Decimal("0.220"), Decimal("0.022"))
+
+
+def test_a_gpu_moved_to_another_cluster_counts_where_it_was(month):
+    """speech's GPU moves to north a day after its hour on south: that hour stays south's
+    (no factor), though the GPU's node is now on north."""
+    from gpuquota.inventory.history import gpu_node_change
+    from gpuquota.inventory.models import Gpu
+
+    spare = Gpu.objects.get(node__cluster__slug="south")
+    gpu_node_change(gpu=spare, node=NodeFactory(cluster=ClusterFactory(slug="north")),
+                    at=ONE + 24 * H, by=month["admin"])
+    while dirty_hours_process():
+        pass
+    statements_draft_month(period=OCTOBER, now=NOW)
+    speech, lines = lines_of("speech")
+    assert (lines["on_demand"].energy_kwh, lines["on_demand"].co2e_kg) == (Decimal("0.200"),
+                                                                           None)
+    assert speech.energy_basis[0]["cluster"] == "South"
