@@ -30,7 +30,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, NullIf
 
 from gpuquota.core.timeutil import Period
-from gpuquota.inventory.models import Cluster, GpuNodeInterval
+from gpuquota.inventory.models import Cluster, Gpu, GpuNodeInterval
 from gpuquota.rates.energy import FactorResolver
 from gpuquota.usage.models import GpuHourUsage
 from reports.energy import J_PER_KWH, LINE_KIND, PRICED_KINDS
@@ -64,14 +64,17 @@ class TeamCarbon:
     names: dict = field(default_factory=dict)  # cluster id → name
 
 
-def _cluster_at_hour(period: Period):
+def _moved_gpu_ids(period: Period) -> list[int]:
+    """The GPUs that were on another cluster's node than their current one in the period."""
+    return list(GpuNodeInterval.objects.filter(valid_from__lt=period.end)
+                .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=period.start))
+                .exclude(node__cluster_id=F("gpu__node__cluster_id"))
+                .values_list("gpu_id", flat=True).distinct())
+
+
+def _cluster_at_hour(moved_ids: list[int]):
     """The GPU's cluster at the row's hour: its current node's (a join), except for the
-    GPUs that were on another cluster's node during the period (rare: a node history read
-    per row only for them)."""
-    moved_ids = list(GpuNodeInterval.objects.filter(valid_from__lt=period.end)
-                     .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=period.start))
-                     .exclude(node__cluster_id=F("gpu__node__cluster_id"))
-                     .values_list("gpu_id", flat=True).distinct())
+    GPUs that moved between clusters (rare: a node history read per row only for them)."""
     current = F("gpu__node__cluster_id")
     if not moved_ids:
         return current
@@ -84,25 +87,38 @@ def _cluster_at_hour(period: Period):
                 default=current, output_field=BigIntegerField())
 
 
+def _rows(period: Period, team_ids: list[int], hourly: bool) -> list[dict]:
+    """The month's energy per team, class, kind and cluster (and hour when `hourly`): per
+    GPU without a join when no hour is needed and no GPU moved between clusters (the
+    GPUs' clusters then read once), else per cluster through the GPU's node."""
+    idle = Case(When(kind="reserved", then=F("energy_j") * (F("covered_s") - F("busy_s"))
+                     / NullIf(Cast("covered_s", FloatField()), Value(0.0))),
+                default=Value(0.0), output_field=FloatField())
+    sums = {"joules": Sum(F("energy_j") / Cast("split_ways", FloatField())), "idle_j": Sum(idle)}
+    usage = GpuHourUsage.objects.filter(hour__gte=period.start, hour__lt=period.end,
+                                        team_id__in=team_ids, energy_j__gt=0)
+    moved = _moved_gpu_ids(period)
+    if not hourly and not moved:
+        rows = list(usage.values("team_id", "gpu_class_id", "kind", "gpu_id")
+                    .annotate(**sums).order_by())
+        cluster_of = dict(Gpu.objects.filter(pk__in={row["gpu_id"] for row in rows})
+                          .values_list("pk", "node__cluster_id"))
+        for row in rows:
+            row["cluster_id"] = cluster_of[row["gpu_id"]]
+        return rows
+    return list(usage.annotate(cluster_id=_cluster_at_hour(moved))
+                .values("team_id", "gpu_class_id", "kind", "cluster_id",
+                        *(["hour"] if hourly else []))
+                .annotate(**sums).order_by())
+
+
 def carbon_by_team(*, period: Period, team_ids: list[int]) -> dict[int, TeamCarbon]:
     """Per team: exact energy and carbon sums per (GPU class, line kind) over the whole
     hours of `period`, and what they were computed with. The GPU's cluster at an hour is
     that of its node at the hour's start (its current node when no history says)."""
-    idle = Case(When(kind="reserved", then=F("energy_j") * (F("covered_s") - F("busy_s"))
-                     / NullIf(Cast("covered_s", FloatField()), Value(0.0))),
-                default=Value(0.0), output_field=FloatField())
     factors = FactorResolver(start=period.start, end=period.end)
     # hour by hour only where the PUE or intensity may change within the period
-    hourly = not factors.constant()
-    rows = list(GpuHourUsage.objects
-                .filter(hour__gte=period.start, hour__lt=period.end, team_id__in=team_ids,
-                        energy_j__gt=0)
-                .annotate(cluster_id=_cluster_at_hour(period))
-                .values("team_id", "gpu_class_id", "kind", "cluster_id",
-                        *(["hour"] if hourly else []))
-                .annotate(joules=Sum(F("energy_j") / Cast("split_ways", FloatField())),
-                          idle_j=Sum(idle))
-                .order_by())
+    rows = _rows(period, team_ids, hourly=not factors.constant())
     out: dict[int, TeamCarbon] = defaultdict(TeamCarbon)
     with localcontext(WIDE):
         for row in rows:
