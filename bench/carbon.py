@@ -7,8 +7,8 @@ gpuquota_bench_carbon; one cluster), gives every rollup row an energy (350 W ove
 covered seconds), then times, in the same run, `statements_draft_month` and the carbon
 read alone (`reports.carbon.carbon_by_team`, all teams) beside the energy-only read drafting
 made before (`reports.energy.energy_by_team`), in three set-ups:
-1. no factor (the site configured none): read per cluster;
-2. one factor over the month: read per cluster;
+1. no factor (the site configured none): read per GPU;
+2. one factor over the month: read per GPU;
 3. the same factor and an imported hourly intensity for each of the month's 744 hours:
    read per cluster and hour.
 It prints RESULT lines. It is not a test.
