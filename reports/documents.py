@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from reports.conf import organisation_name
 from reports.daily import statement_daily_usage
+from reports.energy import statement_energy
 from reports.export import statement_csv, statement_export
 from reports.models import Statement
 from reports.pdf import StatementHeader, statement_pdf
@@ -38,4 +39,5 @@ def statement_pdf_bytes(*, statement: Statement, now: datetime | None = None) ->
         export=statement_export(statement),
         header=header,
         daily=statement_daily_usage(statement),
+        energy=statement_energy(statement, list(statement.lines.order_by("position"))),
     )

@@ -52,27 +52,64 @@ def team_energy_kwh(*, team_id: int, period: Period) -> Decimal:
     return kwh(joules)
 
 
-def lines_energy_kwh(lines, joules_by_key: dict[tuple[int, str], float]) -> list[Decimal | None]:
-    """Per line (objects with `kind`, `gpu_class_id`, `seconds`): the kWh of its class and
-    kind, shared among that class and kind's lines by their seconds (a rate change splits a
-    line), each rounded once to the Wh; None for credits and adjustments."""
-    totals: dict[tuple, int] = defaultdict(int)
-    for line in lines:
-        if line.kind in PRICED_KINDS:
-            totals[(line.gpu_class_id, line.kind)] += line.seconds
-    out: list[Decimal | None] = []
-    for line in lines:
-        key = (line.gpu_class_id, line.kind)
-        if line.kind not in PRICED_KINDS:
-            out.append(None)
-            continue
-        joules = Decimal(str(joules_by_key.get(key, 0.0)))
-        out.append(kwh(joules * line.seconds / totals[key]))
-    return out
-
-
 def statement_energy_kwh(lines) -> Decimal | None:
     """The kWh a statement's lines kept (None when none kept any: drafted before energy was
     kept, or only credits and adjustments)."""
     kept = [line.energy_kwh for line in lines if line.energy_kwh is not None]
     return sum(kept, Decimal("0.000")) if kept else None
+
+
+def _day(text: str | None) -> str:
+    """An instant as its UTC day, with the time when not midnight."""
+    if not text:
+        return ""
+    return text[:10] if text[11:19] == "00:00:00" else f"{text[:10]} {text[11:16]} UTC"
+
+
+def basis_texts(basis: list[dict]) -> list[str]:
+    """A statement's `energy_basis` as sentences, a cluster each (page, PDF)."""
+    texts = []
+    for entry in basis:
+        parts = [
+            f"PUE {f['pue']}, {f['carbon_intensity']} g CO2e/kWh ({f['source']}) from "
+            f"{_day(f['valid_from'])}" + (f" until {_day(f['valid_until'])}"
+                                          if f["valid_until"] else "")
+            for f in entry["factors"]]
+        parts += [f"hourly intensity for {h['hours']} h ({h['source']})"
+                  for h in entry["hourly"]]
+        if entry["missing_hours"]:
+            parts.append(f"{entry['missing_hours']} h without a PUE and intensity (no CO2e)")
+        elif entry["missing_hours"] is None:
+            parts.append("no PUE and intensity in the period (no CO2e)")
+        texts.append(f"{entry['cluster']}: " + "; ".join(parts))
+    return texts
+
+
+def _total(values) -> Decimal | None:
+    values = list(values)
+    if not values or any(v is None for v in values):
+        return None
+    return sum(values, Decimal("0.000"))
+
+
+def statement_energy(statement, lines) -> dict | None:
+    """The statement's energy section: per priced line its kWh, facility kWh and kg CO2e,
+    the idle-reserved energy as a row of its own (part of the reserved lines' energy), the
+    totals (sums of the lines' figures; empty when one is unknown) and the basis. None when
+    no line kept energy."""
+    kept = [line for line in lines if line.energy_kwh is not None]
+    if not kept:
+        return None
+    reserved = [line for line in kept if line.kind == "reserved"]
+    idle = None
+    if reserved and all(line.idle_energy_kwh is not None for line in reserved):
+        idle = {"energy_kwh": _total(line.idle_energy_kwh for line in reserved),
+                "co2e_kg": _total(line.idle_co2e_kg for line in reserved)}
+    return {
+        "lines": kept,
+        "idle": idle,
+        "energy_kwh": _total(line.energy_kwh for line in kept),
+        "facility_kwh": _total(line.facility_energy_kwh for line in kept),
+        "co2e_kg": _total(line.co2e_kg for line in kept),
+        "basis": basis_texts(statement.energy_basis or []),
+    }

@@ -11,7 +11,8 @@ Mapping (no discounts exist, so ListCost = ContractedCost = EffectiveCost = Bill
 - the organisation is billing account, service provider, host provider and invoice issuer;
   the team is the sub account; the statement (team, month) is the invoice;
 - `x_` columns: GPU class, kind, seconds, GPU-hours, cost center, statement status, and the
-  energy (kWh) the line kept when it was drafted (information: no amount uses it)."""
+  energy (kWh) the line kept when it was drafted, its facility energy (× PUE), kg CO2e, and
+  on reserved lines the idle-reserved part of both (information: no amount uses them)."""
 
 from decimal import Decimal
 
@@ -43,7 +44,8 @@ OPTIONAL = [
 #: and HostProviderName: kept so a FOCUS 1.0 reader (and its validator) finds them.
 COMPATIBILITY = ["ProviderName", "PublisherName"]
 CUSTOM = ["x_ChargeKind", "x_CostCenter", "x_EnergyKWh", "x_GpuClass", "x_GpuHours",
-          "x_Seconds", "x_StatementStatus"]
+          "x_Seconds", "x_StatementStatus", "x_FacilityEnergyKWh", "x_CarbonKgCO2e",
+          "x_IdleReservedEnergyKWh", "x_IdleReservedCarbonKgCO2e"]
 COLUMNS = sorted(MANDATORY + OPTIONAL + COMPATIBILITY) + CUSTOM
 
 CATEGORY = {Kind.RESERVED: "Usage", Kind.ON_DEMAND: "Usage", Kind.BORROWED: "Usage",
@@ -61,6 +63,10 @@ HOUR_PLACES = Decimal("0.000001")
 
 def _hours(seconds: int) -> Decimal:
     return (Decimal(seconds) / 3600).quantize(HOUR_PLACES)  # exact: 1 s = 0.000277…
+
+
+def _text(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
 
 
 def _row(statement: Statement, line: StatementLine, period: Period, energy: Decimal | None,
@@ -108,6 +114,10 @@ def _row(statement: Statement, line: StatementLine, period: Period, energy: Deci
         "x_GpuClass": line.gpu_class_name or None,
         "x_GpuHours": str(hours) if priced else None,
         "x_Seconds": line.seconds, "x_StatementStatus": statement.status,
+        "x_FacilityEnergyKWh": _text(line.facility_energy_kwh),
+        "x_CarbonKgCO2e": _text(line.co2e_kg),
+        "x_IdleReservedEnergyKWh": _text(line.idle_energy_kwh),
+        "x_IdleReservedCarbonKgCO2e": _text(line.idle_co2e_kg),
     }
 
 

@@ -54,6 +54,12 @@ class Statement(models.Model):
         help_text="The PDF chart's reserved and busy GPU-seconds per UTC day, frozen at "
                   "approval ([{day, reserved_s, busy_s}], busy_s an exact fraction); "
                   "empty on a draft, whose chart reads the usage as it is now.")
+    energy_basis = models.JSONField(
+        default=list, blank=True,
+        help_text="What the lines' facility energy and CO2e were computed with, kept when "
+                  "drafted: per cluster its PUE and intensity factors (with source and "
+                  "dates), the hours of imported hourly intensity, the hours without a "
+                  "factor (reports/carbon.py).")
 
     class Meta:
         ordering = ["-month", "team_name"]
@@ -119,6 +125,19 @@ class StatementLine(models.Model):
         help_text="The energy of the line's team, class and kind of time, shared among its "
                   "lines by seconds (docs/budgets.md, Energy): information, never priced. "
                   "Empty on credits, adjustments and lines drafted before energy was kept.")
+    facility_energy_kwh = models.DecimalField(
+        max_digits=14, decimal_places=3, null=True, blank=True,
+        help_text="The line's energy × its clusters' PUE, hour by hour (docs/accounting.md, "
+                  "Energy). Empty where some hour had no PUE and intensity.")
+    co2e_kg = models.DecimalField(
+        max_digits=14, decimal_places=3, null=True, blank=True,
+        help_text="kg CO2e: facility kWh × the carbon intensity of each hour.")
+    idle_energy_kwh = models.DecimalField(
+        max_digits=14, decimal_places=3, null=True, blank=True,
+        help_text="Reserved lines: the part of the energy of reserved GPUs' idle seconds.")
+    idle_co2e_kg = models.DecimalField(
+        max_digits=14, decimal_places=3, null=True, blank=True,
+        help_text="Reserved lines: the kg CO2e of the idle-reserved energy.")
 
     class Meta:
         ordering = ["statement", "position"]

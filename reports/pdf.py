@@ -39,6 +39,7 @@ from reports.lines_shown import (
     hours_under_a_hundredth,
 )
 from reports.pdf_chart import DailyUsage, daily_chart
+from reports.pdf_energy import energy_flowables
 
 INK = colors.HexColor("#1f2933")
 MUTED = colors.HexColor("#616e7c")
@@ -345,9 +346,11 @@ def _page_decorations(export: dict, header: StatementHeader):
     return NumberedCanvas
 
 
-def statement_pdf(*, export: dict, header: StatementHeader, daily: Sequence[DailyUsage]) -> bytes:
+def statement_pdf(*, export: dict, header: StatementHeader, daily: Sequence[DailyUsage],
+                  energy: dict | None = None) -> bytes:
     """The statement as PDF bytes: header, lines and total exactly as in `export`, the
-    utilization block and a chart of reserved versus busy GPU-hours per day."""
+    utilization block, a chart of reserved versus busy GPU-hours per day, and the energy
+    and carbon section (`reports.pdf_energy`)."""
     st = _Styles()
     buffer = BytesIO()
     doc = SimpleDocTemplate(
@@ -382,5 +385,6 @@ def statement_pdf(*, export: dict, header: StatementHeader, daily: Sequence[Dail
                 ]
             )
         )
+    story += energy_flowables(energy, st, WIDTH)
     doc.build(story, canvasmaker=_page_decorations(export, header))
     return buffer.getvalue()

@@ -17,8 +17,8 @@ from gpuquota.core.fields import whole_second
 from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import Period
 from reports import conf
+from reports.carbon import carbon_basis, carbon_by_team, lines_carbon
 from reports.daily import daily_usage_snapshot
-from reports.energy import energy_by_team, lines_energy_kwh
 from reports.late_scan import late_usage_check_settled
 from reports.models import Adjustment, Statement, StatementLine
 from reports.pricing import TeamDraft, team_drafts, utc_label
@@ -29,7 +29,7 @@ NUMBER_LOCK = 0x47510010  # pg_advisory_xact_lock's first key: statement numbers
 MAX_ADJUSTMENT = Decimal("1000000000")
 DRAFT_FIELDS = ["currency", "total", "error", "team_name", "team_slug", "cost_center",
                 "reserved_s", "covered_s", "busy_s", "lent_s", "lent_busy_s", "computed_at",
-                "computed_until"]
+                "computed_until", "energy_basis"]
 
 
 def _rate_text(rate) -> str:
@@ -77,17 +77,19 @@ def _draft_fields(draft: TeamDraft, team: Team, now: datetime, until: datetime) 
     return fields
 
 
-def _lines(statement: Statement, draft: TeamDraft, energy: dict) -> list[StatementLine]:
+def _lines(statement: Statement, draft: TeamDraft, carbon: dict) -> list[StatementLine]:
     if draft.errors:
         return []  # a failed draft shows its reason, not a partial bill
-    kwh = lines_energy_kwh(draft.lines, energy.get(statement.team_id, {}))
+    figures = lines_carbon(draft.lines, carbon.get(statement.team_id))
     return [
         StatementLine(statement=statement, position=index, kind=line.kind,
                       gpu_class_id=line.gpu_class_id, gpu_class_name=line.gpu_class_name,
                       seconds=line.seconds, rate=line.rate, amount=line.amount,
                       reason=line.reason, adjustment_id=line.adjustment_id,
-                      energy_kwh=line_kwh)
-        for index, (line, line_kwh) in enumerate(zip(draft.lines, kwh, strict=True), start=1)
+                      energy_kwh=f.energy_kwh, facility_energy_kwh=f.facility_kwh,
+                      co2e_kg=f.co2e_kg, idle_energy_kwh=f.idle_kwh,
+                      idle_co2e_kg=f.idle_co2e_kg)
+        for index, (line, f) in enumerate(zip(draft.lines, figures, strict=True), start=1)
     ]
 
 
@@ -110,9 +112,11 @@ def statements_draft_month(*, period: Period, now: datetime | None = None,
     existing = {s.team_id: s for s in Statement.objects.select_for_update()
                 .filter(month=month, team_id__in=wanted)}
     refreshed, created = [], []
+    carbon = carbon_by_team(period=to_date, team_ids=[team.id for team in teams])
     for team in teams:
         draft = drafts.get(team.id) or TeamDraft(team.id)
         fields = _draft_fields(draft, team, now, to_date.end)
+        fields["energy_basis"] = carbon_basis(carbon.get(team.id))
         statement = existing.get(team.id)
         if statement is None:
             created.append(Statement(team=team, month=month, status=S.DRAFT, **fields))
@@ -124,10 +128,9 @@ def statements_draft_month(*, period: Period, now: datetime | None = None,
     if refreshed:
         Statement.objects.bulk_update(refreshed, DRAFT_FIELDS)
         StatementLine.objects.filter(statement__in=refreshed).delete()
-    energy = energy_by_team(period=to_date, team_ids=[s.team_id for s in (*created, *refreshed)])
     StatementLine.objects.bulk_create(
         [line for s in (*created, *refreshed)
-         for line in _lines(s, drafts.get(s.team_id) or TeamDraft(s.team_id), energy)])
+         for line in _lines(s, drafts.get(s.team_id) or TeamDraft(s.team_id), carbon)])
     for statement in created:
         audit_record(actor=None, action="statement.draft", obj=statement, team=statement.team,
                      changes={"month": f"{month:%Y-%m}", "total": str(statement.total)})

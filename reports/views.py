@@ -24,7 +24,7 @@ from gpuquota.core.timeutil import Period
 from gpuquota.usage.selectors import team_reservations_utilization
 from reports.budgets import budgets_of_month
 from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
-from reports.energy import statement_energy_kwh
+from reports.energy import statement_energy, statement_energy_kwh
 from reports.forms import AdjustmentForm, approval_confirmation_parse, period_parse
 from reports.models import Statement
 from reports.review import (
@@ -151,6 +151,7 @@ def _detail_page(request, statement: Statement, period: Period, form, status: in
         "approvable": now >= opens_at and not statement.error,
         "adjustment_form": form,
         "energy_kwh": statement_energy_kwh(lines),
+        "energy": statement_energy(statement, lines),
     }
     return render(request, "reports/statement_detail.html", context, status=status)
 

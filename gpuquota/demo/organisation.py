@@ -19,7 +19,7 @@ from agent.simulator import simulated_uuid
 from gpuquota.ingest.services import node_token_rotate
 from gpuquota.inventory.models import Cluster, Gpu, GpuClass, GpuModelMapping, Node
 from gpuquota.inventory.services import gpu_register
-from gpuquota.rates.models import RateCard
+from gpuquota.rates.models import ClusterEnergyFactor, RateCard
 from gpuquota.reservations.models import Quota
 
 DEMO_PASSWORD = "demo"
@@ -103,6 +103,10 @@ def demo_nodes() -> list[DemoNode]:
     ]
 
 
+#: Per demo cluster: PUE and g CO2e per kWh (docs/budgets.md, Energy).
+ENERGY_FACTORS = {"ada": ("1.35", "380"), "turing": ("1.20", "120")}
+
+
 def _user(username: str, *, staff: bool = False, first: str = "", last: str = "") -> User:
     user, created = User.objects.get_or_create(
         username=username,
@@ -138,6 +142,11 @@ def _seed_inventory() -> dict[str, GpuClass]:
         ]
         for slug, (name, sched, _) in CLUSTERS.items()
     }
+    for slug, (pue, intensity) in ENERGY_FACTORS.items():  # the statements' CO2e
+        ClusterEnergyFactor.objects.get_or_create(
+            cluster=clusters[slug], valid_from=DEMO_EPOCH,
+            defaults={"pue": Decimal(pue), "carbon_intensity": Decimal(intensity),
+                      "source": "Demo: a static annual grid average"})
     for demo in demo_nodes():
         node, _ = Node.objects.get_or_create(cluster=clusters[demo.cluster], hostname=demo.hostname)
         for index in range(GPUS_PER_NODE):

@@ -1,7 +1,8 @@
 from django.contrib import admin
 
-from gpuquota.core.admin import ServiceAdminMixin, ServiceModelForm
-from gpuquota.rates.models import RateCard
+from gpuquota.core.admin import ReadOnlyAdmin, ServiceAdminMixin, ServiceModelForm
+from gpuquota.core.services import audit_record
+from gpuquota.rates.models import CarbonIntensityHour, ClusterEnergyFactor, RateCard
 from gpuquota.rates.services import rate_card_change, rate_card_create, rate_card_end
 
 _RATE_FIELDS = ("reserved_rate", "on_demand_rate", "borrowed_rate", "currency")
@@ -60,3 +61,34 @@ class RateCardAdmin(ServiceAdminMixin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(ClusterEnergyFactor)
+class ClusterEnergyFactorAdmin(admin.ModelAdmin):
+    """PUE and static carbon intensity per cluster with effective dates (audited; never
+    deleted: end one and add the next). Statements keep the figures they were drafted with."""
+
+    list_display = ["cluster", "valid_from", "valid_until", "pue", "carbon_intensity", "source"]
+    list_filter = ["cluster"]
+    date_hierarchy = "valid_from"
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["cluster", "valid_from"] if obj is not None else []
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        audit_record(actor=request.user, action="energy_factor.save", obj=obj,
+                     changes={name: str(form.cleaned_data.get(name))
+                              for name in form.changed_data})
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(CarbonIntensityHour)
+class CarbonIntensityHourAdmin(ReadOnlyAdmin):
+    """Imported hourly figures (`manage.py carbon_intensity_import`): browse only."""
+
+    list_display = ["cluster", "hour", "carbon_intensity", "source"]
+    list_filter = ["cluster", "source"]
+    date_hierarchy = "hour"

@@ -1,7 +1,7 @@
 """The FOCUS export of a month (docs/budgets.md, "FOCUS export"), checked against the FOCUS
 1.3 Cost and Usage columns as the specification lists them (which are mandatory, their
-types, nullability and allowed values; the `focus-validator` package is not installed
-here, see the docs), and reconciled with the statements to the cent.
+types, nullability and allowed values; `focus-validator`, which knows FOCUS 1.0 only, runs in
+test_focus_validator), and reconciled with the statements to the cent.
 
 October 2026 as in test_budgets: vision 1860.00 reserved (and a -12.34 adjustment),
 speech 31.00 on demand with 3.100 kWh (62 windows of 180 kJ)."""
