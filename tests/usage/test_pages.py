@@ -159,7 +159,9 @@ def test_team_page_runs_bounded_queries(client, roles):
         with CaptureQueriesContext(connection) as queries:
             assert client.get(reverse("team_detail", args=["vision"])).status_code == 200
         counts.append(len(queries))
-    assert counts[0] == counts[1] <= 37, counts
+    # 37 for the sections before the budget; the budget's month to date and forecast are two
+    # statement drafts over the rollups (to the last whole hour: no raw samples), ~32 more
+    assert counts[0] == counts[1] <= 72, counts
 
 
 @pytest.mark.redis
