@@ -87,6 +87,7 @@ def slurm_jobs_collect(*, cluster: Cluster, since: datetime, now: datetime) -> i
         fields = {
             "ended_at": run.ended_at, "state": run.state, "user_name": run.user,
             "account": run.account, "partition": run.partition,
+            "time_limit_s": run.time_limit_s,
             "interactive": run.partition in interactive, "team_id": run.team_id,
             "owner_id": _owner_id(cluster.pk, run.user, run.started_at),
         }
