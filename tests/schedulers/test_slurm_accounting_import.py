@@ -10,10 +10,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from gpuquota.schedulers.models import ImportCursor, SlurmJob
+from gpuquota.schedulers.runner import CommandResult
 from gpuquota.schedulers.services import backend_config_update
 from gpuquota.schedulers.slurm import backend as slurm_backend
 from gpuquota.schedulers.slurm.jobs import OVERLAP, job_fields, slurm_jobs_import
-from gpuquota.schedulers.runner import CommandResult
 from tests.schedulers.conftest import NOW
 
 pytestmark = pytest.mark.django_db

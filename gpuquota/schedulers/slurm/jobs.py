@@ -222,11 +222,16 @@ def _account_teams(cluster: Cluster) -> dict[str, int]:
     ).values_list("key", "team_id"))
 
 
-def _held(job: SlurmJob, gpu_id: int, node: str, seen: dict[str, set[int]]) -> bool:
+def _held(job: SlurmJob, gpu_id: int, node: str, seen: dict[str, set[int]],
+          hosts: dict[str, set[str]]) -> bool:
     """Whether `job` had the GPU: by the GPUs slurmctld was seen saying it held (SlurmJobGpu),
-    else (never seen running) by its node list."""
+    else (never seen running) by its node list (expanded once into `hosts`)."""
     gpus = seen.get(job.job_id)
-    return gpu_id in gpus if gpus else node in hostlist_expand(job.nodes)
+    if gpus:
+        return gpu_id in gpus
+    if job.nodes not in hosts:
+        hosts[job.nodes] = set(hostlist_expand(job.nodes))
+    return node in hosts[job.nodes]
 
 
 @transaction.atomic
@@ -236,26 +241,36 @@ def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
     submitted -> owner started). "There" is the lent GPU where slurmctld said which GPUs the
     jobs held, the GPU's node otherwise. An open loan is ended by it (`LOAN_OWNER_JOB`: the
     owner's job ran shorter than the running jobs' observation); a returned loan's
-    `freed_at` is set from it."""
+    `freed_at` is set from it. The candidate jobs of all the loans are read at once."""
+    loans = list(Loan.objects.filter(gpu__node__cluster=cluster).filter(
+        Q(returned_at__isnull=True) | Q(freed_at__isnull=True)).select_related(
+        "gpu__node", "assignment__reservation"))
+    if not loans:
+        return []
     config = BackendConfig.objects.get(cluster=cluster)
     options = backend_for(cluster, config).options
+    earliest = min(loan.lent_from for loan in loans)
+    all_owners = list(SlurmJob.objects.filter(
+        cluster=cluster, started_at__gte=earliest,
+        team_id__in={loan.assignment.reservation.team_id for loan in loans},
+    ).exclude(qos=SCAVENGER_QOS))
+    all_preempted = list(SlurmJob.objects.filter(
+        cluster=cluster, qos=SCAVENGER_QOS, state__in=PREEMPTED_STATES, ended_at__gte=earliest))
     seen: dict[str, set[int]] = {}
     for job_id, gpu_id in SlurmJobGpu.objects.filter(
-            cluster=cluster, gpu__isnull=False).values_list("job_id", "gpu_id"):
+            cluster=cluster, gpu__isnull=False,
+            job_id__in={j.job_id for j in all_owners + all_preempted},
+    ).values_list("job_id", "gpu_id"):
         seen.setdefault(job_id, set()).add(gpu_id)
-    found = []
-    loans = Loan.objects.filter(gpu__node__cluster=cluster).select_related(
-        "gpu__node", "assignment__reservation")
-    for loan in loans.filter(Q(returned_at__isnull=True) | Q(freed_at__isnull=True)):
+    found, hosts = [], {}
+    for loan in loans:
         node = options.node_name(loan.gpu.node.hostname)
         team_id = loan.assignment.reservation.team_id
-        owners = SlurmJob.objects.filter(
-            cluster=cluster, team_id=team_id, started_at__gte=loan.lent_from,
-        ).exclude(qos=SCAVENGER_QOS)
-        preempted = [j for j in SlurmJob.objects.filter(
-            cluster=cluster, qos=SCAVENGER_QOS, state__in=PREEMPTED_STATES,
-            ended_at__gte=loan.lent_from) if _held(j, loan.gpu_id, node, seen)]
-        for owner in (o for o in owners if _held(o, loan.gpu_id, node, seen)):
+        owners = [o for o in all_owners
+                  if o.team_id == team_id and o.started_at >= loan.lent_from]
+        preempted = [j for j in all_preempted if j.ended_at >= loan.lent_from
+                     and _held(j, loan.gpu_id, node, seen, hosts)]
+        for owner in (o for o in owners if _held(o, loan.gpu_id, node, seen, hosts)):
             borrower = max((b for b in preempted
                             if owner.submitted_at <= b.ended_at <= owner.started_at),
                            key=lambda b: b.ended_at, default=None)
