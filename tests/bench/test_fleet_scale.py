@@ -18,7 +18,6 @@ NOW = datetime(2026, 12, 1, 10, 40, tzinfo=UTC)
 #: Loops whose queries grow with the objects they write, one transaction each (issue 34).
 PER_OBJECT = {
     "reclaim-evaluate": "a transaction per reservation with a finding",
-    "schedulers-slurm-accounting-import": "update_or_create per Slurm job",
     "statements-month-start": "a few queries per team with a statement",
     "statements-refresh-open": "a few queries per team with a statement",
 }

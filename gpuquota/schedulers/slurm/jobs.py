@@ -245,11 +245,9 @@ def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
     loans = list(Loan.objects.filter(gpu__node__cluster=cluster).filter(
         Q(returned_at__isnull=True) | Q(freed_at__isnull=True)).select_related(
         "gpu__node", "assignment__reservation"))
-    if not loans:
-        return []
     config = BackendConfig.objects.get(cluster=cluster)
     options = backend_for(cluster, config).options
-    earliest = min(loan.lent_from for loan in loans)
+    earliest = min((loan.lent_from for loan in loans), default=timezone.now())
     all_owners = list(SlurmJob.objects.filter(
         cluster=cluster, started_at__gte=earliest,
         team_id__in={loan.assignment.reservation.team_id for loan in loans},
