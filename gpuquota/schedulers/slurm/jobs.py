@@ -193,9 +193,8 @@ _KEY = ("job_id", "submitted_at")
 
 def _upsert(cluster: Cluster, rows: list[dict]) -> int:
     """Insert the runs, or update those whose fields changed, in one statement (a run read
-    twice: the last reading); how many rows it wrote."""
-    if not rows:
-        return 0
+    twice: the last reading; none: the statement still runs, so that an import's queries do
+    not depend on its jobs); how many rows it wrote."""
     by_key = {(row["job_id"], row["submitted_at"]): row for row in rows}
     table = connection.ops.quote_name(SlurmJob._meta.db_table)
     names = [connection.ops.quote_name(SlurmJob._meta.get_field(
