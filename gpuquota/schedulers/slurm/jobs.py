@@ -241,24 +241,24 @@ def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
     jobs held, the GPU's node otherwise. An open loan is ended by it (`LOAN_OWNER_JOB`: the
     owner's job ran shorter than the running jobs' observation); a returned loan's
     `freed_at` is set from it. The candidate jobs of all the loans are read at once."""
-    loans = list(Loan.objects.filter(gpu__node__cluster=cluster).filter(
-        Q(returned_at__isnull=True) | Q(freed_at__isnull=True)).select_related(
-        "gpu__node", "assignment__reservation"))
+    open_loans = Loan.objects.filter(gpu__node__cluster=cluster).filter(
+        Q(returned_at__isnull=True) | Q(freed_at__isnull=True))
+    loans = list(open_loans.select_related("gpu__node", "assignment__reservation"))
     config = BackendConfig.objects.get(cluster=cluster)
     options = backend_for(cluster, config).options
     earliest = min((loan.lent_from for loan in loans), default=timezone.now())
-    all_owners = list(SlurmJob.objects.filter(
+    owners_all = SlurmJob.objects.filter(
         cluster=cluster, started_at__gte=earliest,
-        team_id__in={loan.assignment.reservation.team_id for loan in loans},
-    ).exclude(qos=SCAVENGER_QOS))
-    all_preempted = list(SlurmJob.objects.filter(
-        cluster=cluster, qos=SCAVENGER_QOS, state__in=PREEMPTED_STATES, ended_at__gte=earliest))
+        team_id__in=open_loans.values("assignment__reservation__team_id"),
+    ).exclude(qos=SCAVENGER_QOS)
+    preempted_all = SlurmJob.objects.filter(
+        cluster=cluster, qos=SCAVENGER_QOS, state__in=PREEMPTED_STATES, ended_at__gte=earliest)
     seen: dict[str, set[int]] = {}
-    for job_id, gpu_id in SlurmJobGpu.objects.filter(
-            cluster=cluster, gpu__isnull=False,
-            job_id__in={j.job_id for j in all_owners + all_preempted},
-    ).values_list("job_id", "gpu_id"):
+    for job_id, gpu_id in SlurmJobGpu.objects.filter(cluster=cluster, gpu__isnull=False).filter(
+            Q(job_id__in=owners_all.values("job_id"))
+            | Q(job_id__in=preempted_all.values("job_id"))).values_list("job_id", "gpu_id"):
         seen.setdefault(job_id, set()).add(gpu_id)
+    all_owners, all_preempted = list(owners_all), list(preempted_all)
     found, hosts = [], {}
     for loan in loans:
         node = options.node_name(loan.gpu.node.hostname)
