@@ -13,6 +13,8 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='slurmjob',
             name='time_limit_s',
-            field=models.PositiveIntegerField(blank=True, help_text="Its time limit (sacct's Timelimit); none: unlimited.", null=True),
+            field=models.PositiveIntegerField(
+                blank=True, help_text="Its time limit (sacct's Timelimit); none: unlimited.",
+                null=True),
         ),
     ]
