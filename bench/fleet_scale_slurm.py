@@ -5,9 +5,9 @@ answer as slurmctld and slurmdbd would for that cluster at its size:
 - `scontrol show config` / `-o show node`: Slurm 24.05, one line per node with 8 GPUs;
 - `scontrol -d -o show job`: a running 8-GPU job on every reserved node (the one whose GPUs
   the running-GPUs loop records), `-o show reservation`: none;
-- `sacct --json`: the jobs of the last 24 h and 5 min (the import reads back 24 h each
-  time), `--jobs-per-gpu-day` of them per GPU (3: a 4-GPU job of 2 h on average on a
-  busy fleet), half of them ended;
+- `sacct --json`: of the jobs submitted in the last 24 h and 5 min, `--jobs-per-gpu-day`
+  per GPU (3: a 4-GPU job of 2 h on average on a busy fleet), those still running (the last
+  2 h's) or ended since `-S` (as sacct selects them), or those `-j` names;
 - `sacctmgr show ...`: nothing (nothing applied yet: every run plans everything).
 
 Every team has a Slurm account on every cluster (its slug), as plan_inputs reads them.
@@ -27,7 +27,21 @@ case "$*" in
   "-d -o show job") cat "$D/jobs.txt";;
 esac
 """,
-    "sacct": '#!/bin/sh\ncat "$(dirname "$0")/sacct.json"\n',
+    "sacct": """#!/usr/bin/env python3
+import json, sys, os
+from datetime import datetime, timezone
+args, since, ids = sys.argv[1:], 0, None
+if "-S" in args:
+    since = datetime.strptime(args[args.index("-S") + 1], "%Y-%m-%dT%H:%M:%S").replace(
+        tzinfo=timezone.utc).timestamp()
+if "-j" in args:
+    ids = set(args[args.index("-j") + 1].split(","))
+with open(os.path.join(os.path.dirname(sys.argv[0]), "sacct.json")) as f:
+    jobs = json.load(f)["jobs"]
+jobs = [j for j in jobs if (str(j["job_id"]) in ids if ids is not None
+                            else not j["time"]["end"] or j["time"]["end"] >= since)]
+json.dump({"jobs": jobs}, sys.stdout)
+""",
     "sacctmgr": "#!/bin/sh\nexit 0\n",
 }
 CONFIG = """SLURM_VERSION = 24.05.4
@@ -82,12 +96,13 @@ def slurm_fake_install(root: Path, now, jobs_per_gpu_day: float) -> dict:
         jobs = []
         for k in range(n_jobs):
             submitted = int(now.timestamp()) - window_s + k * window_s // max(n_jobs, 1)
-            ended = k % 2 == 0
+            ended = submitted + 30 + 7200 <= int(now.timestamp())
             jobs.append({
                 "job_id": 2_000_000 + k, "state": {"current": ["COMPLETED" if ended
                                                                 else "RUNNING"]},
                 "time": {"submission": submitted, "start": submitted + 30,
-                         "end": submitted + 7200 if ended else 0},
+                         "end": submitted + 30 + 7200 if ended else 0,
+                         "limit": {"set": True, "infinite": False, "number": 1440}},
                 "account": teams[k % len(teams)][1], "user": f"u{k % 97}",
                 "partition": "gpu", "qos": "normal", "nodes": hosts[k % len(hosts)],
                 "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": 4},

@@ -152,6 +152,7 @@ def slurm_jobs_collect(*, cluster: Cluster, since: datetime, now: datetime) -> i
         _Upsert(Source.SLURM, run.job_id, run.started_at, {
             "ended_at": run.ended_at, "state": run.state, "user_name": run.user,
             "account": run.account, "partition": run.partition,
+            "time_limit_s": run.time_limit_s,
             "interactive": run.partition in interactive, "team_id": run.team_id,
             "owner_id": owners.at(run.user, run.started_at)}, gpu_ids)
         for run, gpu_ids in zip(runs, gpus, strict=True)

@@ -263,6 +263,8 @@ class SlurmJob(models.Model):
         "accounts.Team", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
         help_text="The team whose Slurm account ran it (a cluster identity).",
     )
+    time_limit_s = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Its time limit (sacct's Timelimit); none: unlimited.")
 
     class Meta:
         ordering = ["-submitted_at", "-id"]

@@ -2,7 +2,7 @@
 64 and 128 GPUs (twice the nodes, reservations, loans, samples and Slurm jobs; the same
 8 teams, each with reservations at both sizes), every
 loop of the beat schedule run to its steady state at each size, and no loop's queries may
-grow with the fleet, except the four known to work one object at a time (named below, with
+grow with the fleet, except the three known to work one object at a time (named below, with
 their figures in docs/benchmarks.md#fleet-scale). The large configurations are the bench."""
 
 from datetime import UTC, datetime
@@ -18,7 +18,6 @@ NOW = datetime(2026, 12, 1, 10, 40, tzinfo=UTC)
 #: Loops whose queries grow with the objects they write, one transaction each (issue 34).
 PER_OBJECT = {
     "reclaim-evaluate": "a transaction per reservation with a finding",
-    "schedulers-slurm-accounting-import": "update_or_create per Slurm job",
     "statements-month-start": "a few queries per team with a statement",
     "statements-refresh-open": "a few queries per team with a statement",
 }

@@ -56,6 +56,18 @@ def test_a_job_holding_four_gpus_and_using_one(world, smtp_server):
     assert _mails(world.member).count() == 1
 
 
+def test_a_job_far_under_its_slurm_time_limit_gets_the_advice(world):
+    """The time limit comes from Slurm's accounting (SlurmJob.time_limit_s, issue 34)."""
+    from gpuquota.schedulers.models import SlurmJob
+
+    world.slurm_job("103", utils=[[90] * 60])
+    SlurmJob.objects.filter(job_id="103").update(time_limit_s=24 * 3600)
+    jobs_refresh(now=NOW)
+    job = Job.objects.get(job_id="103")
+    assert job.time_limit_s == 24 * 3600
+    assert [n.code for n in job.notes.all()] == ["time_limit_far"]
+
+
 def test_the_cost_is_rounded_once(world):
     from gpuquota.rates.models import RateCard
 

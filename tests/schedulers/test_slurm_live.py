@@ -213,7 +213,7 @@ def test_running_jobs_gpus_are_read_from_slurm_and_prove_foreign_use(live):
 def _imported_jobs(site) -> list[tuple]:
     return sorted(SlurmJob.objects.filter(cluster=site.cluster).values_list(
         "job_id", "submitted_at", "started_at", "ended_at", "state", "account", "user",
-        "partition", "qos", "reservation", "nodes", "gpu_tres", "gpus", "team"))
+        "partition", "qos", "reservation", "nodes", "gpu_tres", "gpus", "team", "time_limit_s"))
 
 
 def test_job_accounting_through_slurmrestd_with_a_jwt(live):
@@ -224,7 +224,8 @@ def test_job_accounting_through_slurmrestd_with_a_jwt(live):
     r = site.reserve("vision", site.gpus["gqnode1"], start=now - timedelta(minutes=5),
                      end=now + timedelta(hours=1))
     assert _reconcile(site).outcome == "ok"
-    two = live.sbatch(user="daemon", account="vision", gpus=2)  # MAGNETIC: in gq-res-<id>
+    two = live.sbatch(user="daemon", account="vision", gpus=2,  # MAGNETIC: in gq-res-<id>
+                      extra=("--time=30",))
     assert live.wait_state(two, {"RUNNING"})["NodeList"] == "gqnode1"
     requeued = live.sbatch(user="nobody", account="speech", extra=("--nodelist=gqnode2",))
     live.wait_state(requeued, {"RUNNING"})
@@ -241,6 +242,7 @@ def test_job_accounting_through_slurmrestd_with_a_jwt(live):
     by_sacct = _imported_jobs(site)  # with the earlier tests' jobs
     assert (two, "RUNNING", f"gq-res-{r.pk}", 2) in [(j[0], j[4], j[9], j[12]) for j in by_sacct]
     assert [j[4] for j in by_sacct if j[0] == requeued] == ["REQUEUED"]
+    assert [j[14] for j in by_sacct if j[0] == two] == [1800]  # its limit, in seconds
 
     # The same import through slurmrestd, with a token of root's: the same rows.
     url = live.cluster.rest_start()

@@ -212,6 +212,21 @@ def test_job_import_reads_through_slurmrestd_and_a_failure_is_a_cluster_problem(
     assert problem.summary.startswith("job import: slurmrestd could not be reached")
 
 
+def test_an_unfinished_job_not_answered_again_is_re_read_by_id_through_slurmrestd(site, restd):
+    running = _accounted(6)
+    running["state"]["current"], running["time"]["end"] = "RUNNING", 0
+    restd.routes["/slurmdb/v0.0.38/jobs"] = (200, {"meta": META, "errors": [],
+                                                  "jobs": [running]}, 0)
+    backend_config_update(cluster=site.cluster, actor=site.admin, api_url=restd.url,
+                          token="tok-123")
+    slurm_clusters_accounting_import()
+    restd.routes["/slurmdb/v0.0.38/jobs"] = (200, {"meta": META, "errors": [], "jobs": []}, 0)
+    restd.routes["/slurmdb/v0.0.38/job/6"] = (200, {"meta": META, "errors": [],
+                                                   "jobs": [_accounted(6)]}, 0)
+    assert slurm_clusters_accounting_import() == {"dev": {"jobs": 1, "returns": 0}}
+    assert SlurmJob.objects.get(job_id="6").state == "COMPLETED"
+
+
 def test_the_capability_report_says_which_transport_reads_jobs():
     config = {"version": "22.05.8", "enforce": "limits", "tres": "gres/gpu,gres/gpu:h100"}
     assert capabilities_report(config, {}).facts["jobs_read_through"] == "sacct --json"

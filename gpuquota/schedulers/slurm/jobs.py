@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -27,10 +27,14 @@ from gpuquota.schedulers.services import problem_record
 from gpuquota.schedulers.slurm.objects import hostlist_expand
 from gpuquota.schedulers.slurm.options import SCAVENGER_QOS
 
-#: Each import looks this far behind its cursor: jobs still running or pending at the
-#: last import are seen again with their new state.
-OVERLAP = timedelta(hours=24)
+#: Each import reads the jobs Slurm's accounting has as pending, running or ended since the
+#: last import's high-water mark less this overlap (for ends slurmdbd records late): sacct
+#: (and slurmrestd) select by `-S` every job still pending or running, whenever it began.
+OVERLAP = timedelta(minutes=15)
 FIRST_IMPORT = timedelta(days=7)
+#: Jobs gpuquota holds as unfinished that the import did not see again (their end reached
+#: slurmdbd later than the overlap) are re-read by id, this many at most per import.
+REREAD_MAX = 500
 PREEMPTED_STATES = ("PREEMPTED", "REQUEUED")
 
 
@@ -85,8 +89,21 @@ def job_fields(job: dict, reservations: dict[str, str] | None = None) -> dict:
         "user": job.get("user") or "", "partition": job.get("partition") or "",
         "qos": job.get("qos") or "", "nodes": _nodes(job.get("nodes")),
         "reservation": reservation or (reservations or {}).get(reservation_id, ""),
-        "gpu_tres": gpu_tres, "gpus": gpus,
+        "gpu_tres": gpu_tres, "gpus": gpus, "time_limit_s": _limit_s(times.get("limit")),
     }
+
+
+def _limit_s(value) -> int | None:
+    """A job's time limit in seconds from its minutes (`{"set", "infinite", "number"}` in
+    later API versions); None when unlimited or not set."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) and not value.get(
+            "infinite") else None
+    try:
+        minutes = int(value or 0)
+    except (TypeError, ValueError):
+        return None
+    return minutes * 60 if 0 < minutes < 2**31 // 60 else None
 
 
 def _nodes(value) -> str:
@@ -95,13 +112,19 @@ def _nodes(value) -> str:
     return "" if value.lower().startswith("none") else value[:1024]
 
 
-def _accounting_jobs(backend, config: BackendConfig, since: datetime) -> tuple[list, str]:
-    """The jobs Slurm's accounting has since `since`, and where they were read."""
+def _accounting_jobs(backend, config: BackendConfig, since: datetime,
+                     job_ids: list[str] | None = None) -> tuple[list, str]:
+    """The jobs Slurm's accounting has since `since` (or, given `job_ids`, those jobs,
+    whenever they ran), and where they were read."""
     if backend.rest is not None:
+        if job_ids is not None:
+            return [j for job_id in job_ids for j in backend.rest.accounting_job(job_id)], \
+                "slurmrestd"
         return backend.rest.accounting_jobs(since), "slurmrestd"
-    out = backend.runner.run(["sacct", "--json", "-a", "-X", "-D",
-                              "-S", since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-                              "-E", "now"], timeout_s=max(config.command_timeout_s, 60)).stdout
+    which = ["-j", ",".join(job_ids)] if job_ids is not None else [
+        "-S", since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"), "-E", "now"]
+    out = backend.runner.run(["sacct", "--json", "-a", "-X", "-D", *which],
+                             timeout_s=max(config.command_timeout_s, 60)).stdout
     try:
         jobs = json.loads(out)["jobs"]
     except (ValueError, KeyError, TypeError) as exc:
@@ -122,32 +145,72 @@ def _reservation_names(backend, jobs: list) -> dict[str, str]:
 
 
 def slurm_jobs_import(*, cluster: Cluster, now: datetime | None = None) -> int:
-    """Import the cluster's jobs since the cursor (minus an overlap), attributed to teams
-    by their Slurm accounts; returns how many runs were written. Read through slurmrestd
-    when the cluster has its URL, else `sacct --json`. BackendError when that fails or
-    answers something unusable (the cursor then stays)."""
+    """Import the cluster's jobs pending, running or ended since the cursor (less an
+    overlap), and those gpuquota holds as unfinished that this did not see again (read by
+    id), attributed to teams by their Slurm accounts, in one upsert that writes only the
+    runs new or changed; returns how many it wrote. Read through slurmrestd when the
+    cluster has its URL, else `sacct --json`. BackendError when that fails or answers
+    something unusable (the cursor then stays)."""
     now = now or timezone.now()
     config = BackendConfig.objects.get(cluster=cluster)
     backend = backend_for(cluster, config)
     cursor = ImportCursor.objects.filter(cluster=cluster).first()
     since = (cursor.imported_until - OVERLAP) if cursor else now - FIRST_IMPORT
     jobs, source = _accounting_jobs(backend, config, since)
+    rows = _rows(backend, jobs, source)
+    seen = {row["job_id"] for row in rows}
+    stale = sorted({job_id for job_id in SlurmJob.objects.filter(
+        cluster=cluster, ended_at__isnull=True, submitted_at__gte=now - FIRST_IMPORT,
+    ).values_list("job_id", flat=True) if job_id.isdigit()} - seen)[:REREAD_MAX]
+    if stale:
+        rows += _rows(backend, _accounting_jobs(backend, config, since, stale)[0], source)
+    teams = _account_teams(cluster)
+    for row in rows:
+        row["team_id"] = teams.get(row["account"])
+    with transaction.atomic():
+        written = _upsert(cluster, rows)
+        ImportCursor.objects.update_or_create(cluster=cluster, defaults={"imported_until": now})
+    return written
+
+
+def _rows(backend, jobs: list, source: str) -> list[dict]:
     try:
         reservations = _reservation_names(backend, jobs)
-        rows = [job_fields(job, reservations) for job in jobs]
+        return [job_fields(job, reservations) for job in jobs]
     except (ValueError, KeyError, TypeError) as exc:
         raise BackendError(f"{source} answered a job gpuquota cannot read: {exc}",
                            detail=str(jobs)[:2000]) from exc
-    teams = _account_teams(cluster)
-    with transaction.atomic():
-        for row in rows:
-            row["team_id"] = teams.get(row["account"])
-            SlurmJob.objects.update_or_create(
-                cluster=cluster, job_id=row.pop("job_id"), submitted_at=row.pop("submitted_at"),
-                defaults=row,
-            )
-        ImportCursor.objects.update_or_create(cluster=cluster, defaults={"imported_until": now})
-    return len(rows)
+
+
+#: SlurmJob's columns an import writes (besides cluster_id), with their PostgreSQL types.
+_COLUMNS = {"job_id": "text", "submitted_at": "timestamptz", "started_at": "timestamptz",
+            "ended_at": "timestamptz", "state": "text", "account": "text", "user": "text",
+            "partition": "text", "qos": "text", "reservation": "text", "nodes": "text",
+            "gpu_tres": "text", "gpus": "integer", "team_id": "bigint",
+            "time_limit_s": "integer"}
+_KEY = ("job_id", "submitted_at")
+
+
+def _upsert(cluster: Cluster, rows: list[dict]) -> int:
+    """Insert the runs, or update those whose fields changed, in one statement (a run read
+    twice: the last reading; none: the statement still runs, so that an import's queries do
+    not depend on its jobs); how many rows it wrote."""
+    by_key = {(row["job_id"], row["submitted_at"]): row for row in rows}
+    table = connection.ops.quote_name(SlurmJob._meta.db_table)
+    names = [connection.ops.quote_name(SlurmJob._meta.get_field(
+        "team" if c == "team_id" else c).column) for c in _COLUMNS]
+    changing = [n for c, n in zip(_COLUMNS, names, strict=True) if c not in _KEY]
+    sql = (
+        f"INSERT INTO {table} (cluster_id, {', '.join(names)}) "
+        f"SELECT %s, * FROM unnest({', '.join(f'%s::{t}[]' for t in _COLUMNS.values())}) "
+        f"ON CONFLICT (cluster_id, job_id, submitted_at) DO UPDATE SET "
+        + ", ".join(f"{n} = EXCLUDED.{n}" for n in changing)
+        + f" WHERE ({', '.join(f'{table}.{n}' for n in changing)}) IS DISTINCT FROM "
+        f"({', '.join(f'EXCLUDED.{n}' for n in changing)})")
+    params = [cluster.pk] + [[row[c] for row in by_key.values()] for c in _COLUMNS]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
 
 
 def _account_teams(cluster: Cluster) -> dict[str, int]:
@@ -158,11 +221,16 @@ def _account_teams(cluster: Cluster) -> dict[str, int]:
     ).values_list("key", "team_id"))
 
 
-def _held(job: SlurmJob, gpu_id: int, node: str, seen: dict[str, set[int]]) -> bool:
+def _held(job: SlurmJob, gpu_id: int, node: str, seen: dict[str, set[int]],
+          hosts: dict[str, set[str]]) -> bool:
     """Whether `job` had the GPU: by the GPUs slurmctld was seen saying it held (SlurmJobGpu),
-    else (never seen running) by its node list."""
+    else (never seen running) by its node list (expanded once into `hosts`)."""
     gpus = seen.get(job.job_id)
-    return gpu_id in gpus if gpus else node in hostlist_expand(job.nodes)
+    if gpus:
+        return gpu_id in gpus
+    if job.nodes not in hosts:
+        hosts[job.nodes] = set(hostlist_expand(job.nodes))
+    return node in hosts[job.nodes]
 
 
 @transaction.atomic
@@ -172,26 +240,34 @@ def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
     submitted -> owner started). "There" is the lent GPU where slurmctld said which GPUs the
     jobs held, the GPU's node otherwise. An open loan is ended by it (`LOAN_OWNER_JOB`: the
     owner's job ran shorter than the running jobs' observation); a returned loan's
-    `freed_at` is set from it."""
+    `freed_at` is set from it. The candidate jobs of all the loans are read at once."""
+    open_loans = Loan.objects.filter(gpu__node__cluster=cluster).filter(
+        Q(returned_at__isnull=True) | Q(freed_at__isnull=True))
+    loans = list(open_loans.select_related("gpu__node", "assignment__reservation"))
     config = BackendConfig.objects.get(cluster=cluster)
     options = backend_for(cluster, config).options
+    earliest = min((loan.lent_from for loan in loans), default=timezone.now())
+    owners_all = SlurmJob.objects.filter(
+        cluster=cluster, started_at__gte=earliest,
+        team_id__in=open_loans.values("assignment__reservation__team_id"),
+    ).exclude(qos=SCAVENGER_QOS)
+    preempted_all = SlurmJob.objects.filter(
+        cluster=cluster, qos=SCAVENGER_QOS, state__in=PREEMPTED_STATES, ended_at__gte=earliest)
     seen: dict[str, set[int]] = {}
-    for job_id, gpu_id in SlurmJobGpu.objects.filter(
-            cluster=cluster, gpu__isnull=False).values_list("job_id", "gpu_id"):
+    for job_id, gpu_id in SlurmJobGpu.objects.filter(cluster=cluster, gpu__isnull=False).filter(
+            Q(job_id__in=owners_all.values("job_id"))
+            | Q(job_id__in=preempted_all.values("job_id"))).values_list("job_id", "gpu_id"):
         seen.setdefault(job_id, set()).add(gpu_id)
-    found = []
-    loans = Loan.objects.filter(gpu__node__cluster=cluster).select_related(
-        "gpu__node", "assignment__reservation")
-    for loan in loans.filter(Q(returned_at__isnull=True) | Q(freed_at__isnull=True)):
+    all_owners, all_preempted = list(owners_all), list(preempted_all)
+    found, hosts = [], {}
+    for loan in loans:
         node = options.node_name(loan.gpu.node.hostname)
         team_id = loan.assignment.reservation.team_id
-        owners = SlurmJob.objects.filter(
-            cluster=cluster, team_id=team_id, started_at__gte=loan.lent_from,
-        ).exclude(qos=SCAVENGER_QOS)
-        preempted = [j for j in SlurmJob.objects.filter(
-            cluster=cluster, qos=SCAVENGER_QOS, state__in=PREEMPTED_STATES,
-            ended_at__gte=loan.lent_from) if _held(j, loan.gpu_id, node, seen)]
-        for owner in (o for o in owners if _held(o, loan.gpu_id, node, seen)):
+        owners = [o for o in all_owners
+                  if o.team_id == team_id and o.started_at >= loan.lent_from]
+        preempted = [j for j in all_preempted if j.ended_at >= loan.lent_from
+                     and _held(j, loan.gpu_id, node, seen, hosts)]
+        for owner in (o for o in owners if _held(o, loan.gpu_id, node, seen, hosts)):
             borrower = max((b for b in preempted
                             if owner.submitted_at <= b.ended_at <= owner.started_at),
                            key=lambda b: b.ended_at, default=None)

@@ -106,6 +106,16 @@ class SlurmRest:
                                detail=f"GET {self.url}/{path}\n{str(body)[:2000]}")
         return jobs
 
+    def accounting_job(self, job_id: str) -> list[dict]:
+        """Each run slurmdbd recorded of one job (`slurmdb/.../job/<id>`), in the shape of
+        `accounting_jobs`."""
+        path = f"slurmdb/{API_VERSION}/job/{job_id}"
+        jobs = self.get(path).get("jobs")
+        if not isinstance(jobs, list):
+            raise BackendError("slurmrestd's job accounting has no list of jobs",
+                               detail=f"GET {self.url}/{path}")
+        return jobs
+
     def running_job_gpus(self) -> list[RunningGpu]:
         """The GPUs of each running job on each of its nodes, in node order, from
         slurmctld's `gres_detail` (`gpu:h100:2(IDX:0-1)`, one entry per node)."""
