@@ -50,7 +50,7 @@ class RecommendationListView(generics.ListAPIView):
             raise DomainError(f"One of {', '.join(Recommendation.Status.values)}.",
                               field="status")
         kind = params.get("kind")
-        if kind and kind not in Recommendation.Kind.values:
+        if "kind" in params and kind not in Recommendation.Kind.values:  # "kind=" too
             raise DomainError(f"One of {', '.join(Recommendation.Kind.values)}.", field="kind")
         team = team_for_view(self.request.user, params["team"]) if params.get("team") else None
         return recommendations_list(statuses=status, team=team, kind=kind,

@@ -79,17 +79,21 @@ AREAS = {
     "reservations": "Reservations", "usage": "Usage", "statements": "Statements",
     "reclaim": "Reclaim", "agent": "Agent", "me": "Account", "audit": "Audit",
     "lending": "Lending", "telemetry": "Telemetry", "sso": "Single sign-on",
+    "focus": "Statements", "jobs": "Jobs", "reliability": "Reliability",
 }
 AREA_DESCRIPTIONS = {
     "Reservations": "Teams, GPU classes, availability and reservations: request, extend, "
                     "shrink, swap, release, cancel; admins approve and deny.",
     "Usage": "Utilization versus allocation for exact periods, by script.",
     "Statements": "Monthly chargeback statements of a team or the organisation: JSON, CSV "
-                  "and PDF.",
+                  "and PDF; a month as a FOCUS cost and usage dataset.",
     "Reclaim": "Idle and oversized reservations: recommendations, objections, exemptions, "
                "the policy backtest.",
     "Lending": "Idle reserved GPUs lent to preemptible work: loans, returns, the pool, "
                "the policy and teams' opt-outs.",
+    "Jobs": "A report per job (Slurm job, pod, process): its GPUs' use, cost and the "
+            "pitfalls named with what they wasted.",
+    "Reliability": "GPU failure figures, drift and lemons, at any instant (admins).",
     "Telemetry": "Telemetry sources (dcgm-exporter endpoints, Prometheus) and their pulls.",
     "Single sign-on": "The mapping rules from an identity provider's groups to teams and "
                       "roles, and their preview.",
