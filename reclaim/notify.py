@@ -1,9 +1,10 @@
 """Mail to a team's leads about a recommendation: accepted (which GPUs, why, when they
 go), released, closed (busy again), withdrawn and upheld over their objection; and to the
-admins, a lead's objection. Sent outside any transaction by the
-`reclaim.notify` task after the change commits; `*_notified_at` records that every
-lead was served, so the release sweep resends only what an outage left unsent (the
-mail module never mails one lead twice under one key). The objection's mails (to the admins,
+admins, a lead's objection. The team's channels hear of each (`reclaim.told`). Sent
+outside any transaction by the `reclaim.notify` task after the change commits;
+`*_notified_at` records that every lead was served, so the release sweep resends only what
+an outage left unsent (the mail module never mails one lead twice under one key, and the
+notification outbox never queues one channel twice). The objection's mails (to the admins,
 and the upheld decision to the leads) are written with the step itself, through the mail
 outbox, like the reservation decisions."""
 
@@ -19,6 +20,7 @@ from gpuquota.mail.conf import base_url
 from gpuquota.mail.outbox import mail_send_later
 from gpuquota.mail.services import mail_send
 from reclaim.models import Recommendation
+from reclaim.told import recommendation_tell
 
 R = Recommendation.Status
 RESEND_WITHIN = timedelta(days=2)
@@ -72,8 +74,10 @@ def recommendation_notify(*, recommendation_id: int, event: str) -> bool:
                                                 ).get(pk=recommendation_id)
     if getattr(rec, field) is not None:
         return True
+    key = f"reclaim-{rec.pk}-{event}"
+    recommendation_tell(rec, event=event, key=key)
     outcome = mail_send(template=template, recipients=team_leads(team=rec.reservation.team),
-                        context=notice_context(rec), key=f"reclaim-{rec.pk}-{event}")
+                        context=notice_context(rec), key=key)
     if not outcome.complete:
         return False
     Recommendation.objects.filter(pk=rec.pk, **{f"{field}__isnull": True}).update(
@@ -124,15 +128,17 @@ def objection_notify(*, recommendation: Recommendation) -> None:
     """In the objection's transaction: every admin is told that a lead objects, with the
     reason, and that nothing is released until one of them decides (the outbox sends it
     after commit, once per admin)."""
+    key = f"reclaim-{recommendation.pk}-objected"
     mail_send_later(template="reclaim_objected", recipients=platform_admins(),
-                    context=_objection_context(recommendation),
-                    key=f"reclaim-{recommendation.pk}-objected")
+                    context=_objection_context(recommendation), key=key)
+    recommendation_tell(recommendation, event="objected", key=key)
 
 
 def objection_upheld_notify(*, recommendation: Recommendation) -> None:
     """In the decision's transaction: the team's leads are told their objection was
     overruled, why, and when the GPUs go."""
+    key = f"reclaim-{recommendation.pk}-upheld"
     mail_send_later(template="reclaim_upheld",
                     recipients=team_leads(team=recommendation.reservation.team),
-                    context=_objection_context(recommendation),
-                    key=f"reclaim-{recommendation.pk}-upheld")
+                    context=_objection_context(recommendation), key=key)
+    recommendation_tell(recommendation, event="upheld", key=key)

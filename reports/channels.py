@@ -92,8 +92,15 @@ def channels_notify(*, team: Team, key: str, message: Message,
                     now: datetime | None = None) -> int:
     """Queue `message` to every active channel of the team under `key` (once per channel),
     in the caller's transaction; the outbox's sweep delivers them. Returns rows queued."""
+    return channels_team_event(team_id=team.pk, key=key, message=message, now=now)
+
+
+def channels_team_event(*, team_id: int, key: str, message: Message,
+                        now: datetime | None = None) -> int:
+    """The `TEAM_EVENT` hook: `channels_notify` for a team known by its id (the apps below
+    reports tell of their events this way)."""
     queued = 0
-    for channel in TeamChannel.objects.filter(team=team, active=True):
+    for channel in TeamChannel.objects.filter(team_id=team_id, active=True):
         row = notification_queue(key=key, target=channel.target, kind=channel.kind,
                                  url=unseal(channel.url_sealed), message=message,
                                  secret=unseal(channel.secret_sealed), now=now)

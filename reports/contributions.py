@@ -1,12 +1,13 @@
 """What reports adds to the pages of the apps below it and to the demo
 (`gpuquota.core.contributions`): the team page's statements, the demo's drafts of last
-month, and the statements to approve or still unsent on the admin's home page."""
+month, the statements to approve or still unsent on the admin's home page, and the team
+channels every app's team events reach (`TEAM_EVENT`)."""
 
 from gpuquota.core.sections import Section
 from reports.attention import statements_attention
 from reports.budget_actions import refusal_preview, reservation_budget_check
 from reports.budgets import team_budget_status
-from reports.channels import channel_deliveries
+from reports.channels import channel_deliveries, channels_team_event
 from reports.demo import demo_statements_seed
 from reports.energy import team_energy_kwh
 from reports.forecast import month_of
@@ -44,3 +45,5 @@ DEMO_SEEDS = [demo_statements_seed]
 ATTENTION = [statements_attention]
 
 RESERVATION_REQUESTED = [reservation_budget_check]
+
+TEAM_EVENT = [channels_team_event]

@@ -2,22 +2,26 @@
 one message per lead, summary in the body, CSV and PDF attached, through the one mail
 module under the key `statement:<id>`. Delivery is recorded per recipient there, so a
 retry after an SMTP outage or a killed worker mails only the leads not yet served. The
-statement becomes `sent` only once every lead is served. Retries are scheduled on those
+statement becomes `sent` only once every lead is served, and then the team's channels
+are told (once: the notification outbox's key is the mail's). Retries are scheduled on those
 records, not in the broker: the `reports.statements_send_pending` sweep (every minute)
 starts again every sending that failed, was interrupted, or never began."""
 
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
+from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
 from accounts.selectors import team_leads
 from gpuquota.core.errors import Conflict
 from gpuquota.core.timeutil import Period
-from gpuquota.mail.conf import mail_enabled
+from gpuquota.mail.conf import base_url, mail_enabled
 from gpuquota.mail.selectors import mail_keys_waiting
 from gpuquota.mail.services import Attachment, MailOutcome, mail_send
+from gpuquota.outbox.render import Message
+from reports.channels import channels_notify
 from reports.conf import (
     finance_mailbox,
     organisation_name,
@@ -107,8 +111,29 @@ def statement_send(*, statement: Statement, now: datetime | None = None) -> Mail
         cc=statement_copies(statement),
     )
     if outcome.complete and statement.status == Statement.Status.APPROVED:
-        statement_mark_sent(statement=statement, at=now or timezone.now())
+        with transaction.atomic():  # marked sent and told, or neither
+            statement_mark_sent(statement=statement, at=now or timezone.now())
+            channels_notify(team=statement.team, key=statement_mail_key(statement),
+                            message=statement_message(statement, export), now=now)
     return outcome
+
+
+def statement_message(statement: Statement, export: dict) -> Message:
+    """What the team's channels are told once its statement has reached every lead."""
+    number = f" {statement.number}" if statement.number else ""
+    total = f"{export['total']} {export['currency']}"
+    return Message(
+        event="statement.sent",
+        title=f"{statement.team_name}: statement{number} for {statement.period_label} sent",
+        text=(f"The {statement.period_label} statement of {statement.team_name} ({total}) "
+              "was mailed to the team's leads, with its CSV and PDF."),
+        facts=[("Total", total), ("Utilization", _percent(export["utilization"]["utilization"])),
+               ("Cost center", statement.cost_center or "none")],
+        link=base_url() + reverse("statement_detail",
+                                  args=[statement.team.slug, statement.period_label]),
+        data={"team": statement.team_slug, "period": statement.period_label,
+              "number": statement.number, "total": export["total"],
+              "currency": export["currency"]})
 
 
 def statements_send_due_ids(*, now: datetime) -> list[int]:

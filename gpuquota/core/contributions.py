@@ -38,6 +38,12 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
   from new assignments and loans though no health interval or maintenance block says so
   (reliability: a GPU drained until the fix its failure needs). Capacity reads them like
   maintenance blocks.
+- `TEAM_EVENT`: functions `hook(*, team_id, key, message)` that an app calls (through
+  `team_event`), in the transaction of the change, when something happened that the team
+  should hear of where it reads (approvals, loans, reclaim notices, drains, statements):
+  `message` is a `gpuquota.outbox.render.Message` and `key` names the event once (a retry
+  queues nothing more). Reports queues it to the team's channels (docs/budgets.md,
+  "Channels"); mail stays with the app that sends it.
 
 They are found here, in INSTALLED_APPS order, the way Celery's beat schedules are
 (`gpuquota/celery.py`), and checked when Django starts (`contributions_check`).
@@ -54,7 +60,7 @@ from django.core import checks
 MODULE = "contributions"
 KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION",
          "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED", "RESERVATION_REQUESTED", "LOAN_OWNER_JOB",
-         "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED", "GPUS_HELD_OUT")
+         "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED", "GPUS_HELD_OUT", "TEAM_EVENT")
 
 
 @cache
@@ -91,6 +97,12 @@ def gpus_held_out(*, gpu_ids, start: datetime, end: datetime) -> list[tuple]:
     gpu_ids = list(gpu_ids)
     return [row for rows in hooks_call("GPUS_HELD_OUT", gpu_ids=gpu_ids, start=start, end=end)
             for row in rows]
+
+
+def team_event(*, team_id: int, key: str, message) -> None:
+    """Tell the team's channels of an event (every `TEAM_EVENT` hook), in the caller's
+    transaction; once per `key` and channel."""
+    hooks_call("TEAM_EVENT", team_id=team_id, key=key, message=message)
 
 
 def contributions_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]:

@@ -1,7 +1,7 @@
 """The borrowers' digest: each team whose work ran on GPUs taken back is told once, in one
-mail per lead per run, which GPUs were returned and when (never one mail per job). The
-mail is queued in the outbox in the transaction that marks the loans told, so a worker
-killed mid-run leaves either both or neither."""
+mail per lead per run and on its channels, which GPUs were returned and when (never one
+message per job). The mail and the channel messages are queued in the outboxes in the
+transaction that marks the loans told, so a worker killed mid-run leaves all or none."""
 
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -15,6 +15,7 @@ from gpuquota.core.fields import whole_second
 from gpuquota.lending.conf import lend_return_notice_s
 from gpuquota.lending.idle import borrower_team_ids
 from gpuquota.lending.selectors import loan_candidate
+from gpuquota.lending.told import borrowers_preempted_tell
 from gpuquota.mail.outbox import mail_send_later
 from gpuquota.reservations.models import Loan
 
@@ -60,10 +61,11 @@ def preemption_digest_send(*, now: datetime | None = None) -> dict:
     with transaction.atomic():
         for team in Team.objects.filter(pk__in=by_team).order_by("pk"):
             rows = by_team[team.pk]
+            key = f"lending-preempted-{team.pk}-{rows[0].pk}-{rows[-1].pk}-{len(rows)}"
             queued += mail_send_later(
                 template="lending_preempted", recipients=team_leads(team=team, at=now),
-                context=_context(team, rows),
-                key=f"lending-preempted-{team.pk}-{rows[0].pk}-{rows[-1].pk}-{len(rows)}")
+                context=_context(team, rows), key=key)
+            borrowers_preempted_tell(team=team, loans=rows, key=key)
         Loan.objects.filter(pk__in=done, preempt_notified_at__isnull=True).update(
             preempt_notified_at=now)
     return {"loans": len(done), "teams": len(by_team), "queued": queued}

@@ -22,6 +22,7 @@ from gpuquota.core.services import audit_record
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.lending.conf import lending_enabled
 from gpuquota.lending.selectors import failed_gpu_ids, lending_off_for
+from gpuquota.lending.told import loan_lent_tell, loan_returned_tell
 from gpuquota.outbox.services import gpu_interval_mark_dirty
 from gpuquota.reservations.models import Assignment, Loan, Reservation
 from gpuquota.schedulers.services import schedulers_reconcile_request
@@ -52,7 +53,7 @@ def loan_lend(*, assignment: Assignment, actor=None, reason: str = "",
                       .select_related("reservation__team", "gpu").get(pk=assignment.pk))
         reservation = assignment.reservation
         _check_lendable(assignment, at)
-        loan = Loan(assignment=assignment, gpu_id=assignment.gpu_id, lent_from=at,
+        loan = Loan(assignment=assignment, gpu=assignment.gpu, lent_from=at,
                     lent_by=actor if actor is not None and actor.is_authenticated else None,
                     lend_reason=reason[:256])
         try:
@@ -65,6 +66,7 @@ def loan_lend(*, assignment: Assignment, actor=None, reason: str = "",
                               "lent_from": at.isoformat()},
                      reason=reason or "idle for the lending window")
         _rollups_follow(gpu_id=loan.gpu_id, since=at)
+        loan_lent_tell(loan)
         schedulers_reconcile_request(reason=f"loan {loan.pk} lent")
     return loan
 
@@ -188,6 +190,7 @@ def loan_return(*, loan: Loan, reason: str, actor=None, at: datetime | None = No
                      changes={"gpu": loan.gpu.uuid, "returned_at": loan.returned_at.isoformat(),
                               "end_reason": reason}, reason=note or E(reason).label)
         _rollups_follow(gpu_id=loan.gpu_id, since=loan.returned_at)
+        loan_returned_tell(loan)
         schedulers_reconcile_request(reason=f"loan {loan.pk} returned")
     return loan
 

@@ -6,7 +6,7 @@ fields of 2000, fifty blocks; the text fallback 4000)."""
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 SLACK_HEADER, SLACK_SECTION, SLACK_FIELD, SLACK_FIELDS = 150, 3000, 2000, 10
 
@@ -23,6 +23,12 @@ class Message:
     facts: list[tuple[str, str]] = field(default_factory=list)
     link: str = ""
     data: dict = field(default_factory=dict)
+
+
+def when_utc(value: datetime) -> str:
+    """An instant as channel messages print it (a team's channel has no viewer's time zone):
+    `2026-12-01 16:00 UTC`."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _cut(text: str, limit: int) -> str:

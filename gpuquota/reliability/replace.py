@@ -11,9 +11,10 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 
 from accounts.selectors import team_leads
-from gpuquota.core.contributions import hooks_call
+from gpuquota.core.contributions import hooks_call, team_event
 from gpuquota.core.services import audit_record
 from gpuquota.mail.outbox import mail_send_later
+from gpuquota.outbox.render import Message, when_utc
 from gpuquota.reliability.models import Drain
 from gpuquota.reservations.assigning import lock_team_class
 from gpuquota.reservations.capacity import free_map
@@ -77,9 +78,22 @@ def _notify(drain: Drain, reservation: Reservation, moved: list, kept: bool, now
         "kept": kept,
         "same_node": reservation.placement == Reservation.Placement.SAME_NODE}}
     what = "kept" if kept else "replaced-" + "-".join(str(a.pk) for a in moved)
+    key = f"drain:{drain.pk}:reservation:{reservation.pk}:{what}"
     mail_send_later(template="reservation_gpu_drained",
                     recipients=team_leads(team=reservation.team, at=now), context=context,
-                    key=f"drain:{drain.pk}:reservation:{reservation.pk}:{what}")
+                    key=key)
+    gpu, team = _gpu_text(drain.gpu), reservation.team.name
+    outcome = ("no free GPU could replace it: the failed time is credited on the statement"
+               if kept else "moved to " + ", ".join(_gpu_text(a.gpu) for a in moved))
+    team_event(team_id=reservation.team_id, key=key, message=Message(
+        event="gpu.drained",
+        title=f"{team}: GPU {gpu} failed and is drained",
+        text=f"GPU {gpu} of reservation #{reservation.pk} failed ({drain.reason}): {outcome}.",
+        facts=[("Failure", drain.reason), ("At", when_utc(drain.event_at)),
+               ("Back after", drain.needs or "an admin's word")],
+        data={"drain": drain.pk, "reservation": reservation.pk, "gpu": drain.gpu.uuid,
+              "reason": drain.reason, "kept": kept,
+              "moved_to": [a.gpu.uuid for a in moved]}))
 
 
 @transaction.atomic

@@ -15,7 +15,9 @@ from django.conf import settings as django_settings
 
 from gpuquota.core.models import AuditEntry
 from gpuquota.lending.services import loan_return
+from gpuquota.outbox.models import Notification
 from gpuquota.reservations.models import Loan
+from reports.channels import channel_add
 from tests.helpers import suite_database_url
 from tests.lending.factories import (
     AUDIO_USER,
@@ -84,8 +86,11 @@ def audited(action: str, count: int):
     return lambda: AuditEntry.objects.filter(action=action).count() >= count
 
 
-def test_lend_return_free_and_one_digest_per_borrowing_team(flow, smtp):
+def test_lend_return_free_and_one_digest_per_borrowing_team(flow, smtp, settings):
     world, reservation = flow
+    settings.CHANNEL_ALLOWED_NETWORKS = "127.0.0.1/32"
+    for team, lead in ((world.team, world.lead), (world.other_team, world.other_lead)):
+        channel_add(team=team, kind="webhook", name="hook", url="http://127.0.0.1:9/", by=lead)
     scan(NOW, audited("loan.lend", 2), "two GPUs lent")
     assert Loan.objects.filter(lent_from=NOW, returned_at__isnull=True).count() == 2
     first, second = Loan.objects.order_by("gpu_id")
@@ -118,6 +123,13 @@ def test_lend_return_free_and_one_digest_per_borrowing_team(flow, smtp):
     time.sleep(2)
     assert len(smtp.messages) == 2  # a digest, not a mail per job, and never twice
     assert not smtp.to(world.lead.email)  # the owners are not borrowers
+    # ... and the teams' channels heard it too: the owners of each loan, the borrowers once
+    told = Notification.objects.order_by("id").values_list("target", "event")
+    owner, borrower = (f"team-channel:{t.channels.get().pk}" for t in (world.team,
+                                                                     world.other_team))
+    assert sorted(event for target, event in told if target == owner) == [
+        "loan.lent", "loan.lent", "loan.returned", "loan.returned"]
+    assert [event for target, event in told if target == borrower] == ["loan.preempted"]
 
 
 def test_a_worker_killed_mid_return_returns_the_gpu_once(flow, tmp_path):
