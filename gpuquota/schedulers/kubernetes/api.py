@@ -217,3 +217,36 @@ class Api:
         else:
             self._call(what, self.custom.delete_cluster_custom_object, kind.group,
                        kind.version, kind.plural, name)
+
+    # Pods and batch Jobs as plain JSON, for stopping a zero-use pod (jobstop.py).
+    def _json(self, what: str, fn, *args, **kwargs) -> dict | None:
+        """The answer as plain JSON; None on 404."""
+        def call(**extra):
+            try:
+                answer = fn(*args, _preload_content=False, **kwargs, **extra)
+            except ApiException as exc:
+                if exc.status == 404 and 'namespaces "' not in (exc.body or ""):
+                    return None
+                raise
+            return json.loads(answer.data or b"{}")
+
+        return self._call(what, call)
+
+    def pod_get(self, name: str, namespace: str) -> dict | None:
+        return self._json(f"get pod {namespace}/{name}",
+                          k8s.CoreV1Api(self.api).read_namespaced_pod, name, namespace)
+
+    def pod_delete(self, name: str, namespace: str, uid: str) -> None:
+        """Delete the pod whose uid is `uid` (a newer pod of the same name is left)."""
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
+        self._json(f"delete pod {namespace}/{name}",
+                   k8s.CoreV1Api(self.api).delete_namespaced_pod, name, namespace,
+                   body=options)
+
+    def batch_job_get(self, name: str, namespace: str) -> dict | None:
+        return self._json(f"get Job {namespace}/{name}",
+                          k8s.BatchV1Api(self.api).read_namespaced_job, name, namespace)
+
+    def batch_job_patch(self, name: str, namespace: str, patch: dict) -> None:
+        self._json(f"patch Job {namespace}/{name}",
+                   k8s.BatchV1Api(self.api).patch_namespaced_job, name, namespace, patch)
