@@ -261,8 +261,8 @@ def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
                                                # drains (gpuquota.reliability): cordon, taint
                                                ("", "nodes", "list"), ("", "nodes", "patch"),
                                                # zero-use pods stopped (gpuquota.jobs)
-                                               ("", "pods", "get"), ("", "pods", "delete"),
-                                               ("batch", "jobs", "get"),
+                                               ("", "pods", "list"), ("", "pods", "delete"),
+                                               ("batch", "jobs", "list"),
                                                ("batch", "jobs", "patch"),
                                                ("kueue.x-k8s.io", "workloads", "patch")}
     assert granted == designed

@@ -218,35 +218,33 @@ class Api:
             self._call(what, self.custom.delete_cluster_custom_object, kind.group,
                        kind.version, kind.plural, name)
 
-    # Pods and batch Jobs as plain JSON, for stopping a zero-use pod (jobstop.py).
-    def _json(self, what: str, fn, *args, **kwargs) -> dict | None:
-        """The answer as plain JSON; None on 404."""
+    # Pods and batch Jobs as plain JSON, for stopping a zero-use pod (jobstop.py); found by
+    # listing by name in their namespace (the ClusterRole grants no `get`).
+    def _find(self, what: str, fn, name: str, namespace: str) -> dict | None:
         def call(**extra):
-            try:
-                answer = fn(*args, _preload_content=False, **kwargs, **extra)
-            except ApiException as exc:
-                if exc.status == 404 and 'namespaces "' not in (exc.body or ""):
-                    return None
-                raise
+            answer = fn(namespace, field_selector=f"metadata.name={name}",
+                        _preload_content=False, **extra)
             return json.loads(answer.data or b"{}")
 
-        return self._call(what, call)
+        items = self._call(what, call).get("items") or []
+        return next((o for o in items if o["metadata"]["name"] == name), None)
 
-    def pod_get(self, name: str, namespace: str) -> dict | None:
-        return self._json(f"get pod {namespace}/{name}",
-                          k8s.CoreV1Api(self.api).read_namespaced_pod, name, namespace)
+    def pod_find(self, name: str, namespace: str) -> dict | None:
+        return self._find(f"list pod {namespace}/{name}",
+                          k8s.CoreV1Api(self.api).list_namespaced_pod, name, namespace)
 
     def pod_delete(self, name: str, namespace: str, uid: str) -> None:
         """Delete the pod whose uid is `uid` (a newer pod of the same name is left)."""
         options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
-        self._json(f"delete pod {namespace}/{name}",
+        self._call(f"delete pod {namespace}/{name}",
                    k8s.CoreV1Api(self.api).delete_namespaced_pod, name, namespace,
-                   body=options)
+                   body=options, _preload_content=False)
 
-    def batch_job_get(self, name: str, namespace: str) -> dict | None:
-        return self._json(f"get Job {namespace}/{name}",
-                          k8s.BatchV1Api(self.api).read_namespaced_job, name, namespace)
+    def batch_job_find(self, name: str, namespace: str) -> dict | None:
+        return self._find(f"list Job {namespace}/{name}",
+                          k8s.BatchV1Api(self.api).list_namespaced_job, name, namespace)
 
     def batch_job_patch(self, name: str, namespace: str, patch: dict) -> None:
-        self._json(f"patch Job {namespace}/{name}",
-                   k8s.BatchV1Api(self.api).patch_namespaced_job, name, namespace, patch)
+        self._call(f"patch Job {namespace}/{name}",
+                   k8s.BatchV1Api(self.api).patch_namespaced_job, name, namespace, patch,
+                   _preload_content=False)

@@ -39,7 +39,7 @@ def _pod(api: Api, name: str, namespace: str, started_at: datetime | None) -> di
     error = dns1123_label_error(namespace, what=f"The namespace {namespace!r}")
     if error:
         raise BackendError(error)
-    pod = api.pod_get(name, namespace)
+    pod = api.pod_find(name, namespace)
     if pod is None:
         raise BackendError(f"The cluster has no pod {namespace}/{name} (the agents name a pod "
                            "by its hostname: a pod that sets spec.hostname is not found).")
@@ -62,7 +62,7 @@ def _controller(pod: dict) -> dict | None:
 def _pod_delete(api: Api, pod: dict) -> JobStopped:
     meta = pod["metadata"]
     api.pod_delete(meta["name"], meta["namespace"], meta["uid"])
-    after = api.pod_get(meta["name"], meta["namespace"])
+    after = api.pod_find(meta["name"], meta["namespace"])
     if after is not None and after["metadata"].get("uid") == meta["uid"] and not \
             after["metadata"].get("deletionTimestamp"):
         raise BackendError(f"The API accepted the deletion of pod {meta['namespace']}/"
@@ -100,7 +100,7 @@ def _job_suspend(api: Api, job: dict) -> JobStopped:
     meta = job["metadata"]
     api.batch_job_patch(meta["name"], meta["namespace"], {
         "metadata": {"resourceVersion": meta["resourceVersion"]}, "spec": {"suspend": True}})
-    after = api.batch_job_get(meta["name"], meta["namespace"])
+    after = api.batch_job_find(meta["name"], meta["namespace"])
     if not (after and after["spec"].get("suspend")):
         raise BackendError(f"The API accepted the suspension of Job {meta['namespace']}/"
                            f"{meta['name']} but it is not suspended.")
@@ -120,7 +120,7 @@ def pod_stop(api: Api, name: str, namespace: str, *,
         raise BackendError(f"The pod {namespace}/{name} is run by {owner.get('kind')} "
                            f"{owner.get('name')}, which would start another: gpuquota stops "
                            "bare pods and batch Jobs only.")
-    job = api.batch_job_get(owner["name"], namespace)
+    job = api.batch_job_find(owner["name"], namespace)
     if job is None or job["metadata"].get("uid") != owner.get("uid"):
         raise BackendError(f"The pod {namespace}/{name}'s Job {owner['name']} is gone.")
     if QUEUE_LABEL in (job["metadata"].get("labels") or {}):
