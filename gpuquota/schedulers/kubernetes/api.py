@@ -229,6 +229,15 @@ class Api:
         items = self._call(what, call).get("items") or []
         return next((o for o in items if o["metadata"]["name"] == name), None)
 
+    def pods_list(self) -> list[dict]:
+        """Every pod of the cluster, as plain JSON (evictions.py)."""
+        def call(**extra):
+            answer = k8s.CoreV1Api(self.api).list_pod_for_all_namespaces(
+                _preload_content=False, **extra)
+            return json.loads(answer.data or b"{}")
+
+        return self._call("list pods", call).get("items") or []
+
     def pod_find(self, name: str, namespace: str) -> dict | None:
         return self._find(f"list pod {namespace}/{name}",
                           k8s.CoreV1Api(self.api).list_namespaced_pod, name, namespace)
