@@ -105,8 +105,8 @@ def test_a_zero_use_job_is_warned_twice_then_stopped_as_slurm_shows(
     assert done.changes["idle_s"] == 21 * 60 and done.changes["last_warned_at"]
     assert done.reason == note
     assert [a.action for a in AuditEntry.objects.filter(
-        object_id=str(job.pk), action__startswith="jobs.").order_by("pk")] == ["jobs.zero_use_warned", "jobs.zero_use_last_warned",
-                   "jobs.zero_use_cancelled"]
+        object_id=str(job.pk), action__startswith="jobs.").order_by("pk")] == [
+        "jobs.zero_use_warned", "jobs.zero_use_last_warned", "jobs.zero_use_cancelled"]
     jobs_zero_use_scan(now=start + 23 * MINUTE)  # once: no second stop, no mail again
     assert sorted(MailDelivery.objects.values_list("template", flat=True)) == [
         "jobs_zero_use", "jobs_zero_use_cancelled", "jobs_zero_use_last"]
