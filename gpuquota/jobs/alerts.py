@@ -2,7 +2,9 @@
 been at zero past its threshold (`zero_use.py` says what counts) is warned once per stretch
 of zero use: its owner is mailed through the mail outbox, and the evidence (since when,
 how far the samples go, its GPUs) is audited, in one transaction. Where the site opted in,
-a warned job still at zero later is cancelled (`cancel.py`). The scan reads the running
+a warned job still at zero gets a last warning `JOBS_ZERO_USE_LAST_WARNING_S` before it is
+stopped, and is stopped no sooner than that after it (`cancel.py`); one step per job per
+scan, each mail once (its key). The scan reads the running
 jobs and their samples in a few queries whatever their number; only a warning or a
 cancellation writes, one transaction each."""
 
@@ -14,11 +16,19 @@ from django.db import transaction
 
 from gpuquota.core.services import audit_record
 from gpuquota.jobs import conf
-from gpuquota.jobs.cancel import RETRY, cancel_opted_in, zero_use_cancel
+from gpuquota.jobs.cancel import RETRY, cancel_opted_in, planned_action, zero_use_cancel
 from gpuquota.jobs.models import Job, JobMailOptOut
 from gpuquota.jobs.report import jobs_series
 from gpuquota.jobs.zero_use import ZeroUse, zero_use
 from gpuquota.mail.outbox import mail_send_later
+
+
+def _mailable(job: Job) -> bool:
+    return job.owner is not None and not JobMailOptOut.objects.filter(user=job.owner).exists()
+
+
+def _stop_due_at(clock: ZeroUse) -> datetime:
+    return clock.due_at + timedelta(seconds=conf.zero_use_cancel_after_s())
 
 
 def _warn(job: Job, clock: ZeroUse, keys: list[str], now: datetime) -> None:
@@ -30,30 +40,66 @@ def _warn(job: Job, clock: ZeroUse, keys: list[str], now: datetime) -> None:
                               "seen_until": clock.seen_until.isoformat(),
                               "idle_s": clock.idle_s, "threshold_s": clock.threshold_s,
                               "worked_before": clock.worked, "gpus": keys})
-        if job.owner is not None and not JobMailOptOut.objects.filter(user=job.owner).exists():
+        if _mailable(job):
+            opted_in = cancel_opted_in(job)
             mail_send_later(
                 template="jobs_zero_use", recipients=[job.owner],
                 key=f"jobs.zero_use.{job.pk}.{int(clock.since.timestamp())}",
                 context={"job_pk": job.pk, "job_id": job.job_id, "cluster": job.cluster.name,
                          "gpus": keys, "since": clock.since, "idle_minutes": clock.idle_s // 60,
                          "staging": not clock.worked,
-                         "cancel_at": clock.due_at + timedelta(
-                             seconds=conf.zero_use_cancel_after_s())
-                         if cancel_opted_in(job) else None})
+                         "cancel_at": _stop_due_at(clock) if opted_in else None,
+                         "action": planned_action(job) if opted_in else ""})
 
 
-def _cancel_due(job: Job, clock: ZeroUse, now: datetime) -> bool:
+def _last_warn(job: Job, clock: ZeroUse, keys: list[str], now: datetime) -> None:
+    stop_at = now + timedelta(seconds=conf.zero_use_last_warning_s())
+    with transaction.atomic():
+        job.zero_use_last_warned_at = now
+        job.save(update_fields=["zero_use_last_warned_at"])
+        audit_record(actor=None, action="jobs.zero_use_last_warned", obj=job, team=job.team,
+                     changes={"zero_since": clock.since.isoformat(),
+                              "seen_until": clock.seen_until.isoformat(),
+                              "idle_s": clock.idle_s, "stop_at": stop_at.isoformat(),
+                              "action": planned_action(job), "gpus": keys})
+        if _mailable(job):
+            mail_send_later(
+                template="jobs_zero_use_last", recipients=[job.owner],
+                key=f"jobs.zero_use_last.{job.pk}.{int(clock.since.timestamp())}",
+                context={"job_pk": job.pk, "job_id": job.job_id, "cluster": job.cluster.name,
+                         "gpus": keys, "since": clock.since, "idle_minutes": clock.idle_s // 60,
+                         "stop_at": stop_at, "action": planned_action(job)})
+
+
+def _last_warned(job: Job) -> bool:
+    """Whether the last warning went out in this stretch (after its first warning)."""
+    return (job.zero_use_last_warned_at is not None and job.zero_use_warned_at is not None
+            and job.zero_use_last_warned_at >= job.zero_use_warned_at)
+
+
+def _next_step(job: Job, clock: ZeroUse | None, now: datetime) -> str:
+    """What the scan does to the job now: `warn`, `last_warn`, `stop` or nothing ('')."""
+    if clock is None or not clock.due:
+        return ""
+    if job.zero_use_since != clock.since:
+        return "warn"  # a new stretch of zero use
+    if job.zero_use_cancelled_at is not None or not cancel_opted_in(job):
+        return ""
+    last_s = conf.zero_use_last_warning_s()
+    left_s = clock.threshold_s + conf.zero_use_cancel_after_s() - clock.idle_s  # till stop
+    if not _last_warned(job):
+        return "last_warn" if left_s <= last_s and now > job.zero_use_warned_at else ""
     failed = job.zero_use_cancel_failed_at
-    return (job.zero_use_since == clock.since and job.zero_use_cancelled_at is None
-            and (failed is None or now - failed >= RETRY)
-            and clock.idle_s >= clock.threshold_s + conf.zero_use_cancel_after_s()
-            and cancel_opted_in(job))
+    if (left_s <= 0 and now >= job.zero_use_last_warned_at + timedelta(seconds=last_s)
+            and (failed is None or now - failed >= RETRY)):
+        return "stop"
+    return ""
 
 
 def jobs_zero_use_scan(*, now: datetime) -> int:
     """Warn every running job at zero past its threshold and not yet warned for this
-    stretch, and cancel those warned that stayed at zero where the site opted in; returns
-    how many were warned."""
+    stretch; where the site opted in, warn those still at zero a last time and then stop
+    them; returns how many were warned (first warnings)."""
     rules = conf.zero_use_rules()
     warned = 0
     running = list(Job.objects.filter(ended_at__isnull=True)
@@ -62,11 +108,13 @@ def jobs_zero_use_scan(*, now: datetime) -> int:
     for job in running:
         series, _gpus = series_of[job.pk]
         clock = zero_use(series=series, start=job.started_at, now=now, rules=rules)
-        if clock is not None and _cancel_due(job, clock, now):
+        step = _next_step(job, clock, now)
+        keys = [s.key for s in series]
+        if step == "warn":
+            _warn(job, clock, keys, now)
+            warned += 1
+        elif step == "last_warn":
+            _last_warn(job, clock, keys, now)
+        elif step == "stop":
             zero_use_cancel(job=job, clock=clock, now=now)
-            continue
-        if clock is None or not clock.due or job.zero_use_since == clock.since:
-            continue
-        _warn(job, clock, [s.key for s in series], now)
-        warned += 1
     return warned

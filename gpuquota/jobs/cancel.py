@@ -1,13 +1,14 @@
-"""Cancelling a zero-use job where the site opted in (docs/jobs.md, Cancelling): only on a
-Slurm cluster (or one of its partitions) named in `JOBS_ZERO_USE_CANCEL`, whose backend
-writes (not export-only or off), once the job has been warned and stayed at zero
-`JOBS_ZERO_USE_CANCEL_AFTER_S` longer. `scancel` through the backend's one runner, then
-read back: the job is cancelled when `squeue` no longer shows it running. The evidence is
-audited whatever the outcome; the owner is mailed when it is done."""
+"""Stopping a zero-use job where the site opted in (docs/jobs.md, Stopping): only a Slurm job
+or a Kubernetes pod in a scope named in `JOBS_ZERO_USE_CANCEL` (its cluster, partition or
+namespace, or its team), on a cluster whose backend writes (not export-only or off), after
+its first warning and a last one `JOBS_ZERO_USE_LAST_WARNING_S` before. Stopped through the
+cluster's scheduler backend (`Backend.job_stop`), which reads it back: a Slurm job is
+cancelled, or requeued where `JOBS_ZERO_USE_REQUEUE` says so and Slurm can; a bare pod is
+deleted, a batch Job's pod stops with its Job suspended (or its Kueue Workload deactivated).
+The evidence is audited whatever the outcome; the owner is mailed when it is done."""
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -17,64 +18,93 @@ from gpuquota.jobs import conf
 from gpuquota.jobs.models import Job, JobMailOptOut
 from gpuquota.jobs.zero_use import ZeroUse
 from gpuquota.mail.outbox import mail_send_later
-from gpuquota.schedulers.backend import BackendError, backend_for
-from gpuquota.schedulers.models import BackendConfig
+from gpuquota.schedulers.backend import BackendError, JobStopped, backend_for
+from gpuquota.schedulers.models import BackendConfig, Capabilities
 
-#: What a Slurm job id looks like (an array task: 123_4); nothing else reaches scancel.
-SLURM_JOB_ID = re.compile(r"^[0-9]{1,12}(_[0-9]{1,9})?$")
-GONE = {"", "CANCELLED", "COMPLETING", "COMPLETED"}
 RETRY = timedelta(minutes=15)
+STOPPABLE = (Job.Source.SLURM, Job.Source.KUBERNETES)
+
+
+def _scopes(job: Job) -> set[str]:
+    """The names a policy may give the job by: its cluster, partition (Slurm) or namespace
+    (Kubernetes) of it, and its team."""
+    where = job.partition if job.source == Job.Source.SLURM else job.account
+    return {job.cluster.slug, f"{job.cluster.slug}:{where}"} | (
+        {f"@{job.team.slug}"} if job.team is not None else set())
 
 
 def cancel_opted_in(job: Job) -> bool:
-    """Whether the site opted in for this job's cluster, or its partition."""
-    chosen = conf.zero_use_cancel()
-    return job.source == Job.Source.SLURM and (
-        job.cluster.slug in chosen or f"{job.cluster.slug}:{job.partition}" in chosen)
+    """Whether the site opted in to stop this job at zero (its cluster, partition or
+    namespace, or team)."""
+    return job.source in STOPPABLE and bool(_scopes(job) & conf.zero_use_cancel())
 
 
-def _scancel(job: Job) -> str:
-    """'' when Slurm shows the job gone after scancel, else why not."""
-    if not SLURM_JOB_ID.match(job.job_id):
-        return f"not a Slurm job id: {job.job_id!r}"
+def requeue_wanted(job: Job) -> bool:
+    """Whether the policy asks for a requeue rather than a cancellation (Slurm only)."""
+    return job.source == Job.Source.SLURM and bool(_scopes(job) & conf.zero_use_requeue())
+
+
+def planned_action(job: Job) -> str:
+    """What the mails say will happen to the job: a requeue only where the policy asks for
+    one and the cluster's Slurm requeues (its last capabilities: JobRequeue)."""
+    if job.source == Job.Source.KUBERNETES:
+        return "stopped (a bare pod deleted, a Job suspended)"
+    if not requeue_wanted(job):
+        return "cancelled"
+    facts = Capabilities.objects.filter(cluster=job.cluster).values_list(
+        "facts", flat=True).first() or {}
+    return "cancelled" if facts.get("requeue") is False else "requeued"
+
+
+def _stop(job: Job) -> JobStopped | str:
+    """What the scheduler showed once the job was stopped, else why not."""
     config = BackendConfig.objects.filter(cluster=job.cluster).first()
     if config is None or config.mode != BackendConfig.Mode.WRITE:
         return "the cluster's scheduler backend does not write (export-only, off or none)"
-    backend = backend_for(job.cluster, config)
     try:
-        backend.runner.run(["scancel", job.job_id])
-        state = backend.runner.run(["squeue", "-h", "-j", job.job_id, "-o", "%T"],
-                                   check=False).stdout.strip()
+        return backend_for(job.cluster, config).job_stop(
+            job_id=job.job_id, namespace=job.account, requeue=requeue_wanted(job),
+            started_at=job.started_at)
     except BackendError as exc:
         return exc.message
-    return "" if state in GONE else f"squeue still shows it {state}"
+
+
+def _owner_mailed(job: Job, clock: ZeroUse, stopped: JobStopped) -> None:
+    if job.owner is None or JobMailOptOut.objects.filter(user=job.owner).exists():
+        return
+    mail_send_later(template="jobs_zero_use_cancelled", recipients=[job.owner],
+                    key=f"jobs.zero_use_cancelled.{job.pk}",
+                    context={"job_pk": job.pk, "job_id": job.job_id,
+                             "cluster": job.cluster.name, "since": clock.since,
+                             "idle_minutes": clock.idle_s // 60, "how": stopped.how,
+                             "note": stopped.note, "target": stopped.target})
 
 
 def zero_use_cancel(*, job: Job, clock: ZeroUse, now: datetime) -> bool:
-    """Cancel `job` (due, warned, opted in: the caller checked) and audit it; True when
-    Slurm shows it gone."""
-    failure = _scancel(job)
+    """Stop `job` (due, warned twice, opted in: the caller checked) and audit it; True when
+    the scheduler shows it stopped."""
+    outcome = _stop(job)
+    done = isinstance(outcome, JobStopped)
     with transaction.atomic():
-        if not failure:
-            job.zero_use_cancelled_at, job.state = now, "CANCELLED"
-            job.save(update_fields=["zero_use_cancelled_at", "state"])
+        if done:
+            job.zero_use_cancelled_at, job.zero_use_stopped_how = now, outcome.how
+            job.state = outcome.how.upper()
+            job.save(update_fields=["zero_use_cancelled_at", "zero_use_stopped_how", "state"])
         else:  # tried again after RETRY, not at every scan
             job.zero_use_cancel_failed_at = now
             job.save(update_fields=["zero_use_cancel_failed_at"])
+        evidence = {"zero_since": clock.since.isoformat(),
+                    "seen_until": clock.seen_until.isoformat(), "idle_s": clock.idle_s,
+                    "warned_at": job.zero_use_warned_at.isoformat()
+                    if job.zero_use_warned_at else None,
+                    "last_warned_at": job.zero_use_last_warned_at.isoformat()
+                    if job.zero_use_last_warned_at else None,
+                    "requeue_asked": requeue_wanted(job)}
+        if done:
+            evidence.update(how=outcome.how, target=outcome.target or job.job_id)
         audit_record(actor=None, obj=job, team=job.team,
-                     action="jobs.zero_use_cancelled" if not failure
-                     else "jobs.zero_use_cancel_failed",
-                     changes={"zero_since": clock.since.isoformat(),
-                              "seen_until": clock.seen_until.isoformat(),
-                              "idle_s": clock.idle_s, "warned_at":
-                              job.zero_use_warned_at.isoformat() if job.zero_use_warned_at
-                              else None},
-                     reason=failure)
-        if not failure and job.owner is not None and not JobMailOptOut.objects.filter(
-                user=job.owner).exists():
-            mail_send_later(template="jobs_zero_use_cancelled", recipients=[job.owner],
-                            key=f"jobs.zero_use_cancelled.{job.pk}",
-                            context={"job_pk": job.pk, "job_id": job.job_id,
-                                     "cluster": job.cluster.name, "since": clock.since,
-                                     "idle_minutes": clock.idle_s // 60})
-    return not failure
+                     action="jobs.zero_use_cancelled" if done else "jobs.zero_use_cancel_failed",
+                     changes=evidence, reason=outcome.note if done else outcome)
+        if done:
+            _owner_mailed(job, clock, outcome)
+    return done

@@ -91,13 +91,32 @@ def digest_max_efficiency_pct() -> int:
     return _int("JOBS_DIGEST_MAX_EFFICIENCY_PCT", 75)
 
 
+def _scopes(name: str) -> set[str]:
+    return {p.strip() for p in _value(name, "").split(",") if p.strip()}
+
+
 def zero_use_cancel() -> set[str]:
-    """JOBS_ZERO_USE_CANCEL: the Slurm clusters (`slug`) or partitions (`slug:partition`),
-    comma-separated, whose zero-use jobs are cancelled after their warning (default none)."""
-    return {p.strip() for p in _value("JOBS_ZERO_USE_CANCEL", "").split(",") if p.strip()}
+    """JOBS_ZERO_USE_CANCEL: where zero-use jobs are stopped after their warnings (default
+    none), comma-separated: a cluster (`della`), a Slurm partition or a Kubernetes namespace
+    of it (`della:gpu`, `kube:vision`), or a team (`@vision`)."""
+    return _scopes("JOBS_ZERO_USE_CANCEL")
+
+
+def zero_use_requeue() -> set[str]:
+    """JOBS_ZERO_USE_REQUEUE: of those, where a Slurm job is requeued rather than cancelled
+    (same forms; default none). A job Slurm cannot requeue is cancelled, and the audit and
+    the mail say so."""
+    return _scopes("JOBS_ZERO_USE_REQUEUE")
 
 
 def zero_use_cancel_after_s() -> int:
-    """JOBS_ZERO_USE_CANCEL_AFTER_S: a warned job still at zero this much longer is cancelled
+    """JOBS_ZERO_USE_CANCEL_AFTER_S: a warned job still at zero this much longer is stopped
     where the site opted in (default 3600: Job Defense Shield cancels at 120 minutes)."""
     return _int("JOBS_ZERO_USE_CANCEL_AFTER_S", 3600)
+
+
+def zero_use_last_warning_s() -> int:
+    """JOBS_ZERO_USE_LAST_WARNING_S: the last warning goes out this long before the job is
+    stopped, and the job is never stopped sooner after it (default 900: Job Defense
+    Shield's second warning at 105 minutes, 15 before the cancellation)."""
+    return _int("JOBS_ZERO_USE_LAST_WARNING_S", 900)

@@ -46,7 +46,13 @@ class Job(models.Model):
     zero_use_since = WholeSecondDateTimeField(
         null=True, blank=True, help_text="The start of the zero use last warned about.")
     zero_use_warned_at = WholeSecondDateTimeField(null=True, blank=True)
-    zero_use_cancelled_at = WholeSecondDateTimeField(null=True, blank=True)
+    zero_use_last_warned_at = WholeSecondDateTimeField(
+        null=True, blank=True, help_text="The last warning before the job is stopped.")
+    zero_use_cancelled_at = WholeSecondDateTimeField(
+        null=True, blank=True, help_text="When the scheduler showed the job stopped.")
+    zero_use_stopped_how = models.CharField(
+        max_length=16, blank=True,
+        help_text="cancelled, requeued, deleted (a pod) or suspended (a Job or Workload).")
     zero_use_cancel_failed_at = WholeSecondDateTimeField(null=True, blank=True)
 
     class Meta:

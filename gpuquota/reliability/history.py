@@ -8,9 +8,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Min, Q
 
-from gpuquota.ingest.models import EventType, GpuEvent
+from gpuquota.ingest.models import EventType, GpuEvent, ProcessRecord
 from gpuquota.ingest.taxonomy import (
     HARDWARE_EVENT_TYPES,
     HARDWARE_XIDS,
@@ -19,7 +19,7 @@ from gpuquota.ingest.taxonomy import (
     classify,
 )
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
-from gpuquota.schedulers.models import SlurmJob, SlurmJobGpu
+from gpuquota.schedulers.models import PodKilled, SlurmJob, SlurmJobGpu
 
 INCIDENT_GAP = timedelta(minutes=10)
 DAY_S = 86400.0
@@ -70,7 +70,8 @@ class Failed:
 @dataclass
 class KilledJob:
     """A scheduler job a failure ended: Slurm's NODE_FAIL, or a job that ended unfinished
-    within `INCIDENT_GAP` after a hardware failure on a GPU it held."""
+    within `INCIDENT_GAP` after a hardware failure on a GPU it held; a pod the cluster
+    ended for a node's trouble (`PodKilled`: evicted, or deleted for a NoExecute taint)."""
 
     gpu_id: int
     job_id: str
@@ -150,7 +151,8 @@ def fleet_history(*, as_of: datetime, since: datetime | None = None,
                                                               "valid_until")]
     incidents = _incidents(rows, gpus)
     return History(as_of, gpus, incidents, failed,
-                   _killed_jobs(incidents, gpus, since=since, as_of=as_of))
+                   _killed_jobs(incidents, gpus, since=since, as_of=as_of)
+                   + _pods_killed(gpus, since=since, as_of=as_of))
 
 
 UNFINISHED = ("NODE_FAIL", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED", "TIMEOUT")
@@ -184,4 +186,41 @@ def _killed_jobs(incidents: list[Incident], gpus: dict[int, GpuLife], *,
             if hit or job["state"] == "NODE_FAIL":
                 killed.append(KilledJob(gpu_id, job["job_id"], job["ended_at"], gpu_hours))
                 break
+    return killed
+
+
+#: How far before its end a killed pod's process records are read for its GPUs and start.
+POD_LOOKBACK = timedelta(days=7)
+
+
+def _pods_killed(gpus: dict[int, GpuLife], *, since: datetime | None,
+                 as_of: datetime) -> list[KilledJob]:
+    """The pods a node's trouble ended, with the GPUs their processes ran on (the agents'
+    records, by pod name and namespace) and their GPU-hours from the first record."""
+    pods = PodKilled.objects.filter(ended_at__lte=as_of)
+    if since is not None:
+        pods = pods.filter(ended_at__gte=since)
+    pods = list(pods.values("cluster_id", "namespace", "name", "ended_at"))
+    if not pods:
+        return []
+    records = ProcessRecord.objects.filter(
+        job_source="kubernetes", job_id__in={p["name"] for p in pods},
+        window_start__gte=min(p["ended_at"] for p in pods) - POD_LOOKBACK,
+        window_start__lte=max(p["ended_at"] for p in pods),
+    ).values("gpu__node__cluster_id", "job_account", "job_id", "gpu_id", "gpu__parent_id",
+             ).annotate(first=Min("window_start"))
+    seen: dict[tuple, list] = defaultdict(list)
+    for r in records.values_list("gpu__node__cluster_id", "job_account", "job_id", "gpu_id",
+                                 "gpu__parent_id", "first"):
+        seen[r[:3]].append(r[3:])
+    killed = []
+    for pod in pods:
+        rows = [(parent or gpu_id, first) for gpu_id, parent, first in seen.get(
+            (pod["cluster_id"], pod["namespace"], pod["name"]), ())
+            if first <= pod["ended_at"] and (parent or gpu_id) in gpus]
+        if rows:
+            held = {gpu_id for gpu_id, _ in rows}
+            run_s = (pod["ended_at"] - min(first for _, first in rows)).total_seconds()
+            killed.append(KilledJob(min(held), f"{pod['namespace']}/{pod['name']}",
+                                    pod["ended_at"], len(held) * run_s / 3600))
     return killed

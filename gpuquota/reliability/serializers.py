@@ -50,7 +50,8 @@ class ReliabilityFiguresSerializer(serializers.Serializer):
     ci95_low = serializers.FloatField(allow_null=True, help_text="Exact (Garwood) 95% interval")
     ci95_high = serializers.FloatField(allow_null=True)
     jobs_killed = serializers.IntegerField(help_text="Slurm jobs a failure ended (NODE_FAIL, "
-                                           "or ended within 10 minutes of a failure)")
+                                           "or ended within 10 minutes of a failure) and "
+                                           "pods evicted or deleted for a node's trouble")
     gpu_hours_lost = serializers.FloatField(help_text="Those jobs' GPU-hours")
     mtbf_days = serializers.FloatField(allow_null=True)
     mttr_hours = serializers.FloatField(allow_null=True,

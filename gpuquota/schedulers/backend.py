@@ -119,6 +119,17 @@ class CapabilityReport:
     notes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class JobStopped:
+    """A running job stopped through the scheduler, as reading it back showed: `how` is
+    `cancelled`, `requeued` (Slurm), `deleted` (a bare pod) or `suspended` (a batch Job, or
+    its Kueue Workload deactivated); `note` says why it was not what was asked, if so."""
+
+    how: str
+    note: str = ""
+    target: str = ""  # what was stopped, when not the job itself: `Job vision/train`
+
+
 @dataclass
 class ApplyResult:
     applied: list[Action] = field(default_factory=list)
@@ -198,6 +209,13 @@ class Backend(ABC):
     def node_resume(self, *, hostname: str) -> bool:
         """Undo gpuquota's own drain of the node (never the site's); whether it did."""
         raise BackendError(f"The {self.scheduler} backend cannot resume nodes yet.")
+
+    def job_stop(self, *, job_id: str, namespace: str = "", requeue: bool = False,
+                 started_at: datetime | None = None) -> JobStopped:
+        """Stop the run of a job that started at `started_at` (docs/jobs.md#stopping):
+        requeue it where asked and the scheduler can, else cancel it; read back. A refusal,
+        or another run under the same id, is a BackendError."""
+        raise BackendError(f"The {self.scheduler} backend cannot stop jobs.")
 
     @classmethod
     def foreign_use(cls, *, clusters, period, team=None) -> list[ForeignUse]:

@@ -353,3 +353,26 @@ class LoanReturn(models.Model):
 
     def __str__(self) -> str:
         return f"loan #{self.loan_id}: {self.time_to_return_s} s"
+
+
+class PodKilled(models.Model):
+    """A pod the cluster ended for a node's trouble, as the API server showed it
+    (`schedulers/kubernetes/evictions.py`): evicted by the kubelet (`status.reason`
+    Evicted) or, with a `DisruptionTarget` condition, deleted by the taint manager (a
+    NoExecute taint: the node not ready or unreachable) or ended by the kubelet (node
+    pressure, a graceful node shutdown). Its GPUs are those its processes ran on."""
+
+    cluster = models.ForeignKey("inventory.Cluster", on_delete=models.PROTECT, related_name="+")
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64)
+    reason = models.CharField(max_length=64)
+    ended_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["-ended_at", "pk"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "uid"],
+                                               name="podkilled_unique")]
+
+    def __str__(self) -> str:
+        return f"pod {self.namespace}/{self.name} ({self.reason})"

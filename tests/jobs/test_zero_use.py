@@ -72,27 +72,14 @@ def test_a_running_job_at_zero_is_warned_once_with_its_evidence():
     assert mail.recipient == world.member and "70" in mail.context_json
 
 
-class FakeRunner:
-    """Stands in for the Slurm backend's runner: records argv; squeue shows `state`."""
-
-    def __init__(self, state=""):
-        self.argv, self.state = [], state
-
-    def run(self, argv, *, check=True, timeout_s=None):
-        from types import SimpleNamespace
-
-        self.argv.append(argv)
-        return SimpleNamespace(stdout=self.state if argv[0] == "squeue" else "")
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db
-def test_where_the_site_opted_in_a_warned_job_still_at_zero_is_cancelled(settings,
-                                                                        monkeypatch):
-    from types import SimpleNamespace
-
+def test_only_where_the_site_opted_in_is_a_job_warned_a_last_time_and_then_stopped(settings):
+    """The policy's steps without a scheduler (the dev Slurm cluster's and the fake
+    Kubernetes API server's tests stop real jobs): the last warning comes
+    JOBS_ZERO_USE_LAST_WARNING_S before the stop and the stop no sooner after it; a cluster
+    whose backend does not write refuses, audited and retried 15 minutes later."""
     from gpuquota.core.models import AuditEntry
-    from gpuquota.jobs import cancel
     from gpuquota.jobs.alerts import jobs_zero_use_scan
     from gpuquota.jobs.models import Job
     from gpuquota.jobs.services import jobs_collect
@@ -103,44 +90,37 @@ def test_where_the_site_opted_in_a_warned_job_still_at_zero_is_cancelled(setting
     world = JobWorld.build()
     world.slurm_job("502", utils=[[90] * 20 + [0] * 160])
     SlurmJob.objects.filter(job_id="502").update(ended_at=None, state="RUNNING")
-    config = BackendConfig.objects.create(cluster=world.cluster, mode="write")
-    runner = FakeRunner()
-    monkeypatch.setattr(cancel, "backend_for", lambda c, cfg: SimpleNamespace(runner=runner))
+    BackendConfig.objects.create(cluster=world.cluster, mode="export")
     jobs_collect(now=T0 + timedelta(minutes=180), since=T0 - timedelta(hours=1))
-    warned_at = T0 + timedelta(minutes=82)
-    assert jobs_zero_use_scan(now=warned_at) == 1
-    assert "cancel_at" in MailDelivery.objects.get(template="jobs_zero_use").context_json
+    assert jobs_zero_use_scan(now=T0 + timedelta(minutes=82)) == 1
+    assert '"cancel_at": null' in MailDelivery.objects.get(template="jobs_zero_use").context_json
     late = T0 + timedelta(minutes=145)  # 125 min at zero: past the warning and an hour
     jobs_zero_use_scan(now=late)
-    assert runner.argv == []  # not opted in: never cancelled
     settings.JOBS_ZERO_USE_CANCEL = "della:interactive"  # another partition
     jobs_zero_use_scan(now=late)
-    assert runner.argv == []
-    config.mode = "export"
-    config.save()
-    settings.JOBS_ZERO_USE_CANCEL = "della"
-    jobs_zero_use_scan(now=late)
+    assert not AuditEntry.objects.filter(action__startswith="jobs.zero_use_").exclude(
+        action="jobs.zero_use_warned").exists()  # not opted in: warned only
+    settings.JOBS_ZERO_USE_CANCEL = "@vision"  # the team opted in
+    jobs_zero_use_scan(now=late)  # the last warning first, never the stop in the same scan
+    last = AuditEntry.objects.get(action="jobs.zero_use_last_warned")
+    assert last.changes["stop_at"] == (late + timedelta(minutes=15)).isoformat()
+    assert MailDelivery.objects.get(template="jobs_zero_use_last").recipient == world.member
+    jobs_zero_use_scan(now=late + timedelta(minutes=14))  # due, but too soon after it
+    assert not AuditEntry.objects.filter(action="jobs.zero_use_cancel_failed").exists()
+    stop = late + timedelta(minutes=15)
+    jobs_zero_use_scan(now=stop)
     failed = AuditEntry.objects.get(action="jobs.zero_use_cancel_failed")
-    assert "does not write" in failed.reason and runner.argv == []
-    jobs_zero_use_scan(now=late + timedelta(minutes=2))  # not retried at every scan
+    assert "does not write" in failed.reason and failed.changes["last_warned_at"]
+    jobs_zero_use_scan(now=stop + timedelta(minutes=2))  # not retried at every scan
     assert AuditEntry.objects.filter(action="jobs.zero_use_cancel_failed").count() == 1
-    config.mode = "write"
-    config.save()
-    late += timedelta(minutes=15)
-    jobs_zero_use_scan(now=late)
-    assert runner.argv == [["scancel", "502"], ["squeue", "-h", "-j", "502", "-o", "%T"]]
-    job = Job.objects.get(job_id="502")
-    assert job.state == "CANCELLED" and job.zero_use_cancelled_at == late
-    done = AuditEntry.objects.get(action="jobs.zero_use_cancelled")
-    assert done.changes["idle_s"] == 140 * 60 and done.changes["warned_at"]
-    assert MailDelivery.objects.filter(template="jobs_zero_use_cancelled",
-                                       recipient=world.member).exists()
-    jobs_zero_use_scan(now=late + timedelta(minutes=2))
-    assert len(runner.argv) == 2  # once
+    jobs_zero_use_scan(now=stop + timedelta(minutes=15))
+    assert AuditEntry.objects.filter(action="jobs.zero_use_cancel_failed").count() == 2
+    assert Job.objects.get(job_id="502").zero_use_cancelled_at is None
+    assert MailDelivery.objects.filter(template="jobs_zero_use_last").count() == 1  # once
 
 
-def test_only_a_slurm_job_id_reaches_scancel():
-    from gpuquota.jobs.cancel import SLURM_JOB_ID
+def test_only_a_slurm_job_id_reaches_a_slurm_command():
+    from gpuquota.schedulers.slurm.jobstop import SLURM_JOB_ID
 
     assert SLURM_JOB_ID.match("123") and SLURM_JOB_ID.match("123_4")
     assert not SLURM_JOB_ID.match("123; rm -rf /") and not SLURM_JOB_ID.match("-1")

@@ -75,3 +75,14 @@ class JobWorld(RoleMatrix):
                     energy_j=300.0 * 60, received_at=timezone.now()))
         Sample.objects.bulk_create(rows, ignore_conflicts=True)
         return run
+
+
+def samples_write(gpu: Gpu, utils: list[float], *, start, memory_gib: float = 20) -> None:
+    """One sample a minute on `gpu` from `start`, at `utils` (memory held throughout: held
+    memory at 0 % is not use)."""
+    Sample.objects.bulk_create([Sample(
+        gpu=gpu, window_start=start + timedelta(minutes=i),
+        window_end=start + timedelta(minutes=i + 1), readings=6, util_gpu_avg=Decimal(u),
+        util_gpu_max=Decimal(u), memory_used_bytes_max=int(memory_gib * GIB),
+        energy_j=60.0 * 60, received_at=timezone.now()) for i, u in enumerate(utils)],
+        ignore_conflicts=True)

@@ -259,7 +259,12 @@ def test_the_cluster_role_is_exactly_what_the_backend_uses(kube):
                                                ("resource.k8s.io", "resourceclaims", "list"),
                                                ("kueue.x-k8s.io", "workloads", "list"),
                                                # drains (gpuquota.reliability): cordon, taint
-                                               ("", "nodes", "list"), ("", "nodes", "patch")}
+                                               ("", "nodes", "list"), ("", "nodes", "patch"),
+                                               # zero-use pods stopped (gpuquota.jobs)
+                                               ("", "pods", "list"), ("", "pods", "delete"),
+                                               ("batch", "jobs", "list"),
+                                               ("batch", "jobs", "patch"),
+                                               ("kueue.x-k8s.io", "workloads", "patch")}
     assert granted == designed
     # ...and these runs used every kind of call, none outside the grant.
     assert used <= granted and {v for _, _, v in used} == set(Api.rbac_verbs)

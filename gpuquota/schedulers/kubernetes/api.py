@@ -217,3 +217,43 @@ class Api:
         else:
             self._call(what, self.custom.delete_cluster_custom_object, kind.group,
                        kind.version, kind.plural, name)
+
+    # Pods and batch Jobs as plain JSON, for stopping a zero-use pod (jobstop.py); found by
+    # listing by name in their namespace (the ClusterRole grants no `get`).
+    def _find(self, what: str, fn, name: str, namespace: str) -> dict | None:
+        def call(**extra):
+            answer = fn(namespace, field_selector=f"metadata.name={name}",
+                        _preload_content=False, **extra)
+            return json.loads(answer.data or b"{}")
+
+        items = self._call(what, call).get("items") or []
+        return next((o for o in items if o["metadata"]["name"] == name), None)
+
+    def pods_list(self) -> list[dict]:
+        """Every pod of the cluster, as plain JSON (evictions.py)."""
+        def call(**extra):
+            answer = k8s.CoreV1Api(self.api).list_pod_for_all_namespaces(
+                _preload_content=False, **extra)
+            return json.loads(answer.data or b"{}")
+
+        return self._call("list pods", call).get("items") or []
+
+    def pod_find(self, name: str, namespace: str) -> dict | None:
+        return self._find(f"list pod {namespace}/{name}",
+                          k8s.CoreV1Api(self.api).list_namespaced_pod, name, namespace)
+
+    def pod_delete(self, name: str, namespace: str, uid: str) -> None:
+        """Delete the pod whose uid is `uid` (a newer pod of the same name is left)."""
+        options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid))
+        self._call(f"delete pod {namespace}/{name}",
+                   k8s.CoreV1Api(self.api).delete_namespaced_pod, name, namespace,
+                   body=options, _preload_content=False)
+
+    def batch_job_find(self, name: str, namespace: str) -> dict | None:
+        return self._find(f"list Job {namespace}/{name}",
+                          k8s.BatchV1Api(self.api).list_namespaced_job, name, namespace)
+
+    def batch_job_patch(self, name: str, namespace: str, patch: dict) -> None:
+        self._call(f"patch Job {namespace}/{name}",
+                   k8s.BatchV1Api(self.api).patch_namespaced_job, name, namespace, patch,
+                   _preload_content=False)

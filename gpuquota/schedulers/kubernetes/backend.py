@@ -20,11 +20,12 @@ from gpuquota.schedulers.backend import (
     Binding,
     CapabilityReport,
     ForeignUse,
+    JobStopped,
     Observed,
     Plan,
     SchedulerObject,
 )
-from gpuquota.schedulers.kubernetes import drain
+from gpuquota.schedulers.kubernetes import drain, jobstop
 from gpuquota.schedulers.kubernetes.admission import admission_objects
 from gpuquota.schedulers.kubernetes.api import Api, api_client
 from gpuquota.schedulers.kubernetes.capabilities import detect
@@ -112,6 +113,11 @@ class KubernetesBackend(Backend):
 
     def node_resume(self, *, hostname: str) -> bool:
         return drain.node_resume(self.api, hostname)
+
+    def job_stop(self, *, job_id: str, namespace: str = "", requeue: bool = False,
+                 started_at=None) -> JobStopped:
+        """A pod: `job_id` its name (no requeue on Kubernetes: a suspended Job resumes)."""
+        return jobstop.pod_stop(self.api, job_id, namespace, started_at=started_at)
 
     def capabilities(self) -> CapabilityReport:
         report = detect(self.api, options=self.options)

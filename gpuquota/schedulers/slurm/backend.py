@@ -12,6 +12,7 @@ from gpuquota.schedulers.backend import (
     BackendError,
     CapabilityReport,
     ForeignUse,
+    JobStopped,
     Observed,
     Plan,
     SchedulerObject,
@@ -21,7 +22,7 @@ from gpuquota.schedulers.models import ManagedObject
 from gpuquota.schedulers.runner import Runner
 from gpuquota.schedulers.secrets import secret_decrypt
 from gpuquota.schedulers.selectors import plan_inputs
-from gpuquota.schedulers.slurm import drain, objects, owners, verify
+from gpuquota.schedulers.slurm import drain, jobstop, objects, owners, verify
 from gpuquota.schedulers.slurm.capabilities import (
     capabilities_report,
     config_parse,
@@ -71,6 +72,10 @@ class SlurmBackend(Backend):
 
     def node_resume(self, *, hostname: str) -> bool:
         return drain.node_resume(self.runner, hostname)
+
+    def job_stop(self, *, job_id: str, namespace: str = "", requeue: bool = False,
+                 started_at=None) -> JobStopped:
+        return jobstop.job_stop(self.runner, job_id, requeue=requeue, started_at=started_at)
 
     def capabilities(self) -> CapabilityReport:
         config = config_parse(self.runner.run(["scontrol", "show", "config"]).stdout)

@@ -20,7 +20,7 @@ from tests.kubernetes.fake_apiserver.kueue_api import KueueApi
 from tests.kubernetes.fake_apiserver.kueue_schemas import kueue_errors
 
 KUEUE_IMAGE = "registry.k8s.io/kueue/kueue:v0.14.1"
-ALWAYS_SERVED = ("", "apps")  # core and apps: every cluster has them
+ALWAYS_SERVED = ("", "apps", "batch")  # core, apps and batch: every cluster has them
 SCHEMAS = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
 _PREFERENCE = ("v1", "v1beta2", "v1beta1", "v1alpha3", "v1alpha2", "v1alpha1")
 
@@ -48,6 +48,7 @@ class Resource:
 #: client uses, and the kinds the fake also serves for tests to play the cluster.
 KIND_TABLE = [(k.group, k.plural, k.kind, k.namespaced) for k in KINDS.values()] + [
     ("", "pods", "Pod", True),
+    ("batch", "jobs", "Job", True),
     ("", "nodes", "Node", False),
     ("", "namespaces", "Namespace", False),
 ]
