@@ -66,9 +66,11 @@ demo-telemetry:
 	$(MAKE) demo DEMO_RUN="telemetry_demo --cluster turing"
 
 ## Run the whole test suite (PostgreSQL/Redis/browser tests need DATABASE_URL/REDIS_URL/chromium),
-## in TEST_WORKERS pytest-xdist processes, a test file per worker at a time (each worker has
-## its own test database and Redis database: tests/parallel.py).
-TEST_WORKERS ?= 2
+## in TEST_WORKERS pytest-xdist processes, a test file per worker at a time, longest first
+## (each worker has its own test database and Redis database: tests/parallel.py). Three on
+## two cores: about a quarter of the suite waits on daemons (Slurm, Prometheus, a live demo)
+## and leaves a core to the third.
+TEST_WORKERS ?= 3
 test: $(DEV_INSTALLED)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 

@@ -27,3 +27,60 @@ if _worker and os.environ.get("REDIS_URL"):
 if _worker and _worker != "gw0":
     _base = int(os.environ.get("GQ_SLURM_PORT_BASE", "17817"))
     os.environ["GQ_SLURM_PORT_BASE"] = str(_base + 7 * int(_worker.removeprefix("gw")))
+
+# Scheduling (`--dist loadfile`, as `make test` runs): a file at a time per worker, as
+# xdist does, with two changes that shorten the run's tail. The live Slurm files share one
+# dev cluster (a session fixture): they go to one worker as one unit, so the cluster starts
+# once. Units start longest first (tests/durations.json: seconds per file in a full run;
+# an unlisted file counts UNLISTED_S a test), so a minutes-long file never starts last
+# while the other workers have nothing left to do.
+DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
+SLURM_LIVE = ("tests/schedulers/test_slurm_live.py", "tests/schedulers/test_slurm_sites.py",
+              "tests/schedulers/test_slurm_lending_live.py",
+              "tests/schedulers/test_slurm_zero_use_live.py")
+SLURM_UNIT = "the dev Slurm cluster's files"
+UNLISTED_S = 0.3
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit a test is scheduled in: its file, or the dev cluster's files together."""
+    path = nodeid.split("::", 1)[0]
+    return SLURM_UNIT if path in SLURM_LIVE else path
+
+
+def units_longest_first(nodeids_by_unit: dict[str, dict], seconds: dict[str, float]) -> list:
+    """The units in the order to start them: longest expected first."""
+    def expected(unit: str) -> float:
+        paths = {nodeid.split("::", 1)[0] for nodeid in nodeids_by_unit[unit]}
+        unlisted = sum(1 for nodeid in nodeids_by_unit[unit]
+                       if nodeid.split("::", 1)[0] not in seconds)
+        return sum(seconds.get(path, 0.0) for path in paths) + UNLISTED_S * unlisted
+    return sorted(nodeids_by_unit, key=lambda unit: -expected(unit))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadfile":
+        return None
+    import json
+    from collections import OrderedDict
+
+    from xdist.scheduler import LoadFileScheduling
+
+    with open(DURATIONS) as handle:
+        seconds = json.load(handle)
+
+    class LongestFirst(LoadFileScheduling):
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the queue is complete at the first assignment
+                self.workqueue = OrderedDict(
+                    (unit, self.workqueue[unit])
+                    for unit in units_longest_first(self.workqueue, seconds))
+                self.ordered = True
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
