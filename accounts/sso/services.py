@@ -22,6 +22,7 @@ from accounts.sso.errors import LoginRefused
 from accounts.sso.links import link_request_hold
 from accounts.sso.mapping import Grants, grants_for
 from accounts.sso.notify import sso_mail
+from accounts.sso.shapes import claim_shapes_record
 from gpuquota.core.names import unix_user_error
 from gpuquota.core.services import audit_record
 from gpuquota.inventory.models import Cluster
@@ -212,9 +213,10 @@ def sso_login(*, login: ProviderLogin) -> LoginOutcome:
     if not login.issuer or not login.subject:
         raise LoginRefused("The provider's answer names no subject (sub): the login is "
                            "refused; ask its admin.", field="sub")
+    now = _now()
+    claim_shapes_record(provider=login.provider, claims=login.claims, now=now)
     rules = list(MappingRule.objects.filter(is_active=True).select_related("team"))
     grants = grants_for(rules=rules, claims=login.claims, provider=login.provider)
-    now = _now()
     found = (ExternalIdentity.objects.select_related("user")
              .filter(issuer=login.issuer, subject=login.subject).first())
     if found is not None and not found.user.is_active:
