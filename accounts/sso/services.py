@@ -1,6 +1,7 @@
 """A login through an identity provider, all or nothing: the user of (issuer, subject),
 their name and email, their memberships and admin flag by the mapping rules, their cluster
-identities. A refused login changes nothing but the audit and the admins' mail."""
+identities. A refused login changes nothing but the audit, the admins' mail and the
+claims' paths and shapes the rules' save check reads (accounts.sso.shapes)."""
 
 import json
 import logging
