@@ -95,7 +95,8 @@ def claims_with_graph_groups(claims: dict, *, provider: conf.OidcProvider,
     """The claims with `groups` from Microsoft Graph when the token withheld them (Entra
     ID's overage) and the provider has a Graph URL; when Graph fails, the claims still
     withhold them, marked with why (the rules then keep what `groups` decides)."""
-    if not provider.graph_url or not claim_withheld(claims, "groups"):
+    if not provider.graph_url or provider.groups_claim != "groups" \
+            or not claim_withheld(claims, "groups"):
         return claims
     found = dict(claims)
     try:

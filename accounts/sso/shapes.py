@@ -80,7 +80,8 @@ def claim_shapes_record(*, provider: str, claims: dict, now: datetime) -> None:
     """Remember the paths and shapes of one login's claims (one statement)."""
     rows = [ClaimShape(provider=provider, path=path, shape=shape, first_seen_at=now,
                        last_seen_at=now)
-            for path, shapes in claim_shapes(claims).items() for shape in sorted(shapes)]
+            for path, shapes in sorted(claim_shapes(claims).items())
+            for shape in sorted(shapes)]  # one order for every login: no deadlock between two
     ClaimShape.objects.bulk_create(rows, update_conflicts=True,
                                    unique_fields=["provider", "path", "shape"],
                                    update_fields=["last_seen_at"])
