@@ -23,6 +23,8 @@ NOT_RECORDED = frozenset({"_claim_sources", "nonce", "at_hash", "c_hash", DISTRI
 PATHS_MAX = 256
 DEPTH_MAX = 4
 PATH_MAX = 255
+#: A shape seen again within this is not written again (the window is days long).
+RECORD_EVERY = timedelta(days=1)
 
 
 def _is_name(value) -> bool:
@@ -77,14 +79,21 @@ def claim_shapes(claims: dict) -> dict[str, set[str]]:
 
 
 def claim_shapes_record(*, provider: str, claims: dict, now: datetime) -> None:
-    """Remember the paths and shapes of one login's claims (one statement)."""
+    """Remember the paths and shapes of one login's claims: those not seen through this
+    provider in the last day are written (one statement); the others, most logins' all,
+    cost one read."""
+    seen = claim_shapes(claims)
+    fresh = set(ClaimShape.objects.filter(provider=provider, path__in=list(seen),
+                                          last_seen_at__gte=now - RECORD_EVERY)
+                .values_list("path", "shape"))
     rows = [ClaimShape(provider=provider, path=path, shape=shape, first_seen_at=now,
                        last_seen_at=now)
-            for path, shapes in sorted(claim_shapes(claims).items())
-            for shape in sorted(shapes)]  # one order for every login: no deadlock between two
-    ClaimShape.objects.bulk_create(rows, update_conflicts=True,
-                                   unique_fields=["provider", "path", "shape"],
-                                   update_fields=["last_seen_at"])
+            for path, shapes in sorted(seen.items())  # one order: no deadlock between two
+            for shape in sorted(shapes) if (path, shape) not in fresh]
+    if rows:
+        ClaimShape.objects.bulk_create(rows, update_conflicts=True,
+                                       unique_fields=["provider", "path", "shape"],
+                                       update_fields=["last_seen_at"])
 
 
 def claim_shapes_prune(*, now: datetime) -> int:
