@@ -143,3 +143,18 @@ def test_a_path_seen_again_keeps_its_first_sighting(clock):
 def test_a_login_carries_at_most_so_many_paths():
     claims = {f"claim-{n}": {"inner": n} for n in range(300)}
     assert len(claim_shapes(claims)) == 256
+
+
+def test_the_admin_says_the_warning_when_it_saves_the_rule(clock):
+    team = TeamFactory(slug="vision", name="Vision")
+    claim_shapes_record(provider="keycloak", now=clock.now, claims={"groups": ["vision"]})
+    admin = Client()
+    admin.force_login(AdminFactory())
+
+    saved = admin.post("/admin/accounts/mappingrule/add/", {
+        "position": 1, "claim": "grups", "match": "equals", "value": "vision",
+        "grant": "member", "team": team.pk, "is_active": "on"}, follow=True)
+
+    page = html.unescape(saved.content.decode())
+    assert "Claim: No login of the last 30 days carried “grups”" in page  # capfirst
+    assert "did you mean “groups”?" in page
