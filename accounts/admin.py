@@ -18,7 +18,12 @@ from accounts.services import (
     membership_delete,
     membership_save,
 )
-from accounts.sso.rules import mapping_rule_check, mapping_rule_delete, mapping_rule_save
+from accounts.sso.rules import (
+    mapping_rule_check,
+    mapping_rule_delete,
+    mapping_rule_save,
+    mapping_rule_warnings,
+)
 from gpuquota.core.admin import ReadOnlyAdmin
 from gpuquota.core.errors import DomainError
 
@@ -163,6 +168,12 @@ class MappingRuleAdmin(ServicesSaveMixin, admin.ModelAdmin):
     search_fields = ["value", "claim", "team__name"]
     autocomplete_fields = ["team"]
     form = MappingRuleForm
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        for warning in mapping_rule_warnings(obj):
+            self.message_user(request, f"{warning['field']}: {warning['message']}",
+                              messages.WARNING)
 
 
 @admin.register(ExternalIdentity)

@@ -314,6 +314,43 @@ class MappingRule(models.Model):
                f"{self.get_grant_display()} of {target}"
 
 
+class ClaimShape(models.Model):
+    """A claim's path and the shape of its value in logins through a provider lately,
+    never the value itself: what the mapping rules' save check knows of the claims
+    providers send (accounts.sso.shapes), kept GPUQUOTA_SSO_CLAIM_SHAPES_DAYS."""
+
+    class Shape(models.TextChoices):
+        NAME = "name", "a name"
+        NAMES = "names", "a list of names"
+        OBJECT = "object", "an object"
+        OBJECTS = "objects", "a list of objects"
+        LIST = "list", "a list holding other things than names"
+        OTHER = "other", "true/false or a number with a fraction"
+        NULL = "null", "null"
+        WITHHELD = "withheld", "withheld by the provider (a link to it instead)"
+
+    provider = models.CharField(max_length=64)
+    path = models.CharField(max_length=255)
+    shape = models.CharField(max_length=8, choices=Shape.choices)
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["provider", "path", "shape"]
+        indexes = [models.Index(fields=["last_seen_at"], name="claim_shape_last_seen")]
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "path", "shape"],
+                                    name="claim_shape_provider_path_shape_unique"),
+            models.CheckConstraint(condition=Q(shape__in=["name", "names", "object", "objects",
+                                                          "list", "other", "null",
+                                                          "withheld"]),
+                                   name="claim_shape_shape_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}: {self.path} ({self.shape})"
+
+
 class IdentityLinkRequest(models.Model):
     """A first login through a provider whose vouched email is already a gpuquota user's:
     held, never made a second account, until a platform admin links it to that user (or

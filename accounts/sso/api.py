@@ -12,6 +12,7 @@ from accounts.sso.rules import (
     mapping_rule_check,
     mapping_rule_delete,
     mapping_rule_save,
+    mapping_rule_warnings,
     rules_preview,
     rules_with_candidate,
 )
@@ -42,6 +43,24 @@ class RuleSerializer(serializers.ModelSerializer):
         validators = []  # the model's constraints are checked by the service, by name
         extra_kwargs = {name: {"error_messages": {"invalid_choice": _choices_message(name)}}
                         for name in ("match", "grant")}
+
+
+class RuleWarningSerializer(serializers.Serializer):
+    field = serializers.CharField()
+    message = serializers.CharField()
+
+
+class RuleSavedSerializer(RuleSerializer):
+    warnings = RuleWarningSerializer(many=True, read_only=True, help_text="What is worth "
+                                     "knowing of the rule as saved, e.g. that no login of "
+                                     "the last days carried its claim; empty: nothing.")
+
+    class Meta(RuleSerializer.Meta):
+        fields = [*RuleSerializer.Meta.fields, "warnings"]
+
+
+def _saved(rule: MappingRule) -> dict:
+    return {**RuleSerializer(rule).data, "warnings": mapping_rule_warnings(rule)}
 
 
 class PreviewInSerializer(serializers.Serializer):
@@ -83,12 +102,12 @@ class RuleListView(APIView):
         rules = MappingRule.objects.select_related("team")
         return Response(RuleSerializer(rules, many=True).data)
 
-    @extend_schema(request=RuleSerializer, responses={201: RuleSerializer, **FORBIDDEN})
+    @extend_schema(request=RuleSerializer, responses={201: RuleSavedSerializer, **FORBIDDEN})
     def post(self, request):
         serializer = RuleSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         rule = mapping_rule_save(rule=_rule_from(serializer), actor=request.user)
-        return Response(RuleSerializer(rule).data, status=status.HTTP_201_CREATED)
+        return Response(_saved(rule), status=status.HTTP_201_CREATED)
 
 
 class RuleDetailView(APIView):
@@ -101,13 +120,13 @@ class RuleDetailView(APIView):
         return Response(RuleSerializer(get_object_or_404(MappingRule, pk=pk)).data)
 
     @extend_schema(request=RuleSerializer,
-                   responses={200: RuleSerializer, **NOT_FOUND, **FORBIDDEN})
+                   responses={200: RuleSavedSerializer, **NOT_FOUND, **FORBIDDEN})
     def patch(self, request, pk: int):
         rule = get_object_or_404(MappingRule, pk=pk)
         serializer = RuleSerializer(rule, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
         rule = mapping_rule_save(rule=_rule_from(serializer, rule), actor=request.user)
-        return Response(RuleSerializer(rule).data)
+        return Response(_saved(rule))
 
     @extend_schema(responses={204: None, **NOT_FOUND, **FORBIDDEN})
     def delete(self, request, pk: int):

@@ -10,7 +10,7 @@ from accounts.sso import conf
 def sso_settings_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     errors = []
     for read in (conf.oidc_providers, conf.ldap_directory, conf.token_reauth_days,
-                 conf.oidc_timeout_s, conf.oidc_leeway_s):
+                 conf.oidc_timeout_s, conf.oidc_leeway_s, conf.claim_shapes_days):
         try:
             read()
         except (ImproperlyConfigured, ValueError, TypeError) as exc:

@@ -4,6 +4,7 @@ override them with Django settings of the same name (docs/sso.md, docs/configura
 import os
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -29,6 +30,9 @@ class OidcProvider:
     #: claim with this many is taken as cut, never as all the user's groups; 0: none.
     groups_max: int = 0
     algorithms: tuple[str, ...] = ("RS256", "ES256")
+    #: Microsoft Graph's base URL, asked for the user's groups when the ID token carries
+    #: Entra ID's group overage instead of them (accounts.sso.graph); empty: never asked.
+    graph_url: str = ""
 
 
 def _setting(name: str, default: str = "") -> str:
@@ -52,7 +56,29 @@ def _env_provider(name: str) -> OidcProvider:
         client_secret=value("CLIENT_SECRET"),
         scopes=value("SCOPES", "openid email profile"),
         groups_claim=value("GROUPS_CLAIM", "groups"),
-        groups_max=int(value("GROUPS_MAX", "0")))
+        groups_max=int(value("GROUPS_MAX", "0")),
+        graph_url=_graph_url(os.environ.get(prefix + "GRAPH_URL", ""), issuer=value("ISSUER")))
+
+
+#: Entra ID's issuers (global, US government, China); their providers ask Microsoft Graph
+#: at an overage unless GPUQUOTA_OIDC_<NAME>_GRAPH_URL says otherwise.
+ENTRA_ISSUER_HOSTS = {"login.microsoftonline.com": "https://graph.microsoft.com/v1.0",
+                      "login.microsoftonline.us": "https://graph.microsoft.us/v1.0",
+                      "login.partner.microsoftonline.cn":
+                          "https://microsoftgraph.chinacloudapi.cn/v1.0"}
+
+
+def _graph_url(configured: str, *, issuer: str) -> str:
+    """The Graph base URL a provider asks at an overage: the configured one (`off`: none),
+    else Microsoft's own for an Entra ID issuer, else none."""
+    configured = configured.strip().rstrip("/")
+    if configured.lower() in ("off", "none", "0"):
+        return ""
+    if configured:
+        if not configured.startswith(("https://", "http://")):
+            raise ImproperlyConfigured(f"GRAPH_URL must be an http(s) URL: {configured!r}")
+        return configured
+    return ENTRA_ISSUER_HOSTS.get(urlsplit(issuer).hostname or "", "")
 
 
 def oidc_providers() -> list[OidcProvider]:
@@ -112,6 +138,12 @@ def token_reauth_days() -> int:
     """API tokens of an OIDC user stop working when they have not logged in through the
     provider for this many days (`GPUQUOTA_SSO_TOKEN_REAUTH_DAYS`, 30; 0: never)."""
     return int(_setting("GPUQUOTA_SSO_TOKEN_REAUTH_DAYS", "30"))
+
+
+def claim_shapes_days() -> int:
+    """How long the claim paths and shapes seen at logins are kept for the rules' save
+    check (`GPUQUOTA_SSO_CLAIM_SHAPES_DAYS`, 30)."""
+    return int(_setting("GPUQUOTA_SSO_CLAIM_SHAPES_DAYS", "30"))
 
 
 @dataclass(frozen=True)

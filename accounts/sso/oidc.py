@@ -13,6 +13,7 @@ from accounts.sso.claims import claims_with_groups
 from accounts.sso.conf import OidcProvider
 from accounts.sso.discovery import oidc_discovery, provider_unreachable
 from accounts.sso.errors import LoginRefused
+from accounts.sso.graph import claims_with_graph_groups
 from accounts.sso.services import ProviderLogin, sso_login
 
 #: What each refusal of the ID token means to the person who tried to log in.
@@ -149,6 +150,8 @@ class OidcBackend(OIDCAuthenticationBackend):
                 raise LoginRefused(f"{self.provider.label}'s user information is about "
                                    "someone else than its ID token: the login is refused.")
             claims = {**userinfo, **payload}  # the signed token wins
+        claims = claims_with_graph_groups(claims, provider=self.provider,
+                                          access_token=access_token)
         claims = claims_with_groups(claims, self.provider.groups_claim,
                                     self.provider.groups_max)
         outcome = sso_login(login=ProviderLogin(

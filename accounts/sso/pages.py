@@ -16,7 +16,12 @@ from accounts.sso.links import (
     link_request_refuse,
     link_requests_open,
 )
-from accounts.sso.rules import mapping_rule_check, rules_preview, rules_with_candidate
+from accounts.sso.rules import (
+    mapping_rule_check,
+    mapping_rule_warnings,
+    rules_preview,
+    rules_with_candidate,
+)
 from gpuquota.core.errors import DomainError
 
 
@@ -51,7 +56,7 @@ class PreviewForm(forms.ModelForm):
 def rules_preview_page(request):
     require_admin(request.user)
     form = PreviewForm(request.GET or None)
-    rows = None
+    rows, warnings = None, []
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
         candidate = None
@@ -63,6 +68,7 @@ def rules_preview_page(request):
             candidate.position = candidate.position or 0
             try:
                 mapping_rule_check(candidate)
+                warnings = mapping_rule_warnings(candidate)
             except DomainError as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, exc.message)
                 candidate = False
@@ -71,7 +77,8 @@ def rules_preview_page(request):
                 if data["username"] else None
             rows = rules_preview(rules=rules_with_candidate(candidate=candidate), user=user)
     return render(request, "accounts/sso_rules.html", {
-        "rules": MappingRule.objects.select_related("team"), "form": form, "rows": rows})
+        "rules": MappingRule.objects.select_related("team"), "form": form, "rows": rows,
+        "warnings": warnings})
 
 
 @login_required

@@ -6,7 +6,6 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -18,8 +17,8 @@ from accounts.models import (
     User,
 )
 from accounts.selectors import memberships_current
-from accounts.sso.claims import MISSING, claim_shape_problem, claim_value
 from accounts.sso.mapping import grants_for, pattern_check
+from accounts.sso.shapes import rule_claim_review
 from gpuquota.core.attention import Attention
 from gpuquota.core.errors import DomainError
 from gpuquota.core.models import AuditEntry
@@ -35,24 +34,6 @@ def _rule_changes(rule: MappingRule) -> dict:
             "is_active": rule.is_active}
 
 
-def _claim_shape_check(rule: MappingRule) -> None:
-    """Refuse a rule whose claim, in a login kept for the preview, holds something else
-    than names (an object such as Keycloak's `realm_access`): it could never match."""
-    top = rule.claim.split(".")[0]
-    identities = (ExternalIdentity.objects.filter(Q(last_claims__has_key=rule.claim)
-                                                  | Q(last_claims__has_key=top))
-                  .select_related("user").order_by("-last_login_at"))
-    if rule.provider:
-        identities = identities.filter(provider=rule.provider)
-    for identity in identities.iterator(chunk_size=200):
-        value = claim_value(identity.last_claims, rule.claim)
-        problem = claim_shape_problem(value, rule.claim) if value is not MISSING else ""
-        if problem:
-            raise DomainError(f"{problem} (in the last login of {identity.user.username} "
-                              f"through {identity.provider}): a rule reads a name or a list "
-                              "of names.", field="claim")
-
-
 def mapping_rule_check(rule: MappingRule) -> None:
     """Refuse a rule that cannot work, with the field at fault."""
     pattern_check(match=rule.match, value=rule.value)
@@ -66,7 +47,16 @@ def mapping_rule_check(rule: MappingRule) -> None:
         field_name, errors = next(iter(exc.message_dict.items()))
         raise DomainError(errors[0], field=None if field_name == "__all__" else field_name) \
             from exc
-    _claim_shape_check(rule)
+    problem = rule_claim_review(rule=rule, now=timezone.now()).problem
+    if problem:
+        raise DomainError(problem, field="claim")
+
+
+def mapping_rule_warnings(rule: MappingRule) -> list[dict]:
+    """What is worth saying of a rule that passes its check, each with the field it is
+    about: its claim carried by no recent login, or withheld at each."""
+    review = rule_claim_review(rule=rule, now=timezone.now())
+    return [{"field": "claim", "message": message} for message in review.warnings]
 
 
 @transaction.atomic

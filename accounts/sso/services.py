@@ -1,6 +1,7 @@
 """A login through an identity provider, all or nothing: the user of (issuer, subject),
 their name and email, their memberships and admin flag by the mapping rules, their cluster
-identities. A refused login changes nothing but the audit and the admins' mail."""
+identities. A refused login changes nothing but the audit, the admins' mail and the
+claims' paths and shapes the rules' save check reads (accounts.sso.shapes)."""
 
 import json
 import logging
@@ -22,6 +23,7 @@ from accounts.sso.errors import LoginRefused
 from accounts.sso.links import link_request_hold
 from accounts.sso.mapping import Grants, grants_for
 from accounts.sso.notify import sso_mail
+from accounts.sso.shapes import claim_shapes_record
 from gpuquota.core.names import unix_user_error
 from gpuquota.core.services import audit_record
 from gpuquota.inventory.models import Cluster
@@ -212,9 +214,10 @@ def sso_login(*, login: ProviderLogin) -> LoginOutcome:
     if not login.issuer or not login.subject:
         raise LoginRefused("The provider's answer names no subject (sub): the login is "
                            "refused; ask its admin.", field="sub")
+    now = _now()
+    claim_shapes_record(provider=login.provider, claims=login.claims, now=now)
     rules = list(MappingRule.objects.filter(is_active=True).select_related("team"))
     grants = grants_for(rules=rules, claims=login.claims, provider=login.provider)
-    now = _now()
     found = (ExternalIdentity.objects.select_related("user")
              .filter(issuer=login.issuer, subject=login.subject).first())
     if found is not None and not found.user.is_active:

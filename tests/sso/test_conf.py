@@ -38,3 +38,20 @@ def test_a_half_configured_integration_fails_the_start_checks(monkeypatch, env, 
         monkeypatch.setenv(name, value)
     errors = sso_settings_check()
     assert errors and says in errors[0].msg
+
+
+def test_an_entra_id_provider_asks_microsoft_graph_at_an_overage_unless_told(monkeypatch):
+    monkeypatch.setenv("GPUQUOTA_OIDC_PROVIDERS", "entra,gov,kc,own")
+    for name, issuer in (("ENTRA", "https://login.microsoftonline.com/t/v2.0"),
+                         ("GOV", "https://login.microsoftonline.us/t/v2.0"),
+                         ("KC", "https://sso.example.org/realms/x"),
+                         ("OWN", "https://login.microsoftonline.com/t/v2.0")):
+        monkeypatch.setenv(f"GPUQUOTA_OIDC_{name}_ISSUER", issuer)
+        monkeypatch.setenv(f"GPUQUOTA_OIDC_{name}_CLIENT_ID", "gq")
+        monkeypatch.setenv(f"GPUQUOTA_OIDC_{name}_CLIENT_SECRET", "s")
+    monkeypatch.setenv("GPUQUOTA_OIDC_OWN_GRAPH_URL", "off")
+    assert [p.graph_url for p in conf.oidc_providers()] == [
+        "https://graph.microsoft.com/v1.0", "https://graph.microsoft.us/v1.0", "", ""]
+    monkeypatch.setenv("GPUQUOTA_OIDC_KC_GRAPH_URL", "graph.example.org")
+    errors = sso_settings_check()
+    assert errors and "GRAPH_URL must be an http(s) URL" in errors[0].msg
