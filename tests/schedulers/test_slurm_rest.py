@@ -37,11 +37,13 @@ def _running(job_id, nodes, allocated, gres, state="RUNNING"):
 
 
 def _accounted(job_id, *, reservation=None, account="vision"):
+    """A job slurmdbd accounted: submitted and started a minute before the test's now (the
+    import reads a window back from now), ended two seconds later."""
+    at = int(timezone.now().timestamp()) - 60
     return {
         "job_id": job_id, "account": account, "user": "daemon", "partition": "gpu",
         "qos": "normal", "nodes": "gqnode2", "state": {"current": "COMPLETED", "reason": "None"},
-        "time": {"elapsed": 2, "eligible": 1796531473, "end": 1796531475,
-                 "start": 1796531473, "submission": 1796531473},
+        "time": {"elapsed": 2, "eligible": at, "end": at + 2, "start": at, "submission": at},
         "reservation": reservation or {"id": 0, "name": 0},
         "tres": {"allocated": [{"type": "cpu", "name": None, "id": 1, "count": 1},
                                {"type": "gres", "name": "gpu", "id": 1001, "count": 2},
