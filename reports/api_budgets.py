@@ -43,7 +43,8 @@ def status_export(status: BudgetStatus) -> dict:
             "amount": str(forecast.total), "to_date": str(forecast.to_date),
             "booked": str(forecast.booked), "booked_hours": str(forecast.booked_hours),
             "recent": str(forecast.recent), "recent_days": RECENT_DAYS,
-            "recent_amount": str(forecast.recent_amount), "basis": forecast.basis,
+            "recent_amount": str(forecast.recent_amount),
+            "recent_counted": str(forecast.recent_counted), "basis": forecast.basis,
             "errors": forecast.errors, "as_of": f"{forecast.now:%Y-%m-%dT%H:%M:%SZ}"},
         "budget": None if budget is None else {
             "amount": str(budget.amount), "currency": budget.currency,

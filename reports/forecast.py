@@ -4,18 +4,20 @@
              + booked: the reserved seconds still to come this month of the team's
                scheduled and active reservations (count × their time in [now, month end),
                from max(start, approval)), at the reserved rate in force now
-             + recent: the on-demand, borrowed and lending-credit amounts of the last
-               `RECENT_DAYS` days (the whole hours before now), per second, times the
-               seconds left in the month
+             + recent: the on-demand and borrowed charges less the lending credits of the
+               last `RECENT_DAYS` days (the whole hours before now), each side's largest
+               day counted as its second largest (a one-day burst is not repeated), per
+               second, times the seconds left in the month (reports/forecast_recent.py)
 
 To date is the draft statement's total (adjustments and credits included); nothing in
 the future is credited (a failure is not forecast). Each part is rounded once, to the cent,
 from an exact numerator (accounting.md, Time, money and rounding), and the forecast is the
-sum of the parts. Reads only, for every team (or some) at once: two pricing passes."""
+sum of the parts. Reads only, for every team (or some) at once: one pricing pass and the
+recent use's three queries."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
@@ -24,12 +26,9 @@ from django.db.models import Q
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Reservation
-from reports.models import StatementLine
+from reports.forecast_recent import DAY, RECENT_DAYS, recent_use
 from reports.pricing import line_amount, round_half_up_cents, team_drafts
 
-RECENT_DAYS = 7
-Kind = StatementLine.Kind
-RECENT_KINDS = (Kind.ON_DEMAND, Kind.BORROWED, Kind.LENDING_CREDIT)
 BOOKED = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE, Reservation.Status.ENDED)
 
 
@@ -46,6 +45,7 @@ class Forecast:
     recent: Decimal = Decimal("0.00")
     recent_window: Period | None = None
     recent_amount: Decimal = Decimal("0.00")
+    recent_counted: Decimal = Decimal("0.00")
     currency: str = ""
     errors: list[str] = field(default_factory=list)
 
@@ -63,8 +63,9 @@ class Forecast:
         days = (self.recent_window.seconds // 86400) if self.recent_window else 0
         return (f"{self.to_date} to date + {self.booked} for {self.booked_hours}"
                 f" booked GPU-hours still to come at today's reserved rates + {self.recent} "
-                f"on-demand and borrowed use at the last {days} days' rate "
-                f"({self.recent_amount} in those days)")
+                f"on-demand and borrowed use at the last {days} days' rate, the busiest "
+                f"day counted as the second busiest ({self.recent_amount} in those days, "
+                f"{self.recent_counted} counted)")
 
 
 def month_of(now: datetime) -> Period:
@@ -126,8 +127,8 @@ def forecasts(*, now: datetime, team_ids: list[int] | None = None,
     to_date = team_drafts(period=month.to_date(now), month=month.start.date(),
                           team_ids=team_ids)
     # whole hours: read from the rollups alone, without the raw samples of the edge hours
-    window = Period(hour_floor(now) - timedelta(days=RECENT_DAYS), hour_floor(now))
-    recent = team_drafts(period=window, month=month.start.date(), team_ids=team_ids)
+    window = Period(hour_floor(now) - RECENT_DAYS * DAY, hour_floor(now))
+    recent = recent_use(window=window, team_ids=team_ids)
     booked = _booked(now, month, team_ids, booked_by=booked_by)
     left = Fraction(Period(now, month.end).seconds, window.seconds)
     result: dict[int, Forecast] = {}
@@ -141,10 +142,11 @@ def forecasts(*, now: datetime, team_ids: list[int] | None = None,
             forecast.errors += draft.errors
             currencies |= {line.currency for line in draft.lines if line.currency}
         if team_id in recent:
-            lines = [line for line in recent[team_id].lines if line.kind in RECENT_KINDS]
-            forecast.recent_amount = sum((line.amount for line in lines), Decimal("0.00"))
-            forecast.recent = round_half_up_cents(Fraction(forecast.recent_amount) * left)
-            currencies |= {line.currency for line in lines if line.currency}
+            use = recent[team_id]
+            forecast.recent_amount = round_half_up_cents(use.amount)
+            forecast.recent_counted = round_half_up_cents(use.counted)
+            forecast.recent = round_half_up_cents(use.counted * left)
+            currencies |= use.currencies
         if team_id in booked:
             numerator, seconds, booked_currencies, errors = booked[team_id]
             forecast.booked, forecast.booked_s = line_amount(numerator), seconds
