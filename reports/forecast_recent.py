@@ -32,6 +32,8 @@ class RecentUse:
     charges: list[Fraction] = field(default_factory=lambda: [Fraction(0)] * RECENT_DAYS)
     credits: list[Fraction] = field(default_factory=lambda: [Fraction(0)] * RECENT_DAYS)
     currencies: set[str] = field(default_factory=set)
+    # the charged busy GPU-hours (on-demand and borrowed) per class and day
+    hours: dict[int, list[Fraction]] = field(default_factory=dict)
 
     @property
     def amount(self) -> Fraction:
@@ -58,8 +60,9 @@ def _rows(window: Period, team_ids: list[int] | None) -> list[dict]:
     if team_ids is not None:
         rows = rows.filter(Q(team_id__in=team_ids)
                            | Q(kind=BORROWED, reservation__team_id__in=team_ids))
-    return list(rows.values("hour", "kind", "team_id", "rate_card_id", "split_ways",
-                            "reservation_id").annotate(busy_s=Sum("busy_s")).order_by())
+    fields = ("hour", "kind", "team_id", "gpu_class_id", "rate_card_id", "split_ways",
+              "reservation_id")
+    return list(rows.values(*fields).annotate(busy_s=Sum("busy_s")).order_by())
 
 
 def recent_use(*, window: Period, team_ids: list[int] | None = None) -> dict[int, RecentUse]:
@@ -91,4 +94,7 @@ def recent_use(*, window: Period, team_ids: list[int] | None = None) -> dict[int
             use = result[team_id]
             getattr(use, side)[day] += hours * Fraction(card_rate(card, rate_attr))
             use.currencies.add(card.currency)
+            if side == "charges":
+                use.hours.setdefault(row["gpu_class_id"], [Fraction(0)] * RECENT_DAYS)[day] \
+                    += hours
     return dict(result)
