@@ -93,6 +93,10 @@ def test_nothing_finance_posts_changes_anything(billed):
     assert finance.post("/statements/review/draft/", {"month": "2026-10"}).status_code == 404
     assert finance.put("/api/v1/teams/vision/budget", {"amount": "1"},
                        content_type="application/json").status_code == 404
+    assert finance.put("/api/v1/teams/vision/budget/hours", {"gpu_class": "H100-80GB",
+                       "hours": "1"}, content_type="application/json").status_code == 404
+    assert finance.post("/teams/vision/budget/hours/", {"gpu_class": "H100-80GB",
+                        "hours": "1"}).status_code == 404
     assert finance.post("/api/v1/reservations", {
         "team": "vision", "gpu_class": "H100-80GB", "count": 1,
         "start": "2026-11-05T00:00:00Z", "end": "2026-11-05T02:00:00Z"},
