@@ -10,7 +10,7 @@ from rest_framework.views import APIView
 
 from accounts.permissions import team_for_action, team_for_statements
 from gpuquota.core.api import ERRORS
-from reports.budget_actions import refusal_preview
+from reports.budget_actions import class_hours_refusal_preview, refusal_preview
 from reports.budgets import BudgetStatus, budget_set, team_budget_status
 from reports.energy import team_energy_kwh
 from reports.forecast import RECENT_DAYS, month_of
@@ -48,8 +48,12 @@ class ClassHoursBudgetChangeSerializer(serializers.Serializer):
                                        "month it applies to; default this month.")
 
 
-def _class_hours_export(status: BudgetStatus, month) -> list[dict]:
-    return [{"gpu_class": c.budget.gpu_class.name, "hours": str(c.budget.hours),
+def _class_hours_export(status: BudgetStatus, month, now) -> dict:
+    statuses = class_hours_statuses(team=status.team, forecast=status.forecast,
+                                    month=month.start.date())
+    preview = class_hours_refusal_preview(team=status.team, statuses=statuses,
+                                          forecast=status.forecast, now=now)
+    return {"class_hours": [{"gpu_class": c.budget.gpu_class.name, "hours": str(c.budget.hours),
              "valid_from": f"{c.budget.valid_from:%Y-%m}", "thresholds": c.budget.thresholds,
              "forecast_threshold": c.budget.forecast_threshold, "action": c.budget.action,
              "to_date_hours": str(c.to_date), "forecast_hours": str(c.forecast),
@@ -57,8 +61,12 @@ def _class_hours_export(status: BudgetStatus, month) -> list[dict]:
              "forecast_percent": c.forecast_percent_shown,
              "alerts": [{"basis": a.basis, "threshold": a.threshold, "hours": str(a.hours),
                          "fired_at": f"{a.fired_at:%Y-%m-%dT%H:%M:%SZ}"} for a in c.alerts]}
-            for c in class_hours_statuses(team=status.team, forecast=status.forecast,
-                                          month=month.start.date())]
+            for c in statuses],
+        "class_hours_refusal_preview": [
+            {"reservation": r.reservation.pk, "gpu_class": r.reservation.gpu_class.name,
+             "count": r.reservation.count, "start": f"{r.reservation.start:%Y-%m-%dT%H:%M:%SZ}",
+             "status": r.reservation.status, "hours": str(r.hours),
+             "running_total_hours": str(r.running_total)} for r in preview]}
 
 
 def status_export(status: BudgetStatus) -> dict:
@@ -90,7 +98,7 @@ def status_export(status: BudgetStatus) -> dict:
         "alerts": [{"basis": a.basis, "threshold": a.threshold, "amount": str(a.spent),
                     "fired_at": f"{a.fired_at:%Y-%m-%dT%H:%M:%SZ}"} for a in status.alerts],
         "energy_kwh": str(team_energy_kwh(team_id=status.team.pk, period=month.to_date(now))),
-        "class_hours": _class_hours_export(status, month),
+        **_class_hours_export(status, month, now),
     }
 
 

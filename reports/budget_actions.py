@@ -197,3 +197,48 @@ def refusal_preview(*, team: Team, budget: Budget | None, now: datetime) -> list
         if over:
             refused.append(Refusal(reservation=reservation, cost=cost, running_total=running))
     return refused
+
+
+@dataclass
+class HoursRefusal:
+    reservation: Reservation
+    hours: Decimal
+    running_total: Decimal
+
+
+def class_hours_refusal_preview(*, team: Team, statuses: list, forecast, now: datetime
+                                ) -> list[HoursRefusal]:
+    """The GPU-hour budgets' preview, as `refusal_preview` for money: per class with a
+    refusing action, the team's bookings of the class still to come this month that it
+    would refuse if requested now. For refuse: the class's hours to date + recent use +
+    the running reservations' hours to come, then each booking to come added in order of
+    start, those that take it over; for preemptible-only, all once the hours are used.
+    `statuses`: `hour_budgets.class_hours_statuses` of this month."""
+    acting = {s.budget.gpu_class_id: s for s in statuses if s.budget.action != Action.NOTIFY}
+    if not acting:
+        return []
+    now = now.replace(microsecond=0)
+    month = month_of(now)
+    window = Period(now, month.end)
+    running = {class_id: Fraction(status.to_date) + (
+        forecast.class_hours_recent.get(class_id, Fraction(0)) if forecast else 0)
+        for class_id, status in acting.items()}
+    refused = []
+    for reservation in (Reservation.objects.filter(
+            team=team, gpu_class_id__in=list(acting), status__in=LOOKED_AT,
+            start__lt=month.end, end__gt=now).select_related("gpu_class")
+            .order_by("start", "pk")):
+        status = acting[reservation.gpu_class_id]
+        hours = Fraction(reservation.count * window.clip(max(reservation.start, now),
+                                                         reservation.end), 3600)
+        running[reservation.gpu_class_id] += hours
+        if reservation.start < now:  # running: counted, never refused
+            continue
+        over = (status.to_date >= status.budget.hours
+                if status.budget.action == Action.PREEMPTIBLE_ONLY
+                else running[reservation.gpu_class_id] > status.budget.hours)
+        if over:
+            refused.append(HoursRefusal(reservation=reservation, hours=hours_rounded(hours),
+                                        running_total=hours_rounded(
+                                            running[reservation.gpu_class_id])))
+    return refused

@@ -54,6 +54,7 @@ class Forecast:
     # failed, on-demand and borrowed), and to date + booked + recent, exact
     class_hours_to_date: dict[int, Fraction] = field(default_factory=dict)
     class_hours_total: dict[int, Fraction] = field(default_factory=dict)
+    class_hours_recent: dict[int, Fraction] = field(default_factory=dict)
 
     def hours_to_date(self, gpu_class_id: int) -> Decimal:
         return hours_rounded(self.class_hours_to_date.get(gpu_class_id, Fraction(0)))
@@ -181,7 +182,8 @@ def forecasts(*, now: datetime, team_ids: list[int] | None = None,
             forecast.recent = round_half_up_cents(use.counted * left)
             currencies |= use.currencies
             for class_id, days in use.hours.items():
-                hours[class_id] += capped_sum(days) * left
+                forecast.class_hours_recent[class_id] = capped_sum(days) * left
+                hours[class_id] += forecast.class_hours_recent[class_id]
         if team_id in booked:
             numerator, seconds, booked_currencies, errors, by_class = booked[team_id]
             forecast.booked, forecast.booked_s = line_amount(numerator), seconds

@@ -115,3 +115,37 @@ def test_the_api_and_the_team_page(month, time_machine):
     bob.force_login(month.bob)  # not a member of vision: no such team
     assert bob.put("/api/v1/teams/vision/budget/hours", {"gpu_class": "H100-80GB",
                    "hours": "1"}, content_type="application/json").status_code in (403, 404)
+
+
+def test_the_preview_lists_the_bookings_of_the_class_that_would_be_refused(month, time_machine):
+    from reports.budget_actions import class_hours_refusal_preview
+    from reports.hour_budgets import class_hours_statuses
+
+    first, second = (Reservation.objects.create(
+        team=month.vision, gpu_class=month.h100, count=1, start=start, end=start + DAY,
+        status=status, requested_by=month.alice, requested_at=OCT_11 - DAY)
+        for start, status in [(OCT_11 + 5 * DAY, "scheduled"), (OCT_11 + 9 * DAY, "pending")])
+    class_hours_budget_set(team=month.vision, gpu_class=month.h100, hours="790",
+                           action="refuse", by=month.alice, now=OCT_11)
+
+    def preview():
+        forecast = forecasts(now=OCT_11, team_ids=[month.vision.pk])[month.vision.pk]
+        statuses = class_hours_statuses(team=month.vision, forecast=forecast,
+                                        month=OCT_11.date().replace(day=1))
+        return class_hours_refusal_preview(team=month.vision, statuses=statuses,
+                                           forecast=forecast, now=OCT_11)
+    # 240 h to date + 504 h running to come; + 24 h = 768 fits 790; + 24 h = 792 does not
+    assert [(r.reservation, r.hours, r.running_total) for r in preview()] == [
+        (second, Decimal("24.00"), Decimal("792.00"))]
+    class_hours_budget_set(team=month.vision, gpu_class=month.h100, hours="240",
+                           action="preemptible_only", by=month.alice, now=OCT_11)
+    assert [r.reservation for r in preview()] == [first, second]
+    time_machine.move_to(OCT_11, tick=False)
+    client = Client()
+    client.force_login(month.alice)
+    body = client.get("/api/v1/teams/vision/budget").json()
+    assert [r["reservation"] for r in body["class_hours_refusal_preview"]] == [
+        first.pk, second.pk]
+    assert 'id="class-hours-refusal-preview"' in client.get("/teams/vision/").content.decode()
+    first.refresh_from_db()
+    assert first.status == "scheduled"  # a preview refuses nothing
