@@ -112,9 +112,8 @@ def _card_in_force(class_id: int, at: datetime, cards: dict[int, list[RateCard]]
 def _booked(now: datetime, month: Period, team_ids: list[int] | None, *,
             booked_by: datetime | None) -> dict[int, tuple]:
     """Per team: (Σ seconds × rate, seconds, currencies, errors, seconds per class) of the
-    reserved time still
-    to come in `month`, of reservations requested by `booked_by` (the backtest's now) or
-    of every one (None)."""
+    reserved time still to come in `month`, of reservations requested by `booked_by` (the
+    backtest's now) or of every one (None)."""
     reservations = Reservation.objects.filter(status__in=BOOKED, start__lt=month.end,
                                               end__gt=now)
     if booked_by is not None:

@@ -21,7 +21,7 @@ from gpuquota.inventory.models import GpuClass
 from gpuquota.mail.conf import base_url
 from gpuquota.mail.outbox import mail_send_later
 from gpuquota.outbox.render import Message
-from reports.budgets import percent_of, thresholds_parse
+from reports.budgets import budgets_check, percent_of, thresholds_parse
 from reports.channels import channels_notify
 from reports.forecast import Forecast, forecasts, month_of
 from reports.models import Budget, BudgetAlert, ClassHoursAlert, ClassHoursBudget
@@ -219,3 +219,10 @@ def class_hours_check(*, now: datetime | None = None) -> list[ClassHoursAlert]:
                     if alert is not None:
                         fired.append(alert)
     return fired
+
+
+def all_budgets_check(*, now: datetime | None = None
+                      ) -> tuple[list[BudgetAlert], list[ClassHoursAlert]]:
+    """The hourly check: every money budget's and GPU-hour budget's thresholds crossed this
+    month and not fired yet (each once)."""
+    return budgets_check(now=now), class_hours_check(now=now)

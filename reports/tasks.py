@@ -7,10 +7,9 @@ from celery.schedules import crontab
 from django.utils import timezone
 
 from gpuquota.core.errors import Conflict
-from reports.budgets import budgets_check
 from reports.channels import channels_send_due
 from reports.conf import statement_send_sweep_s
-from reports.hour_budgets import class_hours_check
+from reports.hour_budgets import all_budgets_check
 from reports.late_scan import late_usage_scan
 from reports.models import Statement
 from reports.notices import statements_month_start, statements_unapproved_remind
@@ -89,8 +88,9 @@ def late_usage_scan_task() -> dict[str, int]:
 def budgets_check_task() -> dict:
     """Fire the budget thresholds crossed this month (each once per team and month), of
     the money budgets and of the GPU-hour budgets per class."""
-    return {"fired": [alert.pk for alert in budgets_check()],
-            "fired_class_hours": [alert.pk for alert in class_hours_check()]}
+    money, class_hours = all_budgets_check()
+    return {"fired": [alert.pk for alert in money],
+            "fired_class_hours": [alert.pk for alert in class_hours]}
 
 
 @shared_task(name="reports.channels_send_due")

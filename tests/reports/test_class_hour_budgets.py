@@ -149,3 +149,16 @@ def test_the_preview_lists_the_bookings_of_the_class_that_would_be_refused(month
     assert 'id="class-hours-refusal-preview"' in client.get("/teams/vision/").content.decode()
     first.refresh_from_db()
     assert first.status == "scheduled"  # a preview refuses nothing
+
+
+def test_the_hourly_task_checks_both_kinds_of_budget(month, time_machine):
+    from reports.budgets import budget_set
+    from reports.tasks import budgets_check_task
+
+    time_machine.move_to(OCT_11, tick=False)
+    budget_set(team=month.vision, amount="1000", by=month.alice, now=OCT_11)
+    class_hours_budget_set(team=month.vision, gpu_class="H100-80GB", hours="400",
+                           by=month.alice, now=OCT_11)
+    outcome = budgets_check_task()
+    assert (len(outcome["fired"]), len(outcome["fired_class_hours"])) == (2, 2)
+    assert budgets_check_task() == {"fired": [], "fired_class_hours": []}
