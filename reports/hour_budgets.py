@@ -34,7 +34,8 @@ def class_hours_budgets_in_force(*, month: date, team_ids: list[int] | None = No
                                  ) -> dict[int, list[ClassHoursBudget]]:
     """Per team: its class budgets in force in `month` (first day), one per class, by class
     name (one query)."""
-    rows = ClassHoursBudget.objects.filter(valid_from__lte=month).select_related("gpu_class")
+    rows = ClassHoursBudget.objects.filter(valid_from__lte=month).select_related("gpu_class",
+                                                                               "team")
     if team_ids is not None:
         rows = rows.filter(team_id__in=team_ids)
     latest: dict[tuple[int, int], ClassHoursBudget] = {}
