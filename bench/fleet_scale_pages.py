@@ -22,7 +22,6 @@ small check in CI).
 
 import argparse
 import os
-import statistics
 import time
 from pathlib import Path
 
