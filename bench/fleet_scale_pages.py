@@ -11,7 +11,11 @@ reliability figures written, as at steady state), then requests each page of `PA
 superuser through Django's test client (`DEBUG=0`, hashed static names) `--requests` times
 and prints, for the median request,
 
-    RESULT page=<name> gpus=<n> wall_s=<n> queries=<n> status=<code>
+    RESULT page=<name> gpus=<n> wall_s=<n> cpu_s=<n> pg_cpu_s=<n> queries=<n> status=<code>
+
+(cpu_s: this process's CPU, pg_cpu_s: its PostgreSQL backend's, less sensitive than wall
+time to the load of a shared machine). `--reuse` measures the pages of the database as the
+last run left it (one `--gpus`, its size, for the label).
 
 After the last size, `RESULT growth page=<name>` gives the growth of its queries and time
 from the first to the last size, flagged `QUERIES_GROW` (more queries on the larger fleet)
@@ -49,8 +53,10 @@ def pages(team: str, cluster: str) -> dict[str, str]:
 
 
 def page_get(client, url: str) -> dict:
-    """One request of a page: its status, wall seconds and queries."""
+    """One request of a page: its status, wall and CPU seconds and queries."""
     from django.db import connection
+
+    from bench.table_stats import pg_cpu_s
 
     queries = [0]
 
@@ -58,11 +64,14 @@ def page_get(client, url: str) -> dict:
         queries[0] += 1
         return execute(sql, params, many, context)
 
+    connection.ensure_connection()
+    pg = pg_cpu_s()
     with connection.execute_wrapper(count):
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         response = client.get(url)
-        wall = time.perf_counter() - began
-    return {"status": response.status_code, "wall": wall, "queries": queries[0]}
+        wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+    return {"status": response.status_code, "wall": wall, "cpu": cpu,
+            "pg": max(pg_cpu_s() - pg, 0.0), "queries": queries[0]}
 
 
 def pages_measure(client, urls: dict[str, str], requests: int) -> dict[str, dict]:
@@ -81,9 +90,11 @@ def main() -> None:
     parser.add_argument("--hours", type=int, default=3)
     parser.add_argument("--database", default=DATABASE)
     parser.add_argument("--jobs-per-gpu-day", type=float, default=0.3)
+    parser.add_argument("--reuse", action="store_true")
     args = parser.parse_args()
     sizes = sorted(args.gpus or [1000, 10000])
-    database_create(args.database)
+    if not args.reuse:
+        database_create(args.database)
     os.environ.update(env_for(args.database))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuquota.settings")
     import django
@@ -110,19 +121,21 @@ def main() -> None:
     measured: dict[int, dict[str, dict]] = {}
     for size in sizes:
         began = time.perf_counter()
-        added = fleet_grow(size, now, args.hours)
-        added |= slurm_fake_install(Path(os.environ.get("TMPDIR", "/tmp"))
-                                    / f"{args.database}-slurm", now, args.jobs_per_gpu_day)
-        for entry in entries.values():
-            loop_run(app, entry)
-        print(f"fleet: {size:,} GPUs ({added}), {time.perf_counter() - began:.0f} s to grow "
-              f"and run the loops; load average {os.getloadavg()[0]:.1f}", flush=True)
+        if not args.reuse:
+            added = fleet_grow(size, now, args.hours)
+            added |= slurm_fake_install(Path(os.environ.get("TMPDIR", "/tmp"))
+                                        / f"{args.database}-slurm", now, args.jobs_per_gpu_day)
+            for entry in entries.values():
+                loop_run(app, entry)
+            print(f"fleet: {size:,} GPUs ({added}), {time.perf_counter() - began:.0f} s to "
+                  f"grow and run the loops; load average {os.getloadavg()[0]:.1f}", flush=True)
         client = Client()
         client.force_login(get_user_model().objects.get(username="bench-admin"))
         measured[size] = pages_measure(client, urls, args.requests)
         for name, run in measured[size].items():
             print(f"RESULT page={name} gpus={size} wall_s={run['wall']:.3f} "
-                  f"queries={run['queries']} status={run['status']}", flush=True)
+                  f"cpu_s={run['cpu']:.3f} pg_cpu_s={run['pg']:.3f} queries={run['queries']} "
+                  f"status={run['status']}", flush=True)
     if len(sizes) < 2:
         return
     small, large = sizes[0], sizes[-1]
