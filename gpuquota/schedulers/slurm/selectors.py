@@ -73,7 +73,7 @@ def slurm_foreign_use(*, clusters, period, team=None) -> list[ForeignUse]:
     account that is not the team's and not a borrower's. Evidence is the GPUs slurmctld
     said the job held while it ran (SlurmJobGpu), whatever the binding level; a job never
     seen running (shorter than the observation interval) counts by its nodes, and only where
-    the reservation held them whole. Six queries, whatever the reservations and jobs."""
+    the reservation held them whole. Five queries, whatever the reservations and jobs."""
     bindings = ReservationBinding.objects.filter(
         reservation__end__gt=period.start, reservation__start__lt=period.end,
         reservation__assignments__gpu__node__cluster__in=clusters,
