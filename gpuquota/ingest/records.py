@@ -296,8 +296,14 @@ class Judge:
 
 
 def _above(avg: float, max_: float) -> bool:
-    """`avg > max + 0.01`, in the decimals the agent sent (floats would drift: 2.01 + 0.01)."""
-    return Decimal(repr(avg)) > Decimal(repr(max_)) + Decimal(repr(PERCENT_SLACK))
+    """`avg > max + 0.01`, in the decimals the agent sent (floats would drift: 2.01 + 0.01).
+    The shortest decimals keep the floats' order, so avg <= max needs no decimals."""
+    if avg <= max_:
+        return False
+    return Decimal(repr(avg)) > Decimal(repr(max_)) + _SLACK
+
+
+_SLACK = Decimal(repr(PERCENT_SLACK))
 
 
 def _finite(value) -> bool:
