@@ -25,18 +25,12 @@ with its whole node (the exporter or Prometheus down) keeps its life: no data, n
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import lru_cache
+
+from gpuquota.ingest.parsing import instant_text as iso
 
 EVENT_NAMESPACE = uuid.UUID("2b8f7c1e-9d4a-4f3b-8e61-5a0c7d2e9f14")
 BOOT_NAMESPACE = uuid.UUID("7e2d4b90-1c3a-4f5e-8b6d-0a9c2e4f6b13")
 REMAP_FAILURE_XID = 64
-
-
-@lru_cache(maxsize=65536)
-def iso(epoch: int) -> str:
-    """The protocol's text of an instant (window bounds repeat for every GPU: cached)."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def life_boot(gpu_uuid: str, lost_at: int | None) -> str:

@@ -21,6 +21,7 @@ from gpuquota.core.fields import whole_second
 from gpuquota.ingest import conf as ingest_conf
 from gpuquota.ingest.batches import batch_ingest
 from gpuquota.ingest.protocol import batch_check
+from gpuquota.ingest.rows import Rows
 from gpuquota.inventory.models import Gpu, Node
 from gpuquota.inventory.services import gpu_class_for_model, gpu_register
 from gpuquota.telemetry import conf, exposition, prometheus
@@ -72,8 +73,8 @@ def aligned(instant: datetime, window_s: int) -> datetime:
 def _register(report: GpuReport, *, node: Node, known: dict, classes: dict) -> None:
     """Register a GPU seen for the first time; `classes` holds the GPU classes by model
     name looked up so far (one look-up per model, not per GPU)."""
-    first = min([u.sample["window_start"] for u in report.units]
-                + [e["ts"] for e in report.events])
+    first = min([datetime.fromtimestamp(u.sample[1], UTC) for u in report.units[:1]]
+                + [datetime.fromisoformat(e["ts"]) for e in report.events])
     entry = report.entry()
     parent = known.get(report.parent_uuid) if report.parent_uuid else None
     model_name = entry["name"] or ""
@@ -83,7 +84,7 @@ def _register(report: GpuReport, *, node: Node, known: dict, classes: dict) -> N
         with transaction.atomic():
             known[report.uuid] = gpu_register(
                 node=node, uuid=report.uuid, model_name=model_name,
-                at=datetime.fromisoformat(first), index=entry["index"],
+                at=first, index=entry["index"],
                 pci_bus_id=entry["pci_bus_id"] or "", parent=parent,
                 gpu_class=None if parent else classes[model_name])
     except IntegrityError:  # registered meanwhile (an agent, another pull): its node wins
@@ -112,23 +113,24 @@ def _node_for(report: GpuReport, *, source: TelemetrySource, known: dict,
 
 def _parts(reports: list[GpuReport]) -> dict[str, list[dict]]:
     """The reports' records by boot, cut into bodies within the protocol's per-batch
-    limits; a sample and its process records stay in one body."""
+    limits (their samples and processes as `Rows`); a sample and its process records
+    stay in one body."""
     bodies: dict[str, list[dict]] = {}
 
     def body_for(boot: str, samples: int, processes: int, events: int) -> dict:
         parts = bodies.setdefault(boot, [])
-        if not parts or len(parts[-1]["samples"]) + samples > ingest_conf.MAX_SAMPLES or \
-                len(parts[-1]["processes"]) + processes > ingest_conf.MAX_PROCESSES or \
+        if not parts or len(parts[-1]["rows"].samples) + samples > ingest_conf.MAX_SAMPLES or \
+                len(parts[-1]["rows"].processes) + processes > ingest_conf.MAX_PROCESSES or \
                 len(parts[-1]["events"]) + events > ingest_conf.MAX_EVENTS:
-            parts.append({"gpus": {}, "samples": [], "processes": [], "events": []})
+            parts.append({"gpus": {}, "rows": Rows(), "events": []})
         return parts[-1]
 
     entries = {r.uuid: r.entry() for r in reports}
     for report in reports:
         for unit in report.units:
             body = body_for(unit.boot, 1, len(unit.processes), 0)
-            body["samples"].append(unit.sample)
-            body["processes"].extend(unit.processes)
+            body["rows"].samples.append(unit.sample)
+            body["rows"].processes.extend(unit.processes)
             body["gpus"][report.uuid] = entries[report.uuid]
             if report.parent_uuid in entries:
                 body["gpus"][report.parent_uuid] = entries[report.parent_uuid]
@@ -154,8 +156,11 @@ def _send(*, source: TelemetrySource, node: Node, reports: list[GpuReport], star
                              "boot_id": boot,
                              "agent_version": f"{AGENT_VERSION[source.kind]} via "
                                               f"{source.name}"[:64]},
-                    **part, "gpus": list(part["gpus"].values())}
-            stored = batch_ingest(node=node, body=batch_check(body), now=now, check_age=False)
+                    "gpus": list(part["gpus"].values()), "events": part["events"]}
+            # the body (node, GPUs, events) is checked as an agent's; its samples and
+            # processes are rows, built here from typed figures: no JSON shape to check
+            stored = batch_ingest(node=node, body=batch_check(body), now=now, check_age=False,
+                                  rows=part["rows"])
             if stored.status == 200:
                 result.replayed_batches += 1  # this very range was imported before
             else:
@@ -172,7 +177,7 @@ def _used_metric_record(*, source: TelemetrySource, reports: list[GpuReport]) ->
     new, changed = [], []
     for gpu_uuid, gpu_id in gpus.items():
         report = physical[gpu_uuid]
-        end = datetime.fromisoformat(report.units[-1].sample["window_end"])
+        end = datetime.fromtimestamp(report.units[-1].sample[2], UTC)
         row = rows.get(gpu_id)
         if row is None:
             new.append(SourceGpu(source=source, gpu_id=gpu_id, util_metric=report.util_metric,
@@ -297,7 +302,8 @@ def range_import(*, source: TelemetrySource, start: datetime, end: datetime,
         reports, skipped, observed = chunk_reports(reader, start=chunk_start, stop=chunk_stop,
                                                    states=states)
         unknown = slurm_owners_fill(cluster=source.cluster,
-                                    processes=[p for r in reports for p in r.processes])
+                                    processes=[p for r in reports for u in r.units
+                                               for p in u.processes])
         read = (reader.spent[0] - read_before[0], reader.spent[1] - read_before[1])
         marks.append((marks[0][0] + read[0], marks[0][1] + read[1]))
         marks.append((time.perf_counter(), time.process_time()))

@@ -21,23 +21,26 @@ import zlib
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
+from gpuquota.ingest.rows import ProcessRow, process_record, sample_record
 from gpuquota.telemetry.gather import GatheredGpu, Instance, gpus_gather, node_mates
-from gpuquota.telemetry.health import GpuState, GpuTimeline, health_walk, iso, life_boot
+from gpuquota.telemetry.health import GpuState, GpuTimeline, health_walk, life_boot
 from gpuquota.telemetry.labels import mig_device_uuid
 from gpuquota.telemetry.models import UtilMetric
 
 MIB = 1024 * 1024
 CENT = Decimal("0.01")
 MAX_PID = 4194304
+NO_DEVICE = (None,) * 5  # a MIG device's sample: the device-level fields are its GPU's
 METRIC = {"prof": UtilMetric.GR_ENGINE_ACTIVE, "util": UtilMetric.GPU_UTIL, None: UtilMetric.NONE}
 
 
 @dataclass
 class Unit:
-    """A sample and the process records of its window: stored together, in one batch."""
+    """A sample and the process records of its window (`rows.py`'s rows): stored together,
+    in one batch."""
 
     boot: str
-    sample: dict
+    sample: tuple
     processes: list = field(default_factory=list)
 
 
@@ -56,11 +59,13 @@ class GpuReport:
 
     @property
     def samples(self) -> list[dict]:
-        return [unit.sample for unit in self.units]
+        """The samples as the agent protocol's records."""
+        return [sample_record(unit.sample) for unit in self.units]
 
     @property
     def processes(self) -> list[dict]:
-        return [p for unit in self.units for p in unit.processes]
+        """The process records as the agent protocol's."""
+        return [process_record(p) for unit in self.units for p in unit.processes]
 
     @property
     def events(self) -> list[dict]:
@@ -216,7 +221,8 @@ def _delta(series: dict, ws: int, window_s: int) -> float | None:
     return None if now is None or before is None else now - before
 
 
-def _device_fields(gpu: GatheredGpu, ws: int, window_s: int) -> dict:
+def _device_fields(gpu: GatheredGpu, ws: int, window_s: int) -> tuple:
+    """power_w_avg, energy_j, temp_c_max, ecc_uncorrected and ecc_corrected."""
     dev = gpu.device
     energy = _delta(dev["energy_last"], ws, window_s)
     reset = (dev["energy_resets"].get(ws) or 0) > 0 or (energy is not None and energy < 0)
@@ -224,28 +230,25 @@ def _device_fields(gpu: GatheredGpu, ws: int, window_s: int) -> dict:
     dbe = _delta(dev["dbe_last"], ws, window_s) if dev["dbe_last"] else None
     sbe = _delta(dev["sbe_last"], ws, window_s) if dev["sbe_last"] else None
     temp = dev["temp_max"].get(ws)
-    return {"power_w_avg": dev["power_avg"].get(ws),
-            "energy_j": None if reset or energy is None else energy / 1000.0,
-            "temp_c_max": None if temp is None else round(temp),
-            "ecc_uncorrected": None if dbe is None or dbe < 0 else round(dbe),
-            "ecc_corrected": None if sbe is None or sbe < 0 else round(sbe)}
+    return (dev["power_avg"].get(ws), None if reset or energy is None else energy / 1000.0,
+            None if temp is None else round(temp),
+            None if dbe is None or dbe < 0 else round(dbe),
+            None if sbe is None or sbe < 0 else round(sbe))
 
 
 def _sample(gpu_uuid: str, span: tuple[int, int], found: _Window | None, scale: float,
-            readings: int, extra: dict | None = None) -> dict:
-    return {"gpu_uuid": gpu_uuid, "window_start": iso(span[0]), "window_end": iso(span[1]),
-            "readings": readings,
-            "util_gpu_avg": _pct(found.util_avg, scale) if found else None,
-            "util_gpu_max": _pct(found.util_max, scale) if found else None,
-            "memory_used_bytes_avg": None if not found or found.fb_avg is None
-            else round(found.fb_avg * MIB),
-            "memory_used_bytes_max": None if not found or found.fb_max is None
-            else round(found.fb_max * MIB),
-            **(extra or {})}
+            readings: int, device: tuple = NO_DEVICE, memory_avg: int | None = None) -> tuple:
+    """The sample's row (`rows.SAMPLE_FIELDS`)."""
+    if found is None:
+        return (gpu_uuid, span[0], span[1], readings, None, None, memory_avg, None, *device)
+    fb_avg, fb_max = found.fb_avg, found.fb_max
+    return (gpu_uuid, span[0], span[1], readings, _pct(found.util_avg, scale),
+            _pct(found.util_max, scale), None if fb_avg is None else round(fb_avg * MIB),
+            None if fb_max is None else round(fb_max * MIB), *device)
 
 
 def _processes(device_uuid: str, instance: Instance, prefix: str, ws: int,
-               span: tuple[int, int]) -> list[dict]:
+               span: tuple[int, int]) -> list[ProcessRow]:
     out = []
     for series in instance.series.values():
         if series.work is None or not series.figures.get(f"{prefix}_count", {}).get(ws):
@@ -253,12 +256,10 @@ def _processes(device_uuid: str, instance: Instance, prefix: str, ws: int,
         job, container = series.work
         identity = f"{job['source']}/{job.get('account', '')}/{job['id']}/{container}"
         memory = series.figures.get("fb_max", {}).get(ws)
-        out.append({
-            "gpu_uuid": device_uuid, "window_start": iso(span[0]), "window_end": iso(span[1]),
-            "pid": zlib.crc32(identity.encode()) % MAX_PID + 1,
-            "pid_start": zlib.crc32(instance.key.encode()), "command": container or None,
-            "job": dict(job), "memory_used_bytes_max": None if memory is None
-            else round(memory * MIB)})
+        out.append(ProcessRow(
+            device_uuid, span[0], span[1], zlib.crc32(identity.encode()) % MAX_PID + 1,
+            zlib.crc32(instance.key.encode()), container or None, job["source"], job["id"],
+            job.get("account"), None if memory is None else round(memory * MIB)))
     return out
 
 
@@ -328,8 +329,7 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
         memory = [f.fb_avg for f in found.values() if f is not None and f.fb_avg is not None]
         physical.units.append(Unit(boot, _sample(
             gpu.uuid, span, None, scale, max((f.readings for f in counted), default=1),
-            {**device, "memory_used_bytes_avg": round(sum(memory) * MIB) if memory
-             else None})))
+            device, round(sum(memory) * MIB) if memory else None)))
         for key, window in found.items():
             if window is None or not window.readings or prefix is None:
                 continue

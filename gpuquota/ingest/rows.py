@@ -1,0 +1,188 @@
+"""Records built in-process from typed data (the telemetry importer), judged by the agent's
+rules (`records.Judge`) without a JSON form to check and parse back.
+
+A sample is a tuple in `SAMPLE_FIELDS` order and a process record a `ProcessRow`, window
+bounds in epoch seconds. They are trusted for their types (the structural tier of
+agent-protocol.md is for bodies from outside), never for their values: a record whose every
+value is plainly in range becomes its row at once; any other goes, as its protocol record,
+through the very checks an agent's does, so what is stored, nulled or rejected is the same.
+"""
+
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from gpuquota.ingest import conf
+from gpuquota.ingest.parsing import instant_text
+from gpuquota.ingest.records import INT32, INT64, JOB_SOURCES, MAX_PID, MAX_STRING, GpuRef, Judge
+
+SAMPLE_FIELDS = ("gpu_uuid", "window_start", "window_end", "readings", "util_gpu_avg",
+                 "util_gpu_max", "memory_used_bytes_avg", "memory_used_bytes_max",
+                 "power_w_avg", "energy_j", "temp_c_max", "ecc_uncorrected", "ecc_corrected")
+
+
+@dataclass(slots=True)
+class ProcessRow:
+    """A process record; `user` and `job_account` may be filled in after it is built (the
+    Slurm accounting's owners)."""
+
+    gpu_uuid: str
+    window_start: int
+    window_end: int
+    pid: int
+    pid_start: int
+    command: str | None
+    job_source: str | None
+    job_id: str | None
+    job_account: str | None
+    memory_used_bytes_max: int | None
+    user: str | None = None
+
+
+@dataclass
+class Rows:
+    """A batch's sample and process records as rows (its events stay protocol records)."""
+
+    samples: list = field(default_factory=list)
+    processes: list = field(default_factory=list)
+
+    def gpu_uuids(self) -> set[str]:
+        return {row[0] for row in self.samples} | {row.gpu_uuid for row in self.processes}
+
+    def window_starts(self) -> set[int]:
+        return {row[1] for row in self.samples} | {row.window_start for row in self.processes}
+
+
+def sample_record(row: tuple) -> dict:
+    """The agent protocol's sample record of a row."""
+    record = dict(zip(SAMPLE_FIELDS, row, strict=True))
+    record["window_start"] = instant_text(row[1])
+    record["window_end"] = instant_text(row[2])
+    return record
+
+
+def process_record(row: ProcessRow) -> dict:
+    """The agent protocol's process record of a row."""
+    record = {"gpu_uuid": row.gpu_uuid, "window_start": instant_text(row.window_start),
+              "window_end": instant_text(row.window_end), "pid": row.pid,
+              "pid_start": row.pid_start, "command": row.command,
+              "job": {"source": row.job_source, "id": row.job_id},
+              "memory_used_bytes_max": row.memory_used_bytes_max}
+    if row.job_account is not None:
+        record["job"]["account"] = row.job_account
+    if row.user is not None:
+        record["user"] = row.user
+    return record
+
+
+def rows_days(rows: Rows, *, now: datetime, check_age: bool) -> set:
+    """The UTC days of the rows' windows that may be stored (`batches._days`' rule)."""
+    latest = now + timedelta(seconds=conf.MAX_FUTURE_S)
+    earliest = now - timedelta(seconds=conf.MAX_AGE_S + conf.MAX_WINDOW_S) if check_age else None
+    days = set()
+    for start in rows.window_starts():
+        instant = datetime.fromtimestamp(start, UTC)
+        if instant > latest or (earliest and instant < earliest):
+            continue
+        days.add(instant.date())
+    return days
+
+
+class RowJudge:
+    """The judge's checks for rows: a window checked once per pair of bounds."""
+
+    def __init__(self, judge: Judge):
+        self.judge = judge
+        self._windows: dict[tuple[int, int], tuple] = {}
+
+    def _window(self, start: int, end: int) -> tuple:
+        found = self._windows.get((start, end))
+        if found is None:
+            found = self._windows[(start, end)] = self.judge.window_check(
+                instant_text(start), instant_text(end))
+        return found
+
+    def sample(self, index: int, row: tuple, received_at: datetime) -> None:
+        judge = self.judge
+        gpu = judge.gpu(row[0])
+        window = self._window(row[1], row[2])
+        if type(gpu) is GpuRef and len(window) == 3 and _sample_plain(row, gpu, window[2]):
+            (_, _, _, readings, util_avg, util_max, mem_avg, mem_max, power, energy, temp,
+             ecc_uncorrected, ecc_corrected) = row
+            judge.out.samples.append((
+                gpu.id, window[0], window[1], readings, util_avg, util_max, None, mem_avg,
+                mem_max, power, energy, temp, None, ecc_uncorrected, ecc_corrected,
+                received_at, judge.boot_pk, judge.receipt_pk))
+            return
+        judge.sample(index, sample_record(row), received_at)
+
+    def process(self, index: int, row: ProcessRow, received_at: datetime) -> None:
+        judge = self.judge
+        gpu = judge.gpu(row.gpu_uuid)
+        window = self._window(row.window_start, row.window_end)
+        if type(gpu) is GpuRef and len(window) == 3 and _process_plain(row, gpu):
+            judge.out.processes.append((
+                gpu.id, window[0], window[1], row.pid, row.pid_start, None, row.user,
+                row.command, row.job_source, row.job_id, row.job_account,
+                row.memory_used_bytes_max, None, received_at, judge.receipt_pk))
+            return
+        judge.process(index, process_record(row), received_at)
+
+
+def _percent_plain(value) -> bool:
+    return value is None or (type(value) is float and 0 <= value <= 100)
+
+
+def _count_plain(value, high: int) -> bool:
+    return value is None or (type(value) is int and 0 <= value <= high)
+
+
+def _real_plain(value, high: float | None) -> bool:
+    return value is None or (type(value) is float and math.isfinite(value) and 0 <= value
+                             and (high is None or value <= high))
+
+
+def _sample_plain(row: tuple, gpu: GpuRef, length_s: float) -> bool:
+    """Whether the judge would take every value of the sample as it is (nothing nulled,
+    clamped or rejected): then its row is the judge's without asking it."""
+    (_, _, _, readings, util_avg, util_max, mem_avg, mem_max, power, energy, temp,
+     ecc_uncorrected, ecc_corrected) = row
+    memory_high = gpu.memory_total_bytes if gpu.memory_total_bytes is not None else INT64
+    power_high = 3 * gpu.power_limit_w if gpu.power_limit_w else None
+    return (type(readings) is int and 0 <= readings <= INT32
+            and _percent_plain(util_avg) and _percent_plain(util_max)
+            and (util_avg is None or util_max is None or util_avg <= util_max)
+            and _count_plain(mem_avg, memory_high) and _count_plain(mem_max, memory_high)
+            and (mem_avg is None or mem_max is None or mem_avg <= mem_max)
+            and _real_plain(power, power_high)
+            and _real_plain(energy, power_high * length_s if power_high else None)
+            and (temp is None or (type(temp) is int and -40 <= temp <= 150))
+            and _count_plain(ecc_uncorrected, INT64) and _count_plain(ecc_corrected, INT64))
+
+
+def _text_plain(value) -> bool:
+    return value is None or (type(value) is str and len(value) <= MAX_STRING
+                             and "\x00" not in value)
+
+
+def _process_plain(row: ProcessRow, gpu: GpuRef) -> bool:
+    memory_high = gpu.memory_total_bytes if gpu.memory_total_bytes is not None else INT64
+    return (type(row.pid) is int and 1 <= row.pid <= MAX_PID
+            and type(row.pid_start) is int and 0 <= row.pid_start <= INT64
+            and (row.job_source is None or row.job_source in JOB_SOURCES)
+            and _text_plain(row.user) and _text_plain(row.command)
+            and _text_plain(row.job_id) and _text_plain(row.job_account)
+            and _count_plain(row.memory_used_bytes_max, memory_high))
+
+
+def rows_judge(*, body: dict, rows: Rows, judge: Judge, node_id: int, now: datetime):
+    """The judge's outcome for a body whose samples and processes are `rows` (its events,
+    few, are protocol records)."""
+    row_judge = RowJudge(judge)
+    for index, row in enumerate(rows.samples):
+        row_judge.sample(index, row, now)
+    for index, row in enumerate(rows.processes):
+        row_judge.process(index, row, now)
+    for index, record in enumerate(body.get("events") or ()):
+        judge.event(index, record, node_id, now)
+    return judge.out
