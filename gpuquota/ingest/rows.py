@@ -129,10 +129,6 @@ class RowJudge:
         judge.process(index, process_record(row), received_at)
 
 
-def _percent_plain(value) -> bool:
-    return value is None or (type(value) is float and 0 <= value <= 100)
-
-
 def _count_plain(value, high: int) -> bool:
     return value is None or (type(value) is int and 0 <= value <= high)
 
@@ -144,20 +140,34 @@ def _real_plain(value, high: float | None) -> bool:
 
 def _sample_plain(row: tuple, gpu: GpuRef, length_s: float) -> bool:
     """Whether the judge would take every value of the sample as it is (nothing nulled,
-    clamped or rejected): then its row is the judge's without asking it."""
+    clamped or rejected): then its row is the judge's without asking it. Spelt out
+    inline: it runs for every sample."""
     (_, _, _, readings, util_avg, util_max, mem_avg, mem_max, power, energy, temp,
      ecc_uncorrected, ecc_corrected) = row
+    if type(readings) is not int or not 0 <= readings <= INT32:
+        return False
+    if util_avg is not None and (type(util_avg) is not float or not 0 <= util_avg <= 100):
+        return False
+    if util_max is not None and (type(util_max) is not float or not 0 <= util_max <= 100):
+        return False
+    if util_avg is not None and util_max is not None and util_avg > util_max:
+        return False
     memory_high = gpu.memory_total_bytes if gpu.memory_total_bytes is not None else INT64
-    power_high = 3 * gpu.power_limit_w if gpu.power_limit_w else None
-    return (type(readings) is int and 0 <= readings <= INT32
-            and _percent_plain(util_avg) and _percent_plain(util_max)
-            and (util_avg is None or util_max is None or util_avg <= util_max)
-            and _count_plain(mem_avg, memory_high) and _count_plain(mem_max, memory_high)
-            and (mem_avg is None or mem_max is None or mem_avg <= mem_max)
-            and _real_plain(power, power_high)
-            and _real_plain(energy, power_high * length_s if power_high else None)
-            and (temp is None or (type(temp) is int and -40 <= temp <= 150))
-            and _count_plain(ecc_uncorrected, INT64) and _count_plain(ecc_corrected, INT64))
+    if mem_avg is not None and (type(mem_avg) is not int or not 0 <= mem_avg <= memory_high):
+        return False
+    if mem_max is not None and (type(mem_max) is not int or not 0 <= mem_max <= memory_high):
+        return False
+    if mem_avg is not None and mem_max is not None and mem_avg > mem_max:
+        return False
+    if power is not None or energy is not None:
+        power_high = 3 * gpu.power_limit_w if gpu.power_limit_w else None
+        if not (_real_plain(power, power_high) and _real_plain(
+                energy, power_high * length_s if power_high else None)):
+            return False
+    if temp is not None and (type(temp) is not int or not -40 <= temp <= 150):
+        return False
+    return (ecc_uncorrected is None and ecc_corrected is None) or (
+        _count_plain(ecc_uncorrected, INT64) and _count_plain(ecc_corrected, INT64))
 
 
 def _text_plain(value) -> bool:

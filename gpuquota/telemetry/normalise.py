@@ -84,9 +84,18 @@ class GpuReport:
 
 
 def _pct(value: float | None, scale: float) -> float | None:
+    """The percent rounded half up to the cent in the decimals of its shortest text
+    (`repr`), as Decimal would: in floats, whose error is far below the 1e-6 kept from a
+    tie; a value that close to one, or beyond 1e6, is rounded by Decimal."""
     if value is None:
         return None
-    return float(Decimal(repr(value * scale)).quantize(CENT, rounding=ROUND_HALF_UP))
+    scaled = value * scale
+    if 0 <= scaled < 1e6:
+        cents = scaled * 100
+        below = math.floor(cents)
+        if abs(cents - below - 0.5) > 1e-6:
+            return (below + (cents - below > 0.5)) / 100
+    return float(Decimal(repr(scaled)).quantize(CENT, rounding=ROUND_HALF_UP))
 
 
 @dataclass
@@ -247,19 +256,44 @@ def _sample(gpu_uuid: str, span: tuple[int, int], found: _Window | None, scale: 
             None if fb_max is None else round(fb_max * MIB), *device)
 
 
-def _processes(device_uuid: str, instance: Instance, prefix: str, ws: int,
-               span: tuple[int, int]) -> list[ProcessRow]:
+@dataclass
+class _Worker:
+    """A series naming a workload, with what its process records repeat in every window."""
+
+    counts: dict
+    memory: dict
+    pid: int
+    pid_start: int
+    command: str | None
+    job: dict
+
+
+def _workers(instance: Instance, prefix: str | None) -> list[_Worker]:
     out = []
     for series in instance.series.values():
-        if series.work is None or not series.figures.get(f"{prefix}_count", {}).get(ws):
+        if series.work is None or prefix is None:
             continue
         job, container = series.work
         identity = f"{job['source']}/{job.get('account', '')}/{job['id']}/{container}"
-        memory = series.figures.get("fb_max", {}).get(ws)
+        out.append(_Worker(series.figures.get(f"{prefix}_count", EMPTY),
+                           series.figures.get("fb_max", EMPTY),
+                           zlib.crc32(identity.encode()) % MAX_PID + 1,
+                           zlib.crc32(instance.key.encode()), container or None, job))
+    return out
+
+
+def _processes(device_uuid: str, workers: list[_Worker], ws: int,
+               span: tuple[int, int]) -> list[ProcessRow]:
+    out = []
+    for worker in workers:
+        if not worker.counts.get(ws):
+            continue
+        memory = worker.memory.get(ws)
+        job = worker.job
         out.append(ProcessRow(
-            device_uuid, span[0], span[1], zlib.crc32(identity.encode()) % MAX_PID + 1,
-            zlib.crc32(instance.key.encode()), container or None, job["source"], job["id"],
-            job.get("account"), None if memory is None else round(memory * MIB)))
+            device_uuid, span[0], span[1], worker.pid, worker.pid_start, worker.command,
+            job["source"], job["id"], job.get("account"),
+            None if memory is None else round(memory * MIB)))
     return out
 
 
@@ -280,6 +314,22 @@ def _gpu_edges(gpu: GatheredGpu, by_instance: dict[str, Edges], windows: range) 
             if ends:
                 edges.ends[ws] = max(ends)
     return edges
+
+
+def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, workers: list,
+                 *, window_s: int, cap: int, scale: float) -> list[Unit]:
+    """The units of a GPU without MIG, window by window (the windows its health walked)."""
+    units = []
+    starts, ends = edges.starts, edges.ends
+    for ws, boot in boots.items():
+        whole = _window(columns, ws, cap)
+        if whole is None or not whole.readings:
+            continue
+        span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
+        units.append(Unit(boot, _sample(gpu.uuid, span, whole, scale, whole.readings,
+                                         _device_fields(gpu, ws, window_s)),
+                          _processes(gpu.uuid, workers, ws, span) if workers else []))
+    return units
 
 
 def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrape_s: int,
@@ -308,6 +358,12 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
         for i in gpu.util_instances()} if gpu.mig else {}
     instances = gpu.util_instances()
     columns = {i.key: _columns(i, prefix) for i in instances}
+    workers = {i.key: _workers(i, prefix) for i in instances}
+    if not gpu.mig:
+        if prefix is not None and "" in columns:
+            physical.units = _whole_units(gpu, health.boots, edges, columns[""], workers[""],
+                                          window_s=window_s, cap=cap, scale=scale)
+        return [physical]
     for ws in range(start, stop, window_s):
         boot = health.boots.get(ws)
         if boot is None:
@@ -316,15 +372,6 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
             i.key: _window(columns[i.key], ws, cap) for i in instances}
         span = (edges.starts.get(ws, ws), edges.ends.get(ws, ws + window_s))
         device = _device_fields(gpu, ws, window_s)
-        if not gpu.mig:
-            whole = found.get("")
-            if whole is None or not whole.readings or prefix is None:
-                continue
-            physical.units.append(Unit(boot, _sample(gpu.uuid, span, whole, scale,
-                                                     whole.readings, device),
-                                       _processes(gpu.uuid, gpu.instances[""], prefix, ws,
-                                                  span)))
-            continue
         counted = [f for f in found.values() if f is not None and f.readings]
         memory = [f.fb_avg for f in found.values() if f is not None and f.fb_avg is not None]
         physical.units.append(Unit(boot, _sample(
@@ -337,7 +384,7 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
             own_span = (own.starts.get(ws, ws), own.ends.get(ws, ws + window_s))
             devices[key].units.append(Unit(boot, _sample(
                 devices[key].uuid, own_span, window, scale, window.readings),
-                _processes(devices[key].uuid, gpu.instances[key], prefix, ws, own_span)))
+                _processes(devices[key].uuid, workers[key], ws, own_span)))
     return [physical, *devices.values()]
 
 

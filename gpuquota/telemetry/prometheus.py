@@ -5,8 +5,10 @@ Prometheus computes each window's figure itself: `avg_over_time(M[60s])` evaluat
 millisecond before the window's end covers exactly the readings of the window
 [start, end), the agent's windows. A window with no reading has no point: no data."""
 
+import math
 import re
 from datetime import datetime
+from operator import itemgetter
 
 import orjson
 
@@ -89,9 +91,11 @@ def _points(values: list, window_s: int) -> dict[int, float]:
     """{window start: value} of a series' [time, "value"] pairs, usable figures only (the
     same test as `figure_usable`, inlined: millions of points a day)."""
     shift = 0.5 - window_s
-    starts = [int(p[0] + shift) for p in values]
-    figures = [float(p[1]) for p in values]
-    if all(0 <= v < PLAUSIBLE_MAX and v != FP64_BLANK for v in figures):
+    starts = [int(t + shift) for t in map(itemgetter(0), values)]
+    figures = list(map(float, map(itemgetter(1), values)))
+    # every value usable, tested in C: NaN makes the sum NaN (min and max may skip it)
+    if not figures or (0 <= min(figures) and max(figures) < PLAUSIBLE_MAX
+                       and FP64_BLANK not in figures and not math.isnan(sum(figures))):
         return dict(zip(starts, figures, strict=True))
     return {ws: v for ws, v in zip(starts, figures, strict=True) if figure_usable(v)}
 
