@@ -105,7 +105,7 @@ class RowJudge:
     def sample(self, index: int, row: tuple, received_at: datetime) -> None:
         judge = self.judge
         gpu = judge.gpu(row[0])
-        window = self._window(row[1], row[2])
+        window = self._windows.get((row[1], row[2])) or self._window(row[1], row[2])
         if type(gpu) is GpuRef and len(window) == 3 and _sample_plain(row, gpu, window[2]):
             (_, _, _, readings, util_avg, util_max, mem_avg, mem_max, power, energy, temp,
              ecc_uncorrected, ecc_corrected) = row
@@ -119,7 +119,8 @@ class RowJudge:
     def process(self, index: int, row: ProcessRow, received_at: datetime) -> None:
         judge = self.judge
         gpu = judge.gpu(row.gpu_uuid)
-        window = self._window(row.window_start, row.window_end)
+        window = (self._windows.get((row.window_start, row.window_end))
+                  or self._window(row.window_start, row.window_end))
         if type(gpu) is GpuRef and len(window) == 3 and _process_plain(row, gpu):
             judge.out.processes.append((
                 gpu.id, window[0], window[1], row.pid, row.pid_start, None, row.user,

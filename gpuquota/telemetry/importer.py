@@ -127,13 +127,23 @@ def _parts(reports: list[GpuReport]) -> dict[str, list[dict]]:
 
     entries = {r.uuid: r.entry() for r in reports}
     for report in reports:
+        gpus = {report.uuid: entries[report.uuid]}
+        if report.parent_uuid in entries:
+            gpus[report.parent_uuid] = entries[report.parent_uuid]
+        boot, rows = None, Rows()
         for unit in report.units:
-            body = body_for(unit.boot, 1, len(unit.processes), 0)
-            body["rows"].samples.append(unit.sample)
-            body["rows"].processes.extend(unit.processes)
-            body["gpus"][report.uuid] = entries[report.uuid]
-            if report.parent_uuid in entries:
-                body["gpus"][report.parent_uuid] = entries[report.parent_uuid]
+            # the body of the unit's boot while it has room (a report's units share a boot
+            # until its GPU is lost, so the look-up is rarely needed)
+            if boot != unit.boot or \
+                    len(rows.samples) >= ingest_conf.MAX_SAMPLES or \
+                    len(rows.processes) + len(unit.processes) > ingest_conf.MAX_PROCESSES:
+                boot = unit.boot
+                body = body_for(boot, 1, len(unit.processes), 0)
+                body["gpus"].update(gpus)
+                rows = body["rows"]
+            rows.samples.append(unit.sample)
+            if unit.processes:
+                rows.processes.extend(unit.processes)
         for event, boot in report.event_boots:
             body = body_for(boot, 0, 0, 1)
             body["events"].append(event)

@@ -319,6 +319,9 @@ def _gpu_edges(gpu: GatheredGpu, by_instance: dict[str, Edges], windows: range) 
 def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, workers: list,
                  *, window_s: int, cap: int, scale: float) -> list[Unit]:
     """The units of a GPU without MIG, window by window (the windows its health walked)."""
+    if len(columns) == 1:
+        return _one_series_units(gpu, boots, edges, columns[0], workers, window_s=window_s,
+                                 scale=scale)
     units = []
     starts, ends = edges.starts, edges.ends
     for ws, boot in boots.items():
@@ -329,6 +332,30 @@ def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, wor
         units.append(Unit(boot, _sample(gpu.uuid, span, whole, scale, whole.readings,
                                          _device_fields(gpu, ws, window_s)),
                           _processes(gpu.uuid, workers, ws, span) if workers else []))
+    return units
+
+
+def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple,
+                      workers: list, *, window_s: int, scale: float) -> list[Unit]:
+    """`_whole_units` of a GPU read in one series (most GPUs): `_window_one` and `_sample`
+    inlined, with the very same arithmetic (a window without readings has no sample)."""
+    counts, avgs, tops, fb_avgs, fb_tops = column
+    units = []
+    starts, ends, gpu_uuid = edges.starts, edges.ends, gpu.uuid
+    for ws, boot in boots.items():
+        count = counts.get(ws)
+        if not count:
+            continue
+        avg, fb, fb_top = avgs.get(ws), fb_avgs.get(ws), fb_tops.get(ws)
+        span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
+        units.append(Unit(boot, (
+            gpu_uuid, span[0], span[1], int(count),
+            None if avg is None else _pct((0.0 + avg * count) / (0.0 + count), scale),
+            _pct(tops.get(ws), scale),
+            None if fb is None else round((0.0 + fb * count) / (0.0 + count) * MIB),
+            None if fb_top is None else round(fb_top * MIB),
+            *_device_fields(gpu, ws, window_s)),
+            _processes(gpu_uuid, workers, ws, span) if workers else []))
     return units
 
 
