@@ -23,7 +23,7 @@ from gpuquota.ingest.batches import batch_ingest
 from gpuquota.ingest.protocol import batch_check
 from gpuquota.ingest.rows import Rows
 from gpuquota.inventory.models import Gpu, Node
-from gpuquota.inventory.services import gpu_class_for_model, gpu_register
+from gpuquota.inventory.services import gpu_class_for_model, gpu_register, gpus_register
 from gpuquota.telemetry import conf, exposition, prometheus
 from gpuquota.telemetry.gather import Observed, gpus_gather, node_mates
 from gpuquota.telemetry.health import GpuState, iso, life_boot
@@ -70,9 +70,10 @@ def aligned(instant: datetime, window_s: int) -> datetime:
     return datetime.fromtimestamp(epoch - epoch % window_s, UTC)
 
 
-def _register(report: GpuReport, *, node: Node, known: dict, classes: dict) -> None:
-    """Register a GPU seen for the first time; `classes` holds the GPU classes by model
-    name looked up so far (one look-up per model, not per GPU)."""
+def _registration(report: GpuReport, *, node: Node, known: dict, classes: dict) -> dict:
+    """`gpu_register`'s arguments for a GPU seen for the first time, from its first window;
+    `classes` holds the GPU classes by model name looked up so far (one look-up per
+    model, not per GPU)."""
     first = min([datetime.fromtimestamp(u.sample[1], UTC) for u in report.units[:1]]
                 + [datetime.fromisoformat(e["ts"]) for e in report.events])
     entry = report.entry()
@@ -80,35 +81,51 @@ def _register(report: GpuReport, *, node: Node, known: dict, classes: dict) -> N
     model_name = entry["name"] or ""
     if parent is None and model_name not in classes:
         classes[model_name] = gpu_class_for_model(model_name=model_name)
-    try:
-        with transaction.atomic():
-            known[report.uuid] = gpu_register(
-                node=node, uuid=report.uuid, model_name=model_name,
-                at=first, index=entry["index"],
-                pci_bus_id=entry["pci_bus_id"] or "", parent=parent,
-                gpu_class=None if parent else classes[model_name])
-    except IntegrityError:  # registered meanwhile (an agent, another pull): its node wins
-        known[report.uuid] = Gpu.objects.select_related("node").get(uuid=report.uuid)
+    return {"node": node, "uuid": report.uuid, "model_name": model_name, "at": first,
+            "index": entry["index"], "pci_bus_id": entry["pci_bus_id"] or "",
+            "parent": parent, "gpu_class": None if parent else classes[model_name]}
 
 
-def _node_for(report: GpuReport, *, source: TelemetrySource, known: dict,
-              classes: dict) -> Node:
-    """The GPU's current node when it is known (UUID decides; a MIG device's is its
-    GPU's); else it is registered, as the agent's are, on the node the source's node
-    label names (in the source's cluster, created when new), from its first window: a
-    back-fill's history is the GPU's own."""
-    gpu = known.get(report.uuid)
-    if gpu is not None:
-        return gpu.node
+def _node_of(report: GpuReport, *, source: TelemetrySource, known: dict, nodes: dict) -> Node:
+    """The node a new GPU is registered on: its GPU's for a MIG device, else the one the
+    source's node label names (in the source's cluster, created when new)."""
     if report.parent_uuid:
-        node = known[report.parent_uuid].node
-    else:
-        labels = report.labels
-        hostname = (labels.get(source.node_label) or labels.get("Hostname")
-                    or labels.get("hostname") or "unnamed")[:253]
-        node, _ = Node.objects.get_or_create(cluster=source.cluster, hostname=hostname)
-    _register(report, node=node, known=known, classes=classes)
-    return known[report.uuid].node
+        return known[report.parent_uuid].node
+    labels = report.labels
+    hostname = (labels.get(source.node_label) or labels.get("Hostname")
+                or labels.get("hostname") or "unnamed")[:253]
+    if hostname not in nodes:
+        nodes[hostname], _ = Node.objects.get_or_create(cluster=source.cluster,
+                                                        hostname=hostname)
+    return nodes[hostname]
+
+
+def _gpus_register(reports: list[GpuReport], *, source: TelemetrySource, known: dict) -> None:
+    """Register the reports' GPUs seen for the first time, as the agent's are, on their
+    nodes (`_node_of`) from their first window: a back-fill's history is the GPU's own.
+    GPUs, then MIG devices, each in bulk; when one was registered meanwhile (an agent,
+    another pull), one at a time, and its node wins."""
+    classes: dict = {}
+    nodes: dict = {}
+    for mig in (False, True):
+        new = [r for r in reports if bool(r.parent_uuid) == mig and r.uuid not in known]
+        if not new:
+            continue
+        arguments = [_registration(r, node=_node_of(r, source=source, known=known, nodes=nodes),
+                                   known=known, classes=classes) for r in new]
+        try:
+            with transaction.atomic():
+                known.update(zip([r.uuid for r in new], gpus_register(new=arguments),
+                                 strict=True))
+            continue
+        except IntegrityError:
+            pass
+        for report, registration in zip(new, arguments, strict=True):
+            try:
+                with transaction.atomic():
+                    known[report.uuid] = gpu_register(**registration)
+            except IntegrityError:  # registered meanwhile: its node wins
+                known[report.uuid] = Gpu.objects.select_related("node").get(uuid=report.uuid)
 
 
 def _parts(reports: list[GpuReport]) -> dict[str, list[dict]]:
@@ -206,10 +223,10 @@ def reports_store(*, source: TelemetrySource, reports: list[GpuReport], start: i
     reports = [r for r in reports if r.units or r.event_boots]
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(
         uuid__in=[r.uuid for r in reports] + [r.parent_uuid for r in reports if r.parent_uuid])}
+    _gpus_register(reports, source=source, known=known)
     by_node: dict[int, tuple[Node, list[GpuReport]]] = {}
-    classes: dict = {}
     for report in sorted(reports, key=lambda r: bool(r.parent_uuid)):  # GPUs, then MIG
-        node = _node_for(report, source=source, known=known, classes=classes)
+        node = known[report.uuid].node  # its current node (a MIG device's is its GPU's)
         by_node.setdefault(node.pk, (node, []))[1].append(report)
     for node, node_reports in by_node.values():
         _send(source=source, node=node, reports=node_reports, start=start, stop=stop, now=now,
