@@ -88,46 +88,17 @@ def rows_days(rows: Rows, *, now: datetime, check_age: bool) -> set:
     return days
 
 
-class RowJudge:
-    """The judge's checks for rows: a window checked once per pair of bounds."""
+class _Windows(dict):
+    """The judge's window check once per pair of bounds (epoch seconds)."""
 
     def __init__(self, judge: Judge):
+        super().__init__()
         self.judge = judge
-        self._windows: dict[tuple[int, int], tuple] = {}
 
-    def _window(self, start: int, end: int) -> tuple:
-        found = self._windows.get((start, end))
-        if found is None:
-            found = self._windows[(start, end)] = self.judge.window_check(
-                instant_text(start), instant_text(end))
+    def __missing__(self, bounds: tuple[int, int]) -> tuple:
+        found = self[bounds] = self.judge.window_check(instant_text(bounds[0]),
+                                                       instant_text(bounds[1]))
         return found
-
-    def sample(self, index: int, row: tuple, received_at: datetime) -> None:
-        judge = self.judge
-        gpu = judge.gpu(row[0])
-        window = self._windows.get((row[1], row[2])) or self._window(row[1], row[2])
-        if type(gpu) is GpuRef and len(window) == 3 and _sample_plain(row, gpu, window[2]):
-            (_, _, _, readings, util_avg, util_max, mem_avg, mem_max, power, energy, temp,
-             ecc_uncorrected, ecc_corrected) = row
-            judge.out.samples.append((
-                gpu.id, window[0], window[1], readings, util_avg, util_max, None, mem_avg,
-                mem_max, power, energy, temp, None, ecc_uncorrected, ecc_corrected,
-                received_at, judge.boot_pk, judge.receipt_pk))
-            return
-        judge.sample(index, sample_record(row), received_at)
-
-    def process(self, index: int, row: ProcessRow, received_at: datetime) -> None:
-        judge = self.judge
-        gpu = judge.gpu(row.gpu_uuid)
-        window = (self._windows.get((row.window_start, row.window_end))
-                  or self._window(row.window_start, row.window_end))
-        if type(gpu) is GpuRef and len(window) == 3 and _process_plain(row, gpu):
-            judge.out.processes.append((
-                gpu.id, window[0], window[1], row.pid, row.pid_start, None, row.user,
-                row.command, row.job_source, row.job_id, row.job_account,
-                row.memory_used_bytes_max, None, received_at, judge.receipt_pk))
-            return
-        judge.process(index, process_record(row), received_at)
 
 
 def _count_plain(value, high: int) -> bool:
@@ -161,10 +132,14 @@ def _sample_plain(row: tuple, gpu: GpuRef, length_s: float) -> bool:
     if mem_avg is not None and mem_max is not None and mem_avg > mem_max:
         return False
     if power is not None or energy is not None:
-        power_high = 3 * gpu.power_limit_w if gpu.power_limit_w else None
-        if not (_real_plain(power, power_high) and _real_plain(
-                energy, power_high * length_s if power_high else None)):
-            return False
+        if gpu.power_limit_w:
+            power_high = 3 * gpu.power_limit_w
+            if not (_real_plain(power, power_high)
+                    and _real_plain(energy, power_high * length_s)):
+                return False
+        elif not ((power is None or (type(power) is float and 0 <= power < math.inf))
+                  and (energy is None or (type(energy) is float and 0 <= energy < math.inf))):
+            return False  # no limit known (the importer's GPUs): in range and finite
     if temp is not None and (type(temp) is not int or not -40 <= temp <= 150):
         return False
     return (ecc_uncorrected is None and ecc_corrected is None) or (
@@ -188,12 +163,29 @@ def _process_plain(row: ProcessRow, gpu: GpuRef) -> bool:
 
 def rows_judge(*, body: dict, rows: Rows, judge: Judge, node_id: int, now: datetime):
     """The judge's outcome for a body whose samples and processes are `rows` (its events,
-    few, are protocol records)."""
-    row_judge = RowJudge(judge)
+    few, are protocol records): a plain row is taken as it is (`_sample_plain`,
+    `_process_plain`), any other judged as its protocol record."""
+    windows, gpus, out = _Windows(judge), {}, judge.out
+    boot_pk, receipt_pk = judge.boot_pk, judge.receipt_pk
     for index, row in enumerate(rows.samples):
-        row_judge.sample(index, row, now)
+        gpu = gpus.get(row[0]) or gpus.setdefault(row[0], judge.gpu(row[0]))
+        window = windows[row[1], row[2]]
+        if type(gpu) is GpuRef and len(window) == 3 and _sample_plain(row, gpu, window[2]):
+            out.samples.append((
+                gpu.id, window[0], window[1], *row[3:6], None, *row[6:11], None, *row[11:],
+                now, boot_pk, receipt_pk))  # util_mem_avg and clock_event_reasons: none
+        else:
+            judge.sample(index, sample_record(row), now)
     for index, row in enumerate(rows.processes):
-        row_judge.process(index, row, now)
+        gpu = gpus.get(row.gpu_uuid) or gpus.setdefault(row.gpu_uuid, judge.gpu(row.gpu_uuid))
+        window = windows[row.window_start, row.window_end]
+        if type(gpu) is GpuRef and len(window) == 3 and _process_plain(row, gpu):
+            out.processes.append((
+                gpu.id, window[0], window[1], row.pid, row.pid_start, None, row.user,
+                row.command, row.job_source, row.job_id, row.job_account,
+                row.memory_used_bytes_max, None, now, receipt_pk))
+        else:
+            judge.process(index, process_record(row), now)
     for index, record in enumerate(body.get("events") or ()):
         judge.event(index, record, node_id, now)
-    return judge.out
+    return out

@@ -230,19 +230,31 @@ def _delta(series: dict, ws: int, window_s: int) -> float | None:
     return None if now is None or before is None else now - before
 
 
-def _device_fields(gpu: GatheredGpu, ws: int, window_s: int) -> tuple:
-    """power_w_avg, energy_j, temp_c_max, ecc_uncorrected and ecc_corrected."""
-    dev = gpu.device
-    energy = _delta(dev["energy_last"], ws, window_s)
-    reset = (dev["energy_resets"].get(ws) or 0) > 0 or (energy is not None and energy < 0)
-    # ECC counters and temperature are missing from many exporters' fields: no look-ups
-    dbe = _delta(dev["dbe_last"], ws, window_s) if dev["dbe_last"] else None
-    sbe = _delta(dev["sbe_last"], ws, window_s) if dev["sbe_last"] else None
-    temp = dev["temp_max"].get(ws)
-    return (dev["power_avg"].get(ws), None if reset or energy is None else energy / 1000.0,
-            None if temp is None else round(temp),
-            None if dbe is None or dbe < 0 else round(dbe),
-            None if sbe is None or sbe < 0 else round(sbe))
+class _Device:
+    """A GPU's device-level figures, looked up once, and each window's sample fields from
+    them: power_w_avg, energy_j, temp_c_max, ecc_uncorrected and ecc_corrected."""
+
+    __slots__ = ("power", "energy", "resets", "temp", "dbe", "sbe", "window_s")
+
+    def __init__(self, gpu: GatheredGpu, window_s: int):
+        dev = gpu.device
+        self.power, self.energy, self.resets = (dev["power_avg"], dev["energy_last"],
+                                                dev["energy_resets"])
+        self.temp, self.dbe, self.sbe = dev["temp_max"], dev["dbe_last"], dev["sbe_last"]
+        self.window_s = window_s
+
+    def fields(self, ws: int) -> tuple:
+        now, before = self.energy.get(ws), self.energy.get(ws - self.window_s)
+        energy = None if now is None or before is None else now - before
+        reset = (self.resets.get(ws) or 0) > 0 or (energy is not None and energy < 0)
+        # ECC counters and temperature are missing from many exporters' fields
+        dbe = _delta(self.dbe, ws, self.window_s) if self.dbe else None
+        sbe = _delta(self.sbe, ws, self.window_s) if self.sbe else None
+        temp = self.temp.get(ws) if self.temp else None
+        return (self.power.get(ws), None if reset or energy is None else energy / 1000.0,
+                None if temp is None else round(temp),
+                None if dbe is None or dbe < 0 else round(dbe),
+                None if sbe is None or sbe < 0 else round(sbe))
 
 
 def _sample(gpu_uuid: str, span: tuple[int, int], found: _Window | None, scale: float,
@@ -323,14 +335,14 @@ def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, wor
         return _one_series_units(gpu, boots, edges, columns[0], workers, window_s=window_s,
                                  scale=scale)
     units = []
-    starts, ends = edges.starts, edges.ends
+    starts, ends, device = edges.starts, edges.ends, _Device(gpu, window_s)
     for ws, boot in boots.items():
         whole = _window(columns, ws, cap)
         if whole is None or not whole.readings:
             continue
         span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
         units.append(Unit(boot, _sample(gpu.uuid, span, whole, scale, whole.readings,
-                                         _device_fields(gpu, ws, window_s)),
+                                         device.fields(ws)),
                           _processes(gpu.uuid, workers, ws, span) if workers else []))
     return units
 
@@ -341,7 +353,7 @@ def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple
     inlined, with the very same arithmetic (a window without readings has no sample)."""
     counts, avgs, tops, fb_avgs, fb_tops = column
     units = []
-    starts, ends, gpu_uuid = edges.starts, edges.ends, gpu.uuid
+    starts, ends, gpu_uuid, device = edges.starts, edges.ends, gpu.uuid, _Device(gpu, window_s)
     for ws, boot in boots.items():
         count = counts.get(ws)
         if not count:
@@ -354,7 +366,7 @@ def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple
             _pct(tops.get(ws), scale),
             None if fb is None else round((0.0 + fb * count) / (0.0 + count) * MIB),
             None if fb_top is None else round(fb_top * MIB),
-            *_device_fields(gpu, ws, window_s)),
+            *device.fields(ws)),
             _processes(gpu_uuid, workers, ws, span) if workers else []))
     return units
 
@@ -391,6 +403,7 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
             physical.units = _whole_units(gpu, health.boots, edges, columns[""], workers[""],
                                           window_s=window_s, cap=cap, scale=scale)
         return [physical]
+    device_figures = _Device(gpu, window_s)
     for ws in range(start, stop, window_s):
         boot = health.boots.get(ws)
         if boot is None:
@@ -398,7 +411,7 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
         found: dict[str, _Window | None] = {
             i.key: _window(columns[i.key], ws, cap) for i in instances}
         span = (edges.starts.get(ws, ws), edges.ends.get(ws, ws + window_s))
-        device = _device_fields(gpu, ws, window_s)
+        device = device_figures.fields(ws)
         counted = [f for f in found.values() if f is not None and f.readings]
         memory = [f.fb_avg for f in found.values() if f is not None and f.fb_avg is not None]
         physical.units.append(Unit(boot, _sample(
