@@ -151,13 +151,17 @@ def _text_plain(value) -> bool:
                              and "\x00" not in value)
 
 
+def _texts_plain(user, command, job_source, job_id, job_account) -> bool:
+    return ((job_source is None or job_source in JOB_SOURCES) and _text_plain(user)
+            and _text_plain(command) and _text_plain(job_id) and _text_plain(job_account))
+
+
 def _process_plain(row: ProcessRow, gpu: GpuRef) -> bool:
+    """Whether the judge would take the process record's numbers as they are (its texts:
+    `_texts_plain`)."""
     memory_high = gpu.memory_total_bytes if gpu.memory_total_bytes is not None else INT64
     return (type(row.pid) is int and 1 <= row.pid <= MAX_PID
             and type(row.pid_start) is int and 0 <= row.pid_start <= INT64
-            and (row.job_source is None or row.job_source in JOB_SOURCES)
-            and _text_plain(row.user) and _text_plain(row.command)
-            and _text_plain(row.job_id) and _text_plain(row.job_account)
             and _count_plain(row.memory_used_bytes_max, memory_high))
 
 
@@ -176,10 +180,15 @@ def rows_judge(*, body: dict, rows: Rows, judge: Judge, node_id: int, now: datet
                 now, boot_pk, receipt_pk))  # util_mem_avg and clock_event_reasons: none
         else:
             judge.sample(index, sample_record(row), now)
+    texts: dict[tuple, bool] = {}  # a series' texts repeat in every window: checked once
     for index, row in enumerate(rows.processes):
         gpu = gpus.get(row.gpu_uuid) or gpus.setdefault(row.gpu_uuid, judge.gpu(row.gpu_uuid))
         window = windows[row.window_start, row.window_end]
-        if type(gpu) is GpuRef and len(window) == 3 and _process_plain(row, gpu):
+        named = (row.user, row.command, row.job_source, row.job_id, row.job_account)
+        plain = texts.get(named)
+        if plain is None:
+            plain = texts[named] = _texts_plain(*named)
+        if type(gpu) is GpuRef and len(window) == 3 and plain and _process_plain(row, gpu):
             out.processes.append((
                 gpu.id, window[0], window[1], row.pid, row.pid_start, None, row.user,
                 row.command, row.job_source, row.job_id, row.job_account,
