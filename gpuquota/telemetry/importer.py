@@ -25,10 +25,11 @@ from gpuquota.ingest.rows import Rows
 from gpuquota.inventory.models import Gpu, Node
 from gpuquota.inventory.services import gpu_class_for_model, gpu_register, gpus_register
 from gpuquota.telemetry import conf, exposition, prometheus
+from gpuquota.telemetry.edges import edges_wanted
 from gpuquota.telemetry.gather import Observed, gpus_gather, node_mates
 from gpuquota.telemetry.health import GpuState, iso, life_boot
 from gpuquota.telemetry.models import ScrapedReading, SourceGpu, SourceKind, TelemetrySource
-from gpuquota.telemetry.normalise import GpuReport, edges_wanted, gpu_reports
+from gpuquota.telemetry.normalise import GpuReport, gpu_reports
 from gpuquota.telemetry.stored import gpu_states, slurm_owners_fill
 
 logger = logging.getLogger(__name__)

@@ -11,10 +11,14 @@ at a time, as the agent would have sent them for the same GPU and time:
 - a window without a single utilization reading is no data: no sample;
 - window edges come from the readings' own times: a GPU (or instance) that starts
   reporting mid-window has a sample from its first reading, one that stops has a sample
-  until its last reading plus the scrape interval (the agent's partial windows);
+  until its last reading plus the scrape interval (the agent's partial windows;
+  `edges.py`);
 - every workload a series names (`labels.workload`) is a process record of the window:
   a GPU shared by two pods (or two Slurm jobs) has two;
-- health events and each record's boot come from `health.py`."""
+- health events and each record's boot come from `health.py`.
+
+Samples and process records are rows (`ingest/rows.py`), which the agent's ingestion
+judges by the agent's rules without a JSON form to parse back."""
 
 import math
 import zlib
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
 from gpuquota.ingest.rows import ProcessRow, process_record, sample_record
+from gpuquota.telemetry.edges import Edges, gpu_edges, instance_edges
 from gpuquota.telemetry.gather import GatheredGpu, Instance, gpus_gather, node_mates
 from gpuquota.telemetry.health import GpuState, GpuTimeline, health_walk, life_boot
 from gpuquota.telemetry.labels import mig_device_uuid
@@ -174,57 +179,6 @@ def _window(columns: list[tuple[dict, ...]], ws: int, cap: int) -> _Window | Non
                    fb_weighted / fb_weight if fb_weight else None, fb_max)
 
 
-@dataclass
-class Edges:
-    """Where the samples of a GPU or instance start and end, by window."""
-
-    starts: dict = field(default_factory=dict)
-    ends: dict = field(default_factory=dict)
-
-
-def _instance_edges(gpu: GatheredGpu, instance: Instance, prefix: str, *, windows: range,
-                    times: dict, scrape_s: int) -> Edges:
-    counted = set()
-    for series in instance.series.values():
-        counted.update(ws for ws, n in series.figures.get(f"{prefix}_count", {}).items() if n)
-    edges, w = Edges(), windows.step
-    for ws in windows:
-        if ws not in counted:
-            continue
-        found = times.get((gpu.uuid, instance.key, ws))
-        if found is None:
-            continue
-        first, last = found
-        if ws - w not in counted and ws - w >= windows.start:
-            edges.starts[ws] = max(ws, math.floor(first))
-        if ws + w not in counted:
-            edges.ends[ws] = max(edges.starts.get(ws, ws) + 1,
-                                 min(ws + w, math.floor(last) + scrape_s))
-    return edges
-
-
-def edges_wanted(gpus: dict[str, GatheredGpu], *, start: int, stop: int, window_s: int
-                 ) -> dict[int, set]:
-    """The windows (from one before `start`) in which a GPU or instance starts or stops
-    reporting: their readings' times are needed, {window start: {(uuid, instance)}}."""
-    wanted: dict[int, set] = {}
-    for gpu in gpus.values():
-        prefix = gpu.util_prefix()
-        if prefix is None:
-            continue
-        for instance in gpu.util_instances():
-            counted = set()
-            for series in instance.series.values():
-                counted.update(ws for ws, n in series.figures.get(f"{prefix}_count", {}).items()
-                               if n)
-            for ws in counted:
-                if not start - window_s <= ws < stop:
-                    continue
-                if (ws - window_s not in counted and ws >= start) or ws + window_s not in counted:
-                    wanted.setdefault(ws, set()).add((gpu.uuid, instance.key))
-    return wanted
-
-
 def _delta(series: dict, ws: int, window_s: int) -> float | None:
     now, before = series.get(ws), series.get(ws - window_s)
     return None if now is None or before is None else now - before
@@ -309,25 +263,6 @@ def _processes(device_uuid: str, workers: list[_Worker], ws: int,
     return out
 
 
-def _gpu_edges(gpu: GatheredGpu, by_instance: dict[str, Edges], windows: range) -> Edges:
-    """The physical GPU's sample edges: its own, or (MIG) its instances' widest."""
-    if not gpu.mig:
-        return by_instance.get("", Edges())
-    edges, w = Edges(), windows.step
-    for ws in windows:
-        if ws not in gpu.present:
-            continue
-        if ws - w not in gpu.present:
-            starts = [e.starts[ws] for e in by_instance.values() if ws in e.starts]
-            if starts:
-                edges.starts[ws] = min(starts)
-        if ws + w not in gpu.present:
-            ends = [e.ends[ws] for e in by_instance.values() if ws in e.ends]
-            if ends:
-                edges.ends[ws] = max(ends)
-    return edges
-
-
 def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, workers: list,
                  *, window_s: int, cap: int, scale: float) -> list[Unit]:
     """The units of a GPU without MIG, window by window (the windows its health walked)."""
@@ -380,9 +315,9 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
     cap = max(1, math.ceil(window_s / scrape_s))
     read = range(start - window_s, stop, window_s)
     by_instance = {} if prefix is None else {
-        i.key: _instance_edges(gpu, i, prefix, windows=read, times=times, scrape_s=scrape_s)
+        i.key: instance_edges(gpu, i, prefix, windows=read, times=times, scrape_s=scrape_s)
         for i in gpu.util_instances()}
-    edges = _gpu_edges(gpu, by_instance, read)
+    edges = gpu_edges(gpu, by_instance, read)
     state = state or GpuState(boot_id=life_boot(gpu.uuid, None))
     health = health_walk(
         GpuTimeline(gpu.uuid, gpu.device, sorted(gpu.xid_counts.items()), gpu.present, mates,
