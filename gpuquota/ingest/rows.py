@@ -169,6 +169,8 @@ def rows_judge(*, body: dict, rows: Rows, judge: Judge, node_id: int, now: datet
     """The judge's outcome for a body whose samples and processes are `rows` (its events,
     few, are protocol records): a plain row is taken as it is (`_sample_plain`,
     `_process_plain`), any other judged as its protocol record."""
+    if body.get("samples") or body.get("processes"):
+        raise ValueError("a batch's samples and processes are records or rows, not both")
     windows, gpus, out = _Windows(judge), {}, judge.out
     boot_pk, receipt_pk = judge.boot_pk, judge.receipt_pk
     for index, row in enumerate(rows.samples):
