@@ -102,7 +102,7 @@ class Judge:
         texts = (record["window_start"], record["window_end"])
         found = self._windows.get(texts)
         if found is None:
-            found = self._windows[texts] = self._window_check(*texts)
+            found = self._windows[texts] = self.window_check(*texts)
         if type(found) is tuple and len(found) == 2 and type(found[0]) is str:
             self.out.reject(f"{path}.{found[0]}", found[1])
             return None
@@ -118,7 +118,7 @@ class Judge:
         window = self.window(record, path)
         return None if window is None else (gpu, window)
 
-    def _window_check(self, start_text: str, end_text: str):
+    def window_check(self, start_text: str, end_text: str):
         start = self.instant(start_text)
         end = self.instant(end_text)
         why = None

@@ -122,7 +122,9 @@ def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
     if table.model in PARTITIONED:
         # Normally made already (before the batch's transaction): then this is a cache hit.
         at = table.columns.index(table.start_column)
-        partitions_ensure(days={row[at].astimezone(UTC).date() for row in rows})
+        # a batch's windows repeat for every GPU: each instant converted once
+        partitions_ensure(days={instant.astimezone(UTC).date()
+                                for instant in {row[at] for row in rows}})
     stage = _stage_name(table)
     columns = ", ".join(_q(c) for c in table.columns)
     key = ", ".join(_q(c) for c in table.key)
