@@ -107,7 +107,7 @@ def workload(*, days: int = 180, seed: int = 7) -> Workload:
             for day in _poisson_times(rng, rate, start, end):
                 _failure(rng, node, gpu, day, events)
                 failures += 1
-        for day in _poisson_times(rng, WARNING_RATE, 0, days):
+        for day in _poisson_times(rng, WARNING_RATE * multiple, 0, days):
             events.append(Event(node, gpu, int(day * 86400), "xid", rng.choice(WARNING_XIDS)))
         for day in _poisson_times(rng, APP_XID_RATE, 0, days):
             events.append(Event(node, gpu, int(day * 86400), "xid", rng.choice(APP_XIDS)))
