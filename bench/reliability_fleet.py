@@ -81,7 +81,7 @@ def _failure(rng, node, gpu, day, events) -> None:
 
 
 def workload(*, days: int = 180, seed: int = 7) -> Workload:
-    rng = random.Random(seed)
+    rng, lemon_rng = random.Random(seed), random.Random(f"lemon-warnings:{seed}")
     nodes = []
     for name, _, _, count in CLASSES:
         nodes += [(f"{name.split('-')[0].lower()}-{i:03d}", name) for i in range(count)]
@@ -107,8 +107,13 @@ def workload(*, days: int = 180, seed: int = 7) -> Workload:
             for day in _poisson_times(rng, rate, start, end):
                 _failure(rng, node, gpu, day, events)
                 failures += 1
-        for day in _poisson_times(rng, WARNING_RATE * multiple, 0, days):
+        for day in _poisson_times(rng, WARNING_RATE, 0, days):
             events.append(Event(node, gpu, int(day * 86400), "xid", rng.choice(WARNING_XIDS)))
+        # a lemon's faulty part warns at its multiple too; drawn apart, so the fleet's
+        # failures are those the same seed gave before lemons warned
+        for day in _poisson_times(lemon_rng, WARNING_RATE * (multiple - 1), 0, days):
+            events.append(Event(node, gpu, int(day * 86400), "xid",
+                                lemon_rng.choice(WARNING_XIDS)))
         for day in _poisson_times(rng, APP_XID_RATE, 0, days):
             events.append(Event(node, gpu, int(day * 86400), "xid", rng.choice(APP_XIDS)))
     for node, gpu in recurring:  # fails, is repaired, fails again within a week
