@@ -26,6 +26,15 @@ class Drain(models.Model):
     after_jobs = models.BooleanField(
         default=False, help_text="A lesser (warning) event: the running jobs finish first (the "
         "node shows DRAINING until they end); a critical one drains at once.")
+    class Progress(models.TextChoices):
+        UNKNOWN = "", "Not read"
+        DRAINING = "draining", "Draining: jobs still running"
+        DRAINED = "drained", "Drained: no job left"
+
+    progress = models.CharField(
+        max_length=16, choices=Progress.choices, blank=True, default="",
+        help_text="As the scheduler last showed it (Slurm MIXED+DRAIN vs IDLE+DRAIN)")
+    progress_at = WholeSecondDateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     released_at = WholeSecondDateTimeField(null=True, blank=True)
     released_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
@@ -39,6 +48,8 @@ class Drain(models.Model):
                                     name="drain_one_open_per_node"),
             models.CheckConstraint(condition=Q(state__in=["drained", "recorded", "refused"]),
                                    name="drain_state_valid"),
+            models.CheckConstraint(condition=Q(progress__in=["", "draining", "drained"]),
+                                   name="drain_progress_valid"),
         ]
 
     def __str__(self) -> str:

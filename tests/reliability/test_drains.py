@@ -16,12 +16,17 @@ from gpuquota.celery import collect_beat_schedule
 from gpuquota.core.errors import DomainError
 from gpuquota.ingest.models import GpuEvent
 from gpuquota.inventory.models import GpuHealthInterval
-from gpuquota.reliability.drains import drain_release, drains_apply, drains_auto_release
+from gpuquota.reliability.drains import (
+    drain_release,
+    drains_apply,
+    drains_auto_release,
+    drains_observe,
+)
 from gpuquota.reliability.models import Drain
 from gpuquota.reliability.tasks import drains_task
 from gpuquota.schedulers.models import BackendConfig
 from gpuquota.schedulers.runner import Runner
-from gpuquota.schedulers.slurm.drain import node_drain, node_resume, node_state
+from gpuquota.schedulers.slurm.drain import drain_progress, node_drain, node_resume, node_state
 from tests.factories import AdminFactory, ClusterFactory, NodeFactory, make_gpu
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
@@ -142,5 +147,32 @@ def test_the_task_drains_what_just_arrived(site):
     assert collect_beat_schedule()["reliability-drains"]["task"] == "reliability.drains"
     _event(site, 119)
     with time_machine.travel(NOW + timedelta(minutes=1), tick=False):
-        assert drains_task() == {"drained": 1, "released": 0, "moved": 0, "kept": 0}
-        assert drains_task() == {"drained": 0, "released": 0, "moved": 0, "kept": 0}
+        assert drains_task() == {"drained": 1, "progress_changed": 1, "released": 0,
+                                 "moved": 0, "kept": 0}
+        assert drains_task() == {"drained": 0, "progress_changed": 0, "released": 0,
+                                 "moved": 0, "kept": 0}
+
+
+def test_slurm_drain_progress_read_from_the_node_state():
+    assert drain_progress({"MIXED", "DRAIN"}) == "draining"
+    assert drain_progress({"ALLOCATED", "DRAIN"}) == "draining"
+    assert drain_progress({"IDLE", "DRAIN"}) == "drained"
+    assert drain_progress({"DRAINING"}) == "draining"  # as sinfo spells it
+    assert drain_progress({"DRAINED"}) == "drained"
+    assert drain_progress({"MIXED"}) == ""
+
+
+def test_draining_then_drained_as_slurm_shows_it(site, client):
+    _event(site, 63)  # a lesser event: the node drains after its running jobs
+    (drain,) = drains_apply(since=NOW - timedelta(minutes=5), now=NOW)
+    (site["dir"] / "flags").write_text("MIXED+DRAIN\n")  # a job still runs there
+    (seen,) = drains_observe(now=NOW + timedelta(minutes=1))
+    assert (seen.progress, seen.progress_at) == ("draining", NOW + timedelta(minutes=1))
+    assert drains_observe(now=NOW + timedelta(minutes=2)) == []  # unchanged
+    client.force_login(AdminFactory())
+    page = client.get("/fleet/reliability/").content.decode()
+    assert 'data-progress="draining"' in page and "jobs still running" in page
+    (site["dir"] / "flags").write_text("IDLE+DRAIN\n")  # the job ended
+    (seen,) = drains_observe(now=NOW + timedelta(minutes=3))
+    assert seen.progress == "drained"
+    assert 'data-progress="drained"' in client.get("/fleet/reliability/").content.decode()

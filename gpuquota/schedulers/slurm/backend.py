@@ -72,6 +72,9 @@ class SlurmBackend(Backend):
     def node_resume(self, *, hostname: str) -> bool:
         return drain.node_resume(self.runner, hostname)
 
+    def node_drain_progress(self, *, hostname: str) -> str:
+        return drain.node_drain_progress(self.runner, hostname)
+
     def capabilities(self) -> CapabilityReport:
         config = config_parse(self.runner.run(["scontrol", "show", "config"]).stdout)
         nodes = node_gres_types(self.runner.run(["scontrol", "-o", "show", "node"]).stdout)
