@@ -5,7 +5,6 @@ not, the node returns only after the fix the failure needs, a site's own drain i
 resumed."""
 
 import os
-import stat
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -28,32 +27,14 @@ from gpuquota.schedulers.models import BackendConfig
 from gpuquota.schedulers.runner import Runner
 from gpuquota.schedulers.slurm.drain import drain_progress, node_drain, node_resume, node_state
 from tests.factories import AdminFactory, ClusterFactory, NodeFactory, make_gpu
+from tests.reliability.factories import scontrol_standin
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
-SCONTROL = """#!/bin/sh
-dir=$(dirname "$0")
-echo "$*" >> "$dir/calls"
-if [ "$1" = update ]; then
-  for a in "$@"; do case "$a" in
-    State=DRAIN) echo IDLE+DRAIN > "$dir/flags";;
-    State=RESUME) echo IDLE > "$dir/flags"; : > "$dir/reason";;
-    Reason=*) echo "${a#Reason=}" > "$dir/reason";;
-  esac; done
-  exit 0
-fi
-flags=$(cat "$dir/flags" 2>/dev/null || echo IDLE)
-reason=$(cat "$dir/reason" 2>/dev/null)
-printf 'NodeName=%s Arch=x86_64 State=%s ThreadsPerCore=1 ' "$4" "$flags"
-echo "Reason=$reason [slurm@2026-06-01T12:00:00] Comment=(null)"
-"""
 
 
 @pytest.fixture
 def scontrol(tmp_path):
-    path = tmp_path / "scontrol"
-    path.write_text(SCONTROL)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return tmp_path
+    return scontrol_standin(tmp_path)
 
 
 @pytest.fixture
