@@ -9,6 +9,9 @@ GPU-days. Planted on top:
 
 - GPU lemons at 10x, 20x and 40x their class's rate (8 of each), from day 0;
 - node lemons: 4 nodes whose every GPU fails at 5x (a bad board or power supply);
+- a lemon's hardware warnings at its multiple too (the part that fails also warns: the
+  XID counts of Meta's lemon detection; the same multiple is this generator's
+  assumption), drawn from a stream of their own so a seed's failures stay as they were;
 - the H100 class's rate doubles at day `DRIFT_DAY`;
 - application XIDs (13, 31, 43, 45) on every GPU, 0.05 per GPU-day, and a cleanup XID 45
   after half the hardware failures: none may count;
