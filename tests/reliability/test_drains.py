@@ -129,9 +129,9 @@ def test_the_task_drains_what_just_arrived(site):
     _event(site, 119)
     with time_machine.travel(NOW + timedelta(minutes=1), tick=False):
         assert drains_task() == {"drained": 1, "progress_changed": 1, "released": 0,
-                                 "moved": 0, "kept": 0}
+                                 "moved": 0, "kept": 0, "rma_replaced": 0}
         assert drains_task() == {"drained": 0, "progress_changed": 0, "released": 0,
-                                 "moved": 0, "kept": 0}
+                                 "moved": 0, "kept": 0, "rma_replaced": 0}
 
 
 def test_slurm_drain_progress_read_from_the_node_state():
