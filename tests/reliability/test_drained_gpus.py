@@ -129,3 +129,24 @@ def test_a_drain_written_to_slurm_holds_and_moves_the_whole_node(settings, tmp_p
                        recipient=world.lead).text
     assert "its node h100-node-00" in text and "Your GPUs there were replaced by" in text
 
+
+
+def test_a_loan_on_another_gpu_of_a_drained_node_runs_on(settings, tmp_path):
+    """Slurm's drain lets running jobs finish: the loan on the node's healthy GPU is not
+    returned as failed, but nothing on the node is lent again."""
+    settings.LEND_AFTER_IDLE_S = int(IDLE.total_seconds())
+    settings.LENDING_ENABLED = True
+    world = World.create(gpus=2, scheduler=Cluster.Scheduler.SLURM)
+    BackendConfig.objects.create(cluster=world.cluster, mode=BackendConfig.Mode.WRITE,
+                                 commands_dir=str(scontrol_standin(tmp_path)))
+    reservation = world.reserve(count=2)
+    failed, sibling = held_gpus(reservation)
+    for gpu in (failed, sibling):
+        samples(gpu, start=NOW - IDLE, end=NOW)
+    loan = loan_lend(assignment=reservation.assignments.get(gpu=sibling), at=NOW - 5 * MIN)
+    assert _fail(failed, xid=79, at=NOW - 2 * MIN).state == Drain.State.DRAINED
+    lending_scan(now=NOW)
+    loan.refresh_from_db()
+    assert loan.returned_at is None  # not the failed GPU: its borrower's job runs on
+    assert Loan.objects.filter(returned_at__isnull=True).count() == 1  # the failed one: none
+    assert lend_candidates(now=NOW + IDLE) == []
