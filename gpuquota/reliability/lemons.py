@@ -70,8 +70,9 @@ class Flag:
     evidence: list[str]
 
 
-def _node_failures(incidents: list) -> list:
-    """A node's failures: those of its GPUs within INCIDENT_GAP are one."""
+def _node_merged(incidents: list) -> list:
+    """A node's incidents: those of its GPUs within INCIDENT_GAP are one (an NVLink or
+    power fault that hits all eight GPUs at once is one event of the node)."""
     merged = []
     for incident in sorted(incidents, key=lambda i: i.at):
         if merged and incident.at - merged[-1].at <= INCIDENT_GAP:
@@ -92,10 +93,13 @@ def units(history: History, kind: str) -> list[Unit]:
         unit = by_key[key_of[incident.gpu_id]]
         (unit.failures if incident.is_failure else unit.warnings).append(incident)
     for unit in by_key.values():
+        signals = unit.failures + unit.warnings
         if kind == "node":
-            unit.failures = _node_failures(unit.failures)
+            unit.failures = _node_merged(unit.failures)
+            unit.warnings = _node_merged(unit.warnings)
+            signals = _node_merged(signals)
             unit.gpu_class = Counter(g.gpu_class for g in unit.gpus).most_common(1)[0][0]
-        unit.signal_times = sorted(i.at for i in unit.failures + unit.warnings)
+        unit.signal_times = sorted(i.at for i in signals)
     return list(by_key.values())
 
 

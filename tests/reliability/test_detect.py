@@ -100,6 +100,17 @@ def test_hardware_warnings_count_with_failures_and_application_xids_do_not(fleet
     assert fleet["noisy"].uuid not in {f.key for f in lemons(as_of=AS_OF)}
 
 
+def test_a_fault_hitting_every_gpu_of_a_node_at_once_counts_once(fleet):
+    """Three NVLink faults (XID 74) each seen on all four GPUs of node n02 within a minute
+    are three incidents of the node, not twelve: not a lemon node."""
+    node_gpus = fleet["gpus"][8:12]
+    for days in (50, 30, 10):
+        for n, gpu in enumerate(node_gpus):
+            event_add(gpu, AS_OF - timedelta(days=days) + timedelta(seconds=10 * n), 74)
+    assert not any(f.key.endswith("/n02") for f in lemons(as_of=AS_OF, kind="node"))
+    assert not {g.uuid for g in node_gpus} & {f.key for f in lemons(as_of=AS_OF)}
+
+
 def test_drift_flags_a_node_against_its_peers_not_application_noise(fleet):
     for days in (1, 2, 4, 6):
         event_add(fleet["lemon"], AS_OF - timedelta(days=days, hours=1), 95)
