@@ -34,6 +34,9 @@ def thresholds() -> Thresholds:
         interactive_idle_s=_int("JOBS_INTERACTIVE_IDLE_S", d.interactive_idle_s),
         bursty_share_pct=_int("JOBS_BURSTY_SHARE_PCT", d.bursty_share_pct),
         used_min_busy_s=_int("JOBS_USED_MIN_BUSY_S", d.used_min_busy_s),
+        tensor_min_util_pct=_int("JOBS_TENSOR_MIN_UTIL_PCT", d.tensor_min_util_pct),
+        tensor_active_max_pct=_int("JOBS_TENSOR_ACTIVE_MAX_PCT", d.tensor_active_max_pct),
+        profiling_coverage_pct=_int("JOBS_PROFILING_COVERAGE_PCT", d.profiling_coverage_pct),
     )
 
 

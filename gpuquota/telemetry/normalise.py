@@ -14,6 +14,8 @@ at a time, as the agent would have sent them for the same GPU and time:
   until its last reading plus the scrape interval (the agent's partial windows);
 - every workload a series names (`labels.workload`) is a process record of the window:
   a GPU shared by two pods (or two Slurm jobs) has two;
+- DCGM's profiling fields (SM active, SM occupancy, tensor pipes active, DRAM active; 0-1)
+  become the sample's percentages where the exporter has them, null where not;
 - health events and each record's boot come from `health.py`."""
 
 import math
@@ -21,6 +23,7 @@ import zlib
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
+from gpuquota.telemetry.fields import PROFILING
 from gpuquota.telemetry.gather import GatheredGpu, Instance, gpus_gather, node_mates
 from gpuquota.telemetry.health import GpuState, GpuTimeline, health_walk, iso, life_boot
 from gpuquota.telemetry.labels import mig_device_uuid
@@ -231,6 +234,18 @@ def _device_fields(gpu: GatheredGpu, ws: int, window_s: int) -> dict:
             "ecc_corrected": None if sbe is None or sbe < 0 else round(sbe)}
 
 
+def _profiling(instance: Instance, ws: int) -> dict:
+    """The window's DCGM profiling figures (0-1) as the sample's percentages; None where the
+    exporter has no such field: no data, never 0."""
+    out = {}
+    for name in PROFILING:
+        # a GPU shared by several pods repeats its readings under each pod's series
+        values = [s.figures[name][ws] for s in instance.series.values()
+                  if ws in s.figures.get(name, EMPTY)]
+        out[name] = _pct(sum(values) / len(values), 100.0) if values else None
+    return out
+
+
 def _sample(gpu_uuid: str, span: tuple[int, int], found: _Window | None, scale: float,
             readings: int, extra: dict | None = None) -> dict:
     return {"gpu_uuid": gpu_uuid, "window_start": iso(span[0]), "window_end": iso(span[1]),
@@ -319,8 +334,9 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
             whole = found.get("")
             if whole is None or not whole.readings or prefix is None:
                 continue
-            physical.units.append(Unit(boot, _sample(gpu.uuid, span, whole, scale,
-                                                     whole.readings, device),
+            physical.units.append(Unit(boot, _sample(
+                gpu.uuid, span, whole, scale, whole.readings,
+                {**device, **_profiling(gpu.instances[""], ws)}),
                                        _processes(gpu.uuid, gpu.instances[""], prefix, ws,
                                                   span)))
             continue
@@ -336,7 +352,8 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
             own = by_instance[key]
             own_span = (own.starts.get(ws, ws), own.ends.get(ws, ws + window_s))
             devices[key].units.append(Unit(boot, _sample(
-                devices[key].uuid, own_span, window, scale, window.readings),
+                devices[key].uuid, own_span, window, scale, window.readings,
+                _profiling(gpu.instances[key], ws)),
                 _processes(devices[key].uuid, gpu.instances[key], prefix, ws, own_span)))
     return [physical, *devices.values()]
 
