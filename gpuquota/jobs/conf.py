@@ -123,3 +123,15 @@ def zero_use_last_warning_s() -> int:
     stopped, and the job is never stopped sooner after it (default 900: Job Defense
     Shield's second warning at 105 minutes, 15 before the cancellation)."""
     return _int("JOBS_ZERO_USE_LAST_WARNING_S", 900)
+
+
+def collect_overlap_s() -> int:
+    """JOBS_COLLECT_OVERLAP_S: an incremental collection reads the process records from the
+    last pass's mark less this (records that arrive late, by their window)."""
+    return _int("JOBS_COLLECT_OVERLAP_S", 900)
+
+
+def collect_full_every_s() -> int:
+    """JOBS_COLLECT_FULL_EVERY_S: a collection reads the whole lookback (two days) again at
+    least this often (records delivered hours late, an agent's spool catching up)."""
+    return _int("JOBS_COLLECT_FULL_EVERY_S", 3600)
