@@ -42,16 +42,18 @@ def jobs_collect(*, now: datetime, since: datetime | None = None) -> int:
     lookback at least every `JOBS_COLLECT_FULL_EVERY_S`; the mark moves to `now`."""
     lookback = since or now - LOOKBACK
     marks = {} if since else {m.cluster_id: m for m in JobCollectMark.objects.all()}
-    written = 0
+    written, moved = 0, []
     for cluster in Cluster.objects.order_by("pk"):
         written += slurm_jobs_collect(cluster=cluster, since=lookback, now=now)
         records_since = None if since else _records_since(marks, cluster, now)
         written += process_jobs_collect(cluster=cluster, since=records_since or lookback,
                                         now=now)
-        if not since:
-            full_at = now if records_since is None else marks[cluster.pk].full_at
-            JobCollectMark.objects.update_or_create(
-                cluster=cluster, defaults={"records_until": now, "full_at": full_at})
+        moved.append(JobCollectMark(cluster=cluster, records_until=now, full_at=now
+                                    if records_since is None else marks[cluster.pk].full_at))
+    if not since:  # every cluster's mark in one statement
+        JobCollectMark.objects.bulk_create(moved, update_conflicts=True,
+                                           unique_fields=["cluster"],
+                                           update_fields=["records_until", "full_at"])
     return written
 
 
