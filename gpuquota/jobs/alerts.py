@@ -1,10 +1,11 @@
 """Zero-use warnings (docs/jobs.md, Zero-use warnings): a running job whose GPUs have all
 been at zero past its threshold (`zero_use.py` says what counts) is warned once per stretch
-of zero use: its owner is mailed through the mail outbox, and the evidence (since when,
-how far the samples go, its GPUs) is audited, in one transaction. Where the site opted in,
+of zero use: its owner is mailed through the mail outbox, its team's channels are told
+(`told.py`), and the evidence (since when, how far the samples go, its GPUs) is audited, in
+one transaction. Where the site opted in,
 a warned job still at zero gets a last warning `JOBS_ZERO_USE_LAST_WARNING_S` before it is
 stopped, and is stopped no sooner than that after it (`cancel.py`); one step per job per
-scan, each mail once (its key). The scan reads the running
+scan, each mail and channel message once (its key). The scan reads the running
 jobs and their samples in a few queries whatever their number; only a warning or a
 cancellation writes, one transaction each."""
 

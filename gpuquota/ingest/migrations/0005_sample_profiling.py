@@ -2,7 +2,6 @@
 
 from django.db import migrations, models
 
-
 # Four nullable columns without a default: PostgreSQL changes only the catalogue (no rewrite
 # of the partitions); samples stored before them have no profiling data (null, never 0).
 
