@@ -23,6 +23,7 @@ NODE_EVENT_TYPES = frozenset({"nvml_unavailable", "agent_restart", "data_dropped
 EVENT_TYPES = frozenset(EventType.values)
 UNKNOWN_GPU = "unknown GPU: not listed in gpus nor known for this node"
 JOB_SOURCES = frozenset({"slurm", "kubernetes", "docker", "unix"})
+PROFILING = ("sm_active_avg", "sm_occupancy_avg", "tensor_active_avg", "dram_active_avg")
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,8 @@ class Judge:
                                                                 -40, 150)),
             *(None if get(name) is None else _int(bounded(record, name, path, 0, INT64))
               for name in ("clock_event_reasons", "ecc_uncorrected", "ecc_corrected")),
+            *(None if get(name) is None else self.percent(record, name, path)
+              for name in PROFILING),
             received_at, self.boot_pk, self.receipt_pk,
         ))
 

@@ -14,11 +14,21 @@ from datetime import UTC, datetime, timedelta
 
 from gpuquota.ingest import conf
 from gpuquota.ingest.parsing import instant_text
-from gpuquota.ingest.records import INT32, INT64, JOB_SOURCES, MAX_PID, MAX_STRING, GpuRef, Judge
+from gpuquota.ingest.records import (
+    INT32,
+    INT64,
+    JOB_SOURCES,
+    MAX_PID,
+    MAX_STRING,
+    PROFILING,
+    GpuRef,
+    Judge,
+)
 
 SAMPLE_FIELDS = ("gpu_uuid", "window_start", "window_end", "readings", "util_gpu_avg",
                  "util_gpu_max", "memory_used_bytes_avg", "memory_used_bytes_max",
-                 "power_w_avg", "energy_j", "temp_c_max", "ecc_uncorrected", "ecc_corrected")
+                 "power_w_avg", "energy_j", "temp_c_max", "ecc_uncorrected", "ecc_corrected",
+                 *PROFILING)
 
 
 @dataclass(slots=True)
@@ -115,7 +125,7 @@ def _sample_plain(row: tuple, gpu: GpuRef, length_s: float) -> bool:
     clamped or rejected): then its row is the judge's without asking it. Spelt out
     inline: it runs for every sample."""
     (_, _, _, readings, util_avg, util_max, mem_avg, mem_max, power, energy, temp,
-     ecc_uncorrected, ecc_corrected) = row
+     ecc_uncorrected, ecc_corrected, sm_active, sm_occupancy, tensor_active, dram_active) = row
     if type(readings) is not int or not 0 <= readings <= INT32:
         return False
     if util_avg is not None and (type(util_avg) is not float or not 0 <= util_avg <= 100):
@@ -142,6 +152,9 @@ def _sample_plain(row: tuple, gpu: GpuRef, length_s: float) -> bool:
             return False  # no limit known (the importer's GPUs): in range and finite
     if temp is not None and (type(temp) is not int or not -40 <= temp <= 150):
         return False
+    for percent in (sm_active, sm_occupancy, tensor_active, dram_active):
+        if percent is not None and (type(percent) is not float or not 0 <= percent <= 100):
+            return False
     return (ecc_uncorrected is None and ecc_corrected is None) or (
         _count_plain(ecc_uncorrected, INT64) and _count_plain(ecc_corrected, INT64))
 

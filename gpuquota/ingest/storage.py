@@ -47,6 +47,7 @@ SAMPLES = Table(
     ("gpu_id", "window_start", "window_end", "readings", "util_gpu_avg", "util_gpu_max",
      "util_mem_avg", "memory_used_bytes_avg", "memory_used_bytes_max", "power_w_avg",
      "energy_j", "temp_c_max", "clock_event_reasons", "ecc_uncorrected", "ecc_corrected",
+     "sm_active_avg", "sm_occupancy_avg", "tensor_active_avg", "dram_active_avg",
      "received_at", "boot_id", "receipt_id"),
     ("gpu_id", "window_start"), "gpu_id", "window_start", "window_end")
 PROCESSES = Table(

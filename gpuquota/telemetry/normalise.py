@@ -15,6 +15,8 @@ at a time, as the agent would have sent them for the same GPU and time:
   `edges.py`);
 - every workload a series names (`labels.workload`) is a process record of the window:
   a GPU shared by two pods (or two Slurm jobs) has two;
+- DCGM's profiling fields (SM active, SM occupancy, tensor pipes active, DRAM active; 0-1)
+  become the sample's percentages where the exporter has them, null where not;
 - health events and each record's boot come from `health.py`.
 
 Samples and process records are rows (`ingest/rows.py`), which the agent's ingestion
@@ -27,6 +29,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from gpuquota.ingest.rows import ProcessRow, process_record, sample_record
 from gpuquota.telemetry.edges import Edges, gpu_edges, instance_edges
+from gpuquota.telemetry.fields import PROFILING
 from gpuquota.telemetry.gather import GatheredGpu, Instance, gpus_gather, node_mates
 from gpuquota.telemetry.health import GpuState, GpuTimeline, health_walk, life_boot
 from gpuquota.telemetry.labels import mig_device_uuid
@@ -36,6 +39,7 @@ MIB = 1024 * 1024
 CENT = Decimal("0.01")
 MAX_PID = 4194304
 NO_DEVICE = (None,) * 5  # a MIG device's sample: the device-level fields are its GPU's
+NO_PROFILING = (None,) * len(PROFILING)
 METRIC = {"prof": UtilMetric.GR_ENGINE_ACTIVE, "util": UtilMetric.GPU_UTIL, None: UtilMetric.NONE}
 
 
@@ -211,15 +215,39 @@ class _Device:
                 None if sbe is None or sbe < 0 else round(sbe))
 
 
+class _Profiling:
+    """An instance's DCGM profiling figures (0-1), looked up once, as each window's sample
+    percentages in `PROFILING` order; None where the exporter has no such field: no data,
+    never 0."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, instance: Instance):
+        # a GPU shared by several pods repeats its readings under each pod's series
+        self.columns = [[s.figures[name] for s in instance.series.values()
+                         if name in s.figures] for name in PROFILING]
+
+    def at(self, ws: int) -> tuple:
+        if not any(self.columns):
+            return NO_PROFILING
+        out = []
+        for column in self.columns:
+            values = [figures[ws] for figures in column if ws in figures]
+            out.append(_pct(sum(values) / len(values), 100.0) if values else None)
+        return tuple(out)
+
+
 def _sample(gpu_uuid: str, span: tuple[int, int], found: _Window | None, scale: float,
-            readings: int, device: tuple = NO_DEVICE, memory_avg: int | None = None) -> tuple:
+            readings: int, device: tuple = NO_DEVICE, memory_avg: int | None = None,
+            profiling: tuple = NO_PROFILING) -> tuple:
     """The sample's row (`rows.SAMPLE_FIELDS`)."""
     if found is None:
-        return (gpu_uuid, span[0], span[1], readings, None, None, memory_avg, None, *device)
+        return (gpu_uuid, span[0], span[1], readings, None, None, memory_avg, None, *device,
+                *profiling)
     fb_avg, fb_max = found.fb_avg, found.fb_max
     return (gpu_uuid, span[0], span[1], readings, _pct(found.util_avg, scale),
             _pct(found.util_max, scale), None if fb_avg is None else round(fb_avg * MIB),
-            None if fb_max is None else round(fb_max * MIB), *device)
+            None if fb_max is None else round(fb_max * MIB), *device, *profiling)
 
 
 @dataclass
@@ -271,13 +299,14 @@ def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, wor
                                  scale=scale)
     units = []
     starts, ends, device = edges.starts, edges.ends, _Device(gpu, window_s)
+    profiling = _Profiling(gpu.instances[""])
     for ws, boot in boots.items():
         whole = _window(columns, ws, cap)
         if whole is None or not whole.readings:
             continue
         span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
         units.append(Unit(boot, _sample(gpu.uuid, span, whole, scale, whole.readings,
-                                         device.fields(ws)),
+                                         device.fields(ws), profiling=profiling.at(ws)),
                           _processes(gpu.uuid, workers, ws, span) if workers else []))
     return units
 
@@ -289,6 +318,7 @@ def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple
     counts, avgs, tops, fb_avgs, fb_tops = column
     units = []
     starts, ends, gpu_uuid, device = edges.starts, edges.ends, gpu.uuid, _Device(gpu, window_s)
+    profiling = _Profiling(gpu.instances[""])
     for ws, boot in boots.items():
         count = counts.get(ws)
         if not count:
@@ -301,7 +331,7 @@ def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple
             _pct(tops.get(ws), scale),
             None if fb is None else round((0.0 + fb * count) / (0.0 + count) * MIB),
             None if fb_top is None else round(fb_top * MIB),
-            *device.fields(ws)),
+            *device.fields(ws), *profiling.at(ws)),
             _processes(gpu_uuid, workers, ws, span) if workers else []))
     return units
 
@@ -339,6 +369,7 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
                                           window_s=window_s, cap=cap, scale=scale)
         return [physical]
     device_figures = _Device(gpu, window_s)
+    profiling = {i.key: _Profiling(i) for i in instances}
     for ws in range(start, stop, window_s):
         boot = health.boots.get(ws)
         if boot is None:
@@ -358,7 +389,8 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
             own = by_instance[key]
             own_span = (own.starts.get(ws, ws), own.ends.get(ws, ws + window_s))
             devices[key].units.append(Unit(boot, _sample(
-                devices[key].uuid, own_span, window, scale, window.readings),
+                devices[key].uuid, own_span, window, scale, window.readings,
+                profiling=profiling[key].at(ws)),
                 _processes(devices[key].uuid, workers[key], ws, own_span)))
     return [physical, *devices.values()]
 

@@ -23,20 +23,28 @@ UNKNOWN = "GPU-63bc0b91-2265-1b94-831c-15c41fe92675"
 GPUS = {GPU: GpuRef(id=1, physical_id=1, memory_total_bytes=None, power_limit_w=None),
         LIMITED: GpuRef(id=2, physical_id=2, memory_total_bytes=1000, power_limit_w=100.0)}
 
-PLAIN = (GPU, T, T + 60, 2, 37.5, 40.0, 1024, 2048, 300.0, 18000.0, 61, None, None)
+NO_PROFILING = (None,) * 4
+PLAIN = (GPU, T, T + 60, 2, 37.5, 40.0, 1024, 2048, 300.0, 18000.0, 61, None, None,
+         55.0, 40.0, 12.5, 30.0)  # DCGM profiling: SM, occupancy, tensor, DRAM
 SAMPLES = [
     PLAIN,
-    (GPU, T + 60, T + 100, 1, None, None, None, None, None, None, None, 0, 0),
-    (GPU, T, T + 60, 2, 100.005, 100.0, None, None, None, None, None, None, None),  # clamped
-    (GPU, T, T + 60, 2, 50.0, 40.0, None, None, None, None, None, None, None),  # avg > max
-    (GPU, T, T + 60, 2, 40.005, 40.0, None, None, None, None, None, None, None),  # in slack
-    (GPU, T, T + 60, 2, 101.0, None, 5, 4, -1.0, float("inf"), 151, -1, 3),
-    (LIMITED, T, T + 60, 2, None, None, 900, 1001, 301.0, 18001.0, -41, None, None),
-    (LIMITED, T, T + 60, 2, None, None, 900, 1000, 300.0, 18000.0, -40, None, None),
-    (UNKNOWN, T, T + 60, 2, 1.0, 1.0, None, None, None, None, None, None, None),
-    (GPU, T, T + 601, 2, 1.0, 1.0, None, None, None, None, None, None, None),  # too long
-    (GPU, T + 7200, T + 7260, 2, 1.0, 1.0, None, None, None, None, None, None, None),
-    (GPU, T, T + 60, -1, 1.0, 1.0, None, None, None, None, None, None, None),
+    (GPU, T + 120, T + 180, 2, 1.0, 1.0, None, None, None, None, None, None, None,
+     101.0, -1.0, 100.004, None),  # profiling out of range: nulled, clamped
+    (GPU, T + 60, T + 100, 1, None, None, None, None, None, None, None, 0, 0, *NO_PROFILING),
+    # clamped
+    (GPU, T, T + 60, 2, 100.005, 100.0, None, None, None, None, None, None, None, *NO_PROFILING),
+    # avg > max
+    (GPU, T, T + 60, 2, 50.0, 40.0, None, None, None, None, None, None, None, *NO_PROFILING),
+    # in slack
+    (GPU, T, T + 60, 2, 40.005, 40.0, None, None, None, None, None, None, None, *NO_PROFILING),
+    (GPU, T, T + 60, 2, 101.0, None, 5, 4, -1.0, float("inf"), 151, -1, 3, *NO_PROFILING),
+    (LIMITED, T, T + 60, 2, None, None, 900, 1001, 301.0, 18001.0, -41, None, None, *NO_PROFILING),
+    (LIMITED, T, T + 60, 2, None, None, 900, 1000, 300.0, 18000.0, -40, None, None, *NO_PROFILING),
+    (UNKNOWN, T, T + 60, 2, 1.0, 1.0, None, None, None, None, None, None, None, *NO_PROFILING),
+    # too long
+    (GPU, T, T + 601, 2, 1.0, 1.0, None, None, None, None, None, None, None, *NO_PROFILING),
+    (GPU, T + 7200, T + 7260, 2, 1.0, 1.0, None, None, None, None, None, None, None, *NO_PROFILING),
+    (GPU, T, T + 60, -1, 1.0, 1.0, None, None, None, None, None, None, None, *NO_PROFILING),
 ]
 PROCESSES = [
     ProcessRow(GPU, T, T + 60, 77, 3, "python", "kubernetes", "llm-0", "nlp", 1024),
@@ -65,10 +73,14 @@ def _outcomes(samples: list, processes: list):
 def test_rows_are_judged_as_the_agents_records():
     by_rows, by_records = _outcomes(SAMPLES, PROCESSES)
     assert by_rows == by_records
-    assert len(by_rows.samples) == 8 and len(by_rows.processes) == 4
+    assert len(by_rows.samples) == 9 and len(by_rows.processes) == 4
     assert len(by_rows.rejected) == 7 and len(by_rows.nulled) > 10
     assert by_rows.samples[0][:6] == (1, datetime.fromtimestamp(T, UTC),
                                       datetime.fromtimestamp(T + 60, UTC), 2, 37.5, 40.0)
+    assert by_rows.samples[0][-7:-3] == (55.0, 40.0, 12.5, 30.0)  # SM, occupancy, tensor, DRAM
+    assert by_rows.samples[1][-7:-3] == (None, None, 100.0, None)  # nulled, nulled, clamped
+    assert {n["path"] for n in by_rows.nulled} >= {"samples[1].sm_active_avg",
+                                                   "samples[1].sm_occupancy_avg"}
 
 
 @pytest.mark.parametrize("row", SAMPLES)

@@ -29,8 +29,8 @@ MIG = "MIG-63bc0b91-2265-1b94-831c-15c41fe92675"
 def _report(gpu_uuid: str, index: int, *, parent: str | None = None) -> GpuReport:
     labels = {"Hostname": "node-1", "modelName": "NVIDIA H100 80GB HBM3", "gpu": str(index)}
     units = [Unit("exporter-first-life",
-                  (gpu_uuid, ws, ws + 60, 2, 50.0, 50.0, None, None, None, None, None, None,
-                   None)) for ws in range(T + 120, T + 600, 60)]
+                  (gpu_uuid, ws, ws + 60, 2, 50.0, 50.0, *(None,) * 11))
+             for ws in range(T + 120, T + 600, 60)]
     return GpuReport(uuid=gpu_uuid, labels=labels, util_metric=UtilMetric.GR_ENGINE_ACTIVE,
                      parent_uuid=parent, index=index if parent else None, units=units)
 
