@@ -24,13 +24,14 @@ def drained_spans(*, gpu_ids, start: datetime, end: datetime,
     own = (Drain.objects.filter(Q(released_at__isnull=True) | Q(released_at__gt=start),
                                 gpu_id__in=ids, event_at__lt=end)
            .exclude(released_at__lte=F("event_at"))
-           .values_list("gpu_id", "event_at", "released_at"))
+           .order_by().values_list("gpu_id", "event_at", "released_at"))
     if not node_wide:
         return list(own)
     node = (Gpu.objects.filter(Q(node__drains__released_at__isnull=True)
                                | Q(node__drains__released_at__gt=start), id__in=ids,
                                node__drains__state=Drain.State.DRAINED,
                                node__drains__event_at__lt=end)
+            .order_by()  # SQLite refuses an ORDER BY inside a UNION's parts
             .values_list("id", "node__drains__event_at", "node__drains__released_at"))
     return [(gpu_id, since, until) for gpu_id, since, until in own.union(node)
             if until is None or until > since]

@@ -5,6 +5,7 @@ time-to-return."""
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
@@ -259,12 +260,19 @@ def loan_returns_record(*, cluster: Cluster) -> list[LoanReturn]:
             | Q(job_id__in=preempted_all.values("job_id"))).values_list("job_id", "gpu_id"):
         seen.setdefault(job_id, set()).add(gpu_id)
     all_owners, all_preempted = list(owners_all), list(preempted_all)
-    found, hosts = [], {}
+    found, hosts, lent_froms = [], {}, defaultdict(list)
+    for loan in loans:
+        lent_froms[loan.gpu_id].append(loan.lent_from)
     for loan in loans:
         node = options.node_name(loan.gpu.node.hostname)
         team_id = loan.assignment.reservation.team_id
+        # an owner's job belongs to the GPU's loan in force when it was submitted, not to
+        # an earlier loan of the GPU whose end was never seen free
+        next_lent = min((lent for lent in lent_froms[loan.gpu_id] if lent > loan.lent_from),
+                        default=None)
         owners = [o for o in all_owners
-                  if o.team_id == team_id and o.started_at >= loan.lent_from]
+                  if o.team_id == team_id and o.started_at >= loan.lent_from
+                  and (next_lent is None or o.submitted_at < next_lent)]
         preempted = [j for j in all_preempted if j.ended_at >= loan.lent_from
                      and _held(j, loan.gpu_id, node, seen, hosts)]
         for owner in (o for o in owners if _held(o, loan.gpu_id, node, seen, hosts)):
