@@ -1,9 +1,12 @@
 """What reports adds to the pages of the apps below it and to the demo
 (`gpuquota.core.contributions`): the team page's statements, the demo's drafts of last
 month, the statements to approve or still unsent on the admin's home page, and the team
-channels every app's team events reach (`TEAM_EVENT`)."""
+channels every app's team events reach (`TEAM_EVENT`), and the admins' channels their
+admin events reach (`ADMIN_EVENT`)."""
 
 from gpuquota.core.sections import Section
+from gpuquota.outbox.events import TEAM_EVENTS
+from reports.admin_channels import admin_channels_event
 from reports.attention import statements_attention
 from reports.budget_actions import refusal_preview, reservation_budget_check
 from reports.budgets import team_budget_status
@@ -29,6 +32,7 @@ def team_budget_context(*, team, can_act, now) -> dict:
                "energy_kwh": team_energy_kwh(team_id=team.pk, period=month.to_date(now))}
     if can_act:
         context |= {"channels": team.channels.filter(active=True),
+                    "channel_events": TEAM_EVENTS,
                     "deliveries": channel_deliveries(team=team)}
     return context
 
@@ -47,3 +51,5 @@ ATTENTION = [statements_attention]
 RESERVATION_REQUESTED = [reservation_budget_check]
 
 TEAM_EVENT = [channels_team_event]
+
+ADMIN_EVENT = [admin_channels_event]

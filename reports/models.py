@@ -298,6 +298,9 @@ class TeamChannel(models.Model):
     url_host = models.CharField(max_length=255)
     secret_sealed = models.TextField(blank=True)
     active = models.BooleanField(default=True)
+    events = models.JSONField(
+        default=list, blank=True,
+        help_text="The event types it hears (gpuquota.outbox.events.TEAM_EVENTS); empty: all.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                                    related_name="+")
     created_at = WholeSecondDateTimeField()
@@ -317,3 +320,38 @@ class TeamChannel(models.Model):
     def target(self) -> str:
         """The outbox's name for this channel."""
         return f"team-channel:{self.pk}"
+
+
+class AdminChannel(models.Model):
+    """A channel of the platform's admins (the organisation's): what waits for them or
+    broke, whatever team it concerns (`gpuquota.outbox.events.ADMIN_EVENTS`). Sealed and
+    guarded like a team's channel (`TeamChannel`)."""
+
+    kind = models.CharField(max_length=16, choices=TeamChannel.Kind.choices)
+    name = models.CharField(max_length=80)
+    url_sealed = models.TextField()
+    url_host = models.CharField(max_length=255)
+    secret_sealed = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+    events = models.JSONField(
+        default=list, blank=True,
+        help_text="The event types it hears (gpuquota.outbox.events.ADMIN_EVENTS); empty: all.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                                   related_name="+")
+    created_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["name"], name="admin_channel_name_unique"),
+            models.CheckConstraint(condition=Q(kind__in=["slack", "teams", "webhook"]),
+                                   name="admin_channel_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"admins {self.kind} {self.name}"
+
+    @property
+    def target(self) -> str:
+        """The outbox's name for this channel."""
+        return f"admin-channel:{self.pk}"
