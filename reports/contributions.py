@@ -2,10 +2,11 @@
 (`gpuquota.core.contributions`): the team page's statements, the demo's drafts of last
 month, the statements to approve or still unsent on the admin's home page, and the team
 channels every app's team events reach (`TEAM_EVENT`), and the admins' channels their
-admin events reach (`ADMIN_EVENT`)."""
+admin events reach (`ADMIN_EVENT`); a user's own channels on their profile page, which
+their events reach (`USER_EVENT`)."""
 
 from gpuquota.core.sections import Section
-from gpuquota.outbox.events import TEAM_EVENTS
+from gpuquota.outbox.events import TEAM_EVENTS, USER_EVENTS
 from reports.admin_channels import admin_channels_event
 from reports.attention import statements_attention
 from reports.budget_actions import refusal_preview, reservation_budget_check
@@ -16,6 +17,7 @@ from reports.energy import team_energy_kwh
 from reports.forecast import month_of
 from reports.models import Budget
 from reports.review import team_statements
+from reports.user_channels import user_channel_deliveries, user_channels_event
 
 
 def team_statements_context(*, team) -> dict:
@@ -37,7 +39,15 @@ def team_budget_context(*, team, can_act, now) -> dict:
     return context
 
 
+def profile_channels_context(*, user) -> dict:
+    """The viewer's own channels and their deliveries."""
+    return {"my_channels": user.channels.filter(active=True), "channel_events": USER_EVENTS,
+            "my_deliveries": user_channel_deliveries(user=user)}
+
+
 PAGE_SECTIONS = [
+    Section(page="profile", slot="main", template="reports/_profile_channels.html",
+            context=profile_channels_context),
     Section(page="team", slot="main", template="reports/_team_budget.html",
             context=team_budget_context, order=35),
     Section(page="team", slot="main", template="reports/_team_statements.html",
@@ -53,3 +63,5 @@ RESERVATION_REQUESTED = [reservation_budget_check]
 TEAM_EVENT = [channels_team_event]
 
 ADMIN_EVENT = [admin_channels_event]
+
+USER_EVENT = [user_channels_event]

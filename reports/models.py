@@ -355,3 +355,38 @@ class AdminChannel(models.Model):
     def target(self) -> str:
         """The outbox's name for this channel."""
         return f"admin-channel:{self.pk}"
+
+
+class UserChannel(models.Model):
+    """A user's own channel: a Slack or Teams incoming webhook or a signed webhook that hears
+    the user's own events (`gpuquota.outbox.events.USER_EVENTS`: their jobs' zero-use
+    warnings and waste). Sealed and guarded like a team's channel (`TeamChannel`)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                             related_name="channels")
+    kind = models.CharField(max_length=16, choices=TeamChannel.Kind.choices)
+    name = models.CharField(max_length=80)
+    url_sealed = models.TextField()
+    url_host = models.CharField(max_length=255)
+    secret_sealed = models.TextField(blank=True)
+    active = models.BooleanField(default=True)
+    events = models.JSONField(
+        default=list, blank=True,
+        help_text="The event types it hears (gpuquota.outbox.events.USER_EVENTS); empty: all.")
+    created_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["user", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "name"], name="user_channel_name_unique"),
+            models.CheckConstraint(condition=Q(kind__in=["slack", "teams", "webhook"]),
+                                   name="user_channel_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.kind} {self.name}"
+
+    @property
+    def target(self) -> str:
+        """The outbox's name for this channel."""
+        return f"user-channel:{self.pk}"

@@ -1,6 +1,7 @@
 """The event types a channel can hear, defined once: every `Message.event` the product
-queues to a team's channels (`TEAM_EVENTS`) or to the platform admins' channels
-(`ADMIN_EVENTS`), with the words a page shows for it. A channel that chooses its events
+queues to a team's channels (`TEAM_EVENTS`), to the platform admins' channels
+(`ADMIN_EVENTS`) or to a user's own channels (`USER_EVENTS`), with the words a page shows
+for it. A channel that chooses its events
 chooses among these (docs/budgets.md, "Channels"); `channel.test` (the Send test button)
 reaches a channel whatever it chose."""
 
@@ -34,6 +35,13 @@ ADMIN_EVENTS: dict[str, str] = {
     "node.reporting": "a silent node reports again",
     "statements.ready": "the month's drafts are ready for review",
     "statements.to_approve": "drafts can be approved and are not yet",
+}
+
+USER_EVENTS: dict[str, str] = {
+    "job.zero_use": "a job of yours at zero use (first warning)",
+    "job.zero_use_last": "a job of yours still at zero use (last warning before it stops)",
+    "job.stopped": "a job of yours stopped for zero use",
+    "job.wasteful": "a job of yours wasted GPU time (with advice)",
 }
 
 
