@@ -46,12 +46,12 @@ def profile_channels_context(*, user) -> dict:
 
 
 PAGE_SECTIONS = [
-    Section(page="profile", slot="main", template="reports/_profile_channels.html",
-            context=profile_channels_context),
     Section(page="team", slot="main", template="reports/_team_budget.html",
             context=team_budget_context, order=35),
     Section(page="team", slot="main", template="reports/_team_statements.html",
             context=team_statements_context, order=40),
+    Section(page="profile", slot="main", template="reports/_profile_channels.html",
+            context=profile_channels_context),
 ]
 
 DEMO_SEEDS = [demo_statements_seed]
