@@ -1,14 +1,15 @@
 """In a real browser, on the real clock: a lead chooses the events a team channel hears on
 the team page; an admin adds a signed webhook on the admins' channels page with the events
 it hears (its secret shown once), sends a test that a loopback receiver verifies, and sees
-it in the deliveries; a lead gets no such page."""
+it in the deliveries; a lead gets no such page; a user adds a channel of their own on
+their profile and tests it."""
 
 from datetime import UTC, datetime
 
 import pytest
 
 from reports.channels import channel_add
-from reports.models import AdminChannel, TeamChannel
+from reports.models import AdminChannel, TeamChannel, UserChannel
 from tests.helpers import browser_login, screenshot
 from tests.reports.receiver import Receiver, standard_webhooks_verify
 
@@ -78,3 +79,25 @@ def test_an_admin_adds_tests_and_chooses_an_admins_channel(roles, receiver, brow
     headers, body = receiver.to("/ops")[0]
     assert standard_webhooks_verify(secret=secret, headers=headers, body=body,
                                     now_s=int(datetime.now(UTC).timestamp()))
+
+
+def test_a_user_adds_their_own_channel_on_their_profile(roles, receiver, browser_page):
+    page = browser_page
+    browser_login(page, "lead")
+    page.goto("/accounts/profile/")
+    form = page.locator("#user-channel-form")
+    form.locator("select[name=kind]").select_option("slack")
+    form.locator("input[name=name]").fill("me")
+    form.locator("input[name=url]").fill(receiver.url + "/me")
+    form.locator("summary").click()
+    form.locator("input[value='job.zero_use_last']").check()
+    form.locator("button[type=submit]").click()
+    page.click("text=Back to my profile")
+    channel = UserChannel.objects.get()
+    assert (channel.user, channel.events) == (roles.lead, ["job.zero_use_last"])
+    page.click(f"#channel-test-{channel.pk}")
+    page.wait_for_url("**/accounts/profile/#my-channels")
+    assert "Test delivered to me" in page.content()
+    assert "channel.test" in page.locator("#user-deliveries").inner_text()
+    screenshot(page, "profile-channels")
+    assert receiver.json("/me")[0]["blocks"][0]["text"]["text"] == "gpuquota test for lead"
