@@ -6,6 +6,9 @@ from django.db.models import Q
 
 from gpuquota.core.fields import WholeSecondDateTimeField
 
+# the admins' and users' channels live in a module of their own; Django finds them here
+from reports.channel_models import AdminChannel, ChannelKind, UserChannel  # noqa: F401
+
 
 class Statement(models.Model):
     """A team's chargeback statement for one calendar month (UTC): a draft recomputed on
@@ -286,10 +289,7 @@ class TeamChannel(models.Model):
     generic webhook signed per Standard Webhooks. The URL (a credential) and the signing
     secret are sealed (`gpuquota.outbox.sealing`); pages show `url_host` only."""
 
-    class Kind(models.TextChoices):
-        SLACK = "slack", "Slack"
-        TEAMS = "teams", "Microsoft Teams"
-        WEBHOOK = "webhook", "Webhook (signed)"
+    Kind = ChannelKind
 
     team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="channels")
     kind = models.CharField(max_length=16, choices=Kind.choices)
@@ -321,72 +321,3 @@ class TeamChannel(models.Model):
         """The outbox's name for this channel."""
         return f"team-channel:{self.pk}"
 
-
-class AdminChannel(models.Model):
-    """A channel of the platform's admins (the organisation's): what waits for them or
-    broke, whatever team it concerns (`gpuquota.outbox.events.ADMIN_EVENTS`). Sealed and
-    guarded like a team's channel (`TeamChannel`)."""
-
-    kind = models.CharField(max_length=16, choices=TeamChannel.Kind.choices)
-    name = models.CharField(max_length=80)
-    url_sealed = models.TextField()
-    url_host = models.CharField(max_length=255)
-    secret_sealed = models.TextField(blank=True)
-    active = models.BooleanField(default=True)
-    events = models.JSONField(
-        default=list, blank=True,
-        help_text="The event types it hears (gpuquota.outbox.events.ADMIN_EVENTS); empty: all.")
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
-                                   related_name="+")
-    created_at = WholeSecondDateTimeField()
-
-    class Meta:
-        ordering = ["name"]
-        constraints = [
-            models.UniqueConstraint(fields=["name"], name="admin_channel_name_unique"),
-            models.CheckConstraint(condition=Q(kind__in=["slack", "teams", "webhook"]),
-                                   name="admin_channel_kind_valid"),
-        ]
-
-    def __str__(self) -> str:
-        return f"admins {self.kind} {self.name}"
-
-    @property
-    def target(self) -> str:
-        """The outbox's name for this channel."""
-        return f"admin-channel:{self.pk}"
-
-
-class UserChannel(models.Model):
-    """A user's own channel: a Slack or Teams incoming webhook or a signed webhook that hears
-    the user's own events (`gpuquota.outbox.events.USER_EVENTS`: their jobs' zero-use
-    warnings and waste). Sealed and guarded like a team's channel (`TeamChannel`)."""
-
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
-                             related_name="channels")
-    kind = models.CharField(max_length=16, choices=TeamChannel.Kind.choices)
-    name = models.CharField(max_length=80)
-    url_sealed = models.TextField()
-    url_host = models.CharField(max_length=255)
-    secret_sealed = models.TextField(blank=True)
-    active = models.BooleanField(default=True)
-    events = models.JSONField(
-        default=list, blank=True,
-        help_text="The event types it hears (gpuquota.outbox.events.USER_EVENTS); empty: all.")
-    created_at = WholeSecondDateTimeField()
-
-    class Meta:
-        ordering = ["user", "name"]
-        constraints = [
-            models.UniqueConstraint(fields=["user", "name"], name="user_channel_name_unique"),
-            models.CheckConstraint(condition=Q(kind__in=["slack", "teams", "webhook"]),
-                                   name="user_channel_kind_valid"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.user} {self.kind} {self.name}"
-
-    @property
-    def target(self) -> str:
-        """The outbox's name for this channel."""
-        return f"user-channel:{self.pk}"
