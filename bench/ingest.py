@@ -229,6 +229,9 @@ def main() -> None:
     parser.add_argument("--raw-rows", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3,
                         help="raw + HTTP rounds, median reported (shared machines are noisy)")
+    parser.add_argument("--fleet-gpus", type=int, default=0,
+                        help="first grow bench.fleet_scale's fleet to this many GPUs (its last "
+                             "hour of rollups and the open hour's samples) beside the senders")
     args = parser.parse_args()
 
     database_create(args.database)
@@ -251,6 +254,10 @@ def main() -> None:
     base = now - span * args.rounds - timedelta(minutes=5)
     raw_base = now - timedelta(days=9)  # other identities, the same table
     partitions_ensure(days={(now - timedelta(days=d)).date() for d in range(-1, 9 + args.rounds)})
+    if args.fleet_gpus:
+        from bench.fleet_scale_seed import fleet_grow
+
+        fleet_grow(args.fleet_gpus, now, hours=1)
     nodes = nodes_enrol(args.nodes, args.gpus_per_node)
     connection.close()
 
@@ -262,7 +269,8 @@ def main() -> None:
         for node in nodes:  # heartbeat: registers the node's GPUs
             status, payload = post(conn, node["token"], batch_body(node, base, 0, 0))
             assert status == 202, payload
-        gpu_ids = list(Gpu.objects.values_list("id", flat=True))
+        gpu_ids = list(Gpu.objects.filter(node__hostname__startswith="bench-").values_list(
+            "id", flat=True))
         connection.close()
         for number in range(args.rounds):
             # Each round: fresh identities, raw load then HTTP, back to back.
@@ -279,7 +287,8 @@ def main() -> None:
 
 
 def report(args, windows: int, rounds: list) -> None:
-    print(f"setup: {args.nodes} nodes x {args.gpus_per_node} GPUs, "
+    print(f"setup: {args.nodes} nodes x {args.gpus_per_node} GPUs sending, a fleet of "
+          f"{args.fleet_gpus:,} GPUs beside them, "
           f"{windows * args.gpus_per_node} samples per batch, {rounds[0][1]['batches']} batches "
           f"per round, {args.concurrency} concurrent senders, gunicorn {args.workers} workers, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")

@@ -9,6 +9,9 @@ GPU-days. Planted on top:
 
 - GPU lemons at 10x, 20x and 40x their class's rate (8 of each), from day 0;
 - node lemons: 4 nodes whose every GPU fails at 5x (a bad board or power supply);
+- a lemon's hardware warnings at its multiple too (the part that fails also warns: the
+  XID counts of Meta's lemon detection; the same multiple is this generator's
+  assumption), drawn from a stream of their own so a seed's failures stay as they were;
 - the H100 class's rate doubles at day `DRIFT_DAY`;
 - application XIDs (13, 31, 43, 45) on every GPU, 0.05 per GPU-day, and a cleanup XID 45
   after half the hardware failures: none may count;
@@ -81,7 +84,7 @@ def _failure(rng, node, gpu, day, events) -> None:
 
 
 def workload(*, days: int = 180, seed: int = 7) -> Workload:
-    rng = random.Random(seed)
+    rng, lemon_rng = random.Random(seed), random.Random(f"lemon-warnings:{seed}")
     nodes = []
     for name, _, _, count in CLASSES:
         nodes += [(f"{name.split('-')[0].lower()}-{i:03d}", name) for i in range(count)]
@@ -109,6 +112,11 @@ def workload(*, days: int = 180, seed: int = 7) -> Workload:
                 failures += 1
         for day in _poisson_times(rng, WARNING_RATE, 0, days):
             events.append(Event(node, gpu, int(day * 86400), "xid", rng.choice(WARNING_XIDS)))
+        # a lemon's faulty part warns at its multiple too; drawn apart, so the fleet's
+        # failures are those the same seed gave before lemons warned
+        for day in _poisson_times(lemon_rng, WARNING_RATE * (multiple - 1), 0, days):
+            events.append(Event(node, gpu, int(day * 86400), "xid",
+                                lemon_rng.choice(WARNING_XIDS)))
         for day in _poisson_times(rng, APP_XID_RATE, 0, days):
             events.append(Event(node, gpu, int(day * 86400), "xid", rng.choice(APP_XIDS)))
     for node, gpu in recurring:  # fails, is repaired, fails again within a week

@@ -55,8 +55,8 @@ INSERT INTO reports_ratecard (gpu_class_id, valid_from, valid_until, reserved_ra
   (1, %(rate_change)s, NULL, 2.75, 3.20, 1.60, 'USD'),
   (2, '2026-01-01', NULL, 1.40, 1.70, 0.85, 'USD'),
   (3, '2026-01-01', NULL, 0.60, 0.80, 0.40, 'USD');
-INSERT INTO accounts_team (id, name, slug, cost_center, created_at)
-  SELECT t, 'Team ' || t, 'team-' || t, 'CC-' || (1000 + t), now()
+INSERT INTO accounts_team (id, name, slug, cost_center, cost_center_owner_email, created_at)
+  SELECT t, 'Team ' || t, 'team-' || t, 'CC-' || (1000 + t), '', now()
   FROM generate_series(1, %(teams)s) t;
 INSERT INTO inventory_cluster (id, name, slug, scheduler, description)
   VALUES (1, 'Bench', 'bench', 'slurm', '');
@@ -75,8 +75,10 @@ INSERT INTO inventory_gpuhealthinterval (gpu_id, state, valid_from, valid_until,
   SELECT id, 'failed', '2026-10-20 03:00+00', '2026-10-20 08:00+00', 'xid 79', 'bench', ''
   FROM inventory_gpu WHERE id %% 100 = 0;
 INSERT INTO accounts_user (id, password, is_superuser, username, first_name, last_name,
-                           email, is_staff, is_active, date_joined, timezone, email_opt_out)
-  VALUES (1, '', true, 'admin', '', '', 'admin@example.org', true, true, now(), 'UTC', false);
+                           email, is_staff, is_active, date_joined, timezone, email_opt_out,
+                           is_finance)
+  VALUES (1, '', true, 'admin', '', '', 'admin@example.org', true, true, now(), 'UTC', false,
+          false);
 -- two halves a month; reservation per (half, group of 15 GPUs, class): 5 GPUs each
 CREATE TEMP TABLE bench_assign AS
   SELECT i AS gpu_id, k,

@@ -141,13 +141,15 @@ def prometheus_alone(source, *, start: datetime, end: datetime) -> tuple[float, 
     first, stop = int(start.timestamp()), int(end.timestamp())
     chunk_s = max(window_s, conf.CHUNK_S - conf.CHUNK_S % window_s)
     selector = source.selector
+    readings = max(1, -(-window_s // source.scrape_interval_s))  # as window_figures asks
     size, began = 0, time.perf_counter()
     with requests.Session() as session:
         for chunk in range(first, stop, chunk_s):
             chunk_first = chunk - window_s
             chunk_stop = min(stop, chunk + chunk_s) + window_s
             for figure in FIGURES:
-                params = {"query": figure_query(figure, selector=selector, window_s=window_s),
+                params = {"query": figure_query(figure, selector=selector, window_s=window_s,
+                                                readings=readings),
                           "start": f"{chunk_first + window_s - EPSILON_S:.3f}",
                           "end": f"{chunk_stop - EPSILON_S:.3f}", "step": f"{window_s}s"}
                 size += len(session.get(f"{source.base_url}/api/v1/query_range",

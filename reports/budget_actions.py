@@ -25,7 +25,8 @@ from gpuquota.core.timeutil import Period
 from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Reservation
 from reports.budgets import budget_in_force
-from reports.forecast import forecasts, month_of
+from reports.forecast import forecasts, hours_rounded, month_of
+from reports.hour_budgets import class_hours_budgets_in_force
 from reports.models import Budget
 from reports.pricing import line_amount
 
@@ -76,9 +77,55 @@ def _committed(team: Team, month: Period, now: datetime) -> tuple[Decimal, Decim
     return Decimal("0.00"), booked
 
 
+def _booked_class_hours(team: Team, gpu_class_id: int, month: Period) -> Decimal:
+    """The class's GPU-hours booked in a later month (what stands in for its forecast)."""
+    seconds = sum(r.count * month.clip(max(r.start, month.start), r.end)
+                  for r in Reservation.objects.filter(
+                      team=team, gpu_class_id=gpu_class_id, status__in=LOOKED_AT[1:],
+                      start__lt=month.end, end__gt=month.start))
+    return hours_rounded(Fraction(seconds, 3600))
+
+
+def class_hours_refusal(*, team: Team, gpu_class, count: int, start: datetime, end: datetime,
+                        now: datetime) -> str | None:
+    """Why the team's GPU-hour budget of the reservation's class refuses it, or None: the
+    same rules as the money budget's, in GPU-hours of the class."""
+    now = now.replace(microsecond=0)
+    for month in _months(start, end, now):
+        budgets = class_hours_budgets_in_force(month=month.start.date(), team_ids=[team.pk])
+        budget = next((b for b in budgets.get(team.pk, []) if b.gpu_class_id == gpu_class.pk),
+                      None)
+        if budget is None or budget.action == Action.NOTIFY:
+            continue
+        window = Period(max(now, month.start), month.end)
+        seconds = count * window.clip(max(start, window.start), end)
+        if not seconds:
+            continue
+        if month.start <= now:
+            forecast = forecasts(now=now, team_ids=[team.pk]).get(team.pk)
+            used = forecast.hours_to_date(gpu_class.pk) if forecast else Decimal("0.00")
+            committed = forecast.hours_total(gpu_class.pk) if forecast else Decimal("0.00")
+        else:
+            used, committed = Decimal("0.00"), _booked_class_hours(team, gpu_class.pk, month)
+        label, name = f"{month.start:%Y-%m}", gpu_class.name
+        if budget.action == Action.PREEMPTIBLE_ONLY:
+            if used >= budget.hours:
+                return (f"{team.name} has used {used} of its {budget.hours} {name} GPU-hours "
+                        f"for {label}: it runs on preemptible (borrowed) GPUs only until the "
+                        f"month ends; no new {name} reservations.")
+            continue
+        hours = hours_rounded(Fraction(seconds, 3600))
+        if committed + hours > budget.hours:
+            return (f"Refused by {team.name}'s {name} GPU-hour budget for {label}: "
+                    f"{committed} GPU-hours forecast + {hours} for this reservation would "
+                    f"exceed the {budget.hours} GPU-hour budget.")
+    return None
+
+
 def budget_refusal(*, team: Team, gpu_class, count: int, start: datetime, end: datetime,
                    now: datetime) -> str | None:
-    """Why the team's budget refuses this new reservation, or None."""
+    """Why the team's budget (in money, or in GPU-hours of the class) refuses this new
+    reservation, or None."""
     now = now.replace(microsecond=0)
     for month in _months(start, end, now):
         budget = budget_in_force(team=team, month=month.start.date())
@@ -101,7 +148,8 @@ def budget_refusal(*, team: Team, gpu_class, count: int, start: datetime, end: d
             return (f"Refused by {team.name}'s budget for {label}: {committed} "
                     f"{budget.currency} forecast + {cost} for this reservation would exceed "
                     f"the {budget.amount} {budget.currency} budget.")
-    return None
+    return class_hours_refusal(team=team, gpu_class=gpu_class, count=count, start=start,
+                               end=end, now=now)
 
 
 def reservation_budget_check(*, team: Team, gpu_class, count: int, start: datetime,
@@ -148,4 +196,49 @@ def refusal_preview(*, team: Team, budget: Budget | None, now: datetime) -> list
                 else running > budget.amount)
         if over:
             refused.append(Refusal(reservation=reservation, cost=cost, running_total=running))
+    return refused
+
+
+@dataclass
+class HoursRefusal:
+    reservation: Reservation
+    hours: Decimal
+    running_total: Decimal
+
+
+def class_hours_refusal_preview(*, team: Team, statuses: list, forecast, now: datetime
+                                ) -> list[HoursRefusal]:
+    """The GPU-hour budgets' preview, as `refusal_preview` for money: per class with a
+    refusing action, the team's bookings of the class still to come this month that it
+    would refuse if requested now. For refuse: the class's hours to date + recent use +
+    the running reservations' hours to come, then each booking to come added in order of
+    start, those that take it over; for preemptible-only, all once the hours are used.
+    `statuses`: `hour_budgets.class_hours_statuses` of this month."""
+    acting = {s.budget.gpu_class_id: s for s in statuses if s.budget.action != Action.NOTIFY}
+    if not acting:
+        return []
+    now = now.replace(microsecond=0)
+    month = month_of(now)
+    window = Period(now, month.end)
+    running = {class_id: Fraction(status.to_date) + (
+        forecast.class_hours_recent.get(class_id, Fraction(0)) if forecast else 0)
+        for class_id, status in acting.items()}
+    refused = []
+    for reservation in (Reservation.objects.filter(
+            team=team, gpu_class_id__in=list(acting), status__in=LOOKED_AT,
+            start__lt=month.end, end__gt=now).select_related("gpu_class")
+            .order_by("start", "pk")):
+        status = acting[reservation.gpu_class_id]
+        hours = Fraction(reservation.count * window.clip(max(reservation.start, now),
+                                                         reservation.end), 3600)
+        running[reservation.gpu_class_id] += hours
+        if reservation.start < now:  # running: counted, never refused
+            continue
+        over = (status.to_date >= status.budget.hours
+                if status.budget.action == Action.PREEMPTIBLE_ONLY
+                else running[reservation.gpu_class_id] > status.budget.hours)
+        if over:
+            refused.append(HoursRefusal(reservation=reservation, hours=hours_rounded(hours),
+                                        running_total=hours_rounded(
+                                            running[reservation.gpu_class_id])))
     return refused

@@ -47,7 +47,7 @@ def budgets_of_month(*, month: date) -> list[Budget]:
     return sorted(found.values(), key=lambda b: b.team.name)
 
 
-def _percent(part: Decimal, whole: Decimal) -> Fraction | None:
+def percent_of(part: Decimal, whole: Decimal) -> Fraction | None:
     return None if not whole else Fraction(part) / Fraction(whole) * 100
 
 
@@ -65,13 +65,13 @@ class BudgetStatus:
     def actual_percent(self) -> Fraction | None:
         if self.budget is None or self.forecast is None:
             return None
-        return _percent(self.forecast.to_date, self.budget.amount)
+        return percent_of(self.forecast.to_date, self.budget.amount)
 
     @property
     def forecast_percent(self) -> Fraction | None:
         if self.budget is None or self.forecast is None:
             return None
-        return _percent(self.forecast.total, self.budget.amount)
+        return percent_of(self.forecast.total, self.budget.amount)
 
     @property
     def currency(self) -> str:
@@ -120,7 +120,7 @@ def team_budget_status(*, team: Team, now: datetime | None = None) -> BudgetStat
                         forecast=forecast, alerts=alerts)
 
 
-def _thresholds(raw) -> list[int]:
+def thresholds_parse(raw) -> list[int]:
     if raw in (None, ""):
         return list(DEFAULT_THRESHOLDS)
     items = raw.split(",") if isinstance(raw, str) else raw
@@ -169,7 +169,7 @@ def budget_set(*, team: Team, amount, by: User, valid_from: date | None = None,
         raise DomainError("The action at 100 % is notify, refuse or preemptible_only.",
                           field="action")
     values = {"amount": _amount(amount), "currency": currency, "action": action,
-              "thresholds": _thresholds(thresholds), "forecast_threshold": forecast_threshold,
+              "thresholds": thresholds_parse(thresholds), "forecast_threshold": forecast_threshold,
               "created_by": by, "created_at": now.replace(microsecond=0)}
     with transaction.atomic():
         budget, created = Budget.objects.update_or_create(team=team, valid_from=valid_from,

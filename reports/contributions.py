@@ -6,15 +6,21 @@ admin events reach (`ADMIN_EVENT`); a user's own channels on their profile page,
 their events reach (`USER_EVENT`)."""
 
 from gpuquota.core.sections import Section
+from gpuquota.inventory.models import GpuClass
 from gpuquota.outbox.events import TEAM_EVENTS, USER_EVENTS
 from reports.admin_channels import admin_channels_event
 from reports.attention import statements_attention
-from reports.budget_actions import refusal_preview, reservation_budget_check
+from reports.budget_actions import (
+    class_hours_refusal_preview,
+    refusal_preview,
+    reservation_budget_check,
+)
 from reports.budgets import team_budget_status
 from reports.channels import channel_deliveries, channels_team_event
 from reports.demo import demo_statements_seed
 from reports.energy import team_energy_kwh
 from reports.forecast import month_of
+from reports.hour_budgets import class_hours_statuses
 from reports.models import Budget
 from reports.review import team_statements
 from reports.user_channels import user_channel_deliveries, user_channels_event
@@ -29,11 +35,17 @@ def team_budget_context(*, team, can_act, now) -> dict:
     who may change them."""
     status = team_budget_status(team=team, now=now)
     month = month_of(now.replace(microsecond=0))
+    class_hours = class_hours_statuses(team=team, forecast=status.forecast,
+                                       month=month.start.date())
     context = {"budget_status": status, "budget_actions": Budget.Action.choices,
+               "class_hours": class_hours,
+               "class_hours_preview": class_hours_refusal_preview(
+                   team=team, statuses=class_hours, forecast=status.forecast, now=now),
                "refusal_preview": refusal_preview(team=team, budget=status.budget, now=now),
                "energy_kwh": team_energy_kwh(team_id=team.pk, period=month.to_date(now))}
     if can_act:
-        context |= {"channels": team.channels.filter(active=True),
+        context |= {"gpu_classes": GpuClass.objects.order_by("name"),
+                    "channels": team.channels.filter(active=True),
                     "channel_events": TEAM_EVENTS,
                     "deliveries": channel_deliveries(team=team)}
     return context

@@ -10,11 +10,19 @@ from fractions import Fraction
 
 from gpuquota.core.csvsafe import csv_document
 from gpuquota.usage.figures import display_decimal
+from reports.energy import basis_texts
 from reports.models import Statement, StatementLine
 
-# The last three repeat the statement's values on every row: each row can be booked alone.
-CSV_COLUMNS = ["team", "period", "currency", "kind", "gpu_class", "seconds", "hours", "rate",
-               "amount", "reason", "cost_center", "status", "approved_at"]
+# The specification's columns, in its order; the last three repeat the statement's values on
+# every row: each row can be booked alone.
+SPEC_COLUMNS = ["team", "period", "currency", "kind", "gpu_class", "seconds", "hours", "rate",
+                "amount", "reason", "cost_center", "status", "approved_at"]
+# Added after them (docs/accounting.md, Statement export): the line's energy and CO2e as
+# kept when drafted (3 places; empty where unknown), and the statement's PUE and intensity
+# basis repeated on every row.
+ENERGY_COLUMNS = ["energy_kwh", "facility_energy_kwh", "co2e_kg", "idle_energy_kwh",
+                  "idle_co2e_kg", "energy_basis"]
+CSV_COLUMNS = SPEC_COLUMNS + ENERGY_COLUMNS
 
 
 def rate_text(rate: Decimal) -> str:
@@ -54,7 +62,7 @@ def utilization_export(statement: Statement) -> dict:
             "lent_busy_hours": hours_text(statement.lent_busy_s)}
 
 
-def _lines(statement: Statement) -> list[StatementLine]:
+def statement_lines(statement: Statement) -> list[StatementLine]:
     return sorted(statement.lines.all(), key=lambda line: line.position)
 
 
@@ -63,7 +71,7 @@ def statement_export(statement: Statement) -> dict:
     approved) and has no currency."""
     body = {"team": statement.team_slug, "period": statement.period_label,
             "currency": statement.currency or None, "status": statement.status,
-            "lines": [line_export(line) for line in _lines(statement)],
+            "lines": [line_export(line) for line in statement_lines(statement)],
             "total": str(statement.total), "utilization": utilization_export(statement),
             "cost_center": statement.cost_center,
             "approved_at": instant_text(statement.approved_at), "number": statement.number}
@@ -72,16 +80,24 @@ def statement_export(statement: Statement) -> dict:
     return body
 
 
+def _figure(value: Decimal | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
 def statement_csv_rows(statement: Statement) -> list[list]:
     """One row per line in CSV_COLUMNS order."""
     rows = []
-    for line in _lines(statement):
+    basis = " | ".join(basis_texts(statement.energy_basis or []))
+    for line in statement_lines(statement):
         data = line_export(line)
         rows.append([statement.team_slug, statement.period_label, statement.currency, line.kind,
                      data["gpu_class"] or "", "" if data["seconds"] is None else data["seconds"],
                      data["hours"] or "", data["rate"] or "", data["amount"], line.reason,
                      statement.cost_center, statement.status,
-                     instant_text(statement.approved_at) or ""])
+                     instant_text(statement.approved_at) or "",
+                     _figure(line.energy_kwh), _figure(line.facility_energy_kwh),
+                     _figure(line.co2e_kg), _figure(line.idle_energy_kwh),
+                     _figure(line.idle_co2e_kg), basis])
     return rows
 
 

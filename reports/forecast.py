@@ -4,18 +4,20 @@
              + booked: the reserved seconds still to come this month of the team's
                scheduled and active reservations (count × their time in [now, month end),
                from max(start, approval)), at the reserved rate in force now
-             + recent: the on-demand, borrowed and lending-credit amounts of the last
-               `RECENT_DAYS` days (the whole hours before now), per second, times the
-               seconds left in the month
+             + recent: the on-demand and borrowed charges less the lending credits of the
+               last `RECENT_DAYS` days (the whole hours before now), each side's largest
+               day counted as its second largest (a one-day burst is not repeated), per
+               second, times the seconds left in the month (reports/forecast_recent.py)
 
 To date is the draft statement's total (adjustments and credits included); nothing in
 the future is credited (a failure is not forecast). Each part is rounded once, to the cent,
 from an exact numerator (accounting.md, Time, money and rounding), and the forecast is the
-sum of the parts. Reads only, for every team (or some) at once: two pricing passes."""
+sum of the parts. Reads only, for every team (or some) at once: one pricing pass and the
+recent use's three queries."""
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
@@ -24,12 +26,11 @@ from django.db.models import Q
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.rates.models import RateCard
 from gpuquota.reservations.models import Reservation
+from reports.forecast_recent import DAY, RECENT_DAYS, capped_sum, recent_use
 from reports.models import StatementLine
 from reports.pricing import line_amount, round_half_up_cents, team_drafts
 
-RECENT_DAYS = 7
 Kind = StatementLine.Kind
-RECENT_KINDS = (Kind.ON_DEMAND, Kind.BORROWED, Kind.LENDING_CREDIT)
 BOOKED = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE, Reservation.Status.ENDED)
 
 
@@ -46,8 +47,20 @@ class Forecast:
     recent: Decimal = Decimal("0.00")
     recent_window: Period | None = None
     recent_amount: Decimal = Decimal("0.00")
+    recent_counted: Decimal = Decimal("0.00")
     currency: str = ""
     errors: list[str] = field(default_factory=list)
+    # GPU-hours per class (the class budgets'): chargeable hours to date (reserved less
+    # failed, on-demand and borrowed), and to date + booked + recent, exact
+    class_hours_to_date: dict[int, Fraction] = field(default_factory=dict)
+    class_hours_total: dict[int, Fraction] = field(default_factory=dict)
+    class_hours_recent: dict[int, Fraction] = field(default_factory=dict)
+
+    def hours_to_date(self, gpu_class_id: int) -> Decimal:
+        return hours_rounded(self.class_hours_to_date.get(gpu_class_id, Fraction(0)))
+
+    def hours_total(self, gpu_class_id: int) -> Decimal:
+        return hours_rounded(self.class_hours_total.get(gpu_class_id, Fraction(0)))
 
     @property
     def total(self) -> Decimal:
@@ -63,8 +76,25 @@ class Forecast:
         days = (self.recent_window.seconds // 86400) if self.recent_window else 0
         return (f"{self.to_date} to date + {self.booked} for {self.booked_hours}"
                 f" booked GPU-hours still to come at today's reserved rates + {self.recent} "
-                f"on-demand and borrowed use at the last {days} days' rate "
-                f"({self.recent_amount} in those days)")
+                f"on-demand and borrowed use at the last {days} days' rate, the busiest "
+                f"day counted as the second busiest ({self.recent_amount} in those days, "
+                f"{self.recent_counted} counted)")
+
+
+def hours_rounded(hours: Fraction) -> Decimal:
+    """GPU-hours to 0.01, half up, once."""
+    return round_half_up_cents(hours)
+
+
+def _class_hours(draft) -> dict[int, Fraction]:
+    """A draft's chargeable GPU-hours per class: reserved less failed, on-demand, borrowed."""
+    hours: dict[int, Fraction] = defaultdict(Fraction)
+    for line in draft.lines:
+        sign = {Kind.RESERVED: 1, Kind.ON_DEMAND: 1, Kind.BORROWED: 1,
+                Kind.FAILURE_CREDIT: -1}.get(line.kind)
+        if sign and line.seconds:
+            hours[line.gpu_class_id] += Fraction(sign * line.seconds, 3600)
+    return hours
 
 
 def month_of(now: datetime) -> Period:
@@ -80,10 +110,10 @@ def _card_in_force(class_id: int, at: datetime, cards: dict[int, list[RateCard]]
 
 
 def _booked(now: datetime, month: Period, team_ids: list[int] | None, *,
-            booked_by: datetime | None) -> dict[int, tuple[Fraction, int, set[str], list[str]]]:
-    """Per team: (Σ seconds × rate, seconds, currencies, errors) of the reserved time still
-    to come in `month`, of reservations requested by `booked_by` (the backtest's now) or
-    of every one (None)."""
+            booked_by: datetime | None) -> dict[int, tuple]:
+    """Per team: (Σ seconds × rate, seconds, currencies, errors, seconds per class) of the
+    reserved time still to come in `month`, of reservations requested by `booked_by` (the
+    backtest's now) or of every one (None)."""
     reservations = Reservation.objects.filter(status__in=BOOKED, start__lt=month.end,
                                               end__gt=now)
     if booked_by is not None:
@@ -96,14 +126,15 @@ def _booked(now: datetime, month: Period, team_ids: list[int] | None, *,
             Q(valid_until__isnull=True) | Q(valid_until__gt=now),
             gpu_class_id__in={r.gpu_class_id for r in reservations}).order_by("valid_from"):
         cards[card.gpu_class_id].append(card)
-    out: dict[int, tuple[Fraction, int, set[str], list[str]]] = {}
+    out: dict[int, tuple] = {}
     for reservation in reservations:
         charged_from = max(reservation.start, reservation.approved_at or reservation.start, now)
         seconds = reservation.count * Period(now, month.end).clip(charged_from, reservation.end)
         if not seconds:
             continue
-        numerator, total, currencies, errors = out.get(reservation.team_id,
-                                                       (Fraction(0), 0, set(), []))
+        numerator, total, currencies, errors, by_class = out.get(
+            reservation.team_id, (Fraction(0), 0, set(), [], defaultdict(int)))
+        by_class[reservation.gpu_class_id] += seconds
         card = (_card_in_force(reservation.gpu_class_id, now, cards)
                 or _card_in_force(reservation.gpu_class_id, charged_from, cards))
         if card is None:
@@ -112,7 +143,7 @@ def _booked(now: datetime, month: Period, team_ids: list[int] | None, *,
         else:
             numerator += seconds * Fraction(card.reserved_rate)
             currencies.add(card.currency)
-        out[reservation.team_id] = (numerator, total + seconds, currencies, errors)
+        out[reservation.team_id] = (numerator, total + seconds, currencies, errors, by_class)
     return out
 
 
@@ -126,8 +157,8 @@ def forecasts(*, now: datetime, team_ids: list[int] | None = None,
     to_date = team_drafts(period=month.to_date(now), month=month.start.date(),
                           team_ids=team_ids)
     # whole hours: read from the rollups alone, without the raw samples of the edge hours
-    window = Period(hour_floor(now) - timedelta(days=RECENT_DAYS), hour_floor(now))
-    recent = team_drafts(period=window, month=month.start.date(), team_ids=team_ids)
+    window = Period(hour_floor(now) - RECENT_DAYS * DAY, hour_floor(now))
+    recent = recent_use(window=window, team_ids=team_ids)
     booked = _booked(now, month, team_ids, booked_by=booked_by)
     left = Fraction(Period(now, month.end).seconds, window.seconds)
     result: dict[int, Forecast] = {}
@@ -135,23 +166,33 @@ def forecasts(*, now: datetime, team_ids: list[int] | None = None,
         forecast = result[team_id] = Forecast(team_id=team_id, now=now, month=month,
                                               recent_window=window)
         currencies: set[str] = set()
+        hours: dict[int, Fraction] = defaultdict(Fraction)
         if team_id in to_date:
             draft = to_date[team_id]
             forecast.to_date = draft.total
             forecast.errors += draft.errors
             currencies |= {line.currency for line in draft.lines if line.currency}
+            forecast.class_hours_to_date = _class_hours(draft)
+            hours.update(forecast.class_hours_to_date)
         if team_id in recent:
-            lines = [line for line in recent[team_id].lines if line.kind in RECENT_KINDS]
-            forecast.recent_amount = sum((line.amount for line in lines), Decimal("0.00"))
-            forecast.recent = round_half_up_cents(Fraction(forecast.recent_amount) * left)
-            currencies |= {line.currency for line in lines if line.currency}
+            use = recent[team_id]
+            forecast.recent_amount = round_half_up_cents(use.amount)
+            forecast.recent_counted = round_half_up_cents(use.counted)
+            forecast.recent = round_half_up_cents(use.counted * left)
+            currencies |= use.currencies
+            for class_id, days in use.hours.items():
+                forecast.class_hours_recent[class_id] = capped_sum(days) * left
+                hours[class_id] += forecast.class_hours_recent[class_id]
         if team_id in booked:
-            numerator, seconds, booked_currencies, errors = booked[team_id]
+            numerator, seconds, booked_currencies, errors, by_class = booked[team_id]
             forecast.booked, forecast.booked_s = line_amount(numerator), seconds
+            for class_id, class_seconds in by_class.items():
+                hours[class_id] += Fraction(class_seconds, 3600)
             forecast.errors += errors
             currencies |= booked_currencies
         if len(currencies) > 1:
             named = ", ".join(sorted(currencies))
             forecast.errors.append(f"Amounts in several currencies: {named}.")
         forecast.currency = currencies.pop() if len(currencies) == 1 else ""
+        forecast.class_hours_total = dict(hours)
     return result

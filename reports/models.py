@@ -284,6 +284,74 @@ class BudgetAlert(models.Model):
         return f"{self.team} {self.month:%Y-%m} {self.basis} {self.threshold}%"
 
 
+class ClassHoursBudget(models.Model):
+    """A team's monthly budget in GPU-hours of one GPU class, with effective dates by month
+    as `Budget`'s (a later row supersedes; one set again for the same month replaces it),
+    the same thresholds and the same action at 100 % (docs/budgets.md)."""
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT,
+                             related_name="class_hour_budgets")
+    gpu_class = models.ForeignKey("inventory.GpuClass", on_delete=models.PROTECT,
+                                  related_name="+")
+    valid_from = models.DateField(help_text="First day of the first month it applies to.")
+    hours = models.DecimalField(max_digits=12, decimal_places=2,
+                                help_text="GPU-hours of the class a month.")
+    thresholds = models.JSONField(default=list, help_text="Percent of the GPU-hours used to "
+                                  "date, e.g. [50, 80, 100].")
+    forecast_threshold = models.PositiveSmallIntegerField(null=True, blank=True, default=100)
+    action = models.CharField(max_length=16, choices=Budget.Action.choices,
+                              default=Budget.Action.NOTIFY)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                                   related_name="+")
+    created_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["team", "gpu_class", "-valid_from"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "gpu_class", "valid_from"],
+                                    name="class_hours_budget_one_per_start"),
+            models.CheckConstraint(condition=Q(valid_from__day=1),
+                                   name="class_hours_budget_month_first_day"),
+            models.CheckConstraint(condition=Q(hours__gte=0),
+                                   name="class_hours_budget_hours_non_negative"),
+            models.CheckConstraint(condition=Q(action__in=["notify", "refuse",
+                                                           "preemptible_only"]),
+                                   name="class_hours_budget_action_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.gpu_class} from {self.valid_from:%Y-%m}: {self.hours} h"
+
+
+class ClassHoursAlert(models.Model):
+    """A threshold of a class GPU-hour budget that has fired, once per team, class, month,
+    basis and threshold (the unique constraint)."""
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="+")
+    gpu_class = models.ForeignKey("inventory.GpuClass", on_delete=models.PROTECT,
+                                  related_name="+")
+    budget = models.ForeignKey(ClassHoursBudget, on_delete=models.PROTECT,
+                               related_name="alerts")
+    month = models.DateField()
+    basis = models.CharField(max_length=16, choices=BudgetAlert.Basis.choices)
+    threshold = models.PositiveSmallIntegerField()
+    hours = models.DecimalField(max_digits=12, decimal_places=2,
+                                help_text="The GPU-hours that crossed it (to date or forecast).")
+    fired_at = WholeSecondDateTimeField()
+
+    class Meta:
+        ordering = ["-month", "gpu_class", "basis", "threshold"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "gpu_class", "month", "basis", "threshold"],
+                                    name="class_hours_alert_once_per_month"),
+            models.CheckConstraint(condition=Q(basis__in=["actual", "forecast"]),
+                                   name="class_hours_alert_basis_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.gpu_class} {self.month:%Y-%m} {self.basis} {self.threshold}%"
+
+
 class TeamChannel(models.Model):
     """Where a team's notifications go besides mail: a Slack or Teams incoming webhook, or a
     generic webhook signed per Standard Webhooks. The URL (a credential) and the signing

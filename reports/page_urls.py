@@ -4,6 +4,8 @@ from reports import views, views_admin_channels, views_budgets, views_user_chann
 
 urlpatterns = [
     path("teams/<slug:slug>/budget/", views_budgets.team_budget_set, name="team_budget_set"),
+    path("teams/<slug:slug>/budget/hours/", views_budgets.team_class_hours_budget_set,
+         name="team_class_hours_budget_set"),
     path("teams/<slug:slug>/channels/", views_budgets.team_channel_add, name="team_channel_add"),
     path("teams/<slug:slug>/channels/<int:channel_id>/test/", views_budgets.team_channel_test,
          name="team_channel_test"),

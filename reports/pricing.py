@@ -106,7 +106,7 @@ class _Group:
     first_from: datetime | None = None
 
 
-def _card_rate(card: RateCard, rate_attr: str) -> Decimal:
+def card_rate(card: RateCard, rate_attr: str) -> Decimal:
     """A card's rate for a kind of line; the lending credit's is the reserved rate times
     the credit share (exact: 8 places at most)."""
     if rate_attr == "lending_credit_rate":
@@ -126,7 +126,7 @@ def _priced_lines(kind: str, rows: list[dict], seconds_key: str, rate_attr: str,
         if card is None:
             missing[row["gpu_class_id"]] += seconds
             continue
-        rate = _card_rate(card, rate_attr)
+        rate = card_rate(card, rate_attr)
         group = groups[(row["gpu_class_id"], rate, card.currency)]
         group.numerator += seconds * Fraction(rate)
         group.seconds += seconds

@@ -33,7 +33,8 @@ from reports.documents import (
     statement_filename,
     statement_pdf_bytes,
 )
-from reports.export import statement_export
+from reports.energy import statement_energy
+from reports.export import statement_export, statement_lines
 from reports.models import Statement, StatementLine
 from reports.services_statements import statement_mark_sent
 
@@ -58,6 +59,7 @@ def _mail_context(statement: Statement, export: dict) -> dict:
         "team_name": statement.team_name,
         "cost_center": statement.cost_center,
         "period_name": f"{Period.parse_month(statement.period_label).start:%B %Y}",
+        "energy": statement_energy(statement, statement_lines(statement)),
         "utilization_pct": _percent(export["utilization"]["utilization"]),
         "coverage_pct": _percent(export["utilization"]["coverage"]),
         "pdf_name": statement_filename(statement, "pdf"),

@@ -7,9 +7,9 @@ from celery.schedules import crontab
 from django.utils import timezone
 
 from gpuquota.core.errors import Conflict
-from reports.budgets import budgets_check
 from reports.channels import channels_send_due
 from reports.conf import statement_send_sweep_s
+from reports.hour_budgets import all_budgets_check
 from reports.late_scan import late_usage_scan
 from reports.models import Statement
 from reports.notices import statements_month_start, statements_unapproved_remind
@@ -86,8 +86,11 @@ def late_usage_scan_task() -> dict[str, int]:
 @shared_task(name="reports.budgets_check", autoretry_for=(Exception,), retry_backoff=True,
              max_retries=3)
 def budgets_check_task() -> dict:
-    """Fire the budget thresholds crossed this month (each once per team and month)."""
-    return {"fired": [alert.pk for alert in budgets_check()]}
+    """Fire the budget thresholds crossed this month (each once per team and month), of
+    the money budgets and of the GPU-hour budgets per class."""
+    money, class_hours = all_budgets_check()
+    return {"fired": [alert.pk for alert in money],
+            "fired_class_hours": [alert.pk for alert in class_hours]}
 
 
 @shared_task(name="reports.channels_send_due")

@@ -5,6 +5,8 @@ from reports import api, api_budgets
 urlpatterns = [
     path("api/v1/teams/<slug:slug>/budget", api_budgets.TeamBudgetView.as_view(),
          name="api-team-budget"),
+    path("api/v1/teams/<slug:slug>/budget/hours", api_budgets.TeamClassHoursBudgetView.as_view(),
+         name="api-team-class-hours-budget"),
     path("api/v1/focus/<str:period>.csv", api.FocusMonthCsvView.as_view(),
          name="api-focus-month-csv"),
     path("api/v1/focus/<str:period>", api.FocusMonthView.as_view(), name="api-focus-month"),

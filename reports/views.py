@@ -26,6 +26,7 @@ from reports.budgets import budgets_of_month
 from reports.documents import statement_csv_bytes, statement_filename, statement_pdf_bytes
 from reports.energy import statement_energy, statement_energy_kwh
 from reports.forms import AdjustmentForm, approval_confirmation_parse, period_parse
+from reports.hour_budgets import class_hours_budgets_in_force
 from reports.models import Statement
 from reports.review import (
     line_kinds_explained,
@@ -86,6 +87,10 @@ def statement_review(request):
         return render(request, "reports/review.html", context, status=400)
     context["review"] = statements_review(period=period, now=now)
     context["budgets"] = budgets_of_month(month=period.start.date())
+    context["class_hour_budgets"] = sorted(
+        (b for team_budgets in class_hours_budgets_in_force(
+            month=period.start.date()).values() for b in team_budgets),
+        key=lambda b: (b.team.name, b.gpu_class.name))
     return render(request, "reports/review.html", context)
 
 

@@ -13,6 +13,7 @@ from accounts.permissions import team_for_action
 from gpuquota.core.errors import DomainError
 from reports.budgets import budget_set
 from reports.channels import channel_add, channel_events_set, channel_remove, channel_test
+from reports.hour_budgets import class_hours_budget_set
 from reports.models import TeamChannel
 
 
@@ -35,6 +36,26 @@ def team_budget_set(request, slug: str):
         action = budget.get_action_display().lower()
         messages.success(request, f"Budget from {budget.valid_from:%Y-%m}: {budget.amount} "
                                   f"{budget.currency}; at 100 %: {action}.")
+    return _back(slug)
+
+
+@login_required
+@require_POST
+def team_class_hours_budget_set(request, slug: str):
+    team = team_for_action(request.user, slug)
+    try:
+        budget = class_hours_budget_set(
+            team=team, gpu_class=request.POST.get("gpu_class", ""),
+            hours=request.POST.get("hours", ""), by=request.user,
+            thresholds=request.POST.get("thresholds") or None,
+            action=request.POST.get("action") or None)
+    except DomainError as exc:
+        messages.error(request, f"GPU-hour budget not set ({exc.field or 'budget'}): "
+                                f"{exc.message}")
+    else:
+        messages.success(request, f"{budget.gpu_class.name} budget from "
+                                  f"{budget.valid_from:%Y-%m}: {budget.hours} GPU-hours; at "
+                                  f"100 %: {budget.get_action_display().lower()}.")
     return _back(slug)
 
 

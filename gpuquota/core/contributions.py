@@ -21,7 +21,8 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
   `asked_at` (the job's submission) and freed at `freed_at` (its start).
 - `RESERVATION_REQUESTED`: functions `hook(*, team, gpu_class, count, start, end, now)`
   that the reservations' services call, in their transaction, before a new reservation
-  (not an admin's backfill) is written or an extension adds [old end, new end); a hook
+  (not an admin's backfill) is written, an extension adds [old end, new end) or an
+  approval books a pending request from max(start, now); a hook
   refuses it by raising a `DomainError`
   (reports: a budget's action at 100 %, docs/budgets.md).
 - `RECOMPUTE_HORIZON`: functions `hook(*, start, end=None, gpu_id=None, gpu_class_id=None)`

@@ -14,7 +14,8 @@ from gpuquota.ingest.models import AgentBatch, EventType, NodeBoot
 from gpuquota.ingest.parsing import instant_parse
 from gpuquota.ingest.partitions import partitions_ensure
 from gpuquota.ingest.placement import gpus_place
-from gpuquota.ingest.records import GpuRef, records_judge
+from gpuquota.ingest.records import GpuRef, Judge, records_judge
+from gpuquota.ingest.rows import Rows, rows_days, rows_judge
 from gpuquota.ingest.storage import EVENTS, PROCESSES, SAMPLES, records_store
 from gpuquota.inventory.models import Node
 from gpuquota.outbox.services import gpu_hours_mark_dirty
@@ -124,11 +125,16 @@ def _replay(*, node: Node, batch_id: str) -> BatchResult:
     return BatchResult(200, body)
 
 
-def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = True
-                 ) -> BatchResult:
+def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = True,
+                 rows: Rows | None = None) -> BatchResult:
     """Store a structurally valid batch once per (node, batch_id), rows and outbox marks in
-    one transaction; a replay gets 200 and the first response body."""
-    partitions_ensure(days=_days(body, now=now, check_age=check_age))
+    one transaction; a replay gets 200 and the first response body. A batch built
+    in-process (the telemetry importer) may carry its samples and processes as `rows`,
+    judged by the same rules (`rows.py`)."""
+    days = _days(body, now=now, check_age=check_age)
+    if rows is not None:
+        days |= rows_days(rows, now=now, check_age=check_age)
+    partitions_ensure(days=days)
     sent_at = instant_parse(body["sent_at"])
     skew_s = round((now - sent_at).total_seconds(), 3) if sent_at else None
     with transaction.atomic():
@@ -138,11 +144,17 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
         rejected: list = []
         nulled: list = []
         _node_seen(node=node, body=body, now=now, skew_s=skew_s, nulled=nulled)
-        placed = gpus_place(body=body, node=node, now=now, rejected=rejected, nulled=nulled)
-        outcome = records_judge(body=body, gpus=placed, node_id=node.pk, now=now,
-                                check_age=check_age,
-                                boot_pk=_boot_of(node=node, body=body, now=now),
-                                receipt_pk=receipt_pk)
+        placed = gpus_place(body=body, node=node, now=now, rejected=rejected, nulled=nulled,
+                            also=rows.gpu_uuids() if rows is not None else ())
+        boot_pk = _boot_of(node=node, body=body, now=now)
+        if rows is None:
+            outcome = records_judge(body=body, gpus=placed, node_id=node.pk, now=now,
+                                    check_age=check_age, boot_pk=boot_pk,
+                                    receipt_pk=receipt_pk)
+        else:
+            outcome = rows_judge(body=body, rows=rows, node_id=node.pk, now=now, judge=Judge(
+                gpus=placed, now=now, check_age=check_age, boot_pk=boot_pk,
+                receipt_pk=receipt_pk))
         _nvml_state(node=node, samples=outcome.samples, events=outcome.events)
         results = {name: records_store(table=table, rows=rows) for name, table, rows in (
             ("samples", SAMPLES, outcome.samples), ("processes", PROCESSES, outcome.processes),

@@ -148,6 +148,12 @@ class Sample(models.Model):
     clock_event_reasons = models.BigIntegerField(null=True)
     ecc_uncorrected = models.BigIntegerField(null=True)
     ecc_corrected = models.BigIntegerField(null=True)
+    # DCGM's profiling fields, as percentages over the window (the telemetry importer's, where
+    # the exporter has them; the agent reads none yet): null is no data, never 0.
+    sm_active_avg = models.DecimalField(max_digits=5, decimal_places=2, null=True)
+    sm_occupancy_avg = models.DecimalField(max_digits=5, decimal_places=2, null=True)
+    tensor_active_avg = models.DecimalField(max_digits=5, decimal_places=2, null=True)
+    dram_active_avg = models.DecimalField(max_digits=5, decimal_places=2, null=True)
     received_at = models.DateTimeField()
     boot = _boot_field()
     receipt = _receipt_field()

@@ -6,6 +6,7 @@ cannot read; the caller says why it refuses."""
 import re
 import uuid
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from gpuquota.inventory.models import GPU_UUID_RE
 
@@ -18,6 +19,13 @@ def instant_parse(text: str) -> datetime | None:
         return value.astimezone(UTC) if value.tzinfo is not None else None
     except (ValueError, OverflowError):
         return None
+
+
+@lru_cache(maxsize=65536)
+def instant_text(epoch: int) -> str:
+    """The protocol's text of an instant given in epoch seconds (window bounds repeat for
+    every GPU: cached)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def uuid_normal(raw) -> str | None:

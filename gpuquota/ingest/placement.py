@@ -7,6 +7,7 @@ admins are alerted (an audit entry, at most one an hour per GPU, and a log line)
 """
 
 import logging
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
@@ -115,8 +116,10 @@ def _refresh(gpu: Gpu, entry: dict) -> None:
         gpu.save(update_fields=changed)
 
 
-def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled: list) -> dict:
-    """Map every GPU the batch names to a GpuRef this node may write, or to why not.
+def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled: list,
+               also: Iterable[str] = ()) -> dict:
+    """Map every GPU the batch names (its records', and `also`: its rows') to a GpuRef this
+    node may write, or to why not.
 
     Registers new listed GPUs, moves silent ones here, refreshes last_seen_at."""
     listed: dict[str, tuple[int, dict]] = {}
@@ -126,7 +129,7 @@ def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled:
             rejected.append({"path": f"gpus[{index}].uuid", "why": "not an NVML GPU/MIG UUID"})
         else:
             listed[uuid] = (index, _gpu_entry_clean(entry, f"gpus[{index}]", nulled))
-    wanted = set(listed) | _referenced(body)
+    wanted = set(listed) | _referenced(body) | {n for n in map(uuid_normal, also) if n}
     wanted |= {n for _, e in listed.values() if (n := uuid_normal(e.get("mig_parent_uuid")))}
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(uuid__in=wanted)}
     placed: dict = {}

@@ -110,7 +110,9 @@ SAMPLE_SHAPE = {
     "memory_used_bytes_max": ("int", False), "power_w_avg": ("num", False),
     "energy_j": ("num", False), "temp_c_max": ("num", False),
     "clock_event_reasons": ("int", False), "ecc_uncorrected": ("int", False),
-    "ecc_corrected": ("int", False)}
+    "ecc_corrected": ("int", False), "sm_active_avg": ("num", False),
+    "sm_occupancy_avg": ("num", False), "tensor_active_avg": ("num", False),
+    "dram_active_avg": ("num", False)}
 PROCESS_SHAPE = {
     "gpu_uuid": ("str", True), "window_start": ("str", True), "window_end": ("str", True),
     "pid": ("int", True), "pid_start": ("int", True), "uid": ("int", False),

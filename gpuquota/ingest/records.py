@@ -23,6 +23,7 @@ NODE_EVENT_TYPES = frozenset({"nvml_unavailable", "agent_restart", "data_dropped
 EVENT_TYPES = frozenset(EventType.values)
 UNKNOWN_GPU = "unknown GPU: not listed in gpus nor known for this node"
 JOB_SOURCES = frozenset({"slurm", "kubernetes", "docker", "unix"})
+PROFILING = ("sm_active_avg", "sm_occupancy_avg", "tensor_active_avg", "dram_active_avg")
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class Judge:
         texts = (record["window_start"], record["window_end"])
         found = self._windows.get(texts)
         if found is None:
-            found = self._windows[texts] = self._window_check(*texts)
+            found = self._windows[texts] = self.window_check(*texts)
         if type(found) is tuple and len(found) == 2 and type(found[0]) is str:
             self.out.reject(f"{path}.{found[0]}", found[1])
             return None
@@ -118,7 +119,7 @@ class Judge:
         window = self.window(record, path)
         return None if window is None else (gpu, window)
 
-    def _window_check(self, start_text: str, end_text: str):
+    def window_check(self, start_text: str, end_text: str):
         start = self.instant(start_text)
         end = self.instant(end_text)
         why = None
@@ -210,6 +211,8 @@ class Judge:
                                                                 -40, 150)),
             *(None if get(name) is None else _int(bounded(record, name, path, 0, INT64))
               for name in ("clock_event_reasons", "ecc_uncorrected", "ecc_corrected")),
+            *(None if get(name) is None else self.percent(record, name, path)
+              for name in PROFILING),
             received_at, self.boot_pk, self.receipt_pk,
         ))
 
@@ -296,8 +299,14 @@ class Judge:
 
 
 def _above(avg: float, max_: float) -> bool:
-    """`avg > max + 0.01`, in the decimals the agent sent (floats would drift: 2.01 + 0.01)."""
-    return Decimal(repr(avg)) > Decimal(repr(max_)) + Decimal(repr(PERCENT_SLACK))
+    """`avg > max + 0.01`, in the decimals the agent sent (floats would drift: 2.01 + 0.01).
+    The shortest decimals keep the floats' order, so avg <= max needs no decimals."""
+    if avg <= max_:
+        return False
+    return Decimal(repr(avg)) > Decimal(repr(max_)) + _SLACK
+
+
+_SLACK = Decimal(repr(PERCENT_SLACK))
 
 
 def _finite(value) -> bool:

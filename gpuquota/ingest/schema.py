@@ -69,7 +69,15 @@ DETAILS = {
                                                   "power_limit_w x window length when known."},
         "temp_c_max": {"minimum": -40, "maximum": 150},
         "clock_event_reasons": {"minimum": 0, "format": "int64"},
-        "ecc_uncorrected": _COUNTER, "ecc_corrected": _COUNTER},
+        "ecc_uncorrected": _COUNTER, "ecc_corrected": _COUNTER,
+        "sm_active_avg": {**_PERCENT, "description": "DCGM_FI_PROF_SM_ACTIVE as a percent: "
+                                                     "the SMs' mean share of active cycles."},
+        "sm_occupancy_avg": {**_PERCENT, "description": "DCGM_FI_PROF_SM_OCCUPANCY as a "
+                                                        "percent."},
+        "tensor_active_avg": {**_PERCENT, "description": "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE as a "
+                                                         "percent."},
+        "dram_active_avg": {**_PERCENT, "description": "DCGM_FI_PROF_DRAM_ACTIVE as a "
+                                                       "percent."}},
     "AgentProcess": {
         "gpu_uuid": _GPU_UUID, "window_start": _WINDOW, "window_end": _WINDOW,
         "pid": {"minimum": 1, "maximum": MAX_PID, "description": "Out of range rejects the "

@@ -47,6 +47,7 @@ SAMPLES = Table(
     ("gpu_id", "window_start", "window_end", "readings", "util_gpu_avg", "util_gpu_max",
      "util_mem_avg", "memory_used_bytes_avg", "memory_used_bytes_max", "power_w_avg",
      "energy_j", "temp_c_max", "clock_event_reasons", "ecc_uncorrected", "ecc_corrected",
+     "sm_active_avg", "sm_occupancy_avg", "tensor_active_avg", "dram_active_avg",
      "received_at", "boot_id", "receipt_id"),
     ("gpu_id", "window_start"), "gpu_id", "window_start", "window_end")
 PROCESSES = Table(
@@ -122,7 +123,9 @@ def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
     if table.model in PARTITIONED:
         # Normally made already (before the batch's transaction): then this is a cache hit.
         at = table.columns.index(table.start_column)
-        partitions_ensure(days={row[at].astimezone(UTC).date() for row in rows})
+        # a batch's windows repeat for every GPU: each instant converted once
+        partitions_ensure(days={instant.astimezone(UTC).date()
+                                for instant in {row[at] for row in rows}})
     stage = _stage_name(table)
     columns = ", ".join(_q(c) for c in table.columns)
     key = ", ".join(_q(c) for c in table.key)

@@ -66,6 +66,28 @@ def gpu_register(
 
 
 @transaction.atomic
+def gpus_register(*, new: list[dict]) -> list[Gpu]:
+    """Many new GPUs (each a dict of `gpu_register`'s arguments, `gpu_class` given and
+    `parent` already registered), each with its first node and class intervals as
+    `gpu_register` makes them, in three inserts whatever their number; IntegrityError
+    when one of them is registered already (nothing is then kept)."""
+    gpus = Gpu.objects.bulk_create([Gpu(
+        uuid=gpu_uuid_normalize(entry["uuid"]), parent=entry.get("parent"), node=entry["node"],
+        gpu_class=entry["parent"].gpu_class if entry.get("parent") else entry["gpu_class"],
+        model_name=entry["model_name"], index=entry.get("index"),
+        pci_bus_id=entry.get("pci_bus_id", ""),
+        memory_total_bytes=entry.get("memory_total_bytes"),
+        power_limit_w=entry.get("power_limit_w"), commissioned_at=whole_second(entry["at"]))
+        for entry in new])
+    GpuNodeInterval.objects.bulk_create([
+        GpuNodeInterval(gpu=gpu, node=gpu.node, valid_from=gpu.commissioned_at) for gpu in gpus])
+    GpuClassInterval.objects.bulk_create([
+        GpuClassInterval(gpu=gpu, gpu_class=gpu.gpu_class, valid_from=gpu.commissioned_at)
+        for gpu in gpus])
+    return gpus
+
+
+@transaction.atomic
 def gpu_move(*, gpu: Gpu, node: Node, at: datetime) -> Gpu:
     """Move a GPU (and its MIG devices) to another node from `at`, closing the
     current node interval."""

@@ -1,11 +1,11 @@
 """Zero-use warnings (docs/jobs.md, Zero-use warnings): a running job whose GPUs have all
 been at zero past its threshold (`zero_use.py` says what counts) is warned once per stretch
 of zero use: its owner is mailed through the mail outbox and told on the channels they
-added (`told.py`), and the evidence (since when, how far the samples go, its GPUs) is
-audited, in one transaction. Where the site opted in,
+added (`told_owner.py`), its team's channels are told (`told.py`), and the evidence (since
+when, how far the samples go, its GPUs) is audited, in one transaction. Where the site opted in,
 a warned job still at zero gets a last warning `JOBS_ZERO_USE_LAST_WARNING_S` before it is
 stopped, and is stopped no sooner than that after it (`cancel.py`); one step per job per
-scan, each mail once (its key). The scan reads the running
+scan, each mail and channel message once (its key). The scan reads the running
 jobs and their samples in a few queries whatever their number; only a warning or a
 cancellation writes, one transaction each."""
 
@@ -20,7 +20,8 @@ from gpuquota.jobs import conf
 from gpuquota.jobs.cancel import RETRY, cancel_opted_in, planned_action, zero_use_cancel
 from gpuquota.jobs.models import Job, JobMailOptOut
 from gpuquota.jobs.report import jobs_series
-from gpuquota.jobs.told import job_tell
+from gpuquota.jobs.told import zero_use_last_warning_tell, zero_use_warned_tell
+from gpuquota.jobs.told_owner import job_tell
 from gpuquota.jobs.zero_use import ZeroUse, zero_use
 from gpuquota.mail.outbox import mail_send_later
 from gpuquota.outbox.render import when_utc
@@ -44,20 +45,22 @@ def _warn(job: Job, clock: ZeroUse, keys: list[str], now: datetime) -> None:
                               "idle_s": clock.idle_s, "threshold_s": clock.threshold_s,
                               "worked_before": clock.worked, "gpus": keys})
         key = f"jobs.zero_use.{job.pk}.{int(clock.since.timestamp())}"
-        job_tell(job, event="job.zero_use", key=key, title="GPUs at zero use",
+        opted_in = cancel_opted_in(job)
+        cancel_at = _stop_due_at(clock) if opted_in else None
+        action = planned_action(job) if opted_in else ""
+        zero_use_warned_tell(job, clock, key=key, gpus=keys, stop_at=cancel_at, action=action)
+        job_tell(job, event="job.zero_use_warned", key=key, title="GPUs at zero use",
                  text=(f"Its GPUs ({', '.join(keys)}) have been at zero since "
                        f"{when_utc(clock.since)} ({clock.idle_s // 60} minutes)."),
                  facts=[("Zero since", when_utc(clock.since))],
                  data={"since": clock.since.isoformat(), "gpus": keys})
         if _mailable(job):
-            opted_in = cancel_opted_in(job)
             mail_send_later(
                 template="jobs_zero_use", recipients=[job.owner], key=key,
                 context={"job_pk": job.pk, "job_id": job.job_id, "cluster": job.cluster.name,
                          "gpus": keys, "since": clock.since, "idle_minutes": clock.idle_s // 60,
-                         "staging": not clock.worked,
-                         "cancel_at": _stop_due_at(clock) if opted_in else None,
-                         "action": planned_action(job) if opted_in else ""})
+                         "staging": not clock.worked, "cancel_at": cancel_at,
+                         "action": action})
 
 
 def _last_warn(job: Job, clock: ZeroUse, keys: list[str], now: datetime) -> None:
@@ -71,7 +74,10 @@ def _last_warn(job: Job, clock: ZeroUse, keys: list[str], now: datetime) -> None
                               "idle_s": clock.idle_s, "stop_at": stop_at.isoformat(),
                               "action": planned_action(job), "gpus": keys})
         key = f"jobs.zero_use_last.{job.pk}.{int(clock.since.timestamp())}"
-        job_tell(job, event="job.zero_use_last", key=key, title="last warning: zero use",
+        action = planned_action(job)
+        zero_use_last_warning_tell(job, clock, key=key, gpus=keys, stop_at=stop_at,
+                                   action=action)
+        job_tell(job, event="job.zero_use_last_warning", key=key, title="last warning: zero use",
                  text=(f"Its GPUs have been at zero since {when_utc(clock.since)}; it is "
                        f"stopped ({planned_action(job)}) at {when_utc(stop_at)} unless they "
                        "are used."),
@@ -83,7 +89,7 @@ def _last_warn(job: Job, clock: ZeroUse, keys: list[str], now: datetime) -> None
                 template="jobs_zero_use_last", recipients=[job.owner], key=key,
                 context={"job_pk": job.pk, "job_id": job.job_id, "cluster": job.cluster.name,
                          "gpus": keys, "since": clock.since, "idle_minutes": clock.idle_s // 60,
-                         "stop_at": stop_at, "action": planned_action(job)})
+                         "stop_at": stop_at, "action": action})
 
 
 def _last_warned(job: Job) -> bool:
@@ -131,5 +137,5 @@ def jobs_zero_use_scan(*, now: datetime) -> int:
         elif step == "last_warn":
             _last_warn(job, clock, keys, now)
         elif step == "stop":
-            zero_use_cancel(job=job, clock=clock, now=now)
+            zero_use_cancel(job=job, clock=clock, now=now, gpus=keys)
     return warned

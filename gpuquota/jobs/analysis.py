@@ -10,7 +10,9 @@ GPU-second twice (docs/jobs.md):
 - on the GPUs it used, an idle stretch at the end of the job (`idle_tail`) is wasted whole;
 - before that tail, at most one of `mig_sized`, `interactive_idle`, `input_bound`,
   `low_utilization` (in that order) names what the used GPUs' spare share wasted;
-- `short_job` and `time_limit_far` waste no GPU-second: they cost queue time, not GPUs.
+- `short_job` and `time_limit_far` waste no GPU-second: they cost queue time, not GPUs;
+  nor does `tensor_cores_unused` (DCGM's profiling fields, `profiling.py`): the GPUs
+  worked, on the slow pipes.
 
 Utilization is NVML's (the share of time a kernel ran): one busy SM of 132 reads as 100 %,
 so a high figure proves little; a low one proves the GPU waited.
@@ -21,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
+
+from gpuquota.jobs.profiling import Profile, profile_of, tensor_cores_unused
 
 GIB = 1024 ** 3
 #: A GPU is "holding memory" above this (a CUDA context alone is about 0.5 GiB).
@@ -46,6 +50,10 @@ class Thresholds:
     interactive_idle_s: int = 8 * 3600  # jobstats: sessions over 8 hours at low use
     bursty_share_pct: int = 50  # share of a used GPU's time in bursts to call it input-bound
     used_min_busy_s: int = 600  # a GPU busy less (or under half its time) was not used
+    # tensor_cores_unused (gpuquota's own: jobstats reads no profiling field)
+    tensor_min_util_pct: int = 50  # the used GPUs busy at least this (NVML)...
+    tensor_active_max_pct: int = 1  # ...while their tensor pipes ran under this
+    profiling_coverage_pct: int = 50  # profiling data over this share of their time
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,10 @@ class Point:
     util_max_pct: float | None = None
     memory_used_bytes: int | None = None
     energy_j: float | None = None
+    sm_active_pct: float | None = None  # DCGM's profiling fields (`profiling.py`)
+    sm_occupancy_pct: float | None = None
+    tensor_active_pct: float | None = None
+    dram_active_pct: float | None = None
 
 
 @dataclass
@@ -87,6 +99,7 @@ class GpuFigures:
     memory_total_bytes: int | None = None
     energy_j: float = 0.0
     last_busy_end: datetime | None = None
+    profile: Profile = field(default_factory=Profile)
 
     @property
     def util_avg_pct(self) -> float | None:
@@ -153,6 +166,11 @@ class Analysis:
     def energy_j(self) -> float:
         return sum(g.energy_j for g in self.gpus)
 
+    @property
+    def profile(self) -> Profile | None:
+        """The GPUs' profiling figures merged; None: no profiling data."""
+        return profile_of([g.profile for g in self.gpus])
+
 
 def _clipped(point: Point, facts: JobFacts) -> int:
     start, end = max(point.start, facts.start), min(point.end, facts.end)
@@ -168,6 +186,7 @@ def gpu_figures(series: GpuSeries, facts: JobFacts, t: Thresholds) -> GpuFigures
         if not seconds or point.util_pct is None:
             continue
         figures.sampled_s += seconds
+        figures.profile.add(seconds, point)
         figures.busy_util_s += seconds * float(point.util_pct) / 100
         if float(point.util_pct) < t.idle_util_pct:
             figures.idle_s += seconds
@@ -297,6 +316,21 @@ def _efficiency_note(used: list[GpuFigures], series: list[GpuSeries], facts: Job
     return None
 
 
+def _tensor_note(used: list[GpuFigures], t: Thresholds) -> list[Note]:
+    sampled = sum(g.sampled_s for g in used)
+    title = tensor_cores_unused(
+        used_sampled_s=sampled, profile=profile_of([g.profile for g in used]),
+        util_pct=100 * sum(g.busy_util_s for g in used) / sampled if sampled else 0.0,
+        min_util_pct=t.tensor_min_util_pct, max_tensor_pct=t.tensor_active_max_pct,
+        min_coverage_pct=t.profiling_coverage_pct)
+    return [Note("tensor_cores_unused", "advice", title,
+                 "The math ran on the ordinary FP32 pipes: train in mixed precision "
+                 "(torch.autocast with bfloat16, or FP16 with a gradient scaler; "
+                 "tf.keras.mixed_precision), or allow TF32 on Ampere and later "
+                 "(torch.backends.cuda.matmul.allow_tf32); a job that needs FP64 or no "
+                 "matrix math may ignore this.")] if title else []
+
+
 def analyse(*, facts: JobFacts, gpus_held: int, series: list[GpuSeries],
             thresholds: Thresholds | None = None) -> Analysis:
     """The job's figures and notes (see the module's docstring for what each covers)."""
@@ -328,6 +362,7 @@ def analyse(*, facts: JobFacts, gpus_held: int, series: list[GpuSeries],
         note = _efficiency_note(used, series, facts, t, tail_s, gpus_held) if used else None
         if note is not None:
             result.notes.append(note)
+        result.notes += _tensor_note(used, t)
     if (facts.time_limit_s and duration >= t.min_runtime_s
             and 100 * duration < t.time_efficiency_pct * facts.time_limit_s):
         result.notes.append(Note(

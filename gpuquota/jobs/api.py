@@ -16,6 +16,7 @@ from gpuquota.core.api import ERRORS
 from gpuquota.core.api_fields import query_parse
 from gpuquota.jobs import serializers as s
 from gpuquota.jobs.models import Job
+from gpuquota.jobs.profiling import profile_figures
 from gpuquota.jobs.report import job_report, utilization_chart_points
 from gpuquota.jobs.selectors import job_can_view, jobs_listed, jobs_visible
 
@@ -56,7 +57,7 @@ def report_data(job: Job, now) -> dict:
     gpus = [{"gpu": g.key, "gpu_class": report.classes.get(g.key, ""), "sampled_s": g.sampled_s,
              "idle_s": g.idle_s, "util_avg_pct": g.util_avg_pct, "util_max_pct": g.util_max_pct,
              "memory_max_bytes": g.memory_max_bytes, "memory_total_bytes": g.memory_total_bytes,
-             "energy_j": g.energy_j,
+             "energy_j": g.energy_j, "profiling": profile_figures(g.profile),
              "utilization": [[at.isoformat(), None if v is None else round(v, 1)]
                              for at, v in utilization_chart_points(series, start=job.started_at,
                                                                    end=report.end)]}
@@ -66,7 +67,8 @@ def report_data(job: Job, now) -> dict:
             "idle_share_pct": a.idle_share_pct, "util_avg_pct": a.util_avg_pct,
             "wasted_gpu_s": a.wasted_gpu_s, "cost": report.cost,
             "wasted_cost": report.wasted_cost(a.wasted_gpu_s), "currency": report.currency,
-            "energy_j": a.energy_j, "gpus": gpus, "notes": notes}
+            "energy_j": a.energy_j, "profiling": profile_figures(a.profile), "gpus": gpus,
+            "notes": notes}
 
 
 class JobDetailView(APIView):

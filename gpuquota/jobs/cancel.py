@@ -5,7 +5,8 @@ its first warning and a last one `JOBS_ZERO_USE_LAST_WARNING_S` before. Stopped 
 cluster's scheduler backend (`Backend.job_stop`), which reads it back: a Slurm job is
 cancelled, or requeued where `JOBS_ZERO_USE_REQUEUE` says so and Slurm can; a bare pod is
 deleted, a batch Job's pod stops with its Job suspended (or its Kueue Workload deactivated).
-The evidence is audited whatever the outcome; the owner is mailed when it is done."""
+The evidence is audited whatever the outcome; the owner is mailed when it is done, and the
+team's channels hear of the stop, or of its first refusal in the stretch."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from django.db import transaction
 from gpuquota.core.services import audit_record
 from gpuquota.jobs import conf
 from gpuquota.jobs.models import Job, JobMailOptOut
-from gpuquota.jobs.told import job_tell
+from gpuquota.jobs.told import zero_use_stopped_tell
+from gpuquota.jobs.told_owner import job_tell
 from gpuquota.jobs.zero_use import ZeroUse
 from gpuquota.mail.outbox import mail_send_later
 from gpuquota.outbox.render import when_utc
@@ -72,7 +74,7 @@ def _stop(job: Job) -> JobStopped | str:
 
 
 def _owner_mailed(job: Job, clock: ZeroUse, stopped: JobStopped) -> None:
-    job_tell(job, event="job.stopped", key=f"jobs.zero_use_cancelled.{job.pk}",
+    job_tell(job, event="job.zero_use_stopped", key=f"jobs.zero_use_cancelled.{job.pk}",
              title="stopped for zero use",
              text=(f"Its GPUs were at zero since {when_utc(clock.since)}: {stopped.how}"
                    + (f" ({stopped.note})" if stopped.note else "") + "."),
@@ -88,9 +90,10 @@ def _owner_mailed(job: Job, clock: ZeroUse, stopped: JobStopped) -> None:
                              "note": stopped.note, "target": stopped.target})
 
 
-def zero_use_cancel(*, job: Job, clock: ZeroUse, now: datetime) -> bool:
-    """Stop `job` (due, warned twice, opted in: the caller checked) and audit it; True when
-    the scheduler shows it stopped."""
+def zero_use_cancel(*, job: Job, clock: ZeroUse, now: datetime, gpus: list[str]) -> bool:
+    """Stop `job` (due, warned twice, opted in: the caller checked), audit it and tell the
+    team's channels (a refusal once per stretch); True when the scheduler shows it
+    stopped."""
     outcome = _stop(job)
     done = isinstance(outcome, JobStopped)
     with transaction.atomic():
@@ -115,4 +118,11 @@ def zero_use_cancel(*, job: Job, clock: ZeroUse, now: datetime) -> bool:
                      changes=evidence, reason=outcome.note if done else outcome)
         if done:
             _owner_mailed(job, clock, outcome)
+            zero_use_stopped_tell(job, clock, key=f"jobs.zero_use_cancelled.{job.pk}",
+                                  gpus=gpus, how=outcome.how, detail=outcome.note,
+                                  refused=False)
+        else:
+            zero_use_stopped_tell(
+                job, clock, key=f"jobs.zero_use_refused.{job.pk}.{int(clock.since.timestamp())}",
+                gpus=gpus, how="refused", detail=outcome, refused=True)
     return done

@@ -29,7 +29,8 @@ Source = Job.Source
 _SOURCE_OF_RECORD = {"kubernetes": Source.KUBERNETES, "docker": Source.DOCKER,
                      "unix": Source.UNIX, None: Source.UNIX}
 FIELDS = ["ended_at", "state", "user_name", "account", "partition", "interactive", "team_id",
-          "owner_id"]
+          "owner_id", "last_seen_at"]
+PROCESS_SOURCES = (Source.KUBERNETES, Source.DOCKER, Source.UNIX)
 
 
 class Owners:
@@ -169,9 +170,9 @@ def _record_key(row: dict) -> tuple[str, str]:
     return Source.UNIX, f"{row['pid']}@{row['pid_start']}"
 
 
-def process_jobs_collect(*, cluster: Cluster, since: datetime, now: datetime) -> int:
-    """Jobs for the pods, containers and bare processes seen on the cluster's GPUs since
-    `since` (Slurm's processes are its jobs'); returns how many were written."""
+def _records_seen(cluster: Cluster, since: datetime, now: datetime) -> dict:
+    """The pods, containers and processes with records since `since`: by job key, their
+    GPUs, first and last window, user and account (one aggregate query)."""
     rows = (ProcessRecord.objects
             .filter(gpu__node__cluster=cluster, window_start__gte=since, window_start__lt=now)
             .exclude(job_source="slurm")
@@ -185,21 +186,37 @@ def process_jobs_collect(*, cluster: Cluster, since: datetime, now: datetime) ->
         job["first"] = min(filter(None, [job["first"], row["first"]]))
         job["last"] = max(filter(None, [job["last"], row["last"]]))
         job["user"], job["account"] = row["user"] or "", row["job_account"] or ""
-    if not jobs:
-        return 0
-    known_rows = list(Job.objects.filter(
-        cluster=cluster, source__in={s for s, _ in jobs}, job_id__in={j for _, j in jobs})
+    return jobs
+
+
+def process_jobs_collect(*, cluster: Cluster, since: datetime, now: datetime) -> int:
+    """Jobs for the pods, containers and bare processes seen on the cluster's GPUs since
+    `since` (Slurm's processes are its jobs'); a known running one not seen since ends once
+    `report_settle_s` has passed its last record (`last_seen_at`), so `since` may be the
+    last pass's mark. Returns how many were written."""
+    jobs = _records_seen(cluster, since, now)
+    known_rows = list(Job.objects.filter(cluster=cluster).filter(
+        Q(source__in={s for s, _ in jobs}, job_id__in={j for _, j in jobs})
+        | Q(source__in=PROCESS_SOURCES, reported_at__isnull=True, ended_at__isnull=True))
         .order_by("-started_at", "-pk"))
     earliest: dict[tuple[str, str], Job] = {}  # the latest unreported job of each id
     for job in known_rows:
         if job.reported_at is None:
             earliest.setdefault((job.source, job.job_id), job)
+    settle = timedelta(seconds=conf.report_settle_s())
+    for key, job in earliest.items():  # running, not seen since: as far as it was seen
+        if key not in jobs and job.ended_at is None and job.last_seen_at is not None \
+                and now - job.last_seen_at >= settle:
+            jobs[key] = {"gpus": set(), "first": job.started_at, "last": job.last_seen_at,
+                         "user": job.user_name, "account": job.account}
+    if not jobs:
+        return 0
     held = defaultdict(set)
     for job_pk, gpu_id in JobGpu.objects.filter(
             job__in=[j.pk for j in earliest.values()]).values_list("job_id", "gpu_id"):
         held[job_pk].add(gpu_id)
-    settle = timedelta(seconds=conf.report_settle_s())
-    resolver = OwnerResolver(cluster_ids={cluster.pk}, start=since, end=now)
+    resolver = OwnerResolver(cluster_ids={cluster.pk}, end=now, start=min(
+        [since, *(j.started_at for j in earliest.values())]))
     owners = Owners(cluster.pk, {seen["user"] for seen in jobs.values()})
     upserts, moved = [], []
     for (source, job_id), seen in jobs.items():
@@ -207,6 +224,7 @@ def process_jobs_collect(*, cluster: Cluster, since: datetime, now: datetime) ->
         start = min(seen["first"], earlier.started_at) if earlier else seen["first"]
         if earlier:
             seen["gpus"] |= held[earlier.pk]
+            seen["last"] = max(filter(None, [seen["last"], earlier.last_seen_at]))
             if earlier.started_at != start:
                 earlier.started_at = start
                 moved.append(earlier)
@@ -215,7 +233,7 @@ def process_jobs_collect(*, cluster: Cluster, since: datetime, now: datetime) ->
         upserts.append(_Upsert(source, job_id, start, {
             "ended_at": ended, "state": "ENDED" if ended else "RUNNING",
             "user_name": seen["user"], "account": seen["account"],
-            "interactive": False,
+            "interactive": False, "last_seen_at": seen["last"],
             "owner_id": owners.at(seen["user"], start),
             "team_id": resolver.team_id(cluster_id=cluster.pk, job_source=record_source,
                                         job_account=seen["account"], user=seen["user"],

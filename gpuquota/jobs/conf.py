@@ -34,6 +34,9 @@ def thresholds() -> Thresholds:
         interactive_idle_s=_int("JOBS_INTERACTIVE_IDLE_S", d.interactive_idle_s),
         bursty_share_pct=_int("JOBS_BURSTY_SHARE_PCT", d.bursty_share_pct),
         used_min_busy_s=_int("JOBS_USED_MIN_BUSY_S", d.used_min_busy_s),
+        tensor_min_util_pct=_int("JOBS_TENSOR_MIN_UTIL_PCT", d.tensor_min_util_pct),
+        tensor_active_max_pct=_int("JOBS_TENSOR_ACTIVE_MAX_PCT", d.tensor_active_max_pct),
+        profiling_coverage_pct=_int("JOBS_PROFILING_COVERAGE_PCT", d.profiling_coverage_pct),
     )
 
 
@@ -120,3 +123,15 @@ def zero_use_last_warning_s() -> int:
     stopped, and the job is never stopped sooner after it (default 900: Job Defense
     Shield's second warning at 105 minutes, 15 before the cancellation)."""
     return _int("JOBS_ZERO_USE_LAST_WARNING_S", 900)
+
+
+def collect_overlap_s() -> int:
+    """JOBS_COLLECT_OVERLAP_S: an incremental collection reads the process records from the
+    last pass's mark less this (records that arrive late, by their window)."""
+    return _int("JOBS_COLLECT_OVERLAP_S", 900)
+
+
+def collect_full_every_s() -> int:
+    """JOBS_COLLECT_FULL_EVERY_S: a collection reads the whole lookback (two days) again at
+    least this often (records delivered hours late, an agent's spool catching up)."""
+    return _int("JOBS_COLLECT_FULL_EVERY_S", 3600)

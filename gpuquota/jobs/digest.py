@@ -1,8 +1,9 @@
 """The weekly digest (docs/jobs.md, The weekly digest): each user whose reported jobs of the
 last ISO week held `JOBS_DIGEST_MIN_GPU_S` or more at an efficiency under
 `JOBS_DIGEST_MAX_EFFICIENCY_PCT` gets their worst jobs and the pitfalls behind them; each
-team's leads get the team's users ranked. Queued in the mail outbox under the week's key,
-so a second run in the same week mails no one again; never to a user who opted out."""
+team's leads get the team's users ranked, and the team's channels the team's figures and
+pitfalls (`told.py`). Queued in the mail and notification outboxes under the week's key, so
+a second run in the same week sends nothing again; never mail to a user who opted out."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from accounts.selectors import team_leads
 from gpuquota.jobs import conf
 from gpuquota.jobs.models import Job, JobMailOptOut
 from gpuquota.jobs.selectors import WORST_FIRST, jobs_efficiency, team_users_ranked
+from gpuquota.jobs.told import team_digest_tell
 from gpuquota.mail.outbox import mail_send_later
 
 TOP = 5
@@ -61,6 +63,8 @@ def jobs_digest_send(*, now: datetime) -> dict:
             mine = week.filter(team=team)
             figures = jobs_efficiency(jobs=mine)
             recipients = [u for u in team_leads(team=team, at=until) if u.pk not in opted_out]
+            team_digest_tell(team=team, key=f"{key}.team.{team.pk}", since=since, until=until,
+                             figures=figures, jobs=mine)
             leads += mail_send_later(
                 template="jobs_team_digest", recipients=recipients, key=f"{key}.team.{team.pk}",
                 context={"since": since, "until": until, "team_name": team.name,

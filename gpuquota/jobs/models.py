@@ -54,6 +54,9 @@ class Job(models.Model):
         max_length=16, blank=True,
         help_text="cancelled, requeued, deleted (a pod) or suspended (a Job or Workload).")
     zero_use_cancel_failed_at = WholeSecondDateTimeField(null=True, blank=True)
+    last_seen_at = WholeSecondDateTimeField(
+        null=True, blank=True,
+        help_text="A pod's, container's or process's last record's end, as far as collected.")
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -104,6 +107,20 @@ class JobNote(models.Model):
 
     def __str__(self) -> str:
         return f"job #{self.job_id}: {self.code}"
+
+
+class JobCollectMark(models.Model):
+    """How far a cluster's process records were collected (docs/jobs.md, Where jobs come
+    from): the next pass reads from `records_until` less an overlap, and the whole lookback
+    again once `full_at` is older than `JOBS_COLLECT_FULL_EVERY_S`."""
+
+    cluster = models.OneToOneField("inventory.Cluster", on_delete=models.CASCADE,
+                                   related_name="+")
+    records_until = WholeSecondDateTimeField()
+    full_at = WholeSecondDateTimeField()
+
+    def __str__(self) -> str:
+        return f"cluster #{self.cluster_id}: records collected until {self.records_until}"
 
 
 class JobMailOptOut(models.Model):

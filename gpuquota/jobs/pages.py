@@ -9,6 +9,7 @@ from accounts.selectors import memberships_current
 from gpuquota.core.timeutil import Period
 from gpuquota.jobs import conf
 from gpuquota.jobs.models import Job
+from gpuquota.jobs.profiling import profile_figures
 from gpuquota.jobs.report import job_report, utilization_chart_points
 from gpuquota.jobs.selectors import (
     fleet_waste,
@@ -41,6 +42,7 @@ def job_page_context(*, job: Job, now: datetime) -> dict:
             "memory_pct": figures.memory_max_pct,
             "idle_pct": 100 * figures.idle_s / figures.sampled_s if figures.sampled_s else None,
             "energy_kwh": figures.energy_j / 3.6e6,
+            "profiling": profile_figures(figures.profile),
             "chart": svg_bar_chart(
                 points=utilization_chart_points(series, start=job.started_at, end=report.end),
                 max_value=100, title=f"GPU utilization of {figures.key}"),
@@ -53,6 +55,7 @@ def job_page_context(*, job: Job, now: datetime) -> dict:
             "wasted_hours": f"{a.wasted_gpu_s / 3600:.2f}",
             "wasted_cost": report.wasted_cost(a.wasted_gpu_s),
             "energy_kwh": a.energy_j / 3.6e6, "thresholds": conf.thresholds(),
+            "profiling": profile_figures(a.profile),
             "running": job.ended_at is None}
 
 

@@ -57,6 +57,10 @@ class JobReport:
         return None if exact is None else cents(exact)
 
 
+def _float(value) -> float | None:
+    return None if value is None else float(value)
+
+
 def _gpu_key(gpu: Gpu) -> str:
     return f"{gpu.node.hostname}/{gpu.index if gpu.index is not None else gpu.uuid[:12]}"
 
@@ -86,11 +90,12 @@ def jobs_series(*, jobs: list[Job], end: datetime, ends: dict[int, datetime] | N
                                  for start, pks in by_start.items())))
             .order_by("gpu_id", "window_start")
             .values_list("gpu_id", "window_start", "window_end", "util_gpu_avg", "util_gpu_max",
-                         "memory_used_bytes_max", "energy_j")) if points else ()
-    for gpu_id, begin, stop, util, util_max, memory, energy in rows:
-        points[gpu_id].append(Point(begin, stop, None if util is None else float(util),
-                                    None if util_max is None else float(util_max),
-                                    memory, energy))
+                         "memory_used_bytes_max", "energy_j", "sm_active_avg",
+                         "sm_occupancy_avg", "tensor_active_avg", "dram_active_avg")
+            ) if points else ()
+    for gpu_id, begin, stop, util, util_max, memory, energy, *profiling in rows:
+        points[gpu_id].append(Point(begin, stop, _float(util), _float(util_max), memory, energy,
+                                    *(_float(v) for v in profiling)))
     found = {}
     for job in jobs:
         mine = sorted({g.pk: g for g in held[job.pk]}.values(),

@@ -16,7 +16,8 @@ class JobQuerySerializer(serializers.Serializer):
 class JobNoteSerializer(serializers.Serializer):
     code = serializers.CharField(help_text="gpus_unused, memory_held_idle, idle_tail, "
                                            "mig_sized, interactive_idle, input_bound, "
-                                           "low_utilization, short_job, time_limit_far")
+                                           "low_utilization, short_job, time_limit_far, "
+                                           "tensor_cores_unused")
     severity = serializers.CharField(help_text="waste (costs GPU-hours) or advice")
     title = serializers.CharField()
     advice = serializers.CharField()
@@ -48,6 +49,21 @@ class JobSerializer(serializers.Serializer):
     notes = JobNoteSerializer(many=True)
 
 
+class ProfilingSerializer(serializers.Serializer):
+    """DCGM's profiling fields, as percentages over the sampled windows that carry each
+    (null for a field its source did not have)."""
+
+    sm_active_pct = serializers.FloatField(allow_null=True, help_text="DCGM_FI_PROF_SM_ACTIVE")
+    sm_occupancy_pct = serializers.FloatField(allow_null=True,
+                                              help_text="DCGM_FI_PROF_SM_OCCUPANCY")
+    tensor_active_pct = serializers.FloatField(allow_null=True,
+                                               help_text="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+    dram_active_pct = serializers.FloatField(allow_null=True, help_text="DCGM_FI_PROF_DRAM_ACTIVE")
+
+
+NO_PROFILING = "null: no profiling data (never 0)"
+
+
 class JobGpuSerializer(serializers.Serializer):
     gpu = serializers.CharField(help_text="node/index")
     gpu_class = serializers.CharField()
@@ -58,6 +74,7 @@ class JobGpuSerializer(serializers.Serializer):
     memory_max_bytes = serializers.IntegerField(allow_null=True)
     memory_total_bytes = serializers.IntegerField(allow_null=True)
     energy_j = serializers.FloatField()
+    profiling = ProfilingSerializer(allow_null=True, help_text=NO_PROFILING)
     utilization = serializers.ListField(
         child=serializers.ListField(), help_text="[[bucket start, mean % or null], ...]")
 
@@ -77,5 +94,6 @@ class JobReportSerializer(serializers.Serializer):
     wasted_cost = serializers.DecimalField(max_digits=14, decimal_places=2, allow_null=True)
     currency = serializers.CharField()
     energy_j = serializers.FloatField()
+    profiling = ProfilingSerializer(allow_null=True, help_text=NO_PROFILING)
     gpus = JobGpuSerializer(many=True)
     notes = JobNoteSerializer(many=True)

@@ -13,9 +13,9 @@ from gpuquota.core.services import audit_record
 from gpuquota.inventory.models import Cluster
 from gpuquota.jobs import conf
 from gpuquota.jobs.collect import process_jobs_collect, slurm_jobs_collect
-from gpuquota.jobs.models import Job, JobMailOptOut, JobNote
+from gpuquota.jobs.models import Job, JobCollectMark, JobMailOptOut, JobNote
 from gpuquota.jobs.report import JobReport, Prices, job_report, jobs_series
-from gpuquota.jobs.told import job_tell
+from gpuquota.jobs.told_owner import job_tell
 from gpuquota.mail.outbox import mail_send_later
 
 #: Each refresh looks this far back for jobs that ran (the task runs every few minutes).
@@ -24,14 +24,37 @@ LOOKBACK = timedelta(days=2)
 TOO_OLD_TO_MAIL = timedelta(days=2)
 
 
+def _records_since(marks: dict[int, JobCollectMark], cluster: Cluster,
+                   now: datetime) -> datetime | None:
+    """Where this pass reads the cluster's process records from: its mark less the overlap,
+    or None (the whole lookback) with no mark, a mark in the future or a full read due."""
+    mark = marks.get(cluster.pk)
+    if mark is None or mark.records_until > now or (
+            now - mark.full_at >= timedelta(seconds=conf.collect_full_every_s())):
+        return None
+    return max(now - LOOKBACK, mark.records_until - timedelta(
+        seconds=conf.collect_overlap_s()))
+
+
 def jobs_collect(*, now: datetime, since: datetime | None = None) -> int:
     """Jobs of every cluster that ran since `since` (default: LOOKBACK); returns how many
-    were written."""
-    since = since or now - LOOKBACK
-    written = 0
+    were written. Without `since` (the periodic task) the process records are read
+    incrementally: from each cluster's mark less `JOBS_COLLECT_OVERLAP_S`, the whole
+    lookback at least every `JOBS_COLLECT_FULL_EVERY_S`; the mark moves to `now`."""
+    lookback = since or now - LOOKBACK
+    marks = {} if since else {m.cluster_id: m for m in JobCollectMark.objects.all()}
+    written, moved = 0, []
     for cluster in Cluster.objects.order_by("pk"):
-        written += slurm_jobs_collect(cluster=cluster, since=since, now=now)
-        written += process_jobs_collect(cluster=cluster, since=since, now=now)
+        written += slurm_jobs_collect(cluster=cluster, since=lookback, now=now)
+        records_since = None if since else _records_since(marks, cluster, now)
+        written += process_jobs_collect(cluster=cluster, since=records_since or lookback,
+                                        now=now)
+        moved.append(JobCollectMark(cluster=cluster, records_until=now, full_at=now
+                                    if records_since is None else marks[cluster.pk].full_at))
+    if not since:  # every cluster's mark in one statement
+        JobCollectMark.objects.bulk_create(moved, update_conflicts=True,
+                                           unique_fields=["cluster"],
+                                           update_fields=["records_until", "full_at"])
     return written
 
 

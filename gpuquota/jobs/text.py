@@ -3,6 +3,7 @@ node): jobstats' layout, gpuquota's notes."""
 
 from __future__ import annotations
 
+from gpuquota.jobs.profiling import Profile, profile_figures
 from gpuquota.jobs.report import JobReport
 
 RULE = "=" * 78
@@ -18,6 +19,24 @@ def _bar(pct: float | None, width: int = 40) -> str:
 def _length(seconds: int) -> str:
     hours, rest = divmod(seconds, 3600)
     return f"{hours:d}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _profiling_lines(profile: Profile | None) -> list[str]:
+    figures = profile_figures(profile)
+    if figures is None:
+        return ["SM/tensor        no profiling data"]
+    return [f"SM active        {_bar(figures['sm_active_pct'])}",
+            f"SM occupancy     {_bar(figures['sm_occupancy_pct'])}",
+            f"Tensor active    {_bar(figures['tensor_active_pct'])}",
+            f"DRAM active      {_bar(figures['dram_active_pct'])}"]
+
+
+def _profiling_short(profile: Profile | None) -> str:
+    figures = profile_figures(profile)
+    if figures is None:
+        return "no profiling data"
+    return " ".join(f"{label} {'-' if figures[name] is None else f'{figures[name]:.0f}%'}"
+                    for label, name in (("sm", "sm_active_pct"), ("tensor", "tensor_active_pct")))
 
 
 def report_text(report: JobReport) -> str:
@@ -37,12 +56,13 @@ def report_text(report: JobReport) -> str:
              "", "Overall", RULE,
              f"GPU utilization  {_bar(a.util_avg_pct)}",
              f"GPU idle share   {_bar(a.idle_share_pct)}",
+             *_profiling_lines(a.profile),
              "", "Per GPU", RULE]
     for g in a.gpus:
         memory = (f"{g.memory_max_bytes / 1024 ** 3:.1f}/{g.memory_total_bytes / 1024 ** 3:.0f}"
                   " GiB" if g.memory_max_bytes is not None and g.memory_total_bytes else "-")
         lines.append(f"{g.key:<20} util {_bar(g.util_avg_pct, 20)}  memory {memory}  "
-                     f"idle {g.idle_s // 60} min")
+                     f"idle {g.idle_s // 60} min  {_profiling_short(g.profile)}")
     lines += ["", "Notes", RULE]
     if not a.notes:
         lines.append("No pitfall found.")

@@ -110,8 +110,18 @@ def owner_processes_seen(*, candidates: list[Candidate], now: datetime) -> dict[
 def borrower_team_ids(*, candidate: Candidate, until: datetime) -> set[int | None]:
     """The owner teams (None: unattributed) of the borrowers' processes on the GPU over
     [since, until): the reserving team's own processes are not borrowers."""
-    return {team_id for _, _, team_id in
-            _team_windows([candidate], candidate.since, until, own=False)}
+    return borrower_team_ids_by_gpu(candidates=[candidate], until=until)[candidate.gpu_id]
+
+
+def borrower_team_ids_by_gpu(*, candidates: list[Candidate], until: datetime
+                             ) -> dict[int, set[int | None]]:
+    """`borrower_team_ids` of each candidate (one per GPU), by GPU id, read at once."""
+    found: dict[int, set[int | None]] = {c.gpu_id: set() for c in candidates}
+    if candidates:
+        start = min(c.since for c in candidates)
+        for gpu_id, _, team_id in _team_windows(candidates, start, until, own=False):
+            found[gpu_id].add(team_id)
+    return found
 
 
 def seen_free_at(*, candidate: Candidate, now: datetime) -> datetime | None:

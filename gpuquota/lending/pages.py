@@ -16,6 +16,9 @@ from gpuquota.lending.selectors import (
 from gpuquota.reservations.models import Reservation
 
 OPEN = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE)
+#: Loans of the pool listed on the admin's page (by cluster, node and GPU): rendering them
+#: all took 1 s at 10,000 GPUs (1,257 lent) and would grow with the fleet (issue 34).
+POOL_SHOWN = 200
 
 
 def optout_form(*, team: Team, data=None) -> OptOutForm:
@@ -47,9 +50,10 @@ def admin_lending_context(*, now: datetime, days: int) -> dict:
     """The admin's lending page: the pool (lent now), returns waiting for their GPU to be
     free, recent returns with the time-to-return over `days`, live opt-outs."""
     start = now - timedelta(days=days)
-    return {"pool": list(loans_list(state="open").order_by("gpu__node__cluster__name",
-                                                           "gpu__node__hostname",
-                                                           "gpu__index")),
+    pool = loans_list(state="open")
+    return {"pool": list(pool.order_by("gpu__node__cluster__name", "gpu__node__hostname",
+                                       "gpu__index")[:POOL_SHOWN]),
+            "pool_count": pool.count(), "pool_shown": POOL_SHOWN,
             "returning": list(loans_list(state="returning")),
             "returns": [{"loan": loan, "ttr_s": int((loan.freed_at - loan.returned_at)
                                                     .total_seconds())}

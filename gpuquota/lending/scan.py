@@ -75,8 +75,11 @@ def _return_failed(open_loans, now: datetime) -> int:
         gpu_id__in=open_loans.values("gpu_id"), state=GpuHealthInterval.State.FAILED,
         valid_from__lte=now).values_list("gpu_id", "valid_from")
     failed_from = dict(failures)
+    # the failed GPU's own drain: a loan on another GPU of a drained node runs on (Slurm's
+    # DRAIN lets running jobs finish), it is only not lent again
     for gpu_id, event_at, _ in drained_spans(gpu_ids=open_loans.values_list("gpu_id", flat=True),
-                                              start=now, end=now + timedelta(seconds=1)):
+                                              start=now, end=now + timedelta(seconds=1),
+                                              node_wide=False):
         failed_from[gpu_id] = min(failed_from.get(gpu_id, event_at), event_at)
     returned = 0
     for loan in open_loans.filter(gpu_id__in=failed_from):

@@ -11,7 +11,7 @@ from django.utils import timezone
 from accounts.models import Team
 from gpuquota.inventory.models import Cluster, GpuHealthInterval
 from gpuquota.lending.conf import lend_after_idle_s
-from gpuquota.lending.idle import Candidate, borrower_team_ids
+from gpuquota.lending.idle import Candidate, borrower_team_ids_by_gpu
 from gpuquota.lending.models import LendingOptOut
 from gpuquota.reliability.held import drained_gpu_ids
 from gpuquota.reservations.models import Assignment, Loan, Reservation
@@ -167,11 +167,12 @@ def team_loans(*, team: Team, now: datetime | None = None,
     now = now or timezone.now()
     live = loans_list().filter(Q(returned_at__isnull=True) | Q(freed_at__isnull=True))
     result = TeamLoans(lent=list(live.filter(assignment__reservation__team=team)))
-    for loan in live.filter(returned_at__isnull=True).exclude(
-            assignment__reservation__team=team):
-        since = max(loan.lent_from, now - lookback)
-        if team.pk in borrower_team_ids(candidate=loan_candidate(loan, since=since), until=now):
-            result.borrowed.append(loan)
+    others = list(live.filter(returned_at__isnull=True).exclude(
+        assignment__reservation__team=team))
+    borrowers = borrower_team_ids_by_gpu(candidates=[
+        loan_candidate(loan, since=max(loan.lent_from, now - lookback)) for loan in others],
+        until=now)
+    result.borrowed = [loan for loan in others if team.pk in borrowers[loan.gpu_id]]
     return result
 
 

@@ -24,6 +24,10 @@ TEAM_EVENTS: dict[str, str] = {
     "reclaim.objected": "a lead objects to a reclaim",
     "reclaim.upheld": "a reclaim upheld over an objection",
     "gpu.drained": "a GPU of a reservation drained",
+    "job.zero_use_warned": "a job at zero use warned",
+    "job.zero_use_last_warning": "a job at zero use warned a last time",
+    "job.zero_use_stopped": "a job at zero use stopped (or the stop refused)",
+    "job.team_digest": "the week's job digest",
 }
 
 ADMIN_EVENTS: dict[str, str] = {
@@ -38,9 +42,9 @@ ADMIN_EVENTS: dict[str, str] = {
 }
 
 USER_EVENTS: dict[str, str] = {
-    "job.zero_use": "a job of yours at zero use (first warning)",
-    "job.zero_use_last": "a job of yours still at zero use (last warning before it stops)",
-    "job.stopped": "a job of yours stopped for zero use",
+    "job.zero_use_warned": "a job of yours at zero use (first warning)",
+    "job.zero_use_last_warning": "a job of yours still at zero use (last warning before it stops)",
+    "job.zero_use_stopped": "a job of yours stopped for zero use",
     "job.wasteful": "a job of yours wasted GPU time (with advice)",
 }
 

@@ -119,6 +119,26 @@ def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
     return made
 
 
+def drains_observe(*, now: datetime) -> list[Drain]:
+    """Read back each open drain written to a scheduler: is the node still running jobs
+    (draining) or empty (drained)? The drains whose progress changed; a backend that cannot
+    tell, or fails to answer, leaves the last reading."""
+    changed = []
+    for drain in Drain.objects.filter(released_at__isnull=True, state=Drain.State.DRAINED
+                                      ).select_related("node__cluster"):
+        backend = _backend(drain.node)
+        try:
+            progress = backend.node_drain_progress(hostname=drain.node.hostname) if backend \
+                else ""
+        except BackendError:
+            continue
+        if progress and progress != drain.progress:
+            drain.progress, drain.progress_at = progress, now
+            drain.save(update_fields=["progress", "progress_at"])
+            changed.append(drain)
+    return changed
+
+
 def _release(drain: Drain, *, at: datetime, by, fix: str) -> Drain:
     backend = _backend(drain.node)
     if backend is not None and drain.state == Drain.State.DRAINED:

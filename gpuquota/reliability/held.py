@@ -1,23 +1,39 @@
-"""What a drain keeps out (docs/reliability.md#what-a-drain-keeps-out): the drained GPU,
-from its failure until the drain ends, is neither assigned to a new reservation nor lent,
+"""What a drain keeps out (docs/reliability.md#what-a-drain-keeps-out): from its failure
+until the drain ends, the drained GPU is neither assigned to a new reservation nor lent,
 whatever its health intervals say (a GPU whose failure needs a replacement may report
-good samples after a reboot and still wait for the replacement). Capacity reads this
-through the core hook `GPUS_HELD_OUT` (reservations sit below reliability); lending reads
-it directly."""
+good samples after a reboot and still wait for the replacement). A drain written to the
+scheduler (Slurm's `State=DRAIN`, Kubernetes' cordon) keeps the whole node from new work,
+so it holds out every GPU of the node; a drain only recorded (no backend writes for the
+cluster) holds out its own GPU. Capacity reads this through the core hook `GPUS_HELD_OUT`
+(reservations sit below reliability); lending reads it directly."""
 
 from datetime import datetime, timedelta
 
 from django.db.models import F, Q
 
+from gpuquota.inventory.models import Gpu
 from gpuquota.reliability.models import Drain
 
 
-def drained_spans(*, gpu_ids, start: datetime, end: datetime) -> list[tuple]:
-    """(gpu_id, from, until or None) of the drains of `gpu_ids` overlapping [start, end)."""
-    return list(Drain.objects.filter(
-        Q(released_at__isnull=True) | Q(released_at__gt=start), gpu_id__in=list(gpu_ids),
-        event_at__lt=end).exclude(released_at__lte=F("event_at"))
-        .values_list("gpu_id", "event_at", "released_at"))
+def drained_spans(*, gpu_ids, start: datetime, end: datetime,
+                  node_wide: bool = True) -> list[tuple]:
+    """(gpu_id, from, until or None) of the drains holding `gpu_ids` out over [start, end):
+    their own drains and, with `node_wide`, their nodes' drains written to the scheduler.
+    One query."""
+    ids = list(gpu_ids)
+    own = (Drain.objects.filter(Q(released_at__isnull=True) | Q(released_at__gt=start),
+                                gpu_id__in=ids, event_at__lt=end)
+           .exclude(released_at__lte=F("event_at"))
+           .values_list("gpu_id", "event_at", "released_at"))
+    if not node_wide:
+        return list(own)
+    node = (Gpu.objects.filter(Q(node__drains__released_at__isnull=True)
+                               | Q(node__drains__released_at__gt=start), id__in=ids,
+                               node__drains__state=Drain.State.DRAINED,
+                               node__drains__event_at__lt=end)
+            .values_list("id", "node__drains__event_at", "node__drains__released_at"))
+    return [(gpu_id, since, until) for gpu_id, since, until in own.union(node)
+            if until is None or until > since]
 
 
 def drained_gpu_ids(*, gpu_ids, at: datetime) -> set[int]:

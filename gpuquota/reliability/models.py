@@ -26,6 +26,15 @@ class Drain(models.Model):
     after_jobs = models.BooleanField(
         default=False, help_text="A lesser (warning) event: the running jobs finish first (the "
         "node shows DRAINING until they end); a critical one drains at once.")
+    class Progress(models.TextChoices):
+        UNKNOWN = "", "Not read"
+        DRAINING = "draining", "Draining: jobs still running"
+        DRAINED = "drained", "Drained: no job left"
+
+    progress = models.CharField(
+        max_length=16, choices=Progress.choices, blank=True, default="",
+        help_text="As the scheduler last showed it (Slurm MIXED+DRAIN vs IDLE+DRAIN)")
+    progress_at = WholeSecondDateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     released_at = WholeSecondDateTimeField(null=True, blank=True)
     released_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
@@ -39,7 +48,43 @@ class Drain(models.Model):
                                     name="drain_one_open_per_node"),
             models.CheckConstraint(condition=Q(state__in=["drained", "recorded", "refused"]),
                                    name="drain_state_valid"),
+            models.CheckConstraint(condition=Q(progress__in=["", "draining", "drained"]),
+                                   name="drain_progress_valid"),
         ]
 
     def __str__(self) -> str:
         return f"{self.node} drained for {self.reason}"
+
+
+class Rma(models.Model):
+    """A GPU sent back to its vendor (RMA), by its board serial; it keeps the slot's history
+    when the GPU that replaces it comes with a new UUID in the same slot (node and index)."""
+
+    gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="rmas",
+                            help_text="The GPU sent back (its UUID, its history)")
+    serial = models.CharField(max_length=64, help_text="The board serial (nvidia-smi -q)")
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="+",
+                             help_text="The slot: the node the GPU was in")
+    index = models.PositiveIntegerField(null=True, blank=True, help_text="The slot's index")
+    reason = models.CharField(max_length=200)
+    drain = models.ForeignKey(Drain, null=True, blank=True, on_delete=models.PROTECT,
+                              related_name="rmas")
+    opened_at = WholeSecondDateTimeField()
+    opened_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                                  related_name="+")
+    replacement = models.ForeignKey("inventory.Gpu", null=True, blank=True,
+                                    on_delete=models.PROTECT, related_name="replaces",
+                                    help_text="The GPU that took the slot (a new UUID)")
+    replaced_at = WholeSecondDateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-opened_at"]
+        verbose_name = "RMA"
+        constraints = [
+            models.UniqueConstraint(fields=["gpu"], condition=Q(replacement__isnull=True),
+                                    name="rma_one_open_per_gpu"),
+            models.CheckConstraint(condition=~Q(serial=""), name="rma_serial_given"),
+        ]
+
+    def __str__(self) -> str:
+        return f"RMA of {self.serial} ({self.gpu})"

@@ -65,7 +65,7 @@ def _move(drain: Drain, old: Assignment, now: datetime):
         return None  # a concurrent request took it: the next pass looks again
     mark_past_dirty(gpu_ids=[new_gpu.id], start=at, end=until, now=now)
     audit_record(actor=None, action="reservation.swap", obj=reservation, team=reservation.team,
-                 changes={"from_gpu": drain.gpu.uuid, "to_gpu": new_gpu.uuid,
+                 changes={"from_gpu": old.gpu.uuid, "to_gpu": new_gpu.uuid,
                           "at": at.isoformat(), "drain": drain.pk},
                  reason=f"drained for {drain.reason}")
     return new
@@ -75,7 +75,8 @@ def _notify(drain: Drain, reservation: Reservation, moved: list, kept: bool, now
     context = {**reservation_mail_context(reservation), "drain": {
         "id": drain.pk, "reason": drain.reason, "needs": drain.needs, "event_at": drain.event_at,
         "gpu": _gpu_text(drain.gpu), "moved_to": [_gpu_text(a.gpu) for a in moved],
-        "kept": kept,
+        "kept": kept, "node": drain.node.hostname,
+        "node_wide": drain.state == Drain.State.DRAINED,
         "same_node": reservation.placement == Reservation.Placement.SAME_NODE}}
     what = "kept" if kept else "replaced-" + "-".join(str(a.pk) for a in moved)
     key = f"drain:{drain.pk}:reservation:{reservation.pk}:{what}"
@@ -98,9 +99,13 @@ def _notify(drain: Drain, reservation: Reservation, moved: list, kept: bool, now
 
 @transaction.atomic
 def drain_reservations_move(*, drain: Drain, now: datetime) -> dict:
-    """Move the drained GPU's assignments still ahead; {"moved": n, "kept": n}."""
-    ahead = list(Assignment.objects.filter(gpu=drain.gpu, assigned_until__gt=now,
-                                           reservation__status__in=HOLDING)
+    """Move the assignments still ahead on the drained GPU (on any GPU of its node when
+    the drain was written to the scheduler, which keeps the whole node from new work);
+    {"moved": n, "kept": n}."""
+    on = {"gpu__node_id": drain.node_id} if drain.state == Drain.State.DRAINED else {
+        "gpu_id": drain.gpu_id}  # written to the scheduler: the whole node is kept from work
+    ahead = list(Assignment.objects.filter(assigned_until__gt=now,
+                                           reservation__status__in=HOLDING, **on)
                  .select_related("reservation__team", "reservation__gpu_class", "gpu__node")
                  .order_by("reservation_id", "assigned_from"))
     moved: dict[int, list] = defaultdict(list)

@@ -27,9 +27,12 @@ class ReliabilityFlagSerializer(serializers.Serializer):
     gpu_class = serializers.CharField()
     cluster = serializers.CharField()
     score = serializers.FloatField(help_text="-log10 of the p-value (higher: more surprising)")
-    p_value = serializers.FloatField(help_text="Poisson upper tail against the class's rate")
-    failures = serializers.IntegerField(help_text="Hardware failures in the last 90 days")
-    expected = serializers.FloatField(help_text="What its class's rate would give it")
+    p_value = serializers.FloatField(help_text="Poisson upper tail of its hardware incidents "
+                                     "(failures and warnings) against the class's rate")
+    failures = serializers.IntegerField(help_text="Hardware failures in the last 180 days")
+    warnings = serializers.IntegerField(help_text="Hardware warnings in the last 180 days")
+    expected = serializers.FloatField(help_text="The incidents (failures and warnings) its "
+                                      "class's rate would give it")
     first_flagged = serializers.DateTimeField()
     evidence = serializers.ListField(child=serializers.CharField())
 

@@ -6,8 +6,9 @@ from celery import shared_task
 from django.utils import timezone
 
 from gpuquota.core.retry import DB_RETRY
-from gpuquota.reliability.drains import drains_apply, drains_auto_release
+from gpuquota.reliability.drains import drains_apply, drains_auto_release, drains_observe
 from gpuquota.reliability.replace import drains_reservations_move
+from gpuquota.reliability.rma import rmas_link_replacements
 
 DRAIN_INTERVAL_S = 60
 #: How far back a run looks for critical events received: missed runs are caught up.
@@ -24,10 +25,14 @@ BEAT_SCHEDULE = {
 
 @shared_task(name="reliability.drains", **DB_RETRY)
 def drains_task() -> dict:
-    """Drain the nodes of failures just received, return those fixed, move the drained
-    GPUs' reservations where a GPU is free."""
+    """Drain the nodes of failures just received, read how far the open drains are
+    (draining, drained), return those fixed, move the drained GPUs' reservations where a
+    GPU is free, link the GPUs sent back (RMA) to those that took their slots."""
     now = timezone.now().replace(microsecond=0)
     drained = drains_apply(since=now - DRAIN_LOOKBACK, now=now)
+    observed = drains_observe(now=now)
     released = drains_auto_release(now=now)
     moved = drains_reservations_move(now=now)
-    return {"drained": len(drained), "released": len(released), **moved}
+    linked = rmas_link_replacements()
+    return {"drained": len(drained), "progress_changed": len(observed),
+            "released": len(released), **moved, "rma_replaced": len(linked)}

@@ -10,6 +10,7 @@ from gpuquota.reliability.history import fleet_history
 from gpuquota.reliability.lemons import WINDOW, lemons_from
 from gpuquota.reliability.models import Drain
 from gpuquota.reliability.pages import DAYS
+from gpuquota.reliability.rma import slot_rmas
 from gpuquota.reliability.selectors import figures_from
 
 INCIDENTS_SHOWN = 10
@@ -39,8 +40,9 @@ def gpu_reliability(*, gpu: Gpu, now: datetime) -> dict | None:
     """The section of a physical GPU's page (a MIG device's failures are its parent's)."""
     if gpu.parent_id is not None:
         return None
-    return _unit(kind="gpu", key=gpu.uuid, class_ids={gpu.gpu_class_id}, gpu_ids={gpu.id},
-                 drains=Drain.objects.filter(gpu=gpu), now=now)
+    return {**_unit(kind="gpu", key=gpu.uuid, class_ids={gpu.gpu_class_id}, gpu_ids={gpu.id},
+                    drains=Drain.objects.filter(gpu=gpu), now=now),
+            "rel_gpu": gpu, "rel_rmas": slot_rmas(gpu=gpu)}
 
 
 def node_reliability(*, node: Node, now: datetime) -> dict:

@@ -247,6 +247,10 @@ def reservation_approve(
     if reservation.end <= now:
         raise Conflict("Cannot approve: the requested window has already passed.")
     start = max(reservation.start, now)
+    # approving books its reserved time from `start`: a budget may refuse it (reports), as
+    # it would a new request; a pending request is not in the forecast, so nothing counts twice
+    hooks_call("RESERVATION_REQUESTED", team=reservation.team, gpu_class=reservation.gpu_class,
+               count=reservation.count, start=start, end=reservation.end, now=now)
     check = quota_check(team_id=reservation.team_id, gpu_class=reservation.gpu_class,
                         start=start, end=reservation.end, count=reservation.count)
     if not check.in_quota:

@@ -217,6 +217,11 @@ class Backend(ABC):
         or another run under the same id, is a BackendError."""
         raise BackendError(f"The {self.scheduler} backend cannot stop jobs.")
 
+    def node_drain_progress(self, *, hostname: str) -> str:
+        """"draining" (jobs still run on the drained node), "drained" (it is empty), ""
+        (not drained, or the backend cannot tell)."""
+        return ""
+
     @classmethod
     def foreign_use(cls, *, clusters, period, team=None) -> list[ForeignUse]:
         """Foreign use on `clusters` (this backend's) in `period` (a `core.timeutil.Period`),

@@ -23,7 +23,7 @@ from gpuquota.schedulers.models import (
     ReconcileRun,
     ReservationBinding,
 )
-from gpuquota.schedulers.slurm.selectors import hold_jobs
+from gpuquota.schedulers.slurm.selectors import holds_jobs
 
 #: Reservations a scheduler must hold: approved and not over.
 HELD_STATUSES = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE)
@@ -243,7 +243,8 @@ def team_scheduler_holds(*, team, now: datetime) -> list[dict]:
         reservation__team=team, reservation__status__in=HELD_STATUSES,
         reservation__end__gt=now,
     ).select_related("reservation__gpu_class").order_by("reservation__start"))
-    return [{"binding": b, "reservation": b.reservation, "jobs": hold_jobs(b.reservation)}
+    jobs = holds_jobs([b.reservation for b in held])
+    return [{"binding": b, "reservation": b.reservation, "jobs": jobs[b.reservation_id]}
             for b in held]
 
 

@@ -21,9 +21,19 @@ ECC_SBE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
 REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"  # not in dcgm-exporter's default set
 UNC_REMAPPED = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"  # in the default set
 REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"  # in the default set; sticky
+# Profiling fields (0-1, per MIG instance too), where the exporter's field set has them: the
+# SMs' share of active cycles, the warps resident against the maximum, the tensor pipes'
+# share of active cycles, the memory interface's. They become the samples'
+# `sm_active_avg`, `sm_occupancy_avg`, `tensor_active_avg`, `dram_active_avg` (percent).
+SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+SM_OCCUPANCY = "DCGM_FI_PROF_SM_OCCUPANCY"
+TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
+PROFILING = {"sm_active_avg": SM_ACTIVE, "sm_occupancy_avg": SM_OCCUPANCY,
+             "tensor_active_avg": TENSOR_ACTIVE, "dram_active_avg": DRAM_ACTIVE}
 
 METRICS = (PROF_UTIL, DEV_UTIL, FB_USED, POWER, TEMP, ENERGY, XID, XID_COUNT, ECC_DBE,
-           ECC_SBE, REMAP_PENDING, UNC_REMAPPED, REMAP_FAILURE)
+           ECC_SBE, REMAP_PENDING, UNC_REMAPPED, REMAP_FAILURE, *PROFILING.values())
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,7 @@ FIGURES = (
     Figure("remap_max", "max_over_time", REMAP_PENDING, True),
     Figure("unc_remapped_last", "last_over_time", UNC_REMAPPED, True),
     Figure("remap_failure_max", "max_over_time", REMAP_FAILURE, True),
+    *(Figure(name, "avg_over_time", metric, False) for name, metric in PROFILING.items()),
 )
 
 # DCGM's "blank" values (no data, not supported): int64 from 0x7ffffffffffffff0 (~9.22e18),

@@ -87,8 +87,11 @@ def _add(gpu: GatheredGpu, name: str, labels: dict, points: dict, observed: Obse
         if xid.isdigit():
             gpu.xid_counts.setdefault(int(xid), {}).update(points)
         return
-    if name in DEVICE_LEVEL:
+    if name in DEVICE_LEVEL:  # repeated on each MIG instance's series: the first kept
         merged = gpu.device[name]
+        if not merged:
+            merged.update(points)
+            return
         for ws, value in points.items():
             merged.setdefault(ws, value)
         return
@@ -154,8 +157,9 @@ def _shared(gpu: GatheredGpu, observed: Observed) -> None:
         for series in instance.series.values():
             if series.work is None:
                 continue
+            work = repr(series.work)
             for ws in series.figures.get("prof_count") or series.figures.get("util_count") or ():
-                seen[ws].add(repr(series.work))
+                seen[ws].add(work)
                 if len(seen[ws]) > 1 and series.work[0]["source"] == "kubernetes":
                     observed.shared_pods = True
                     return

@@ -25,18 +25,12 @@ with its whole node (the exporter or Prometheus down) keeps its life: no data, n
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from functools import lru_cache
+
+from gpuquota.ingest.parsing import instant_text as iso
 
 EVENT_NAMESPACE = uuid.UUID("2b8f7c1e-9d4a-4f3b-8e61-5a0c7d2e9f14")
 BOOT_NAMESPACE = uuid.UUID("7e2d4b90-1c3a-4f5e-8b6d-0a9c2e4f6b13")
 REMAP_FAILURE_XID = 64
-
-
-@lru_cache(maxsize=65536)
-def iso(epoch: int) -> str:
-    """The protocol's text of an instant (window bounds repeat for every GPU: cached)."""
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def life_boot(gpu_uuid: str, lost_at: int | None) -> str:
@@ -101,8 +95,7 @@ def _turned_on(series: dict, ws: int, window_s: int) -> bool:
 
 
 def _health_counter_events(gpu: GpuTimeline, ws: int, at: int, window_s: int) -> list:
-    """XID counts, ECC and row remapping: most exporters have none of them (checked first,
-    once a window, by `_counter_events`)."""
+    """XID counts, ECC and row remapping (of a GPU that has any, `_counters_kept`)."""
     device, found = gpu.device, []
     for number, counts in gpu.xid_counts:
         if _grew(counts, ws, window_s):
@@ -120,16 +113,22 @@ def _health_counter_events(gpu: GpuTimeline, ws: int, at: int, window_s: int) ->
     return found
 
 
-def _counter_events(gpu: GpuTimeline, ws: int, at: int, window_s: int) -> list:
-    device, found = gpu.device, []
-    if gpu.xid_counts or device["dbe_last"] or device["remap_max"] or \
-            device["unc_remapped_last"] or device["remap_failure_max"]:
-        found += _health_counter_events(gpu, ws, at, window_s)
-    energy, before = device["energy_last"].get(ws), device["energy_last"].get(ws - window_s)
-    if (device["energy_resets"].get(ws) or 0) > 0 or (
-            energy is not None and before is not None and energy < before):
-        found.append(event_record(gpu.gpu_uuid, ws, "counter_reset"))
-    return found
+def _counters_kept(gpu: GpuTimeline) -> bool:
+    """Whether the GPU has any of the XID-count, ECC or row-remap fields (most exporters
+    have none: then they are not looked at window by window)."""
+    device = gpu.device
+    return bool(gpu.xid_counts or device["dbe_last"] or device["remap_max"]
+                or device["unc_remapped_last"] or device["remap_failure_max"])
+
+
+def _energy_resets(gpu: GpuTimeline, window_s: int) -> set:
+    """The windows in which the energy counter was reset (Prometheus counted a reset, or
+    it went back from the window before)."""
+    device = gpu.device
+    energy = device["energy_last"]
+    found = {ws for ws, value in energy.items()
+             if (before := energy.get(ws - window_s)) is not None and value < before}
+    return found | {ws for ws, count in device["energy_resets"].items() if (count or 0) > 0}
 
 
 def health_walk(gpu: GpuTimeline, state: GpuState, *, windows: range,
@@ -138,6 +137,7 @@ def health_walk(gpu: GpuTimeline, state: GpuState, *, windows: range,
     them; `state` is left as it stands after them."""
     result = HealthResult()
     xids = gpu.device["xid_last"]
+    counters, resets = _counters_kept(gpu), _energy_resets(gpu, window_s)
     if state.xid is None:
         state.xid = _int(xids.get(windows.start - window_s))
     for ws in windows:
@@ -164,8 +164,12 @@ def health_walk(gpu: GpuTimeline, state: GpuState, *, windows: range,
                 result.events.append((event_record(gpu.gpu_uuid, at, "xid", xid=value),
                                       state.boot_id))
             state.xid = value
-        result.events.extend((event, state.boot_id)
-                             for event in _counter_events(gpu, ws, at, window_s))
+        if counters:
+            result.events.extend((event, state.boot_id)
+                                 for event in _health_counter_events(gpu, ws, at, window_s))
+        if ws in resets:
+            result.events.append((event_record(gpu.gpu_uuid, ws, "counter_reset"),
+                                  state.boot_id))
         result.boots[ws] = state.boot_id
     return result
 

@@ -21,13 +21,15 @@ from gpuquota.core.fields import whole_second
 from gpuquota.ingest import conf as ingest_conf
 from gpuquota.ingest.batches import batch_ingest
 from gpuquota.ingest.protocol import batch_check
+from gpuquota.ingest.rows import Rows
 from gpuquota.inventory.models import Gpu, Node
-from gpuquota.inventory.services import gpu_class_for_model, gpu_register
+from gpuquota.inventory.services import gpu_class_for_model, gpu_register, gpus_register
 from gpuquota.telemetry import conf, exposition, prometheus
+from gpuquota.telemetry.edges import edges_wanted
 from gpuquota.telemetry.gather import Observed, gpus_gather, node_mates
 from gpuquota.telemetry.health import GpuState, iso, life_boot
 from gpuquota.telemetry.models import ScrapedReading, SourceGpu, SourceKind, TelemetrySource
-from gpuquota.telemetry.normalise import GpuReport, edges_wanted, gpu_reports
+from gpuquota.telemetry.normalise import GpuReport, gpu_reports
 from gpuquota.telemetry.stored import gpu_states, slurm_owners_fill
 
 logger = logging.getLogger(__name__)
@@ -69,69 +71,97 @@ def aligned(instant: datetime, window_s: int) -> datetime:
     return datetime.fromtimestamp(epoch - epoch % window_s, UTC)
 
 
-def _register(report: GpuReport, *, node: Node, known: dict, classes: dict) -> None:
-    """Register a GPU seen for the first time; `classes` holds the GPU classes by model
-    name looked up so far (one look-up per model, not per GPU)."""
-    first = min([u.sample["window_start"] for u in report.units]
-                + [e["ts"] for e in report.events])
+def _registration(report: GpuReport, *, node: Node, known: dict, classes: dict) -> dict:
+    """`gpu_register`'s arguments for a GPU seen for the first time, from its first window;
+    `classes` holds the GPU classes by model name looked up so far (one look-up per
+    model, not per GPU)."""
+    first = min([datetime.fromtimestamp(u.sample[1], UTC) for u in report.units[:1]]
+                + [datetime.fromisoformat(e["ts"]) for e in report.events])
     entry = report.entry()
     parent = known.get(report.parent_uuid) if report.parent_uuid else None
     model_name = entry["name"] or ""
     if parent is None and model_name not in classes:
         classes[model_name] = gpu_class_for_model(model_name=model_name)
-    try:
-        with transaction.atomic():
-            known[report.uuid] = gpu_register(
-                node=node, uuid=report.uuid, model_name=model_name,
-                at=datetime.fromisoformat(first), index=entry["index"],
-                pci_bus_id=entry["pci_bus_id"] or "", parent=parent,
-                gpu_class=None if parent else classes[model_name])
-    except IntegrityError:  # registered meanwhile (an agent, another pull): its node wins
-        known[report.uuid] = Gpu.objects.select_related("node").get(uuid=report.uuid)
+    return {"node": node, "uuid": report.uuid, "model_name": model_name, "at": first,
+            "index": entry["index"], "pci_bus_id": entry["pci_bus_id"] or "",
+            "parent": parent, "gpu_class": None if parent else classes[model_name]}
 
 
-def _node_for(report: GpuReport, *, source: TelemetrySource, known: dict,
-              classes: dict) -> Node:
-    """The GPU's current node when it is known (UUID decides; a MIG device's is its
-    GPU's); else it is registered, as the agent's are, on the node the source's node
-    label names (in the source's cluster, created when new), from its first window: a
-    back-fill's history is the GPU's own."""
-    gpu = known.get(report.uuid)
-    if gpu is not None:
-        return gpu.node
+def _node_of(report: GpuReport, *, source: TelemetrySource, known: dict, nodes: dict) -> Node:
+    """The node a new GPU is registered on: its GPU's for a MIG device, else the one the
+    source's node label names (in the source's cluster, created when new)."""
     if report.parent_uuid:
-        node = known[report.parent_uuid].node
-    else:
-        labels = report.labels
-        hostname = (labels.get(source.node_label) or labels.get("Hostname")
-                    or labels.get("hostname") or "unnamed")[:253]
-        node, _ = Node.objects.get_or_create(cluster=source.cluster, hostname=hostname)
-    _register(report, node=node, known=known, classes=classes)
-    return known[report.uuid].node
+        return known[report.parent_uuid].node
+    labels = report.labels
+    hostname = (labels.get(source.node_label) or labels.get("Hostname")
+                or labels.get("hostname") or "unnamed")[:253]
+    if hostname not in nodes:
+        nodes[hostname], _ = Node.objects.get_or_create(cluster=source.cluster,
+                                                        hostname=hostname)
+    return nodes[hostname]
+
+
+def _gpus_register(reports: list[GpuReport], *, source: TelemetrySource, known: dict) -> None:
+    """Register the reports' GPUs seen for the first time, as the agent's are, on their
+    nodes (`_node_of`) from their first window: a back-fill's history is the GPU's own.
+    GPUs, then MIG devices, each in bulk; when one was registered meanwhile (an agent,
+    another pull), one at a time, and its node wins."""
+    classes: dict = {}
+    nodes: dict = {}
+    for mig in (False, True):
+        new = [r for r in reports if bool(r.parent_uuid) == mig and r.uuid not in known]
+        if not new:
+            continue
+        arguments = [_registration(r, node=_node_of(r, source=source, known=known, nodes=nodes),
+                                   known=known, classes=classes) for r in new]
+        try:
+            with transaction.atomic():
+                known.update(zip([r.uuid for r in new], gpus_register(new=arguments),
+                                 strict=True))
+            continue
+        except IntegrityError:
+            pass
+        for report, registration in zip(new, arguments, strict=True):
+            try:
+                with transaction.atomic():
+                    known[report.uuid] = gpu_register(**registration)
+            except IntegrityError:  # registered meanwhile: its node wins
+                known[report.uuid] = Gpu.objects.select_related("node").get(uuid=report.uuid)
 
 
 def _parts(reports: list[GpuReport]) -> dict[str, list[dict]]:
     """The reports' records by boot, cut into bodies within the protocol's per-batch
-    limits; a sample and its process records stay in one body."""
+    limits (their samples and processes as `Rows`); a sample and its process records
+    stay in one body."""
     bodies: dict[str, list[dict]] = {}
 
     def body_for(boot: str, samples: int, processes: int, events: int) -> dict:
         parts = bodies.setdefault(boot, [])
-        if not parts or len(parts[-1]["samples"]) + samples > ingest_conf.MAX_SAMPLES or \
-                len(parts[-1]["processes"]) + processes > ingest_conf.MAX_PROCESSES or \
+        if not parts or len(parts[-1]["rows"].samples) + samples > ingest_conf.MAX_SAMPLES or \
+                len(parts[-1]["rows"].processes) + processes > ingest_conf.MAX_PROCESSES or \
                 len(parts[-1]["events"]) + events > ingest_conf.MAX_EVENTS:
-            parts.append({"gpus": {}, "samples": [], "processes": [], "events": []})
+            parts.append({"gpus": {}, "rows": Rows(), "events": []})
         return parts[-1]
 
     entries = {r.uuid: r.entry() for r in reports}
     for report in reports:
+        gpus = {report.uuid: entries[report.uuid]}
+        if report.parent_uuid in entries:
+            gpus[report.parent_uuid] = entries[report.parent_uuid]
+        boot, rows = None, Rows()
         for unit in report.units:
-            body = body_for(unit.boot, 1, len(unit.processes), 0)
-            body["samples"].append(unit.sample)
-            body["processes"].extend(unit.processes)
-            body["gpus"][report.uuid] = entries[report.uuid]
-            if report.parent_uuid in entries:
-                body["gpus"][report.parent_uuid] = entries[report.parent_uuid]
+            # the body of the unit's boot while it has room (a report's units share a boot
+            # until its GPU is lost, so the look-up is rarely needed)
+            if boot != unit.boot or \
+                    len(rows.samples) >= ingest_conf.MAX_SAMPLES or \
+                    len(rows.processes) + len(unit.processes) > ingest_conf.MAX_PROCESSES:
+                boot = unit.boot
+                body = body_for(boot, 1, len(unit.processes), 0)
+                body["gpus"].update(gpus)
+                rows = body["rows"]
+            rows.samples.append(unit.sample)
+            if unit.processes:
+                rows.processes.extend(unit.processes)
         for event, boot in report.event_boots:
             body = body_for(boot, 0, 0, 1)
             body["events"].append(event)
@@ -154,8 +184,11 @@ def _send(*, source: TelemetrySource, node: Node, reports: list[GpuReport], star
                              "boot_id": boot,
                              "agent_version": f"{AGENT_VERSION[source.kind]} via "
                                               f"{source.name}"[:64]},
-                    **part, "gpus": list(part["gpus"].values())}
-            stored = batch_ingest(node=node, body=batch_check(body), now=now, check_age=False)
+                    "gpus": list(part["gpus"].values()), "events": part["events"]}
+            # the body (node, GPUs, events) is checked as an agent's; its samples and
+            # processes are rows, built here from typed figures: no JSON shape to check
+            stored = batch_ingest(node=node, body=batch_check(body), now=now, check_age=False,
+                                  rows=part["rows"])
             if stored.status == 200:
                 result.replayed_batches += 1  # this very range was imported before
             else:
@@ -172,7 +205,7 @@ def _used_metric_record(*, source: TelemetrySource, reports: list[GpuReport]) ->
     new, changed = [], []
     for gpu_uuid, gpu_id in gpus.items():
         report = physical[gpu_uuid]
-        end = datetime.fromisoformat(report.units[-1].sample["window_end"])
+        end = datetime.fromtimestamp(report.units[-1].sample[2], UTC)
         row = rows.get(gpu_id)
         if row is None:
             new.append(SourceGpu(source=source, gpu_id=gpu_id, util_metric=report.util_metric,
@@ -191,10 +224,10 @@ def reports_store(*, source: TelemetrySource, reports: list[GpuReport], start: i
     reports = [r for r in reports if r.units or r.event_boots]
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(
         uuid__in=[r.uuid for r in reports] + [r.parent_uuid for r in reports if r.parent_uuid])}
+    _gpus_register(reports, source=source, known=known)
     by_node: dict[int, tuple[Node, list[GpuReport]]] = {}
-    classes: dict = {}
     for report in sorted(reports, key=lambda r: bool(r.parent_uuid)):  # GPUs, then MIG
-        node = _node_for(report, source=source, known=known, classes=classes)
+        node = known[report.uuid].node  # its current node (a MIG device's is its GPU's)
         by_node.setdefault(node.pk, (node, []))[1].append(report)
     for node, node_reports in by_node.values():
         _send(source=source, node=node, reports=node_reports, start=start, stop=stop, now=now,
@@ -297,7 +330,8 @@ def range_import(*, source: TelemetrySource, start: datetime, end: datetime,
         reports, skipped, observed = chunk_reports(reader, start=chunk_start, stop=chunk_stop,
                                                    states=states)
         unknown = slurm_owners_fill(cluster=source.cluster,
-                                    processes=[p for r in reports for p in r.processes])
+                                    processes=[p for r in reports for u in r.units
+                                               for p in u.processes])
         read = (reader.spent[0] - read_before[0], reader.spent[1] - read_before[1])
         marks.append((marks[0][0] + read[0], marks[0][1] + read[1]))
         marks.append((time.perf_counter(), time.process_time()))

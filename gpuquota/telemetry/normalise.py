@@ -11,33 +11,45 @@ at a time, as the agent would have sent them for the same GPU and time:
 - a window without a single utilization reading is no data: no sample;
 - window edges come from the readings' own times: a GPU (or instance) that starts
   reporting mid-window has a sample from its first reading, one that stops has a sample
-  until its last reading plus the scrape interval (the agent's partial windows);
+  until its last reading plus the scrape interval (the agent's partial windows;
+  `edges.py`);
 - every workload a series names (`labels.workload`) is a process record of the window:
   a GPU shared by two pods (or two Slurm jobs) has two;
-- health events and each record's boot come from `health.py`."""
+- DCGM's profiling fields (SM active, SM occupancy, tensor pipes active, DRAM active; 0-1)
+  become the sample's percentages where the exporter has them, null where not;
+- health events and each record's boot come from `health.py`.
+
+Samples and process records are rows (`ingest/rows.py`), which the agent's ingestion
+judges by the agent's rules without a JSON form to parse back."""
 
 import math
 import zlib
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
+from gpuquota.ingest.rows import ProcessRow, process_record, sample_record
+from gpuquota.telemetry.edges import Edges, gpu_edges, instance_edges
+from gpuquota.telemetry.fields import PROFILING
 from gpuquota.telemetry.gather import GatheredGpu, Instance, gpus_gather, node_mates
-from gpuquota.telemetry.health import GpuState, GpuTimeline, health_walk, iso, life_boot
+from gpuquota.telemetry.health import GpuState, GpuTimeline, health_walk, life_boot
 from gpuquota.telemetry.labels import mig_device_uuid
 from gpuquota.telemetry.models import UtilMetric
 
 MIB = 1024 * 1024
 CENT = Decimal("0.01")
 MAX_PID = 4194304
+NO_DEVICE = (None,) * 5  # a MIG device's sample: the device-level fields are its GPU's
+NO_PROFILING = (None,) * len(PROFILING)
 METRIC = {"prof": UtilMetric.GR_ENGINE_ACTIVE, "util": UtilMetric.GPU_UTIL, None: UtilMetric.NONE}
 
 
 @dataclass
 class Unit:
-    """A sample and the process records of its window: stored together, in one batch."""
+    """A sample and the process records of its window (`rows.py`'s rows): stored together,
+    in one batch."""
 
     boot: str
-    sample: dict
+    sample: tuple
     processes: list = field(default_factory=list)
 
 
@@ -56,11 +68,13 @@ class GpuReport:
 
     @property
     def samples(self) -> list[dict]:
-        return [unit.sample for unit in self.units]
+        """The samples as the agent protocol's records."""
+        return [sample_record(unit.sample) for unit in self.units]
 
     @property
     def processes(self) -> list[dict]:
-        return [p for unit in self.units for p in unit.processes]
+        """The process records as the agent protocol's."""
+        return [process_record(p) for unit in self.units for p in unit.processes]
 
     @property
     def events(self) -> list[dict]:
@@ -79,9 +93,18 @@ class GpuReport:
 
 
 def _pct(value: float | None, scale: float) -> float | None:
+    """The percent rounded half up to the cent in the decimals of its shortest text
+    (`repr`), as Decimal would: in floats, whose error is far below the 1e-6 kept from a
+    tie; a value that close to one, or beyond 1e6, is rounded by Decimal."""
     if value is None:
         return None
-    return float(Decimal(repr(value * scale)).quantize(CENT, rounding=ROUND_HALF_UP))
+    scaled = value * scale
+    if 0 <= scaled < 1e6:
+        cents = scaled * 100
+        below = math.floor(cents)
+        if abs(cents - below - 0.5) > 1e-6:
+            return (below + (cents - below > 0.5)) / 100
+    return float(Decimal(repr(scaled)).quantize(CENT, rounding=ROUND_HALF_UP))
 
 
 @dataclass
@@ -160,125 +183,157 @@ def _window(columns: list[tuple[dict, ...]], ws: int, cap: int) -> _Window | Non
                    fb_weighted / fb_weight if fb_weight else None, fb_max)
 
 
-@dataclass
-class Edges:
-    """Where the samples of a GPU or instance start and end, by window."""
-
-    starts: dict = field(default_factory=dict)
-    ends: dict = field(default_factory=dict)
-
-
-def _instance_edges(gpu: GatheredGpu, instance: Instance, prefix: str, *, windows: range,
-                    times: dict, scrape_s: int) -> Edges:
-    counted = set()
-    for series in instance.series.values():
-        counted.update(ws for ws, n in series.figures.get(f"{prefix}_count", {}).items() if n)
-    edges, w = Edges(), windows.step
-    for ws in windows:
-        if ws not in counted:
-            continue
-        found = times.get((gpu.uuid, instance.key, ws))
-        if found is None:
-            continue
-        first, last = found
-        if ws - w not in counted and ws - w >= windows.start:
-            edges.starts[ws] = max(ws, math.floor(first))
-        if ws + w not in counted:
-            edges.ends[ws] = max(edges.starts.get(ws, ws) + 1,
-                                 min(ws + w, math.floor(last) + scrape_s))
-    return edges
-
-
-def edges_wanted(gpus: dict[str, GatheredGpu], *, start: int, stop: int, window_s: int
-                 ) -> dict[int, set]:
-    """The windows (from one before `start`) in which a GPU or instance starts or stops
-    reporting: their readings' times are needed, {window start: {(uuid, instance)}}."""
-    wanted: dict[int, set] = {}
-    for gpu in gpus.values():
-        prefix = gpu.util_prefix()
-        if prefix is None:
-            continue
-        for instance in gpu.util_instances():
-            counted = set()
-            for series in instance.series.values():
-                counted.update(ws for ws, n in series.figures.get(f"{prefix}_count", {}).items()
-                               if n)
-            for ws in counted:
-                if not start - window_s <= ws < stop:
-                    continue
-                if (ws - window_s not in counted and ws >= start) or ws + window_s not in counted:
-                    wanted.setdefault(ws, set()).add((gpu.uuid, instance.key))
-    return wanted
-
-
 def _delta(series: dict, ws: int, window_s: int) -> float | None:
     now, before = series.get(ws), series.get(ws - window_s)
     return None if now is None or before is None else now - before
 
 
-def _device_fields(gpu: GatheredGpu, ws: int, window_s: int) -> dict:
-    dev = gpu.device
-    energy = _delta(dev["energy_last"], ws, window_s)
-    reset = (dev["energy_resets"].get(ws) or 0) > 0 or (energy is not None and energy < 0)
-    # ECC counters and temperature are missing from many exporters' fields: no look-ups
-    dbe = _delta(dev["dbe_last"], ws, window_s) if dev["dbe_last"] else None
-    sbe = _delta(dev["sbe_last"], ws, window_s) if dev["sbe_last"] else None
-    temp = dev["temp_max"].get(ws)
-    return {"power_w_avg": dev["power_avg"].get(ws),
-            "energy_j": None if reset or energy is None else energy / 1000.0,
-            "temp_c_max": None if temp is None else round(temp),
-            "ecc_uncorrected": None if dbe is None or dbe < 0 else round(dbe),
-            "ecc_corrected": None if sbe is None or sbe < 0 else round(sbe)}
+class _Device:
+    """A GPU's device-level figures, looked up once, and each window's sample fields from
+    them: power_w_avg, energy_j, temp_c_max, ecc_uncorrected and ecc_corrected."""
+
+    __slots__ = ("power", "energy", "resets", "temp", "dbe", "sbe", "window_s")
+
+    def __init__(self, gpu: GatheredGpu, window_s: int):
+        dev = gpu.device
+        self.power, self.energy, self.resets = (dev["power_avg"], dev["energy_last"],
+                                                dev["energy_resets"])
+        self.temp, self.dbe, self.sbe = dev["temp_max"], dev["dbe_last"], dev["sbe_last"]
+        self.window_s = window_s
+
+    def fields(self, ws: int) -> tuple:
+        now, before = self.energy.get(ws), self.energy.get(ws - self.window_s)
+        energy = None if now is None or before is None else now - before
+        reset = (self.resets.get(ws) or 0) > 0 or (energy is not None and energy < 0)
+        # ECC counters and temperature are missing from many exporters' fields
+        dbe = _delta(self.dbe, ws, self.window_s) if self.dbe else None
+        sbe = _delta(self.sbe, ws, self.window_s) if self.sbe else None
+        temp = self.temp.get(ws) if self.temp else None
+        return (self.power.get(ws), None if reset or energy is None else energy / 1000.0,
+                None if temp is None else round(temp),
+                None if dbe is None or dbe < 0 else round(dbe),
+                None if sbe is None or sbe < 0 else round(sbe))
+
+
+class _Profiling:
+    """An instance's DCGM profiling figures (0-1), looked up once, as each window's sample
+    percentages in `PROFILING` order; None where the exporter has no such field: no data,
+    never 0."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, instance: Instance):
+        # a GPU shared by several pods repeats its readings under each pod's series
+        self.columns = [[s.figures[name] for s in instance.series.values()
+                         if name in s.figures] for name in PROFILING]
+
+    def at(self, ws: int) -> tuple:
+        if not any(self.columns):
+            return NO_PROFILING
+        out = []
+        for column in self.columns:
+            values = [figures[ws] for figures in column if ws in figures]
+            out.append(_pct(sum(values) / len(values), 100.0) if values else None)
+        return tuple(out)
 
 
 def _sample(gpu_uuid: str, span: tuple[int, int], found: _Window | None, scale: float,
-            readings: int, extra: dict | None = None) -> dict:
-    return {"gpu_uuid": gpu_uuid, "window_start": iso(span[0]), "window_end": iso(span[1]),
-            "readings": readings,
-            "util_gpu_avg": _pct(found.util_avg, scale) if found else None,
-            "util_gpu_max": _pct(found.util_max, scale) if found else None,
-            "memory_used_bytes_avg": None if not found or found.fb_avg is None
-            else round(found.fb_avg * MIB),
-            "memory_used_bytes_max": None if not found or found.fb_max is None
-            else round(found.fb_max * MIB),
-            **(extra or {})}
+            readings: int, device: tuple = NO_DEVICE, memory_avg: int | None = None,
+            profiling: tuple = NO_PROFILING) -> tuple:
+    """The sample's row (`rows.SAMPLE_FIELDS`)."""
+    if found is None:
+        return (gpu_uuid, span[0], span[1], readings, None, None, memory_avg, None, *device,
+                *profiling)
+    fb_avg, fb_max = found.fb_avg, found.fb_max
+    return (gpu_uuid, span[0], span[1], readings, _pct(found.util_avg, scale),
+            _pct(found.util_max, scale), None if fb_avg is None else round(fb_avg * MIB),
+            None if fb_max is None else round(fb_max * MIB), *device, *profiling)
 
 
-def _processes(device_uuid: str, instance: Instance, prefix: str, ws: int,
-               span: tuple[int, int]) -> list[dict]:
+@dataclass
+class _Worker:
+    """A series naming a workload, with what its process records repeat in every window."""
+
+    counts: dict
+    memory: dict
+    pid: int
+    pid_start: int
+    command: str | None
+    job: dict
+
+
+def _workers(instance: Instance, prefix: str | None) -> list[_Worker]:
     out = []
     for series in instance.series.values():
-        if series.work is None or not series.figures.get(f"{prefix}_count", {}).get(ws):
+        if series.work is None or prefix is None:
             continue
         job, container = series.work
         identity = f"{job['source']}/{job.get('account', '')}/{job['id']}/{container}"
-        memory = series.figures.get("fb_max", {}).get(ws)
-        out.append({
-            "gpu_uuid": device_uuid, "window_start": iso(span[0]), "window_end": iso(span[1]),
-            "pid": zlib.crc32(identity.encode()) % MAX_PID + 1,
-            "pid_start": zlib.crc32(instance.key.encode()), "command": container or None,
-            "job": dict(job), "memory_used_bytes_max": None if memory is None
-            else round(memory * MIB)})
+        out.append(_Worker(series.figures.get(f"{prefix}_count", EMPTY),
+                           series.figures.get("fb_max", EMPTY),
+                           zlib.crc32(identity.encode()) % MAX_PID + 1,
+                           zlib.crc32(instance.key.encode()), container or None, job))
     return out
 
 
-def _gpu_edges(gpu: GatheredGpu, by_instance: dict[str, Edges], windows: range) -> Edges:
-    """The physical GPU's sample edges: its own, or (MIG) its instances' widest."""
-    if not gpu.mig:
-        return by_instance.get("", Edges())
-    edges, w = Edges(), windows.step
-    for ws in windows:
-        if ws not in gpu.present:
+def _processes(device_uuid: str, workers: list[_Worker], ws: int,
+               span: tuple[int, int]) -> list[ProcessRow]:
+    out = []
+    for worker in workers:
+        if not worker.counts.get(ws):
             continue
-        if ws - w not in gpu.present:
-            starts = [e.starts[ws] for e in by_instance.values() if ws in e.starts]
-            if starts:
-                edges.starts[ws] = min(starts)
-        if ws + w not in gpu.present:
-            ends = [e.ends[ws] for e in by_instance.values() if ws in e.ends]
-            if ends:
-                edges.ends[ws] = max(ends)
-    return edges
+        memory = worker.memory.get(ws)
+        job = worker.job
+        out.append(ProcessRow(
+            device_uuid, span[0], span[1], worker.pid, worker.pid_start, worker.command,
+            job["source"], job["id"], job.get("account"),
+            None if memory is None else round(memory * MIB)))
+    return out
+
+
+def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, workers: list,
+                 *, window_s: int, cap: int, scale: float) -> list[Unit]:
+    """The units of a GPU without MIG, window by window (the windows its health walked)."""
+    if len(columns) == 1:
+        return _one_series_units(gpu, boots, edges, columns[0], workers, window_s=window_s,
+                                 scale=scale)
+    units = []
+    starts, ends, device = edges.starts, edges.ends, _Device(gpu, window_s)
+    profiling = _Profiling(gpu.instances[""])
+    for ws, boot in boots.items():
+        whole = _window(columns, ws, cap)
+        if whole is None or not whole.readings:
+            continue
+        span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
+        units.append(Unit(boot, _sample(gpu.uuid, span, whole, scale, whole.readings,
+                                         device.fields(ws), profiling=profiling.at(ws)),
+                          _processes(gpu.uuid, workers, ws, span) if workers else []))
+    return units
+
+
+def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple,
+                      workers: list, *, window_s: int, scale: float) -> list[Unit]:
+    """`_whole_units` of a GPU read in one series (most GPUs): `_window_one` and `_sample`
+    inlined, with the very same arithmetic (a window without readings has no sample)."""
+    counts, avgs, tops, fb_avgs, fb_tops = column
+    units = []
+    starts, ends, gpu_uuid, device = edges.starts, edges.ends, gpu.uuid, _Device(gpu, window_s)
+    profiling = _Profiling(gpu.instances[""])
+    for ws, boot in boots.items():
+        count = counts.get(ws)
+        if not count:
+            continue
+        avg, fb, fb_top = avgs.get(ws), fb_avgs.get(ws), fb_tops.get(ws)
+        span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
+        units.append(Unit(boot, (
+            gpu_uuid, span[0], span[1], int(count),
+            None if avg is None else _pct((0.0 + avg * count) / (0.0 + count), scale),
+            _pct(tops.get(ws), scale),
+            None if fb is None else round((0.0 + fb * count) / (0.0 + count) * MIB),
+            None if fb_top is None else round(fb_top * MIB),
+            *device.fields(ws), *profiling.at(ws)),
+            _processes(gpu_uuid, workers, ws, span) if workers else []))
+    return units
 
 
 def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrape_s: int,
@@ -290,9 +345,9 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
     cap = max(1, math.ceil(window_s / scrape_s))
     read = range(start - window_s, stop, window_s)
     by_instance = {} if prefix is None else {
-        i.key: _instance_edges(gpu, i, prefix, windows=read, times=times, scrape_s=scrape_s)
+        i.key: instance_edges(gpu, i, prefix, windows=read, times=times, scrape_s=scrape_s)
         for i in gpu.util_instances()}
-    edges = _gpu_edges(gpu, by_instance, read)
+    edges = gpu_edges(gpu, by_instance, read)
     state = state or GpuState(boot_id=life_boot(gpu.uuid, None))
     health = health_walk(
         GpuTimeline(gpu.uuid, gpu.device, sorted(gpu.xid_counts.items()), gpu.present, mates,
@@ -307,6 +362,14 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
         for i in gpu.util_instances()} if gpu.mig else {}
     instances = gpu.util_instances()
     columns = {i.key: _columns(i, prefix) for i in instances}
+    workers = {i.key: _workers(i, prefix) for i in instances}
+    if not gpu.mig:
+        if prefix is not None and "" in columns:
+            physical.units = _whole_units(gpu, health.boots, edges, columns[""], workers[""],
+                                          window_s=window_s, cap=cap, scale=scale)
+        return [physical]
+    device_figures = _Device(gpu, window_s)
+    profiling = {i.key: _Profiling(i) for i in instances}
     for ws in range(start, stop, window_s):
         boot = health.boots.get(ws)
         if boot is None:
@@ -314,30 +377,21 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
         found: dict[str, _Window | None] = {
             i.key: _window(columns[i.key], ws, cap) for i in instances}
         span = (edges.starts.get(ws, ws), edges.ends.get(ws, ws + window_s))
-        device = _device_fields(gpu, ws, window_s)
-        if not gpu.mig:
-            whole = found.get("")
-            if whole is None or not whole.readings or prefix is None:
-                continue
-            physical.units.append(Unit(boot, _sample(gpu.uuid, span, whole, scale,
-                                                     whole.readings, device),
-                                       _processes(gpu.uuid, gpu.instances[""], prefix, ws,
-                                                  span)))
-            continue
+        device = device_figures.fields(ws)
         counted = [f for f in found.values() if f is not None and f.readings]
         memory = [f.fb_avg for f in found.values() if f is not None and f.fb_avg is not None]
         physical.units.append(Unit(boot, _sample(
             gpu.uuid, span, None, scale, max((f.readings for f in counted), default=1),
-            {**device, "memory_used_bytes_avg": round(sum(memory) * MIB) if memory
-             else None})))
+            device, round(sum(memory) * MIB) if memory else None)))
         for key, window in found.items():
             if window is None or not window.readings or prefix is None:
                 continue
             own = by_instance[key]
             own_span = (own.starts.get(ws, ws), own.ends.get(ws, ws + window_s))
             devices[key].units.append(Unit(boot, _sample(
-                devices[key].uuid, own_span, window, scale, window.readings),
-                _processes(devices[key].uuid, gpu.instances[key], prefix, ws, own_span)))
+                devices[key].uuid, own_span, window, scale, window.readings,
+                profiling=profiling[key].at(ws)),
+                _processes(devices[key].uuid, workers[key], ws, own_span)))
     return [physical, *devices.values()]
 
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from django.db.models import Max
 
 from gpuquota.ingest.models import EventType, GpuEvent, Sample
+from gpuquota.ingest.rows import ProcessRow
 from gpuquota.inventory.models import Cluster, Gpu
 from gpuquota.schedulers.models import SlurmJob
 from gpuquota.telemetry.health import GpuState, life_boot
@@ -57,30 +58,29 @@ def gpu_states(uuids: list[str], *, before: int) -> dict[str, GpuState]:
     return states
 
 
-def slurm_owners_fill(*, cluster: Cluster, processes: list[dict]) -> int:
-    """Give each Slurm process record (`job.source = slurm`, the job id from `hpc_job`)
+def slurm_owners_fill(*, cluster: Cluster, processes: list[ProcessRow]) -> int:
+    """Give each Slurm process record (`job_source = slurm`, the job id from `hpc_job`)
     the account and user Slurm's accounting has for the run of that job that covers its
     window (SlurmJob, imported from sacct or slurmrestd); the records of jobs it does not
     know are left as they are. Returns how many records found no job."""
-    wanted = {p["job"]["id"] for p in processes if p["job"]["source"] == "slurm"}
-    if not wanted:
+    slurm = [p for p in processes if p.job_source == "slurm"]
+    if not slurm:
         return 0
     runs = defaultdict(list)
-    for row in SlurmJob.objects.filter(cluster=cluster, job_id__in=wanted).values(
-            "job_id", "started_at", "ended_at", "account", "user").order_by("started_at"):
+    for row in SlurmJob.objects.filter(cluster=cluster, job_id__in={p.job_id for p in slurm}
+                                       ).values("job_id", "started_at", "ended_at", "account",
+                                                "user").order_by("started_at"):
         runs[row["job_id"]].append(row)
     unknown = 0
-    for process in processes:
-        job = process["job"]
-        if job["source"] != "slurm":
-            continue
-        run = _run_in(runs.get(job["id"], []), datetime.fromisoformat(process["window_start"]),
-                      datetime.fromisoformat(process["window_end"]))
+    for process in slurm:
+        run = _run_in(runs.get(process.job_id, []),
+                      datetime.fromtimestamp(process.window_start, UTC),
+                      datetime.fromtimestamp(process.window_end, UTC))
         if run is None:
             unknown += 1
             continue
-        job["account"] = run["account"][:256] or None
-        process["user"] = run["user"][:256] or None
+        process.job_account = run["account"][:256] or None
+        process.user = run["user"][:256] or None
     return unknown
 
 

@@ -3,7 +3,9 @@
 8 teams, each with reservations at both sizes), every
 loop of the beat schedule run to its steady state at each size, and no loop's queries may
 grow with the fleet, except the three known to work one object at a time (named below, with
-their figures in docs/benchmarks.md#fleet-scale). The large configurations are the bench."""
+their figures in docs/benchmarks.md#fleet-scale); nor may any page of
+bench.fleet_scale_pages (a query per reservation, binding or GPU on a page is what this
+catches). The large configurations are the benches."""
 
 from datetime import UTC, datetime
 
@@ -11,6 +13,7 @@ import pytest
 import time_machine
 
 from bench.fleet_scale import loop_run
+from bench.fleet_scale_pages import page_get, pages
 from bench.fleet_scale_seed import fleet_grow
 from bench.fleet_scale_slurm import slurm_fake_install
 
@@ -25,12 +28,14 @@ PER_OBJECT = {
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=False)
-def test_no_loop_issues_more_queries_on_a_larger_fleet(tmp_path, settings):
+def test_no_loop_nor_page_issues_more_queries_on_a_larger_fleet(tmp_path, settings, client):
+    from accounts.models import User
     from gpuquota.celery import app, collect_beat_schedule
 
     settings.LENDING_ENABLED = True
     entries = collect_beat_schedule()
     steady: dict[int, dict[str, int]] = {}
+    on_pages: dict[int, dict[str, int]] = {}
     with time_machine.travel(NOW, tick=False):
         for size in (64, 128):
             fleet_grow(size, NOW, hours=1)
@@ -39,7 +44,16 @@ def test_no_loop_issues_more_queries_on_a_larger_fleet(tmp_path, settings):
             for name, entry in entries.items():
                 loop_run(app, entry)  # the first run lends, drafts, imports: then steady
                 steady[size][name] = loop_run(app, entry)["queries"]
+            client.force_login(User.objects.get(username="bench-admin"))
+            on_pages[size] = {}
+            for name, url in pages(team="team-0", cluster="cluster-0").items():
+                got = page_get(client, url)
+                assert got["status"] == 200, (name, got)
+                on_pages[size][name] = got["queries"]
     grew = {name: (steady[64][name], steady[128][name]) for name in entries
             if steady[128][name] > steady[64][name] and name not in PER_OBJECT}
     assert grew == {}, f"queries grew with the fleet (64 -> 128 GPUs): {grew}"
     assert steady[128]["reclaim-evaluate"] > steady[64]["reclaim-evaluate"], steady
+    grew = {name: (on_pages[64][name], on_pages[128][name]) for name in on_pages[64]
+            if on_pages[128][name] > on_pages[64][name]}
+    assert grew == {}, f"a page's queries grew with the fleet (64 -> 128 GPUs): {grew}"

@@ -158,6 +158,17 @@ def test_percentages_0_to_100_with_clamped_tolerance(agent, gpu, field, value, s
     assert getattr(stored_sample(gpu), field) == stored
 
 
+@pytest.mark.parametrize("field", ["sm_active_avg", "sm_occupancy_avg", "tensor_active_avg",
+                                   "dram_active_avg"])
+def test_profiling_percentages_are_stored_and_absent_is_no_data(agent, gpu, field):
+    body = send_one(agent, gpu, **{field: 37.5})
+    assert body["nulled"] == [] and getattr(stored_sample(gpu), field) == Decimal("37.5")
+    over, silent = new_gpu_uuid(), new_gpu_uuid()
+    assert paths(send_one(agent, over, **{field: 140})["nulled"]) == [f"samples[1].{field}"]
+    send_one(agent, silent)  # an agent that reads no profiling field: null, never 0
+    assert getattr(stored_sample(silent), field) is None
+
+
 def test_util_avg_above_max_nulls_the_avg(agent, gpu):
     body = send_one(agent, gpu, util_gpu_avg=90.02, util_gpu_max=90.0)
     assert paths(body["nulled"]) == ["samples[1].util_gpu_avg"]

@@ -39,7 +39,8 @@ pytestmark = pytest.mark.django_db
 def sample_rows(gpu_id: int, count: int, start: datetime) -> list[tuple]:
     now = timezone.now()
     return [(gpu_id, start + timedelta(minutes=i), start + timedelta(minutes=i + 1), 6,
-             50.25, 99.0, 10.0, 1000, 2000, 300.5, 18030.0, 70, 4, 0, 0, now, None, None)
+             50.25, 99.0, 10.0, 1000, 2000, 300.5, 18030.0, 70, 4, 0, 0, 61.5, 40.0, 12.25, 30.0,
+             now, None, None)
             for i in range(count)]
 
 

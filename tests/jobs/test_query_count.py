@@ -1,6 +1,7 @@
 """The collection and the zero-use scan are set-based: the same number of queries for 4
 running jobs as for 20 (Slurm runs with and without slurmctld's GPUs, pods), whether they
-are new, unchanged or scanned (issue 34's fleet-scale check, docs/jobs.md)."""
+are new, unchanged or scanned, read whole or from the cluster's mark (issue 34's fleet-scale
+check, docs/jobs.md)."""
 
 from datetime import timedelta
 from decimal import Decimal
@@ -68,7 +69,8 @@ def test_queries_do_not_grow_with_the_number_of_jobs():
         _running(world, first, count)
         counts.append((_queries(lambda: jobs_collect(now=NOW, since=SINCE)),
                        _queries(lambda: jobs_collect(now=NOW, since=SINCE)),
-                       _queries(lambda: jobs_zero_use_scan(now=NOW))))
+                       _queries(lambda: jobs_zero_use_scan(now=NOW)),
+                       _queries(lambda: jobs_collect(now=NOW))))  # periodic: the marks
         jobs = Job.objects.filter(ended_at__isnull=True)
         assert jobs.filter(source="slurm").count() == jobs.filter(
             source="kubernetes").count() == first + count

@@ -5,6 +5,7 @@ suspended, a Kueue Job's with its Workload deactivated; a ReplicaSet's pod is le
 controller would start another) and the refusal audited; a pod outside the policy is only
 warned. Each read back from the API server, each audited."""
 
+import json
 from datetime import timedelta
 
 import kubernetes_validate
@@ -14,7 +15,9 @@ from gpuquota.core.models import AuditEntry
 from gpuquota.jobs.alerts import jobs_zero_use_scan
 from gpuquota.jobs.models import Job, JobGpu
 from gpuquota.mail.models import MailDelivery
-from tests.factories import UserFactory
+from gpuquota.outbox.models import Notification
+from reports.channels import channel_add
+from tests.factories import AdminFactory, UserFactory
 from tests.jobs.shapes import T0
 from tests.jobs.world import samples_write
 from tests.kubernetes.conftest import TOKEN, KubeSite, shipped_roles, shipped_rules
@@ -122,7 +125,11 @@ def test_zero_use_pods_are_stopped_by_what_runs_them(settings, cluster_objects):
     settings.JOBS_ZERO_USE_CANCEL = "kube:vision,kube:vision-dev,@speech"
     settings.JOBS_ZERO_USE_REQUEUE = "kube"  # no requeue on Kubernetes: asked, not done
     server = cluster_objects
-    jobs = _jobs(KubeSite(), server)
+    kube = KubeSite()
+    jobs = _jobs(kube, server)
+    settings.CHANNEL_ALLOWED_NETWORKS = "127.0.0.1/32"
+    channel_add(team=kube.teams["vision"], kind="slack", name="ops",
+                url="http://127.0.0.1:9/slack", by=AdminFactory(username="root"))
     assert jobs_zero_use_scan(now=T0 + 11 * MINUTE) == 5  # every one warned
     jobs_zero_use_scan(now=T0 + 16 * MINUTE)  # the last warning, where opted in
     assert MailDelivery.objects.filter(template="jobs_zero_use_last").count() == 4
@@ -158,3 +165,11 @@ def test_zero_use_pods_are_stopped_by_what_runs_them(settings, cluster_objects):
     writes = len(server.writes())
     jobs_zero_use_scan(now=T0 + 22 * MINUTE)  # once; the refusal is retried 15 min later
     assert len(server.writes()) == writes
+    # The team's channel heard each step of its three pods once (Slack: the text fallback).
+    told = [(n.event, json.loads(n.body)["text"]) for n in Notification.objects.order_by("id")]
+    assert [e for e, _ in told] == ["job.zero_use_warned"] * 3 + [
+        "job.zero_use_last_warning"] * 3 + ["job.zero_use_stopped"] * 3
+    stops = [t for e, t in told if e == "job.zero_use_stopped"]
+    assert "notebook deleted" in stops[0] and "the pod is gone" in stops[0]
+    assert "train-x7k2p suspended" in stops[1] and "spec.suspend: false" in stops[1]
+    assert "queued-4mz8q suspended" in stops[2] and "mem1" in stops[2]

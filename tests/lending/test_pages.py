@@ -102,6 +102,18 @@ def test_admin_page(world, loan, role):
     assert role_client(world, role).get("/lending/?days=x").status_code == 400
 
 
+def test_the_admin_page_lists_a_bounded_part_of_a_large_pool(world, loan, monkeypatch):
+    """The pool grows with the fleet (1,257 loans at 10,000 GPUs took the page past a
+    second): it lists the first POOL_SHOWN and counts them all."""
+    monkeypatch.setattr("gpuquota.lending.pages.POOL_SHOWN", 1)
+    loan_lend(assignment=world.reserve(count=1, start=_now() - 60 * MIN,
+                                       end=_now() + 60 * MIN).assignments.get(),
+              at=_now() - 5 * MIN)
+    html = role_client(world, "admin").get("/lending/").content.decode()
+    assert "The pool: lent now (2)" in html and "The first 1 by cluster" in html
+    assert html.count('id="pool-loan-') == 1
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_opt_out_form(world, loan, role):
     reservation = loan.assignment.reservation

@@ -1,7 +1,9 @@
 """A small fleet with a lemon, built relative to an instant (no test depends on today)."""
 
+import stat
 import uuid
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from gpuquota.ingest.models import GpuEvent
 from tests.factories import GpuClassFactory, NodeFactory, make_gpu
@@ -33,3 +35,31 @@ def fleet_build(*, as_of: datetime) -> dict:
     for hour in range(300):  # a buggy program, not a bad GPU
         event_add(noisy, as_of - timedelta(hours=hour * 5), (13, 31, 43)[hour % 3])
     return {"lemon": lemon, "noisy": noisy, "failures": lemon_failures, "gpus": gpus}
+
+
+#: A stand-in `scontrol` keeping the node's state in files beside it, so the Slurm runner
+#: really runs a command and reads it back.
+SCONTROL = """#!/bin/sh
+dir=$(dirname "$0")
+echo "$*" >> "$dir/calls"
+if [ "$1" = update ]; then
+  for a in "$@"; do case "$a" in
+    State=DRAIN) echo IDLE+DRAIN > "$dir/flags";;
+    State=RESUME) echo IDLE > "$dir/flags"; : > "$dir/reason";;
+    Reason=*) echo "${a#Reason=}" > "$dir/reason";;
+  esac; done
+  exit 0
+fi
+flags=$(cat "$dir/flags" 2>/dev/null || echo IDLE)
+reason=$(cat "$dir/reason" 2>/dev/null)
+printf 'NodeName=%s Arch=x86_64 State=%s ThreadsPerCore=1 ' "$4" "$flags"
+echo "Reason=$reason [slurm@2026-06-01T12:00:00] Comment=(null)"
+"""
+
+
+def scontrol_standin(directory: Path) -> Path:
+    """Write the stand-in `scontrol` into `directory` (the backend's commands_dir)."""
+    path = directory / "scontrol"
+    path.write_text(SCONTROL)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return directory

@@ -30,7 +30,8 @@ def test_lemons_api_lists_the_lemon_with_evidence_and_replays(fleet, admin_clien
     body = admin_client.get(LEMONS).json()
     (flag,) = body["flagged"]
     assert flag["key"] == fleet["lemon"].uuid and flag["failures"] == 5
-    assert flag["evidence"][0].startswith("5 failures in 180 days")
+    assert flag["warnings"] == 1
+    assert flag["evidence"][0].startswith("5 failures and 1 hardware warnings in 180 days")
     first = datetime.fromisoformat(flag["first_flagged"])
     before = (first - timedelta(seconds=1)).isoformat()
     assert admin_client.get(LEMONS, {"as_of": before}).json()["flagged"] == []

@@ -70,8 +70,10 @@ def test_figures_count_hardware_failures_only(fleet):
 
 def test_the_lemon_is_flagged_with_evidence_and_replays(fleet):
     (flag,) = lemons(as_of=AS_OF)
-    assert flag.key == fleet["lemon"].uuid and flag.failures == 5
-    assert flag.first_flagged in fleet["failures"]
+    assert flag.key == fleet["lemon"].uuid and (flag.failures, flag.warnings) == (5, 1)
+    # its third incident, the row remapped 40 days ago, is the first flagged
+    assert flag.first_flagged == AS_OF - timedelta(days=40)
+    assert flag.evidence[0].startswith("5 failures and 1 hardware warnings in 180 days")
     assert "xid 79 x5" in flag.evidence[1]
     assert any("row remapped" in line for line in flag.evidence)
     # replayed before its first flag, nothing is flagged
@@ -79,6 +81,34 @@ def test_the_lemon_is_flagged_with_evidence_and_replays(fleet):
     assert lemons(as_of=flag.first_flagged)[0].first_flagged == flag.first_flagged
     (node,) = lemons(as_of=AS_OF, kind="node")
     assert node.key.endswith(fleet["lemon"].node.hostname)
+
+
+def test_hardware_warnings_count_with_failures_and_application_xids_do_not(fleet):
+    """Two failures alone are not a lemon (fewer than three); with three hardware warnings
+    (XID 94, 92, 74: degraded, not failed) the GPU is flagged; the noisy GPU's 300
+    application XIDs still count for nothing."""
+    suspect = fleet["gpus"][17]
+    for days, xid in ((90, 79), (25, 95)):
+        event_add(suspect, AS_OF - timedelta(days=days), xid)
+    assert suspect.uuid not in {f.key for f in lemons(as_of=AS_OF)}
+    for days, xid in ((80, 94), (60, 92), (10, 74)):
+        event_add(suspect, AS_OF - timedelta(days=days), xid)
+    flag = next(f for f in lemons(as_of=AS_OF) if f.key == suspect.uuid)
+    assert (flag.failures, flag.warnings) == (2, 3)
+    assert "3 hardware warnings (xid 94 x1, xid 92 x1, xid 74 x1)" in flag.evidence
+    assert flag.first_flagged == AS_OF - timedelta(days=60)  # its third incident
+    assert fleet["noisy"].uuid not in {f.key for f in lemons(as_of=AS_OF)}
+
+
+def test_a_fault_hitting_every_gpu_of_a_node_at_once_counts_once(fleet):
+    """Three NVLink faults (XID 74) each seen on all four GPUs of node n02 within a minute
+    are three incidents of the node, not twelve: not a lemon node."""
+    node_gpus = fleet["gpus"][8:12]
+    for days in (50, 30, 10):
+        for n, gpu in enumerate(node_gpus):
+            event_add(gpu, AS_OF - timedelta(days=days) + timedelta(seconds=10 * n), 74)
+    assert not any(f.key.endswith("/n02") for f in lemons(as_of=AS_OF, kind="node"))
+    assert not {g.uuid for g in node_gpus} & {f.key for f in lemons(as_of=AS_OF)}
 
 
 def test_drift_flags_a_node_against_its_peers_not_application_noise(fleet):

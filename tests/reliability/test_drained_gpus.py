@@ -13,6 +13,7 @@ from kombu.utils.json import loads
 from gpuquota.core.errors import Conflict
 from gpuquota.core.models import AuditEntry
 from gpuquota.ingest.models import GpuEvent
+from gpuquota.inventory.models import Cluster
 from gpuquota.lending.scan import lending_scan
 from gpuquota.lending.selectors import lend_candidates
 from gpuquota.lending.services import loan_lend
@@ -25,8 +26,10 @@ from gpuquota.reservations.assigning import NoCapacity
 from gpuquota.reservations.capacity import free_map
 from gpuquota.reservations.models import Assignment, Loan
 from gpuquota.reservations.services import reservation_create
+from gpuquota.schedulers.models import BackendConfig
 from tests.factories import NodeFactory, make_gpu
 from tests.lending.factories import DAY, IDLE, MIN, NOW, World, held_gpus, samples
+from tests.reliability.factories import scontrol_standin
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -98,3 +101,52 @@ def test_reservations_move_off_the_drained_gpu_and_the_team_is_told(world):
                                recipient=world.lead) for m in mails)
     assert "No free H100-80GB GPU" in kept.text and "xid 79" in kept.subject
     assert "replaced by h100-node-01/0" in moved.text
+
+
+def test_a_drain_written_to_slurm_holds_and_moves_the_whole_node(settings, tmp_path):
+    """Slurm drains nodes, not GPUs: once the drain is written, no job starts on the node's
+    other GPUs either, so they are held out too and the reservations on them move."""
+    settings.LENDING_ENABLED = True
+    world = World.create(gpus=2, scheduler=Cluster.Scheduler.SLURM)
+    BackendConfig.objects.create(cluster=world.cluster, mode=BackendConfig.Mode.WRITE,
+                                 commands_dir=str(scontrol_standin(tmp_path)))
+    reservation = world.reserve(count=2)  # both GPUs of node 00
+    failed, sibling = held_gpus(reservation)
+    spare_node = NodeFactory(cluster=world.cluster, hostname="h100-node-01")
+    spares = [make_gpu(node=spare_node, gpu_class=world.gpu_class, index=i,
+                       at=NOW - 30 * DAY) for i in range(2)]
+    drain = _fail(failed, xid=79, at=NOW)
+    assert drain.state == Drain.State.DRAINED  # written: scontrol State=DRAIN
+    fmap = free_map(gpu_class=world.gpu_class, start=NOW + MIN, end=NOW + DAY)
+    assert {g.id for g in fmap.gpus_free_over(NOW + MIN, NOW + DAY)} == {g.id for g in spares}
+    with time_machine.travel(NOW + MIN, tick=False):
+        assert drains_task()["moved"] == 2  # the sibling's assignment moves too
+    ahead = reservation.assignments.filter(assigned_until__gt=NOW + MIN)
+    assert {a.gpu_id for a in ahead} == {g.id for g in spares}
+    assert reservation.assignments.get(gpu=sibling).end_reason == Assignment.EndReason.SWAPPED
+    mail = MailDelivery.objects.get(template="reservation_gpu_drained")
+    text = mail_render(template=mail.template, context=loads(mail.context_json),
+                       recipient=world.lead).text
+    assert "its node h100-node-00" in text and "Your GPUs there were replaced by" in text
+
+
+
+def test_a_loan_on_another_gpu_of_a_drained_node_runs_on(settings, tmp_path):
+    """Slurm's drain lets running jobs finish: the loan on the node's healthy GPU is not
+    returned as failed, but nothing on the node is lent again."""
+    settings.LEND_AFTER_IDLE_S = int(IDLE.total_seconds())
+    settings.LENDING_ENABLED = True
+    world = World.create(gpus=2, scheduler=Cluster.Scheduler.SLURM)
+    BackendConfig.objects.create(cluster=world.cluster, mode=BackendConfig.Mode.WRITE,
+                                 commands_dir=str(scontrol_standin(tmp_path)))
+    reservation = world.reserve(count=2)
+    failed, sibling = held_gpus(reservation)
+    for gpu in (failed, sibling):
+        samples(gpu, start=NOW - IDLE, end=NOW)
+    loan = loan_lend(assignment=reservation.assignments.get(gpu=sibling), at=NOW - 5 * MIN)
+    assert _fail(failed, xid=79, at=NOW - 2 * MIN).state == Drain.State.DRAINED
+    lending_scan(now=NOW)
+    loan.refresh_from_db()
+    assert loan.returned_at is None  # not the failed GPU: its borrower's job runs on
+    assert Loan.objects.filter(returned_at__isnull=True).count() == 1  # the failed one: none
+    assert lend_candidates(now=NOW + IDLE) == []

@@ -5,7 +5,6 @@ not, the node returns only after the fix the failure needs, a site's own drain i
 resumed."""
 
 import os
-import stat
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -16,39 +15,26 @@ from gpuquota.celery import collect_beat_schedule
 from gpuquota.core.errors import DomainError
 from gpuquota.ingest.models import GpuEvent
 from gpuquota.inventory.models import GpuHealthInterval
-from gpuquota.reliability.drains import drain_release, drains_apply, drains_auto_release
+from gpuquota.reliability.drains import (
+    drain_release,
+    drains_apply,
+    drains_auto_release,
+    drains_observe,
+)
 from gpuquota.reliability.models import Drain
 from gpuquota.reliability.tasks import drains_task
 from gpuquota.schedulers.models import BackendConfig
 from gpuquota.schedulers.runner import Runner
-from gpuquota.schedulers.slurm.drain import node_drain, node_resume, node_state
+from gpuquota.schedulers.slurm.drain import drain_progress, node_drain, node_resume, node_state
 from tests.factories import AdminFactory, ClusterFactory, NodeFactory, make_gpu
+from tests.reliability.factories import scontrol_standin
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
-SCONTROL = """#!/bin/sh
-dir=$(dirname "$0")
-echo "$*" >> "$dir/calls"
-if [ "$1" = update ]; then
-  for a in "$@"; do case "$a" in
-    State=DRAIN) echo IDLE+DRAIN > "$dir/flags";;
-    State=RESUME) echo IDLE > "$dir/flags"; : > "$dir/reason";;
-    Reason=*) echo "${a#Reason=}" > "$dir/reason";;
-  esac; done
-  exit 0
-fi
-flags=$(cat "$dir/flags" 2>/dev/null || echo IDLE)
-reason=$(cat "$dir/reason" 2>/dev/null)
-printf 'NodeName=%s Arch=x86_64 State=%s ThreadsPerCore=1 ' "$4" "$flags"
-echo "Reason=$reason [slurm@2026-06-01T12:00:00] Comment=(null)"
-"""
 
 
 @pytest.fixture
 def scontrol(tmp_path):
-    path = tmp_path / "scontrol"
-    path.write_text(SCONTROL)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return tmp_path
+    return scontrol_standin(tmp_path)
 
 
 @pytest.fixture
@@ -142,5 +128,32 @@ def test_the_task_drains_what_just_arrived(site):
     assert collect_beat_schedule()["reliability-drains"]["task"] == "reliability.drains"
     _event(site, 119)
     with time_machine.travel(NOW + timedelta(minutes=1), tick=False):
-        assert drains_task() == {"drained": 1, "released": 0, "moved": 0, "kept": 0}
-        assert drains_task() == {"drained": 0, "released": 0, "moved": 0, "kept": 0}
+        assert drains_task() == {"drained": 1, "progress_changed": 1, "released": 0,
+                                 "moved": 0, "kept": 0, "rma_replaced": 0}
+        assert drains_task() == {"drained": 0, "progress_changed": 0, "released": 0,
+                                 "moved": 0, "kept": 0, "rma_replaced": 0}
+
+
+def test_slurm_drain_progress_read_from_the_node_state():
+    assert drain_progress({"MIXED", "DRAIN"}) == "draining"
+    assert drain_progress({"ALLOCATED", "DRAIN"}) == "draining"
+    assert drain_progress({"IDLE", "DRAIN"}) == "drained"
+    assert drain_progress({"DRAINING"}) == "draining"  # as sinfo spells it
+    assert drain_progress({"DRAINED"}) == "drained"
+    assert drain_progress({"MIXED"}) == ""
+
+
+def test_draining_then_drained_as_slurm_shows_it(site, client):
+    _event(site, 63)  # a lesser event: the node drains after its running jobs
+    (drain,) = drains_apply(since=NOW - timedelta(minutes=5), now=NOW)
+    (site["dir"] / "flags").write_text("MIXED+DRAIN\n")  # a job still runs there
+    (seen,) = drains_observe(now=NOW + timedelta(minutes=1))
+    assert (seen.progress, seen.progress_at) == ("draining", NOW + timedelta(minutes=1))
+    assert drains_observe(now=NOW + timedelta(minutes=2)) == []  # unchanged
+    client.force_login(AdminFactory())
+    page = client.get("/fleet/reliability/").content.decode()
+    assert 'data-progress="draining"' in page and "jobs still running" in page
+    (site["dir"] / "flags").write_text("IDLE+DRAIN\n")  # the job ended
+    (seen,) = drains_observe(now=NOW + timedelta(minutes=3))
+    assert seen.progress == "drained"
+    assert 'data-progress="drained"' in client.get("/fleet/reliability/").content.decode()

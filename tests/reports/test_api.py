@@ -43,7 +43,7 @@ def test_team_statement_roles(billed, role, url):
     if expected == 200 and url.endswith(".csv"):
         assert csv_lines(response.content.decode())[1] == (
             "vision,2026-10,USD,reserved,H100-80GB,36000,10.00,2.50,25.00,,"
-            f"{billed.team.cost_center},draft,")
+            f"{billed.team.cost_center},draft,,0.000,0.000,0.000,0.000,0.000,")
     elif expected == 200:
         assert response.json()["total"] == "25.00"
     elif expected == 404:
@@ -63,7 +63,9 @@ def test_organisation_month_roles(billed, role, url):
     if url.endswith(".csv"):
         rows = csv_lines(response.content.decode())
         assert {row.split(",")[0] for row in rows[1:]} == seen
-        assert rows[0].endswith(",reason,cost_center,status,approved_at")
+        assert rows[0].endswith(",reason,cost_center,status,approved_at,energy_kwh,"
+                                "facility_energy_kwh,co2e_kg,idle_energy_kwh,idle_co2e_kg,"
+                                "energy_basis")
     else:
         assert {s["team"] for s in response.json()["statements"]} == seen
 

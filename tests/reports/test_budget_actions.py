@@ -138,3 +138,49 @@ def test_the_api_and_the_form_give_the_reason(month, time_machine):
     assert "would exceed the 1900.00 USD budget" in page
     team_page = client.get("/teams/vision/").content.decode()
     assert 'id="refusal-preview"' in team_page and "Refuse reservations that" in team_page
+
+
+def _pending(month, start=OCT_11 + 5 * DAY):
+    return Reservation.objects.create(
+        team=month.vision, gpu_class=month.h100, count=1, start=start, end=start + DAY,
+        status="pending", over_quota=True, requested_by=month.alice,
+        requested_at=OCT_11 - DAY)
+
+
+def test_approving_a_pending_request_is_checked_like_a_new_one(month, time_machine):
+    from gpuquota.reservations.services import reservation_approve
+    from tests.factories import AdminFactory
+    time_machine.move_to(OCT_11, tick=False)
+    admin = AdminFactory()
+    pending = _pending(month)
+    budget_set(team=month.vision, amount="1900", action="refuse", by=month.alice, now=OCT_11)
+    with pytest.raises(BudgetExceeded) as caught:  # 1860.00 forecast + 60.00 > 1900.00
+        reservation_approve(reservation=pending, actor=admin, now=OCT_11)
+    assert caught.value.message == (
+        "Refused by Vision's budget for 2026-10: 1860.00 USD forecast + 60.00 for this "
+        "reservation would exceed the 1900.00 USD budget.")
+    pending.refresh_from_db()
+    assert pending.status == "pending" and not pending.assignments.exists()
+    client = Client()
+    client.force_login(admin)
+    assert_api_error(client.post(f"/api/v1/reservations/{pending.pk}/approve", {},
+                                 content_type="application/json"), 409, "count")
+    assert client.post(f"/api/v1/reservations/{pending.pk}/approve", {},
+                       content_type="application/json").json()["code"] == "budget_exceeded"
+    page = client.post(f"/reservations/{pending.pk}/decide/", {"decision": "approve"},
+                       follow=True).content.decode()
+    assert "would exceed the 1900.00 USD budget" in page
+    budget_set(team=month.vision, amount="1920", action="refuse", by=month.alice, now=OCT_11)
+    assert reservation_approve(reservation=pending, actor=admin,
+                               now=OCT_11).status == "scheduled"  # exactly at the budget
+
+
+def test_a_gpu_swap_is_not_refused_it_adds_no_reserved_time(month):
+    from gpuquota.reservations.services_change import reservation_swap_gpu
+    running = Reservation.objects.get()
+    held = Assignment.objects.get().gpu
+    budget_set(team=month.vision, amount="100", action="refuse", by=month.alice, now=OCT_11)
+    with pytest.raises(BudgetExceeded):
+        _reserve(month)
+    new = reservation_swap_gpu(reservation=running, actor=month.alice, gpu=held, now=OCT_11)
+    assert new.gpu_id != held.id and new.assigned_from == OCT_11

@@ -1,6 +1,7 @@
 """In a real browser, on the real clock: a lead sees the month to date and its forecast on
-the team page, sets a budget, adds a signed webhook (its secret shown once) and sends a
-test that a loopback receiver verifies; a member sees the figures but no form."""
+the team page, sets a budget and a GPU-hour budget of a class, adds a signed webhook (its
+secret shown once) and sends a test that a loopback receiver verifies; a member sees the
+figures but no form."""
 
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -56,6 +57,15 @@ def test_a_lead_sets_a_budget_and_a_channel_on_the_team_page(vision, browser_pag
         budget = Budget.objects.get()
         assert (budget.amount, budget.thresholds) == (Decimal("100.00"), [50, 90])
 
+        page.select_option("#class-hours-form select[name=gpu_class]", "H100-80GB")
+        page.fill("#class-hours-form input[name=hours]", "10")
+        page.select_option("#class-hours-form select[name=action]", "refuse")
+        page.click("#class-hours-save")
+        page.wait_for_url("**/teams/vision/#budget")
+        row = page.locator("#class-hour-budgets tbody tr").inner_text()
+        assert "H100-80GB" in row and "10.00 GPU-hours" in row
+        assert "Refuse reservations" in row
+
         page.select_option("#channel-form select[name=kind]", "webhook")
         page.fill("#channel-form input[name=name]", "ops")
         page.fill("#channel-form input[name=url]", receiver.url + "/hook")
@@ -85,3 +95,5 @@ def test_a_lead_sets_a_budget_and_a_channel_on_the_team_page(vision, browser_pag
     page.goto("/teams/vision/")
     assert "100.00 USD" in page.locator("#budget-amount").inner_text()
     assert page.locator("#budget-form").count() == 0 and page.locator("#channels").count() == 0
+    assert "10.00 GPU-hours" in page.locator("#class-hour-budgets").inner_text()
+    assert page.locator("#class-hours-form").count() == 0

@@ -197,3 +197,37 @@ def test_a_gpu_moved_to_another_cluster_counts_where_it_was(month):
     assert (lines["on_demand"].energy_kwh, lines["on_demand"].co2e_kg) == (Decimal("0.200"),
                                                                            None)
     assert speech.energy_basis[0]["cluster"] == "South"
+
+
+def test_the_csv_and_the_mail_carry_kwh_co2e_and_the_basis(month, smtp_server):
+    from accounts.models import Membership
+    from reports.export import SPEC_COLUMNS, statement_csv
+    from reports.sending import statement_send
+    from reports.services_statements import statement_approve
+
+    statement, _ = lines_of("vision")
+    statement = statement_approve(statement=statement, by=month["admin"], now=NOW)
+    rows = list(csv.DictReader(io.StringIO(statement_csv(statement))))
+    assert list(rows[0])[:len(SPEC_COLUMNS)] == SPEC_COLUMNS  # the spec's columns first
+    [reserved] = [row for row in rows if row["kind"] == "reserved"]
+    assert (reserved["amount"], reserved["energy_kwh"], reserved["facility_energy_kwh"],
+            reserved["co2e_kg"], reserved["idle_energy_kwh"], reserved["idle_co2e_kg"]) == (
+        "5.00", "0.900", "1.200", "0.330", "0.300", "0.180")
+    assert reserved["energy_basis"].startswith(
+        "North: PUE 1.250, 400.00 g CO2e/kWh (Grid 2025) from 2026-10-01 until")
+    assert "hourly intensity for 1 h (Maps)" in reserved["energy_basis"]
+    speech, _ = lines_of("speech")
+    [on_demand] = csv.DictReader(io.StringIO(statement_csv(speech)))
+    assert (on_demand["energy_kwh"], on_demand["co2e_kg"]) == ("0.200", "")  # no factor
+    assert on_demand["energy_basis"] == "South: 1 h without a PUE and intensity (no CO2e)"
+
+    Membership.objects.filter(team=month["vision"]).update(role=Membership.Role.LEAD)
+    assert statement_send(statement=statement).complete
+    [message] = smtp_server.messages
+    text = message.text()
+    assert "- Reserved H100-80GB: 0.900 kWh IT, 1.200 kWh facility, 0.330 kg CO2e" in text
+    assert ("- Idle reserved (part of the reserved energy above): 0.300 kWh IT, "
+            "0.180 kg CO2e") in text
+    assert "Total: 0.900 kWh IT, 1.200 kWh facility, 0.330 kg CO2e" in text
+    assert "PUE and carbon intensity: North: PUE 1.250, 400.00 g CO2e/kWh (Grid 2025)" in text
+    assert "0.330 kg CO2e" in message.html()

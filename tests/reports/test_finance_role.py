@@ -93,6 +93,10 @@ def test_nothing_finance_posts_changes_anything(billed):
     assert finance.post("/statements/review/draft/", {"month": "2026-10"}).status_code == 404
     assert finance.put("/api/v1/teams/vision/budget", {"amount": "1"},
                        content_type="application/json").status_code == 404
+    assert finance.put("/api/v1/teams/vision/budget/hours", {"gpu_class": "H100-80GB",
+                       "hours": "1"}, content_type="application/json").status_code == 404
+    assert finance.post("/teams/vision/budget/hours/", {"gpu_class": "H100-80GB",
+                        "hours": "1"}).status_code == 404
     assert finance.post("/api/v1/reservations", {
         "team": "vision", "gpu_class": "H100-80GB", "count": 1,
         "start": "2026-11-05T00:00:00Z", "end": "2026-11-05T02:00:00Z"},
@@ -103,6 +107,11 @@ def test_nothing_finance_posts_changes_anything(billed):
     assert finance.get("/api/v1/teams/vision/budget").json()["budget"]["amount"] == "100.00"
     review = finance.get("/statements/review/?month=2026-11").content.decode()
     assert 'id="review-budgets"' in review and "Refuse reservations that" in review
+    from reports.hour_budgets import class_hours_budget_set
+    class_hours_budget_set(team=billed.team, gpu_class=billed.gpu_class, hours="50",
+                           by=billed.lead)
+    review = finance.get("/statements/review/?month=2026-11").content.decode()
+    assert 'id="review-class-hour-budgets"' in review and ">50.00<" in review
 
 
 def test_the_role_is_granted_and_taken_back_audited(billed):

@@ -28,7 +28,8 @@ pytestmark = pytest.mark.django_db
 H, M = timedelta(hours=1), timedelta(minutes=1)
 APPROVED_AT = datetime(2026, 11, 5, 12, 0, tzinfo=UTC)
 COLUMNS = ("team,period,currency,kind,gpu_class,seconds,hours,rate,amount,reason,cost_center,"
-           "status,approved_at")
+           "status,approved_at,energy_kwh,facility_energy_kwh,co2e_kg,idle_energy_kwh,"
+           "idle_co2e_kg,energy_basis")
 
 
 @pytest.fixture
@@ -97,15 +98,17 @@ def test_the_csv_repeats_cost_center_status_and_approval_on_every_row_neutralise
     text = admin.get("/api/v1/statements/vision/2026-10.csv").content.decode()
     assert csv_lines(text) == [
         COLUMNS,
-        *[f"vision,2026-10,USD,{line},,'{HOSTILE_COST_CENTER},approved,2026-11-05T12:00:00Z"
-          for line in ("reserved,H100-80GB,86400,24.00,2.50,60.00",
-                       "failure_credit,H100-80GB,1800,0.50,2.50,-1.25",
-                       "lending_credit,H100-80GB,3600,1.00,1.25,-1.25")]]
+        *[f"vision,2026-10,USD,{line},,'{HOSTILE_COST_CENTER},approved,2026-11-05T12:00:00Z,"
+          f"{energy}" for line, energy in (
+              # energy and CO2e after the spec's columns: kept on priced lines, not credits
+              ("reserved,H100-80GB,86400,24.00,2.50,60.00", "0.000,0.000,0.000,0.000,0.000,"),
+              ("failure_credit,H100-80GB,1800,0.50,2.50,-1.25", ",,,,,"),
+              ("lending_credit,H100-80GB,3600,1.00,1.25,-1.25", ",,,,,"))]]
     assert f'"\'{HOSTILE_COST_CENTER.replace(chr(34), chr(34) * 2)}"' in text  # quoted, inert
     organisation = csv_lines(admin.get("/api/v1/statements/2026-10.csv").content.decode())
     assert organisation[0] == COLUMNS
-    assert organisation[1] == "speech,2026-10,USD,borrowed,H100-80GB,3600,1.00,1.50,1.50,," \
-                              f"{october.speech.cost_center},draft,"
+    assert organisation[1].startswith("speech,2026-10,USD,borrowed,H100-80GB,3600,1.00,1.50,"
+                                      f"1.50,,{october.speech.cost_center},draft,,")
 
 
 def test_the_pdf_shows_lent_hours_cost_center_and_approval(october):

@@ -48,7 +48,8 @@ def test_a_jobs_zero_use_warnings_reach_its_owners_own_channels_once(receiver, s
     hook, secret = user_channel_add(user=world.member, kind="webhook", name="mine",
                                     url=receiver.url + "/mine")
     last_only, _ = user_channel_add(user=world.member, kind="slack", name="urgent",
-                                    url=receiver.url + "/urgent", events=["job.zero_use_last"])
+                                    url=receiver.url + "/urgent",
+                                    events=["job.zero_use_last_warning"])
     others, _ = user_channel_add(user=world.lead, kind="slack", name="lead",
                                  url=receiver.url + "/lead")
     world.slurm_job("502", utils=[[90] * 20 + [0] * 160])
@@ -61,8 +62,8 @@ def test_a_jobs_zero_use_warnings_reach_its_owners_own_channels_once(receiver, s
     late = T0 + timedelta(minutes=145)
     jobs_zero_use_scan(now=late)  # the last warning
     jobs_zero_use_scan(now=late + timedelta(minutes=1))
-    assert _heard(hook) == ["job.zero_use", "job.zero_use_last"]
-    assert _heard(last_only) == ["job.zero_use_last"]
+    assert _heard(hook) == ["job.zero_use_warned", "job.zero_use_last_warning"]
+    assert _heard(last_only) == ["job.zero_use_last_warning"]
     assert _heard(others) == []  # the lead's own channel: not the member's job
 
     assert len(channels_send_due().sent) == 3  # queued at the suite's now

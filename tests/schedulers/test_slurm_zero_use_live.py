@@ -5,6 +5,7 @@ shows it cancelled, or requeued (pending again, one restart), or, in site shape 
 (JobRequeue=0), cancelled with the reason said. Audited, each mail once. The cluster is
 given back bare in shape (a)."""
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,9 +16,12 @@ from gpuquota.jobs.alerts import jobs_zero_use_scan
 from gpuquota.jobs.models import Job
 from gpuquota.jobs.services import jobs_collect
 from gpuquota.mail.models import MailDelivery
+from gpuquota.outbox.models import Notification
 from gpuquota.schedulers.models import SlurmJob
 from gpuquota.schedulers.slurm.jobs import slurm_jobs_import
 from gpuquota.schedulers.slurm.running import running_gpus_import
+from reports.channels import channel_add
+from tests.factories import AdminFactory
 from tests.jobs.world import samples_write
 from tests.schedulers.slurm_shapes import shape_bare
 from tests.schedulers.test_slurm_live import _site
@@ -79,6 +83,9 @@ def test_a_zero_use_job_is_warned_twice_then_stopped_as_slurm_shows(
     if requeue:
         policy.JOBS_ZERO_USE_REQUEUE = "@speech"  # the team's policy
     job = _running_job(live, site)
+    policy.CHANNEL_ALLOWED_NETWORKS = "127.0.0.1/32"
+    channel_add(team=job.team, kind="webhook", name="ops", url="http://127.0.0.1:9/hook",
+                by=AdminFactory(username="root"))
     start = job.started_at
     assert jobs_zero_use_scan(now=start + 9 * MINUTE) == 0  # 9 min at zero: staging
     assert jobs_zero_use_scan(now=start + 11 * MINUTE) == 1  # first warning
@@ -112,3 +119,9 @@ def test_a_zero_use_job_is_warned_twice_then_stopped_as_slurm_shows(
         "jobs_zero_use", "jobs_zero_use_cancelled", "jobs_zero_use_last"]
     stopped = MailDelivery.objects.get(template="jobs_zero_use_cancelled")
     assert f'"how": "{how}"' in stopped.context_json
+    # The team's channel heard each step once, the stop as Slurm showed it.
+    told = [json.loads(n.body)["data"] for n in Notification.objects.order_by("id")]
+    assert [(d["job_id"], d["user"]) for d in told] == [(job.job_id, "bob")] * 3
+    assert told[2]["how"] == how and told[2]["refused"] is False
+    assert ("restarts from its last checkpoint" in told[2]["next"]) is (how == "requeued")
+    assert not note or note in told[2]["next"]  # why it was cancelled, not requeued

@@ -46,3 +46,17 @@ def test_xid_counter_growth_old_pod_labels_and_blanks():
 def test_text_that_is_not_the_format_is_refused():
     with pytest.raises(SourceError, match="not Prometheus exposition text"):
         exposition_parse('DCGM_FI_DEV_GPU_UTIL{gpu="0" 5\n', where="t")
+
+
+def test_profiling_fields_become_the_samples_percentages_and_absent_ones_no_data():
+    labels = f'gpu="0",uuid="{UUID}",hostname="dcgm-exporter-abc"'
+    prof = "".join(f"# TYPE {name} gauge\n{name}{{{labels}}} {value}\n" for name, value in (
+        ("DCGM_FI_PROF_SM_ACTIVE", 0.62), ("DCGM_FI_PROF_SM_OCCUPANCY", 0.31),
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.004)))  # no DCGM_FI_PROF_DRAM_ACTIVE
+    (report,), _ = _reports([_text(90)] * 12 + [_text(90, extra=prof)] * 6)
+    before, with_prof = report.samples
+    assert (with_prof["sm_active_avg"], with_prof["sm_occupancy_avg"],
+            with_prof["tensor_active_avg"], with_prof["dram_active_avg"]) == (62.0, 31.0, 0.4,
+                                                                              None)
+    assert {before[k] for k in ("sm_active_avg", "sm_occupancy_avg", "tensor_active_avg",
+                                "dram_active_avg")} == {None}  # the window without: no data

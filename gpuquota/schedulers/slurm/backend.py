@@ -77,6 +77,9 @@ class SlurmBackend(Backend):
                  started_at=None) -> JobStopped:
         return jobstop.job_stop(self.runner, job_id, requeue=requeue, started_at=started_at)
 
+    def node_drain_progress(self, *, hostname: str) -> str:
+        return drain.node_drain_progress(self.runner, hostname)
+
     def capabilities(self) -> CapabilityReport:
         config = config_parse(self.runner.run(["scontrol", "show", "config"]).stdout)
         nodes = node_gres_types(self.runner.run(["scontrol", "-o", "show", "node"]).stdout)

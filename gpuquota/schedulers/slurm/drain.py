@@ -32,6 +32,28 @@ def node_state(runner: Runner, hostname: str) -> tuple[set[str], str]:
             reason.group(1).strip() if reason else "")
 
 
+#: Base states of a node still running jobs; Slurm shows them with `+DRAIN` while draining.
+_BUSY = {"ALLOCATED", "ALLOC", "MIXED", "MIX", "COMPLETING", "COMPLETING*"}
+
+
+def drain_progress(flags: set[str]) -> str:
+    """"draining" (drained but jobs still run: `MIXED+DRAIN`, `ALLOCATED+DRAIN`, or
+    `DRAINING` as sinfo says it), "drained" (empty: `IDLE+DRAIN`, `DOWN+DRAIN`, or
+    `DRAINED`), "" when the node is not drained."""
+    if "DRAINING" in flags:
+        return "draining"
+    if "DRAINED" in flags:
+        return "drained"
+    if "DRAIN" not in flags:
+        return ""
+    return "draining" if flags & _BUSY else "drained"
+
+
+def node_drain_progress(runner: Runner, hostname: str) -> str:
+    """The node's drain progress as Slurm shows it now (see `drain_progress`)."""
+    return drain_progress(node_state(runner, hostname)[0])
+
+
 def node_drain(runner: Runner, hostname: str, reason: str) -> None:
     """Drain the node (running jobs finish, no new job starts) with a reason gpuquota
     owns; verified by reading the node back."""

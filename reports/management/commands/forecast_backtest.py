@@ -34,4 +34,8 @@ class Command(BaseCommand):
         late = [row for row in days if row.day >= 10]
         if late:
             worst = max(row.mean_abs_error for row in late)
-            self.stdout.write(f"RESULT forecast_mean_abs_error_from_day_10_max={float(worst):.4f}")
+            mean = sum(row.mean_abs_error for row in late) / len(late)
+            team = max(row.max_abs_error for row in late)
+            self.stdout.write(f"RESULT forecast_mean_abs_error_from_day_10_max={float(worst):.4f}"
+                              f" forecast_mean_abs_error_from_day_10_mean={float(mean):.4f}"
+                              f" forecast_team_abs_error_from_day_10_max={float(team):.4f}")
