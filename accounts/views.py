@@ -48,9 +48,11 @@ def profile(request):
 
 
 def _profile_render(request, form, token_form, status=200, form_token=None):
+    now = timezone.now()
     return render(request, "accounts/profile.html", {
         "form": form, "token_form": token_form, "tokens": api_tokens_of(user=request.user),
-        "now": timezone.now(), "new_token": request.session.pop(NEW_TOKEN_SESSION_KEY, None),
+        "now": now, "new_token": request.session.pop(NEW_TOKEN_SESSION_KEY, None),
+        "sections": page_sections("profile", user=request.user, now=now),
         FORM_FIELD: form_token,
     }, status=status)
 

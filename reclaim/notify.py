@@ -131,7 +131,7 @@ def objection_notify(*, recommendation: Recommendation) -> None:
     key = f"reclaim-{recommendation.pk}-objected"
     mail_send_later(template="reclaim_objected", recipients=platform_admins(),
                     context=_objection_context(recommendation), key=key)
-    recommendation_tell(recommendation, event="objected", key=key)
+    recommendation_tell(recommendation, event="objected", key=key, admins=True)
 
 
 def objection_upheld_notify(*, recommendation: Recommendation) -> None:

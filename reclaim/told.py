@@ -1,10 +1,11 @@
 """What reclaim tells a team's channels (`gpuquota.core.contributions.team_event`), with the
 mail to its leads: a recommendation accepted (which GPUs go, and when), released, closed
-(busy again), withdrawn, objected to by a lead, and upheld over the objection."""
+(busy again), withdrawn, objected to by a lead, and upheld over the objection; the
+objection to the admins' channels too (`admin_event`)."""
 
 from django.urls import reverse
 
-from gpuquota.core.contributions import team_event
+from gpuquota.core.contributions import admin_event, team_event
 from gpuquota.mail.conf import base_url
 from gpuquota.outbox.render import Message, when_utc
 from reclaim.models import Recommendation
@@ -19,8 +20,10 @@ TOLD = {
 }
 
 
-def recommendation_tell(rec: Recommendation, *, event: str, key: str) -> None:
-    """Queue `event` on `rec` to the team's channels under `key` (once per channel)."""
+def recommendation_tell(rec: Recommendation, *, event: str, key: str,
+                        admins: bool = False) -> None:
+    """Queue `event` on `rec` to the team's channels under `key` (once per channel), and
+    to the admins' channels too where `admins` (an objection waits for their decision)."""
     reservation = rec.reservation
     gpus = [f"{row.gpu.node.hostname}/{row.gpu.index}" for row in
             rec.gpu_rows.select_related("gpu__node").order_by("gpu__node__hostname",
@@ -35,7 +38,7 @@ def recommendation_tell(rec: Recommendation, *, event: str, key: str) -> None:
         rec.objection_decision_reason or rec.dismissed_reason or rec.closed_note)
     if reason:
         facts.append(("Reason", reason))
-    team_event(team_id=reservation.team_id, key=key, message=Message(
+    message = Message(
         event=f"reclaim.{event}",
         title=f"{reservation.team.name}: {TOLD[event]}",
         text=(f"{rec.get_kind_display()} on reservation #{reservation.pk} "
@@ -43,4 +46,7 @@ def recommendation_tell(rec: Recommendation, *, event: str, key: str) -> None:
         facts=facts, link=base_url() + reverse("reclaim_detail", args=[rec.pk]),
         data={"recommendation": rec.pk, "team": reservation.team.slug,
               "reservation": reservation.pk, "event": event, "kind": rec.kind,
-              "gpus": gpus}))
+              "gpus": gpus})
+    team_event(team_id=reservation.team_id, key=key, message=message)
+    if admins:
+        admin_event(key=key, message=message)

@@ -20,6 +20,7 @@ from accounts.models import Team, User
 from accounts.permissions import can_act_for_team
 from gpuquota.core.errors import DomainError, NotFound
 from gpuquota.core.services import audit_record
+from gpuquota.outbox.events import TEAM_EVENTS, TEST_EVENT, event_heard, events_choice_clean
 from gpuquota.outbox.models import Notification
 from gpuquota.outbox.notifications import SendOutcome, notification_queue, notifications_send_due
 from gpuquota.outbox.render import Message
@@ -48,12 +49,9 @@ def channel_session() -> requests.Session:
     return session
 
 
-def channel_add(*, team: Team, kind: str, name: str, url: str, by: User,
-                now: datetime | None = None) -> tuple[TeamChannel, str]:
-    """Add a channel to the team (its leads, admins): the URL checked and sealed; for a
-    webhook, a new signing secret, returned here once (the receiver verifies with it)."""
-    if not can_act_for_team(by, team):
-        raise NotFound("No such team.")
+def channel_endpoint_checked(*, kind: str, name: str, url: str) -> tuple[str, str]:
+    """The channel's name and URL, stripped, or a `DomainError` naming the field: a known
+    kind, a printable name, a URL the network guard lets through."""
     if kind not in TeamChannel.Kind.values:
         raise DomainError(f"One of: {', '.join(TeamChannel.Kind.values)}.", field="kind")
     name = (name or "").strip()
@@ -65,6 +63,27 @@ def channel_add(*, team: Team, kind: str, name: str, url: str, by: User,
     why = netguard.url_refusal(url, refusal=channel_address_refusal)
     if why:
         raise DomainError(f"This URL cannot be used: {why}.", field="url")
+    return name, url
+
+
+def channel_events_checked(events, *, known: dict[str, str]) -> list[str]:
+    """The event types chosen, each a known one (`gpuquota.outbox.events`); [] is all."""
+    try:
+        return events_choice_clean(events, known=known)
+    except ValueError as exc:
+        raise DomainError(str(exc), field="events") from None
+
+
+def channel_add(*, team: Team, kind: str, name: str, url: str, by: User,
+                events: list[str] | None = None,
+                now: datetime | None = None) -> tuple[TeamChannel, str]:
+    """Add a channel to the team (its leads, admins): the URL checked and sealed, the
+    events it hears checked (none chosen: all); for a webhook, a new signing secret,
+    returned here once (the receiver verifies with it)."""
+    if not can_act_for_team(by, team):
+        raise NotFound("No such team.")
+    name, url = channel_endpoint_checked(kind=kind, name=name, url=url)
+    events = channel_events_checked(events, known=TEAM_EVENTS)
     if TeamChannel.objects.filter(team=team, name=name).exists():
         raise DomainError("The team has a channel of that name.", field="name")
     secret = webhook_secret_new() if kind == TeamChannel.Kind.WEBHOOK else ""
@@ -73,10 +92,25 @@ def channel_add(*, team: Team, kind: str, name: str, url: str, by: User,
         channel = TeamChannel.objects.create(
             team=team, kind=kind, name=name, url_sealed=seal(url),
             url_host=urlsplit(url).hostname or "", secret_sealed=seal(secret),
-            created_by=by, created_at=now)
+            events=events, created_by=by, created_at=now)
         audit_record(actor=by, action="channel.add", obj=channel, team=team,
-                     changes={"kind": kind, "name": name, "host": channel.url_host})
+                     changes={"kind": kind, "name": name, "host": channel.url_host,
+                              "events": events})
     return channel, secret
+
+
+def channel_events_set(*, channel: TeamChannel, events: list[str], by: User) -> TeamChannel:
+    """Choose the event types the channel hears (none: all), each a team event type."""
+    if not can_act_for_team(by, channel.team):
+        raise NotFound("No such channel.")
+    events = channel_events_checked(events, known=TEAM_EVENTS)
+    with transaction.atomic():
+        before = channel.events
+        TeamChannel.objects.filter(pk=channel.pk).update(events=events)
+        channel.events = events
+        audit_record(actor=by, action="channel.events", obj=channel, team=channel.team,
+                     changes={"events": {"from": before, "to": events}})
+    return channel
 
 
 def channel_remove(*, channel: TeamChannel, by: User) -> None:
@@ -98,9 +132,11 @@ def channels_notify(*, team: Team, key: str, message: Message,
 def channels_team_event(*, team_id: int, key: str, message: Message,
                         now: datetime | None = None) -> int:
     """The `TEAM_EVENT` hook: `channels_notify` for a team known by its id (the apps below
-    reports tell of their events this way)."""
+    reports tell of their events this way); a channel that chose its events hears those."""
     queued = 0
     for channel in TeamChannel.objects.filter(team_id=team_id, active=True):
+        if not event_heard(message.event, chosen=channel.events):
+            continue
         row = notification_queue(key=key, target=channel.target, kind=channel.kind,
                                  url=unseal(channel.url_sealed), message=message,
                                  secret=unseal(channel.secret_sealed), now=now)
@@ -114,7 +150,7 @@ def channel_test(*, channel: TeamChannel, by: User, now: datetime | None = None)
     if not can_act_for_team(by, channel.team):
         raise NotFound("No such channel.")
     now = now or timezone.now()
-    message = Message(event="channel.test", title=f"gpuquota test for {channel.team.name}",
+    message = Message(event=TEST_EVENT, title=f"gpuquota test for {channel.team.name}",
                       text=f"{by.username} sent this test to the channel {channel.name}.",
                       data={"team": channel.team.slug, "channel": channel.name})
     with transaction.atomic():

@@ -6,6 +6,9 @@ from django.db.models import Q
 
 from gpuquota.core.fields import WholeSecondDateTimeField
 
+# the admins' and users' channels live in a module of their own; Django finds them here
+from reports.channel_models import AdminChannel, ChannelKind, UserChannel  # noqa: F401
+
 
 class Statement(models.Model):
     """A team's chargeback statement for one calendar month (UTC): a draft recomputed on
@@ -354,10 +357,7 @@ class TeamChannel(models.Model):
     generic webhook signed per Standard Webhooks. The URL (a credential) and the signing
     secret are sealed (`gpuquota.outbox.sealing`); pages show `url_host` only."""
 
-    class Kind(models.TextChoices):
-        SLACK = "slack", "Slack"
-        TEAMS = "teams", "Microsoft Teams"
-        WEBHOOK = "webhook", "Webhook (signed)"
+    Kind = ChannelKind
 
     team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="channels")
     kind = models.CharField(max_length=16, choices=Kind.choices)
@@ -366,6 +366,9 @@ class TeamChannel(models.Model):
     url_host = models.CharField(max_length=255)
     secret_sealed = models.TextField(blank=True)
     active = models.BooleanField(default=True)
+    events = models.JSONField(
+        default=list, blank=True,
+        help_text="The event types it hears (gpuquota.outbox.events.TEAM_EVENTS); empty: all.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                                    related_name="+")
     created_at = WholeSecondDateTimeField()
@@ -385,3 +388,4 @@ class TeamChannel(models.Model):
     def target(self) -> str:
         """The outbox's name for this channel."""
         return f"team-channel:{self.pk}"
+

@@ -1,6 +1,7 @@
 """What admins are told about a month's statements, through the one mail module: drafts
 are ready (the 1st), and a reminder once the settlement delay has passed with drafts
-still unapproved. Each goes once per month and admin (the mail key)."""
+still unapproved. Each goes once per month and admin (the mail key), and once per month
+to each admins' channel that hears it (`statements.ready`, `statements.to_approve`)."""
 
 from datetime import datetime
 
@@ -9,7 +10,10 @@ from django.urls import reverse
 
 from accounts.models import User
 from gpuquota.core.timeutil import Period
+from gpuquota.mail.conf import base_url
 from gpuquota.mail.services import MailOutcome, mail_send
+from gpuquota.outbox.render import Message, when_utc
+from reports.admin_channels import admin_channels_event
 from reports.models import Statement
 from reports.services_statements import approval_opens, month_previous, statements_draft_month
 
@@ -28,10 +32,28 @@ def _context(period: Period) -> dict:
             f"{reverse('statement_review')}?month={period.start:%Y-%m}", **counts}
 
 
+def _tell(*, event: str, key: str, context: dict) -> None:
+    failed = f", {context['failed']} failed" if context["failed"] else ""
+    title = {"statements.ready": f"Statements of {context['month_name']} drafted",
+             "statements.to_approve": f"Statements of {context['month_name']} to approve"}[event]
+    admin_channels_event(key=key, message=Message(
+        event=event, title=title,
+        text=(f"{context['drafts']} draft(s){failed}, {context['approved']} approved; "
+              f"approval opens {when_utc(context['opens_at'])}."),
+        facts=[("Drafts", str(context["drafts"])), ("Failed", str(context["failed"])),
+               ("Approved", str(context["approved"])),
+               ("Approval opens", when_utc(context["opens_at"]))],
+        link=base_url() + context["review_path"],
+        data={"month": context["month"], "drafts": context["drafts"],
+              "failed": context["failed"], "approved": context["approved"]}))
+
+
 def statements_ready_notify(*, period: Period) -> MailOutcome:
     """Tell every admin that the month's drafts are ready for review (once per month)."""
-    return mail_send(template="statements_ready", recipients=_admins(), context=_context(period),
-                     key=f"statements-ready:{period.start:%Y-%m}")
+    key, context = f"statements-ready:{period.start:%Y-%m}", _context(period)
+    _tell(event="statements.ready", key=key, context=context)
+    return mail_send(template="statements_ready", recipients=_admins(), context=context,
+                     key=key)
 
 
 def statements_unapproved_remind(*, period: Period, now: datetime) -> MailOutcome | None:
@@ -42,8 +64,10 @@ def statements_unapproved_remind(*, period: Period, now: datetime) -> MailOutcom
     if not Statement.objects.filter(month=period.start.date(),
                                     status=Statement.Status.DRAFT).exists():
         return None
-    return mail_send(template="statements_reminder", recipients=_admins(),
-                     context=_context(period), key=f"statements-reminder:{period.start:%Y-%m}")
+    key, context = f"statements-reminder:{period.start:%Y-%m}", _context(period)
+    _tell(event="statements.to_approve", key=key, context=context)
+    return mail_send(template="statements_reminder", recipients=_admins(), context=context,
+                     key=key)
 
 
 def statements_month_start(*, now: datetime) -> dict:

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 from accounts.permissions import team_for_action
 from gpuquota.core.errors import DomainError
 from reports.budgets import budget_set
-from reports.channels import channel_add, channel_remove, channel_test
+from reports.channels import channel_add, channel_events_set, channel_remove, channel_test
 from reports.hour_budgets import class_hours_budget_set
 from reports.models import TeamChannel
 
@@ -67,7 +67,8 @@ def team_channel_add(request, slug: str):
     try:
         channel, secret = channel_add(team=team, kind=request.POST.get("kind", ""),
                                       name=request.POST.get("name", ""),
-                                      url=request.POST.get("url", ""), by=request.user)
+                                      url=request.POST.get("url", ""), by=request.user,
+                                      events=request.POST.getlist("events"))
     except DomainError as exc:
         messages.error(request, f"Channel not added ({exc.field or 'channel'}): {exc.message}")
         return _back(slug)
@@ -103,4 +104,19 @@ def team_channel_remove(request, slug: str, channel_id: int):
     channel = _channel(request, slug, channel_id)
     channel_remove(channel=channel, by=request.user)
     messages.success(request, f"Channel {channel.name} removed.")
+    return _back(slug)
+
+
+@login_required
+@require_POST
+def team_channel_events(request, slug: str, channel_id: int):
+    channel = _channel(request, slug, channel_id)
+    try:
+        channel_events_set(channel=channel, events=request.POST.getlist("events"),
+                           by=request.user)
+    except DomainError as exc:
+        messages.error(request, f"Events not changed: {exc.message}")
+    else:
+        chosen = ", ".join(channel.events) or "every event"
+        messages.success(request, f"{channel.name} hears: {chosen}.")
     return _back(slug)

@@ -45,6 +45,17 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
   `message` is a `gpuquota.outbox.render.Message` and `key` names the event once (a retry
   queues nothing more). Reports queues it to the team's channels (docs/budgets.md,
   "Channels"); mail stays with the app that sends it.
+- `ADMIN_EVENT`: functions `hook(*, key, message)` that an app calls (through
+  `admin_event`), in the transaction of the change, when something happened that the
+  platform's admins should hear of where they read, whatever team it concerns (a request
+  waiting for approval, an objection to a reclaim, a GPU failed or drained, a node silent,
+  statements to approve). Reports queues it to the organisation's channels
+  (docs/budgets.md, "Channels for the admins"). The event types are
+  `gpuquota.outbox.events.ADMIN_EVENTS` (a team's: `TEAM_EVENTS`).
+- `USER_EVENT`: functions `hook(*, user_id, key, message)` that an app calls (through
+  `user_event`), in the transaction of the change, when something happened that one user
+  should hear of on the channels they added themselves (their jobs' zero-use warnings and
+  waste: `gpuquota.outbox.events.USER_EVENTS`). Reports queues it to the user's channels.
 
 They are found here, in INSTALLED_APPS order, the way Celery's beat schedules are
 (`gpuquota/celery.py`), and checked when Django starts (`contributions_check`).
@@ -61,7 +72,8 @@ from django.core import checks
 MODULE = "contributions"
 KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION",
          "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED", "RESERVATION_REQUESTED", "LOAN_OWNER_JOB",
-         "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED", "GPUS_HELD_OUT", "TEAM_EVENT")
+         "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED", "GPUS_HELD_OUT", "TEAM_EVENT",
+         "ADMIN_EVENT", "USER_EVENT")
 
 
 @cache
@@ -104,6 +116,18 @@ def team_event(*, team_id: int, key: str, message) -> None:
     """Tell the team's channels of an event (every `TEAM_EVENT` hook), in the caller's
     transaction; once per `key` and channel."""
     hooks_call("TEAM_EVENT", team_id=team_id, key=key, message=message)
+
+
+def admin_event(*, key: str, message) -> None:
+    """Tell the platform admins' channels of an event (every `ADMIN_EVENT` hook), in the
+    caller's transaction; once per `key` and channel."""
+    hooks_call("ADMIN_EVENT", key=key, message=message)
+
+
+def user_event(*, user_id: int, key: str, message) -> None:
+    """Tell a user's own channels of an event (every `USER_EVENT` hook), in the caller's
+    transaction; once per `key` and channel."""
+    hooks_call("USER_EVENT", user_id=user_id, key=key, message=message)
 
 
 def contributions_check(app_configs=None, **kwargs) -> list[checks.CheckMessage]:

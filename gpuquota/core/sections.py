@@ -36,6 +36,8 @@ PAGES = {
     # usage.views.gpu_detail and usage.views.node_detail: "main" after the health table
     "gpu": Page(slots=("main",), arguments=frozenset({"gpu", "user", "now"})),
     "node": Page(slots=("main",), arguments=frozenset({"node", "user", "now"})),
+    # accounts.views.profile: "main" after the API tokens (the viewer's own settings)
+    "profile": Page(slots=("main",), arguments=frozenset({"user", "now"})),
     # usage.views.utilization: "figures" under the overview table
     "utilization": Page(slots=("figures",), arguments=frozenset({"user", "period", "now"})),
 }

@@ -28,6 +28,7 @@ from gpuquota.core.services import audit_record
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import EventType, GpuEvent, Sample
 from gpuquota.ingest.taxonomy import DEGRADED_XIDS, FAILED_XIDS
+from gpuquota.ingest.told import gpu_failed_tell
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.outbox.services import gpu_hours_mark_dirty, gpu_usage_mark_dirty
 
@@ -163,6 +164,8 @@ def _health_open(gpu: Gpu, device_ids: list[int], opener: Opener) -> bool:
         reason=opener.reason[:256], boot_id=boot_id, closed_reason=end.reason[:256],
         closed_by=end.by,
     )
+    if opener.state == FAILED:
+        gpu_failed_tell(gpu=gpu, at=opener.at, reason=opener.reason, until=end.at)
     _reevaluate_marks(gpu, device_ids, opener.at, marked_until)
     return True
 

@@ -1,8 +1,8 @@
 """Zero-use warnings (docs/jobs.md, Zero-use warnings): a running job whose GPUs have all
 been at zero past its threshold (`zero_use.py` says what counts) is warned once per stretch
-of zero use: its owner is mailed through the mail outbox, its team's channels are told
-(`told.py`), and the evidence (since when, how far the samples go, its GPUs) is audited, in
-one transaction. Where the site opted in,
+of zero use: its owner is mailed through the mail outbox and told on the channels they
+added (`told_owner.py`), its team's channels are told (`told.py`), and the evidence (since
+when, how far the samples go, its GPUs) is audited, in one transaction. Where the site opted in,
 a warned job still at zero gets a last warning `JOBS_ZERO_USE_LAST_WARNING_S` before it is
 stopped, and is stopped no sooner than that after it (`cancel.py`); one step per job per
 scan, each mail and channel message once (its key). The scan reads the running
@@ -21,8 +21,10 @@ from gpuquota.jobs.cancel import RETRY, cancel_opted_in, planned_action, zero_us
 from gpuquota.jobs.models import Job, JobMailOptOut
 from gpuquota.jobs.report import jobs_series
 from gpuquota.jobs.told import zero_use_last_warning_tell, zero_use_warned_tell
+from gpuquota.jobs.told_owner import job_tell
 from gpuquota.jobs.zero_use import ZeroUse, zero_use
 from gpuquota.mail.outbox import mail_send_later
+from gpuquota.outbox.render import when_utc
 
 
 def _mailable(job: Job) -> bool:
@@ -47,6 +49,11 @@ def _warn(job: Job, clock: ZeroUse, keys: list[str], now: datetime) -> None:
         cancel_at = _stop_due_at(clock) if opted_in else None
         action = planned_action(job) if opted_in else ""
         zero_use_warned_tell(job, clock, key=key, gpus=keys, stop_at=cancel_at, action=action)
+        job_tell(job, event="job.zero_use_warned", key=key, title="GPUs at zero use",
+                 text=(f"Its GPUs ({', '.join(keys)}) have been at zero since "
+                       f"{when_utc(clock.since)} ({clock.idle_s // 60} minutes)."),
+                 facts=[("Zero since", when_utc(clock.since))],
+                 data={"since": clock.since.isoformat(), "gpus": keys})
         if _mailable(job):
             mail_send_later(
                 template="jobs_zero_use", recipients=[job.owner], key=key,
@@ -70,6 +77,13 @@ def _last_warn(job: Job, clock: ZeroUse, keys: list[str], now: datetime) -> None
         action = planned_action(job)
         zero_use_last_warning_tell(job, clock, key=key, gpus=keys, stop_at=stop_at,
                                    action=action)
+        job_tell(job, event="job.zero_use_last_warning", key=key, title="last warning: zero use",
+                 text=(f"Its GPUs have been at zero since {when_utc(clock.since)}; it is "
+                       f"stopped ({planned_action(job)}) at {when_utc(stop_at)} unless they "
+                       "are used."),
+                 facts=[("Zero since", when_utc(clock.since)), ("Stopped at", when_utc(stop_at))],
+                 data={"since": clock.since.isoformat(), "stop_at": stop_at.isoformat(),
+                       "gpus": keys})
         if _mailable(job):
             mail_send_later(
                 template="jobs_zero_use_last", recipients=[job.owner], key=key,

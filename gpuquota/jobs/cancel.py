@@ -18,8 +18,10 @@ from gpuquota.core.services import audit_record
 from gpuquota.jobs import conf
 from gpuquota.jobs.models import Job, JobMailOptOut
 from gpuquota.jobs.told import zero_use_stopped_tell
+from gpuquota.jobs.told_owner import job_tell
 from gpuquota.jobs.zero_use import ZeroUse
 from gpuquota.mail.outbox import mail_send_later
+from gpuquota.outbox.render import when_utc
 from gpuquota.schedulers.backend import BackendError, JobStopped, backend_for
 from gpuquota.schedulers.models import BackendConfig, Capabilities
 
@@ -72,6 +74,12 @@ def _stop(job: Job) -> JobStopped | str:
 
 
 def _owner_mailed(job: Job, clock: ZeroUse, stopped: JobStopped) -> None:
+    job_tell(job, event="job.zero_use_stopped", key=f"jobs.zero_use_cancelled.{job.pk}",
+             title="stopped for zero use",
+             text=(f"Its GPUs were at zero since {when_utc(clock.since)}: {stopped.how}"
+                   + (f" ({stopped.note})" if stopped.note else "") + "."),
+             facts=[("Zero since", when_utc(clock.since)), ("How", stopped.how)],
+             data={"since": clock.since.isoformat(), "how": stopped.how})
     if job.owner is None or JobMailOptOut.objects.filter(user=job.owner).exists():
         return
     mail_send_later(template="jobs_zero_use_cancelled", recipients=[job.owner],

@@ -15,6 +15,7 @@ from gpuquota.jobs import conf
 from gpuquota.jobs.collect import process_jobs_collect, slurm_jobs_collect
 from gpuquota.jobs.models import Job, JobCollectMark, JobMailOptOut, JobNote
 from gpuquota.jobs.report import JobReport, Prices, job_report, jobs_series
+from gpuquota.jobs.told_owner import job_tell
 from gpuquota.mail.outbox import mail_send_later
 
 #: Each refresh looks this far back for jobs that ran (the task runs every few minutes).
@@ -143,6 +144,13 @@ def job_notify(*, job: Job, now: datetime) -> bool:
     }
     mail_send_later(template="jobs_wasteful", recipients=[job.owner], context=context,
                     key=f"jobs.wasteful.{job.pk}")
+    job_tell(job, event="job.wasteful", key=f"jobs.wasteful.{job.pk}",
+             title=f"{context['wasted_hours']} GPU-hours wasted",
+             text="; ".join(f"{n['title']}: {n['advice']}" for n in context["notes"])
+             or "See the job's report.",
+             facts=[("Wasted", f"{context['wasted_hours']} GPU-hours"),
+                    ("Cost", f"{job.wasted_cost} {job.currency}")],
+             data={"wasted_gpu_s": job.wasted_gpu_s})
     job.notified_at = now
     job.save(update_fields=["notified_at"])
     return True

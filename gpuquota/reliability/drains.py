@@ -5,7 +5,8 @@ is a reset, a reboot or a replacement) drains it after its running jobs end, and
 critical failure on a node draining for a lesser one escalates that drain. The node
 returns only after the fix the failure needs: automatically when that fix is a reset or a
 reboot and the GPU's failed interval closed after it (a new boot with a good sample),
-otherwise by an admin naming the fix. Every drain and return is audited."""
+otherwise by an admin naming the fix. Every drain and return is audited, and every new
+drain told to the admins' channels (`told.py`)."""
 
 from datetime import datetime
 
@@ -26,6 +27,7 @@ from gpuquota.ingest.taxonomy import (
 )
 from gpuquota.inventory.models import GpuHealthInterval, Node
 from gpuquota.reliability.models import Drain
+from gpuquota.reliability.told import drain_tell
 from gpuquota.schedulers.backend import BackendError, backend_for
 from gpuquota.schedulers.models import BackendConfig
 
@@ -112,6 +114,7 @@ def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
             audit_record(actor=None, action="node_drain", obj=drain, reason=reason, changes={
                 "node": str(event.node), "gpu": drain.gpu.uuid, "needs": drain.needs,
                 "after_jobs": drain.after_jobs, "state": drain.state, "error": drain.error})
+            drain_tell(drain)
         made.append(drain)
     return made
 

@@ -1,13 +1,15 @@
 """Mail about reservation decisions, sent through gpuquota.mail after the deciding
 transaction commits: admins learn of a request waiting for approval, the requesting lead
 of its approval, denial (with the reason) or expiry undecided; the team's channels hear of
-each (`team_event`). Keys are per reservation and event, so each is told once whatever
-retries happen."""
+each (`team_event`), and the admins' channels of a request to approve (`admin_event`).
+Keys are per reservation and event, so each is told once whatever retries happen."""
+
+from dataclasses import replace
 
 from django.urls import reverse
 
 from accounts.selectors import platform_admins
-from gpuquota.core.contributions import team_event
+from gpuquota.core.contributions import admin_event, team_event
 from gpuquota.mail.conf import base_url
 from gpuquota.mail.outbox import mail_send_later
 from gpuquota.outbox.render import Message, when_utc
@@ -39,12 +41,15 @@ def reservation_mail_context(reservation: Reservation) -> dict:
 
 
 def reservation_pending_notify(reservation: Reservation) -> None:
-    """After commit: every admin is told that `reservation` waits for approval."""
+    """After commit: every admin is told that `reservation` waits for approval (by mail and
+    on their channels), and so are the team's channels."""
     key = f"reservation:{reservation.pk}:pending"
     mail_send_later(template="reservation_pending", recipients=platform_admins(),
                     context=reservation_mail_context(reservation), key=key)
-    team_event(team_id=reservation.team_id, key=key, message=reservation_message(
-        reservation, event="pending"))
+    message = reservation_message(reservation, event="pending")
+    team_event(team_id=reservation.team_id, key=key, message=message)
+    admin_event(key=key, message=replace(
+        message, link=base_url() + reverse("reservation_pending")))
 
 
 def reservation_decision_notify(reservation: Reservation, *, decision: str) -> None:

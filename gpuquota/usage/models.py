@@ -161,3 +161,27 @@ class GpuDayUsage(models.Model):
 
     def __str__(self) -> str:
         return f"GPU {self.gpu_id} {self.day:%Y-%m-%d} {self.kind}"
+
+
+class NodeSilence(models.Model):
+    """A node's agent silent past AGENT_SILENT_AFTER_S, as the silence scan noticed it
+    (`gpuquota.usage.silence`): one open row per node, so the admins' channels hear of a
+    silence once, and once more when the node reports again (`ended_at`)."""
+
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT,
+                             related_name="silences")
+    last_seen_at = models.DateTimeField(
+        null=True, blank=True, help_text="Its last report before the silence; empty: never.")
+    noticed_at = WholeSecondDateTimeField()
+    ended_at = models.DateTimeField(
+        null=True, blank=True, help_text="Its first report after the silence, once noticed.")
+
+    class Meta:
+        ordering = ["-noticed_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["node"], condition=models.Q(ended_at__isnull=True),
+                                    name="node_silence_one_open"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node} silent since {self.last_seen_at or 'never'}"

@@ -11,11 +11,17 @@ from gpuquota.core.retry import DB_RETRY
 from gpuquota.outbox.conf import dirty_sweep_budget_s, dirty_sweep_interval_s
 from gpuquota.usage.conf import dirty_sweep_batch
 from gpuquota.usage.services import gpu_hour_recompute
+from gpuquota.usage.silence import node_silences_scan
 from gpuquota.usage.sweep import dirty_hours_process
 
 logger = logging.getLogger(__name__)
 
 BEAT_SCHEDULE = {
+    "usage-node-silences-scan": {
+        "task": "usage.node_silences_scan",
+        "schedule": 60.0,
+        "options": {"expires": 120},
+    },
     "usage-dirty-sweep": {
         "task": "usage.dirty_sweep",
         "schedule": dirty_sweep_interval_s(),
@@ -41,3 +47,11 @@ def dirty_sweep() -> int:
 def gpu_hour_recompute_task(gpu_id: int, hour: str) -> int:
     """Recompute one GPU-hour now (`hour` ISO 8601)."""
     return gpu_hour_recompute(gpu_id=gpu_id, hour=parse_datetime(hour))
+
+
+@shared_task(name="usage.node_silences_scan", **DB_RETRY)
+def node_silences_scan_task() -> dict:
+    """Tell the admins' channels of nodes newly silent and of silent nodes reporting again
+    (once each: `gpuquota.usage.silence`)."""
+    done = node_silences_scan(now=timezone.now().replace(microsecond=0))
+    return {"silent": done.silent, "reporting": done.reporting}

@@ -86,6 +86,7 @@ def test_the_installed_apps_contribute_in_installed_apps_order():
         ("node", "main", "reliability/_unit_section.html"),
         ("team", "main", "reports/_team_budget.html"),
         ("team", "main", "reports/_team_statements.html"),
+        ("profile", "main", "reports/_profile_channels.html"),
         ("team", "top", "reclaim/_team_banner.html"),
         ("team", "main", "reclaim/_team_audit.html"),
         ("fleet", "figures", "reclaim/_fleet_figures.html"),
