@@ -24,6 +24,7 @@ import math
 import zlib
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
+from itertools import repeat
 
 from gpuquota.ingest.rows import ProcessRow, process_record, sample_record
 from gpuquota.telemetry.edges import Edges, gpu_edges, instance_edges
@@ -210,6 +211,22 @@ class _Device:
                 None if dbe is None or dbe < 0 else round(dbe),
                 None if sbe is None or sbe < 0 else round(sbe))
 
+    def columns(self, windows: list[int]) -> list[tuple]:
+        """`fields` of each window in `windows`: for a GPU without temperature and ECC
+        figures (most exporters' default set) the dictionaries are read in C (`map`), with
+        the very same arithmetic."""
+        if self.temp or self.dbe or self.sbe:
+            return [self.fields(ws) for ws in windows]
+        energy, resets, w = self.energy, self.resets, self.window_s
+        joules = []
+        for ws, now, before in zip(windows, map(energy.get, windows),
+                                   map(energy.get, [ws - w for ws in windows]), strict=True):
+            grown = None if now is None or before is None else now - before
+            reset = (resets and (resets.get(ws) or 0) > 0) or (grown is not None and grown < 0)
+            joules.append(None if reset or grown is None else grown / 1000.0)
+        return list(zip(map(self.power.get, windows), joules, repeat(None), repeat(None),
+                        repeat(None)))
+
 
 def _sample(gpu_uuid: str, span: tuple[int, int], found: _Window | None, scale: float,
             readings: int, device: tuple = NO_DEVICE, memory_avg: int | None = None) -> tuple:
@@ -285,23 +302,33 @@ def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, wor
 def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple,
                       workers: list, *, window_s: int, scale: float) -> list[Unit]:
     """`_whole_units` of a GPU read in one series (most GPUs): `_window_one` and `_sample`
-    inlined, with the very same arithmetic (a window without readings has no sample)."""
+    inlined, with the very same arithmetic (a window without readings has no sample); the
+    figures of the windows read with `map`, a percent rounded once per value."""
     counts, avgs, tops, fb_avgs, fb_tops = column
+    starts, ends, gpu_uuid = edges.starts, edges.ends, gpu.uuid
+    windows = [ws for ws, count in zip(boots, map(counts.get, boots), strict=True)
+               if count]
+    percents: dict = {}
+
+    def pct(value: float | None) -> float | None:
+        found = percents.get(value)
+        if found is None:
+            found = percents[value] = _pct(value, scale)
+        return found
+
     units = []
-    starts, ends, gpu_uuid, device = edges.starts, edges.ends, gpu.uuid, _Device(gpu, window_s)
-    for ws, boot in boots.items():
-        count = counts.get(ws)
-        if not count:
-            continue
-        avg, fb, fb_top = avgs.get(ws), fb_avgs.get(ws), fb_tops.get(ws)
+    for ws, count, avg, top, fb, fb_top, device in zip(
+            windows, map(counts.get, windows), map(avgs.get, windows), map(tops.get, windows),
+            map(fb_avgs.get, windows), map(fb_tops.get, windows),
+            _Device(gpu, window_s).columns(windows), strict=True):
         span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
-        units.append(Unit(boot, (
+        units.append(Unit(boots[ws], (
             gpu_uuid, span[0], span[1], int(count),
-            None if avg is None else _pct((0.0 + avg * count) / (0.0 + count), scale),
-            _pct(tops.get(ws), scale),
+            None if avg is None else pct((0.0 + avg * count) / (0.0 + count)),
+            pct(top),
             None if fb is None else round((0.0 + fb * count) / (0.0 + count) * MIB),
             None if fb_top is None else round(fb_top * MIB),
-            *device.fields(ws)),
+            *device),
             _processes(gpu_uuid, workers, ws, span) if workers else []))
     return units
 
