@@ -316,19 +316,27 @@ def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple
             found = percents[value] = _pct(value, scale)
         return found
 
+    # the series' own workload (most GPUs that run one): its process record is counted in
+    # the very windows of the sample, with the sample's memory maximum
+    own = workers[0] if len(workers) == 1 and workers[0].counts is counts and \
+        workers[0].memory is fb_tops else None
+    if own is not None:
+        constants = (own.pid, own.pid_start, own.command, own.job["source"], own.job["id"],
+                     own.job.get("account"))
     units = []
     for ws, count, avg, top, fb, fb_top, device in zip(
             windows, map(counts.get, windows), map(avgs.get, windows), map(tops.get, windows),
             map(fb_avgs.get, windows), map(fb_tops.get, windows),
             _Device(gpu, window_s).columns(windows), strict=True):
         span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
+        memory_max = None if fb_top is None else round(fb_top * MIB)
         units.append(Unit(boots[ws], (
             gpu_uuid, span[0], span[1], int(count),
             None if avg is None else pct((0.0 + avg * count) / (0.0 + count)),
             pct(top),
             None if fb is None else round((0.0 + fb * count) / (0.0 + count) * MIB),
-            None if fb_top is None else round(fb_top * MIB),
-            *device),
+            memory_max, *device),
+            [ProcessRow(gpu_uuid, span[0], span[1], *constants, memory_max)] if own else
             _processes(gpu_uuid, workers, ws, span) if workers else []))
     return units
 
