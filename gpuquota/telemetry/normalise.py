@@ -308,14 +308,7 @@ def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple
     starts, ends, gpu_uuid = edges.starts, edges.ends, gpu.uuid
     windows = [ws for ws, count in zip(boots, map(counts.get, boots), strict=True)
                if count]
-    percents: dict = {}
-
-    def pct(value: float | None) -> float | None:
-        found = percents.get(value)
-        if found is None:
-            found = percents[value] = _pct(value, scale)
-        return found
-
+    percents: dict = {None: None}  # a window's value is often the last one's, and max its avg
     # the series' own workload (most GPUs that run one): its process record is counted in
     # the very windows of the sample, with the sample's memory maximum
     own = workers[0] if len(workers) == 1 and workers[0].counts is counts and \
@@ -330,10 +323,14 @@ def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple
             _Device(gpu, window_s).columns(windows), strict=True):
         span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
         memory_max = None if fb_top is None else round(fb_top * MIB)
+        if avg is not None:
+            avg = (0.0 + avg * count) / (0.0 + count)
+            if avg not in percents:
+                percents[avg] = _pct(avg, scale)
+        if top not in percents:
+            percents[top] = _pct(top, scale)
         units.append(Unit(boots[ws], (
-            gpu_uuid, span[0], span[1], int(count),
-            None if avg is None else pct((0.0 + avg * count) / (0.0 + count)),
-            pct(top),
+            gpu_uuid, span[0], span[1], int(count), percents[avg], percents[top],
             None if fb is None else round((0.0 + fb * count) / (0.0 + count) * MIB),
             memory_max, *device),
             [ProcessRow(gpu_uuid, span[0], span[1], *constants, memory_max)] if own else
