@@ -24,9 +24,9 @@ import math
 import zlib
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
-from itertools import repeat
 
 from gpuquota.ingest.rows import ProcessRow, process_record, sample_record
+from gpuquota.telemetry.device import Device
 from gpuquota.telemetry.edges import Edges, gpu_edges, instance_edges
 from gpuquota.telemetry.gather import GatheredGpu, Instance, gpus_gather, node_mates
 from gpuquota.telemetry.health import GpuState, GpuTimeline, health_walk, life_boot
@@ -180,54 +180,6 @@ def _window(columns: list[tuple[dict, ...]], ws: int, cap: int) -> _Window | Non
                    fb_weighted / fb_weight if fb_weight else None, fb_max)
 
 
-def _delta(series: dict, ws: int, window_s: int) -> float | None:
-    now, before = series.get(ws), series.get(ws - window_s)
-    return None if now is None or before is None else now - before
-
-
-class _Device:
-    """A GPU's device-level figures, looked up once, and each window's sample fields from
-    them: power_w_avg, energy_j, temp_c_max, ecc_uncorrected and ecc_corrected."""
-
-    __slots__ = ("power", "energy", "resets", "temp", "dbe", "sbe", "window_s")
-
-    def __init__(self, gpu: GatheredGpu, window_s: int):
-        dev = gpu.device
-        self.power, self.energy, self.resets = (dev["power_avg"], dev["energy_last"],
-                                                dev["energy_resets"])
-        self.temp, self.dbe, self.sbe = dev["temp_max"], dev["dbe_last"], dev["sbe_last"]
-        self.window_s = window_s
-
-    def fields(self, ws: int) -> tuple:
-        now, before = self.energy.get(ws), self.energy.get(ws - self.window_s)
-        energy = None if now is None or before is None else now - before
-        reset = (self.resets.get(ws) or 0) > 0 or (energy is not None and energy < 0)
-        # ECC counters and temperature are missing from many exporters' fields
-        dbe = _delta(self.dbe, ws, self.window_s) if self.dbe else None
-        sbe = _delta(self.sbe, ws, self.window_s) if self.sbe else None
-        temp = self.temp.get(ws) if self.temp else None
-        return (self.power.get(ws), None if reset or energy is None else energy / 1000.0,
-                None if temp is None else round(temp),
-                None if dbe is None or dbe < 0 else round(dbe),
-                None if sbe is None or sbe < 0 else round(sbe))
-
-    def columns(self, windows: list[int]) -> list[tuple]:
-        """`fields` of each window in `windows`: for a GPU without temperature and ECC
-        figures (most exporters' default set) the dictionaries are read in C (`map`), with
-        the very same arithmetic."""
-        if self.temp or self.dbe or self.sbe:
-            return [self.fields(ws) for ws in windows]
-        energy, resets, w = self.energy, self.resets, self.window_s
-        joules = []
-        for ws, now, before in zip(windows, map(energy.get, windows),
-                                   map(energy.get, [ws - w for ws in windows]), strict=True):
-            grown = None if now is None or before is None else now - before
-            reset = (resets and (resets.get(ws) or 0) > 0) or (grown is not None and grown < 0)
-            joules.append(None if reset or grown is None else grown / 1000.0)
-        return list(zip(map(self.power.get, windows), joules, repeat(None), repeat(None),
-                        repeat(None)))
-
-
 def _sample(gpu_uuid: str, span: tuple[int, int], found: _Window | None, scale: float,
             readings: int, device: tuple = NO_DEVICE, memory_avg: int | None = None) -> tuple:
     """The sample's row (`rows.SAMPLE_FIELDS`)."""
@@ -287,7 +239,7 @@ def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, wor
         return _one_series_units(gpu, boots, edges, columns[0], workers, window_s=window_s,
                                  scale=scale)
     units = []
-    starts, ends, device = edges.starts, edges.ends, _Device(gpu, window_s)
+    starts, ends, device = edges.starts, edges.ends, Device(gpu, window_s)
     for ws, boot in boots.items():
         whole = _window(columns, ws, cap)
         if whole is None or not whole.readings:
@@ -320,7 +272,7 @@ def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple
     for ws, count, avg, top, fb, fb_top, device in zip(
             windows, map(counts.get, windows), map(avgs.get, windows), map(tops.get, windows),
             map(fb_avgs.get, windows), map(fb_tops.get, windows),
-            _Device(gpu, window_s).columns(windows), strict=True):
+            Device(gpu, window_s).columns(windows), strict=True):
         span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
         memory_max = None if fb_top is None else round(fb_top * MIB)
         if avg is not None:
@@ -370,7 +322,7 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
             physical.units = _whole_units(gpu, health.boots, edges, columns[""], workers[""],
                                           window_s=window_s, cap=cap, scale=scale)
         return [physical]
-    device_figures = _Device(gpu, window_s)
+    device_figures = Device(gpu, window_s)
     for ws in range(start, stop, window_s):
         boot = health.boots.get(ws)
         if boot is None:
