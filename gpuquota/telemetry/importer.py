@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from gpuquota.core.fields import whole_second
+from gpuquota.core.gcpause import collector_paused
 from gpuquota.ingest import conf as ingest_conf
 from gpuquota.ingest.batches import batch_ingest
 from gpuquota.ingest.protocol import batch_check
@@ -356,32 +357,42 @@ def range_import(*, source: TelemetrySource, start: datetime, end: datetime,
     reader = _Reader(source)
     states: dict[str, GpuState] = {}
     for chunk_start in range(first, last, chunk_s):
-        chunk_stop = min(last, chunk_start + chunk_s)
-        marks = [(time.perf_counter(), time.process_time())]
-        read_before = list(reader.spent)
-        reports, skipped, observed = chunk_reports(reader, start=chunk_start, stop=chunk_stop,
-                                                   states=states)
-        unknown = slurm_owners_fill(cluster=source.cluster,
-                                    processes=[p for r in reports for u in r.units
-                                               for p in u.processes])
-        read = (reader.spent[0] - read_before[0], reader.spent[1] - read_before[1])
-        marks.append((marks[0][0] + read[0], marks[0][1] + read[1]))
-        marks.append((time.perf_counter(), time.process_time()))
-        stamp = whole_second(now or timezone.now())
-        # Each batch is stored whole (its own transaction); the figures were all read and
-        # checked before the first one, and a chunk stored again replays its batch ids.
-        reports_store(source=source, reports=reports, start=chunk_start, stop=chunk_stop,
-                      now=stamp, result=result)
-        _observed_record(source, observed, unknown)
-        if advance_cursor:
-            TelemetrySource.objects.filter(pk=source.pk).update(
-                cursor=datetime.fromtimestamp(chunk_stop, UTC))
-        marks.append((time.perf_counter(), time.process_time()))
-        for phase, (before, after) in zip(("read", "normalise", "store"),
-                                          zip(marks, marks[1:], strict=False), strict=True):
-            result.phases_s[phase] += after[0] - before[0]
-            result.phases_cpu_s[phase] += after[1] - before[1]
-        result.windows += (chunk_stop - chunk_start) // window_s
-        result.skipped_series += skipped
-        result.unknown_jobs += unknown
+        with collector_paused():
+            _chunk_import(reader, chunk_start=chunk_start,
+                          chunk_stop=min(last, chunk_start + chunk_s), states=states, now=now,
+                          advance_cursor=advance_cursor, result=result)
     return result
+
+
+def _chunk_import(reader: _Reader, *, chunk_start: int, chunk_stop: int, states: dict,
+                  now: datetime | None, advance_cursor: bool, result: ImportResult) -> None:
+    """Read, normalise and store the windows of [chunk_start, chunk_stop), adding to
+    `result`."""
+    source, window_s = reader.source, reader.source.window_s
+    marks = [(time.perf_counter(), time.process_time())]
+    read_before = list(reader.spent)
+    reports, skipped, observed = chunk_reports(reader, start=chunk_start, stop=chunk_stop,
+                                               states=states)
+    unknown = slurm_owners_fill(cluster=source.cluster,
+                                processes=[p for r in reports for u in r.units
+                                           for p in u.processes])
+    read = (reader.spent[0] - read_before[0], reader.spent[1] - read_before[1])
+    marks.append((marks[0][0] + read[0], marks[0][1] + read[1]))
+    marks.append((time.perf_counter(), time.process_time()))
+    stamp = whole_second(now or timezone.now())
+    # Each batch is stored whole (its own transaction); the figures were all read and
+    # checked before the first one, and a chunk stored again replays its batch ids.
+    reports_store(source=source, reports=reports, start=chunk_start, stop=chunk_stop,
+                  now=stamp, result=result)
+    _observed_record(source, observed, unknown)
+    if advance_cursor:
+        TelemetrySource.objects.filter(pk=source.pk).update(
+            cursor=datetime.fromtimestamp(chunk_stop, UTC))
+    marks.append((time.perf_counter(), time.process_time()))
+    for phase, (before, after) in zip(("read", "normalise", "store"),
+                                      zip(marks, marks[1:], strict=False), strict=True):
+        result.phases_s[phase] += after[0] - before[0]
+        result.phases_cpu_s[phase] += after[1] - before[1]
+    result.windows += (chunk_stop - chunk_start) // window_s
+    result.skipped_series += skipped
+    result.unknown_jobs += unknown
