@@ -16,15 +16,19 @@ process of its own with a database of its own:
 
 1. prometheus: the importer's very queries (`query_range` of every figure, the same
    parameters and chunks, and its reading-times queries), sent with `requests` and read to
-   the last byte, nothing parsed: Prometheus's own answer time for the same ranges;
+   the last byte, nothing parsed: Prometheus's own answer time for the same ranges; then
+   the same with each figure's plain `*_over_time` query (Prometheus's CPU for them: the
+   figures' cost before counts and maxima were asked only where they say something);
 2. import: `telemetry_import`'s service over the whole range (read, normalise, store
    through the agent's ingestion, registering the GPUs): wall and CPU seconds of that
    process (PostgreSQL's CPU is not in them);
 
 and prints, per size, `RESULT telemetry_import gpus=<n> hours=<h> prometheus_s=<wall>
-import_wall_s=<wall> import_cpu_s=<cpu> overhead_cpu=<import CPU / prometheus wall>
-overhead_wall=<import wall / prometheus wall> samples=<stored>`. The largest size's
-import wall time is the back-fill time of that fleet and day. It is not a test. Needs
+import_wall_s=<wall> import_cpu_s=<cpu> overhead_cpu=<import CPU / prometheus CPU>
+overhead_cpu_plain=<import CPU / prometheus CPU for the plain queries>
+overhead_wall=<import wall / prometheus wall> samples=<stored>` (and a few more figures).
+The largest size's import wall time is the back-fill time of that fleet and day. It is
+not a test. Needs
 PostgreSQL on 127.0.0.1:5432 and Debian's prometheus/promtool.
 """
 
@@ -127,10 +131,13 @@ def prometheus_start(workdir: Path, data: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit("prometheus did not start")
 
 
-def prometheus_alone(source, *, start: datetime, end: datetime) -> tuple[float, int]:
+def prometheus_alone(source, *, start: datetime, end: datetime, plain: bool = False
+                     ) -> tuple[float, int]:
     """Wall seconds and bytes of the importer's queries, answered and read, not parsed:
     every figure over each chunk (one window before it and one after) and the reading
-    times of the first and the last window (where the fleet starts and stops)."""
+    times of the first and the last window (where the fleet starts and stops); with
+    `plain`, each figure's plain `*_over_time` query instead (what Prometheus spent on the
+    importer's queries before counts and maxima were asked only where they say something)."""
     import requests
 
     from gpuquota.telemetry import conf
@@ -148,8 +155,12 @@ def prometheus_alone(source, *, start: datetime, end: datetime) -> tuple[float, 
             chunk_first = chunk - window_s
             chunk_stop = min(stop, chunk + chunk_s) + window_s
             for figure in FIGURES:
-                params = {"query": figure_query(figure, selector=selector, window_s=window_s,
-                                                readings=readings),
+                query = figure_query(figure, selector=selector, window_s=window_s,
+                                     readings=readings)
+                if plain:
+                    query = f"{figure.fn}({figure.metric}{{{selector}}}[{window_s}s])"
+                    query = f"{query} > 0" if figure.fn == "resets" else query
+                params = {"query": query,
                           "start": f"{chunk_first + window_s - EPSILON_S:.3f}",
                           "end": f"{chunk_stop - EPSILON_S:.3f}", "step": f"{window_s}s"}
                 size += len(session.get(f"{source.base_url}/api/v1/query_range",
@@ -190,6 +201,9 @@ def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
     prom_cpu = process_cpu_s(pid)
     prom_wall, answered = prometheus_alone(source, start=START, end=end)
     prom_cpu = process_cpu_s(pid) - prom_cpu
+    plain_cpu = process_cpu_s(pid)
+    prometheus_alone(source, start=START, end=end, plain=True)
+    plain_cpu = process_cpu_s(pid) - plain_cpu
     profiler = None
     if profile:
         import cProfile
@@ -203,6 +217,7 @@ def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
         profiler.disable()
         profiler.dump_stats(f"{profile}.{size}")
     return {"gpus": size, "hours": hours, "prometheus_s": prom_wall, "prometheus_cpu_s": prom_cpu,
+            "prometheus_plain_cpu_s": plain_cpu,
             "answer_mb": answered / 1e6,
             "import_wall_s": wall, "import_cpu_s": cpu,
             "samples": result.counts["samples"]["stored"],
@@ -275,6 +290,8 @@ def _report(r: dict) -> None:
           f"import_wall_s={r['import_wall_s']:.1f} import_cpu_s={r['import_cpu_s']:.1f} "
           f"read_normalise_cpu_s={read_normalise:.1f} "
           f"overhead_cpu={r['import_cpu_s'] / r['prometheus_cpu_s']:.2f} "
+          f"prometheus_plain_cpu_s={r['prometheus_plain_cpu_s']:.1f} "
+          f"overhead_cpu_plain={r['import_cpu_s'] / r['prometheus_plain_cpu_s']:.2f} "
           f"overhead_read_normalise_cpu={read_normalise / r['prometheus_cpu_s']:.2f} "
           f"overhead_wall={r['import_wall_s'] / r['prometheus_s']:.2f} samples={r['samples']}")
 

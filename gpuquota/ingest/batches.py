@@ -4,6 +4,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 
 from django.db import connection, transaction
 from django.db.models import Value
@@ -110,7 +111,9 @@ def _nvml_state(*, node: Node, samples: list, events: list) -> None:
     a sample ends after it (sample and event times decide, never the order batches come)."""
     down = min((ts for _, _, _, ts, kind, *_ in events if kind == EventType.NVML_UNAVAILABLE),
                default=None)
-    latest = max((window_end for _, _, window_end, *_ in samples), default=None)
+    if down is None and node.nvml_unavailable_since is None:
+        return  # no outage to open or close: the samples' ends are not needed
+    latest = max(map(itemgetter(2), samples), default=None)
     if down is not None and (latest is None or latest <= down):
         Node.objects.filter(pk=node.pk).update(nvml_unavailable_since=Coalesce(
             Least("nvml_unavailable_since", Value(down)), Value(down)))

@@ -11,6 +11,9 @@ through the very checks an agent's does, so what is stored, nulled or rejected i
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
+from itertools import groupby
+from operator import is_not, itemgetter, le
 
 from gpuquota.ingest import conf
 from gpuquota.ingest.parsing import instant_text
@@ -159,6 +162,61 @@ def _sample_plain(row: tuple, gpu: GpuRef, length_s: float) -> bool:
         _count_plain(ecc_uncorrected, INT64) and _count_plain(ecc_corrected, INT64))
 
 
+_PRESENT = partial(is_not, None)
+
+
+def _column_plain(values: tuple, kind: type, low: float, high: float, *,
+                  nullable: bool = True) -> bool:
+    """Whether every value of a column is None (where `nullable`) or of type `kind` in
+    [low, high] (NaN never is): `_sample_plain`'s test of one field over many rows, in C."""
+    kinds = set(map(type, values))
+    if nullable:
+        kinds.discard(type(None))
+        if not kinds:
+            return True
+        if len(kinds) != 1 or kind not in kinds:
+            return False
+        present = list(filter(_PRESENT, values)) if None in values else values
+    else:
+        if kinds != {kind}:
+            return False
+        present = values
+    if kind is float and any(map(math.isnan, present)):
+        return False
+    return low <= min(present) and max(present) <= high
+
+
+def _ordered(lows: tuple, highs: tuple) -> bool:
+    """avg <= max in every row where both are known."""
+    if None in lows or None in highs:
+        return all(a <= b for a, b in zip(lows, highs, strict=True)
+                   if a is not None and b is not None)
+    return all(map(le, lows, highs))
+
+
+def _run_plain(rows: list, gpu: GpuRef) -> bool:
+    """`_sample_plain` of every row of one GPU at once (a GPU whose power limit is not
+    known, as the importer's are; with one, energy's bound depends on each window)."""
+    (_, _, _, readings, util_avg, util_max, mem_avg, mem_max, power, energy, temp,
+     ecc_uncorrected, ecc_corrected, sm_active, sm_occupancy, tensor_active,
+     dram_active) = zip(*rows, strict=True)
+    memory_high = gpu.memory_total_bytes if gpu.memory_total_bytes is not None else INT64
+    return (_column_plain(readings, int, 0, INT32, nullable=False)
+            and _column_plain(util_avg, float, 0, 100) and _column_plain(util_max, float, 0, 100)
+            and _ordered(util_avg, util_max)
+            and _column_plain(mem_avg, int, 0, memory_high)
+            and _column_plain(mem_max, int, 0, memory_high) and _ordered(mem_avg, mem_max)
+            and _column_plain(power, float, 0, math.inf) and math.inf not in power
+            and _column_plain(energy, float, 0, math.inf) and math.inf not in energy
+            and _column_plain(temp, int, -40, 150)
+            and _column_plain(ecc_uncorrected, int, 0, INT64)
+            and _column_plain(ecc_corrected, int, 0, INT64)
+            and _column_plain(sm_active, float, 0, 100)
+            and _column_plain(sm_occupancy, float, 0, 100)
+            and _column_plain(tensor_active, float, 0, 100)
+            and _column_plain(dram_active, float, 0, 100))
+
+
 def _text_plain(value) -> bool:
     return value is None or (type(value) is str and len(value) <= MAX_STRING
                              and "\x00" not in value)
@@ -186,15 +244,21 @@ def rows_judge(*, body: dict, rows: Rows, judge: Judge, node_id: int, now: datet
         raise ValueError("a batch's samples and processes are records or rows, not both")
     windows, gpus, out = _Windows(judge), {}, judge.out
     boot_pk, receipt_pk = judge.boot_pk, judge.receipt_pk
-    for index, row in enumerate(rows.samples):
-        gpu = gpus.get(row[0]) or gpus.setdefault(row[0], judge.gpu(row[0]))
-        window = windows[row[1], row[2]]
-        if type(gpu) is GpuRef and len(window) == 3 and _sample_plain(row, gpu, window[2]):
-            out.samples.append((
-                gpu.id, window[0], window[1], *row[3:6], None, *row[6:11], None, *row[11:],
-                now, boot_pk, receipt_pk))  # util_mem_avg and clock_event_reasons: none
-        else:
-            judge.sample(index, sample_record(row), now)
+    index = 0
+    for gpu_uuid, run in groupby(rows.samples, key=itemgetter(0)):  # a GPU's rows at once
+        run = list(run)
+        gpu = gpus.get(gpu_uuid) or gpus.setdefault(gpu_uuid, judge.gpu(gpu_uuid))
+        plain = type(gpu) is GpuRef and not gpu.power_limit_w and _run_plain(run, gpu)
+        for row in run:
+            window = windows[row[1], row[2]]
+            if len(window) == 3 and (plain or (
+                    type(gpu) is GpuRef and _sample_plain(row, gpu, window[2]))):
+                out.samples.append((
+                    gpu.id, window[0], window[1], *row[3:6], None, *row[6:11], None,
+                    *row[11:], now, boot_pk, receipt_pk))  # util_mem_avg, clock reasons: none
+            else:
+                judge.sample(index, sample_record(row), now)
+            index += 1
     texts: dict[tuple, bool] = {}  # a series' texts repeat in every window: checked once
     for index, row in enumerate(rows.processes):
         gpu = gpus.get(row.gpu_uuid) or gpus.setdefault(row.gpu_uuid, judge.gpu(row.gpu_uuid))

@@ -18,6 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from gpuquota.core.fields import whole_second
+from gpuquota.core.gcpause import collector_paused
 from gpuquota.ingest import conf as ingest_conf
 from gpuquota.ingest.batches import batch_ingest
 from gpuquota.ingest.protocol import batch_check
@@ -148,8 +149,12 @@ def _parts(reports: list[GpuReport]) -> dict[str, list[dict]]:
         gpus = {report.uuid: entries[report.uuid]}
         if report.parent_uuid in entries:
             gpus[report.parent_uuid] = entries[report.parent_uuid]
+        if _whole_into(bodies, report.units, gpus, body_for):
+            units = ()
+        else:
+            units = report.units
         boot, rows = None, Rows()
-        for unit in report.units:
+        for unit in units:
             # the body of the unit's boot while it has room (a report's units share a boot
             # until its GPU is lost, so the look-up is rarely needed)
             if boot != unit.boot or \
@@ -167,6 +172,31 @@ def _parts(reports: list[GpuReport]) -> dict[str, list[dict]]:
             body["events"].append(event)
             body["gpus"][report.uuid] = entries[report.uuid]
     return bodies
+
+
+def _room(part: dict, samples: int, processes: int) -> bool:
+    return (len(part["rows"].samples) + samples <= ingest_conf.MAX_SAMPLES
+            and len(part["rows"].processes) + processes <= ingest_conf.MAX_PROCESSES)
+
+
+def _whole_into(bodies: dict, units: list, gpus: dict, body_for) -> bool:
+    """Put a report's units into one body at once where `_parts`' unit-by-unit cut would
+    put them all there: one boot, and room for all of them in the body its first unit
+    goes to (the boot's last, or a new one). False: cut them unit by unit."""
+    if not units or any(unit.boot != units[0].boot for unit in units):
+        return False
+    processes = [p for unit in units for p in unit.processes]
+    parts = bodies.get(units[0].boot)
+    if not (parts and _room(parts[-1], len(units), len(processes))):
+        first_fits = parts and _room(parts[-1], 1, len(units[0].processes))
+        if first_fits or len(units) > ingest_conf.MAX_SAMPLES or \
+                len(processes) > ingest_conf.MAX_PROCESSES:
+            return False
+    body = body_for(units[0].boot, 1, len(units[0].processes), 0)
+    body["gpus"].update(gpus)
+    body["rows"].samples += [unit.sample for unit in units]
+    body["rows"].processes += processes
+    return True
 
 
 def _send(*, source: TelemetrySource, node: Node, reports: list[GpuReport], start: int,
@@ -202,7 +232,7 @@ def _used_metric_record(*, source: TelemetrySource, reports: list[GpuReport]) ->
     gpus = dict(Gpu.objects.filter(uuid__in=list(physical)).values_list("uuid", "id"))
     rows = {row.gpu_id: row for row in SourceGpu.objects.filter(
         source=source, gpu_id__in=list(gpus.values()))}
-    new, changed = [], []
+    new, changed = [], {}
     for gpu_uuid, gpu_id in gpus.items():
         report = physical[gpu_uuid]
         end = datetime.fromtimestamp(report.units[-1].sample[2], UTC)
@@ -211,10 +241,13 @@ def _used_metric_record(*, source: TelemetrySource, reports: list[GpuReport]) ->
             new.append(SourceGpu(source=source, gpu_id=gpu_id, util_metric=report.util_metric,
                                  last_window_end=end))
         elif (row.util_metric, row.last_window_end) != (report.util_metric, end):
-            row.util_metric, row.last_window_end = report.util_metric, end
-            changed.append(row)
+            changed.setdefault((report.util_metric, end), []).append(row.pk)
     SourceGpu.objects.bulk_create(new, ignore_conflicts=True)
-    SourceGpu.objects.bulk_update(changed, ["util_metric", "last_window_end"])
+    # a chunk's GPUs mostly share their metric and last window: one UPDATE for each pair
+    # (bulk_update's CASE per row cost more CPU than the rest of this function)
+    for (util_metric, end), pks in changed.items():
+        SourceGpu.objects.filter(pk__in=pks).update(util_metric=util_metric,
+                                                    last_window_end=end)
 
 
 def reports_store(*, source: TelemetrySource, reports: list[GpuReport], start: int, stop: int,
@@ -324,32 +357,42 @@ def range_import(*, source: TelemetrySource, start: datetime, end: datetime,
     reader = _Reader(source)
     states: dict[str, GpuState] = {}
     for chunk_start in range(first, last, chunk_s):
-        chunk_stop = min(last, chunk_start + chunk_s)
-        marks = [(time.perf_counter(), time.process_time())]
-        read_before = list(reader.spent)
-        reports, skipped, observed = chunk_reports(reader, start=chunk_start, stop=chunk_stop,
-                                                   states=states)
-        unknown = slurm_owners_fill(cluster=source.cluster,
-                                    processes=[p for r in reports for u in r.units
-                                               for p in u.processes])
-        read = (reader.spent[0] - read_before[0], reader.spent[1] - read_before[1])
-        marks.append((marks[0][0] + read[0], marks[0][1] + read[1]))
-        marks.append((time.perf_counter(), time.process_time()))
-        stamp = whole_second(now or timezone.now())
-        # Each batch is stored whole (its own transaction); the figures were all read and
-        # checked before the first one, and a chunk stored again replays its batch ids.
-        reports_store(source=source, reports=reports, start=chunk_start, stop=chunk_stop,
-                      now=stamp, result=result)
-        _observed_record(source, observed, unknown)
-        if advance_cursor:
-            TelemetrySource.objects.filter(pk=source.pk).update(
-                cursor=datetime.fromtimestamp(chunk_stop, UTC))
-        marks.append((time.perf_counter(), time.process_time()))
-        for phase, (before, after) in zip(("read", "normalise", "store"),
-                                          zip(marks, marks[1:], strict=False), strict=True):
-            result.phases_s[phase] += after[0] - before[0]
-            result.phases_cpu_s[phase] += after[1] - before[1]
-        result.windows += (chunk_stop - chunk_start) // window_s
-        result.skipped_series += skipped
-        result.unknown_jobs += unknown
+        with collector_paused():
+            _chunk_import(reader, chunk_start=chunk_start,
+                          chunk_stop=min(last, chunk_start + chunk_s), states=states, now=now,
+                          advance_cursor=advance_cursor, result=result)
     return result
+
+
+def _chunk_import(reader: _Reader, *, chunk_start: int, chunk_stop: int, states: dict,
+                  now: datetime | None, advance_cursor: bool, result: ImportResult) -> None:
+    """Read, normalise and store the windows of [chunk_start, chunk_stop), adding to
+    `result`."""
+    source, window_s = reader.source, reader.source.window_s
+    marks = [(time.perf_counter(), time.process_time())]
+    read_before = list(reader.spent)
+    reports, skipped, observed = chunk_reports(reader, start=chunk_start, stop=chunk_stop,
+                                               states=states)
+    unknown = slurm_owners_fill(cluster=source.cluster,
+                                processes=[p for r in reports for u in r.units
+                                           for p in u.processes])
+    read = (reader.spent[0] - read_before[0], reader.spent[1] - read_before[1])
+    marks.append((marks[0][0] + read[0], marks[0][1] + read[1]))
+    marks.append((time.perf_counter(), time.process_time()))
+    stamp = whole_second(now or timezone.now())
+    # Each batch is stored whole (its own transaction); the figures were all read and
+    # checked before the first one, and a chunk stored again replays its batch ids.
+    reports_store(source=source, reports=reports, start=chunk_start, stop=chunk_stop,
+                  now=stamp, result=result)
+    _observed_record(source, observed, unknown)
+    if advance_cursor:
+        TelemetrySource.objects.filter(pk=source.pk).update(
+            cursor=datetime.fromtimestamp(chunk_stop, UTC))
+    marks.append((time.perf_counter(), time.process_time()))
+    for phase, (before, after) in zip(("read", "normalise", "store"),
+                                      zip(marks, marks[1:], strict=False), strict=True):
+        result.phases_s[phase] += after[0] - before[0]
+        result.phases_cpu_s[phase] += after[1] - before[1]
+    result.windows += (chunk_stop - chunk_start) // window_s
+    result.skipped_series += skipped
+    result.unknown_jobs += unknown

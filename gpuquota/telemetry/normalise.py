@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 
 from gpuquota.ingest.rows import ProcessRow, process_record, sample_record
+from gpuquota.telemetry.device import Device
 from gpuquota.telemetry.edges import Edges, gpu_edges, instance_edges
 from gpuquota.telemetry.fields import PROFILING
 from gpuquota.telemetry.gather import GatheredGpu, Instance, gpus_gather, node_mates
@@ -183,52 +184,21 @@ def _window(columns: list[tuple[dict, ...]], ws: int, cap: int) -> _Window | Non
                    fb_weighted / fb_weight if fb_weight else None, fb_max)
 
 
-def _delta(series: dict, ws: int, window_s: int) -> float | None:
-    now, before = series.get(ws), series.get(ws - window_s)
-    return None if now is None or before is None else now - before
-
-
-class _Device:
-    """A GPU's device-level figures, looked up once, and each window's sample fields from
-    them: power_w_avg, energy_j, temp_c_max, ecc_uncorrected and ecc_corrected."""
-
-    __slots__ = ("power", "energy", "resets", "temp", "dbe", "sbe", "window_s")
-
-    def __init__(self, gpu: GatheredGpu, window_s: int):
-        dev = gpu.device
-        self.power, self.energy, self.resets = (dev["power_avg"], dev["energy_last"],
-                                                dev["energy_resets"])
-        self.temp, self.dbe, self.sbe = dev["temp_max"], dev["dbe_last"], dev["sbe_last"]
-        self.window_s = window_s
-
-    def fields(self, ws: int) -> tuple:
-        now, before = self.energy.get(ws), self.energy.get(ws - self.window_s)
-        energy = None if now is None or before is None else now - before
-        reset = (self.resets.get(ws) or 0) > 0 or (energy is not None and energy < 0)
-        # ECC counters and temperature are missing from many exporters' fields
-        dbe = _delta(self.dbe, ws, self.window_s) if self.dbe else None
-        sbe = _delta(self.sbe, ws, self.window_s) if self.sbe else None
-        temp = self.temp.get(ws) if self.temp else None
-        return (self.power.get(ws), None if reset or energy is None else energy / 1000.0,
-                None if temp is None else round(temp),
-                None if dbe is None or dbe < 0 else round(dbe),
-                None if sbe is None or sbe < 0 else round(sbe))
-
-
 class _Profiling:
     """An instance's DCGM profiling figures (0-1), looked up once, as each window's sample
     percentages in `PROFILING` order; None where the exporter has no such field: no data,
     never 0."""
 
-    __slots__ = ("columns",)
+    __slots__ = ("columns", "none")
 
     def __init__(self, instance: Instance):
         # a GPU shared by several pods repeats its readings under each pod's series
         self.columns = [[s.figures[name] for s in instance.series.values()
                          if name in s.figures] for name in PROFILING]
+        self.none = not any(self.columns)
 
     def at(self, ws: int) -> tuple:
-        if not any(self.columns):
+        if self.none:
             return NO_PROFILING
         out = []
         for column in self.columns:
@@ -298,7 +268,7 @@ def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, wor
         return _one_series_units(gpu, boots, edges, columns[0], workers, window_s=window_s,
                                  scale=scale)
     units = []
-    starts, ends, device = edges.starts, edges.ends, _Device(gpu, window_s)
+    starts, ends, device = edges.starts, edges.ends, Device(gpu, window_s)
     profiling = _Profiling(gpu.instances[""])
     for ws, boot in boots.items():
         whole = _window(columns, ws, cap)
@@ -314,24 +284,39 @@ def _whole_units(gpu: GatheredGpu, boots: dict, edges: Edges, columns: list, wor
 def _one_series_units(gpu: GatheredGpu, boots: dict, edges: Edges, column: tuple,
                       workers: list, *, window_s: int, scale: float) -> list[Unit]:
     """`_whole_units` of a GPU read in one series (most GPUs): `_window_one` and `_sample`
-    inlined, with the very same arithmetic (a window without readings has no sample)."""
+    inlined, with the very same arithmetic (a window without readings has no sample); the
+    figures of the windows read with `map`, a percent rounded once per value."""
     counts, avgs, tops, fb_avgs, fb_tops = column
+    starts, ends, gpu_uuid = edges.starts, edges.ends, gpu.uuid
+    windows = [ws for ws, count in zip(boots, map(counts.get, boots), strict=True)
+               if count]
+    percents: dict = {None: None}  # a window's value is often the last one's, and max its avg
+    # the series' own workload (most GPUs that run one): its process record is counted in
+    # the very windows of the sample, with the sample's memory maximum
+    own = workers[0] if len(workers) == 1 and workers[0].counts is counts and \
+        workers[0].memory is fb_tops else None
+    if own is not None:
+        constants = (own.pid, own.pid_start, own.command, own.job["source"], own.job["id"],
+                     own.job.get("account"))
     units = []
-    starts, ends, gpu_uuid, device = edges.starts, edges.ends, gpu.uuid, _Device(gpu, window_s)
     profiling = _Profiling(gpu.instances[""])
-    for ws, boot in boots.items():
-        count = counts.get(ws)
-        if not count:
-            continue
-        avg, fb, fb_top = avgs.get(ws), fb_avgs.get(ws), fb_tops.get(ws)
+    for ws, count, avg, top, fb, fb_top, device in zip(
+            windows, map(counts.get, windows), map(avgs.get, windows), map(tops.get, windows),
+            map(fb_avgs.get, windows), map(fb_tops.get, windows),
+            Device(gpu, window_s).columns(windows), strict=True):
         span = (starts.get(ws, ws), ends.get(ws, ws + window_s))
-        units.append(Unit(boot, (
-            gpu_uuid, span[0], span[1], int(count),
-            None if avg is None else _pct((0.0 + avg * count) / (0.0 + count), scale),
-            _pct(tops.get(ws), scale),
+        memory_max = None if fb_top is None else round(fb_top * MIB)
+        if avg is not None:
+            avg = (0.0 + avg * count) / (0.0 + count)
+            if avg not in percents:
+                percents[avg] = _pct(avg, scale)
+        if top not in percents:
+            percents[top] = _pct(top, scale)
+        units.append(Unit(boots[ws], (
+            gpu_uuid, span[0], span[1], int(count), percents[avg], percents[top],
             None if fb is None else round((0.0 + fb * count) / (0.0 + count) * MIB),
-            None if fb_top is None else round(fb_top * MIB),
-            *device.fields(ws), *profiling.at(ws)),
+            memory_max, *device, *profiling.at(ws)),
+            [ProcessRow(gpu_uuid, span[0], span[1], *constants, memory_max)] if own else
             _processes(gpu_uuid, workers, ws, span) if workers else []))
     return units
 
@@ -368,7 +353,7 @@ def gpu_reports(gpu: GatheredGpu, *, start: int, stop: int, window_s: int, scrap
             physical.units = _whole_units(gpu, health.boots, edges, columns[""], workers[""],
                                           window_s=window_s, cap=cap, scale=scale)
         return [physical]
-    device_figures = _Device(gpu, window_s)
+    device_figures = Device(gpu, window_s)
     profiling = {i.key: _Profiling(i) for i in instances}
     for ws in range(start, stop, window_s):
         boot = health.boots.get(ws)

@@ -10,6 +10,8 @@ from gpuquota.ingest.records import GpuRef, Judge, records_judge
 from gpuquota.ingest.rows import (
     ProcessRow,
     Rows,
+    _run_plain,
+    _sample_plain,
     process_record,
     rows_judge,
     sample_record,
@@ -92,4 +94,32 @@ def test_each_sample_row_alone(row):
 @pytest.mark.parametrize("row", PROCESSES)
 def test_each_process_row_alone(row):
     by_rows, by_records = _outcomes([], [row])
+    assert by_rows == by_records
+
+
+def _run_with(odd: tuple) -> list:
+    """A GPU's run of plain rows (one a window, as the importer sends them) with `odd`,
+    moved to the run's GPU and windows, in the middle."""
+    run = [(GPU, T + 60 * i, T + 60 * (i + 1), *PLAIN[3:]) for i in range(6)]
+    run[3] = (GPU, T + 180, T + 180 + (odd[2] - odd[1]), *odd[3:])
+    return run
+
+
+@pytest.mark.parametrize("odd", [r for r in SAMPLES if r[0] == GPU and r is not PLAIN]
+                         + [(GPU, T, T + 60, 2, float("nan"), 40.0, 1024, 2048, 300.0, 1.0,
+                             61, None, None, *NO_PROFILING),
+                            (GPU, T, T + 60, True, 37.5, 40.0, 1024, 2048, 300.0, 1.0, 61,
+                             None, None, *NO_PROFILING),
+                            (GPU, T, T + 60, 2, 37.5, 40.0, 4096, 2048, 300.0, 1.0, 61, None,
+                             None, *NO_PROFILING),
+                            (GPU, T, T + 60, 2, 37.5, 40.0, 1024, 2048, 300.0, 1.0, 61, None,
+                             None, 55.0, float("nan"), 12.5, 30.0)])
+def test_a_gpus_run_is_checked_at_once_and_an_odd_row_still_judged(odd):
+    """The rows of one GPU are checked at once (`_run_plain`: plain where every row is);
+    a run with one odd row is judged row by row, so the odd row is nulled, clamped or
+    rejected as the agent's."""
+    run = _run_with(odd)
+    assert _run_plain(run[:3] + run[4:], GPUS[GPU])
+    assert _run_plain(run, GPUS[GPU]) == _sample_plain(run[3], GPUS[GPU], 60)
+    by_rows, by_records = _outcomes(run, [])
     assert by_rows == by_records
