@@ -58,16 +58,17 @@ def _reconcile(site, **kwargs):
 
 
 def _returns_recorded(site, owner_job: str) -> list[int]:
-    """Import Slurm's accounting until it has the owner's job (slurmctld sends it to
-    slurmdbd a moment later), then record the returns; the owner job's time-to-return."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    """Import Slurm's accounting and record the returns until the owner's job's return is
+    there (slurmctld sends the owner's start and the borrower's preemption to slurmdbd a
+    moment later, the two not always together on a loaded machine); its time-to-return."""
+    deadline = time.monotonic() + 30
+    while True:
         slurm_jobs_import(cluster=site.cluster)
-        if SlurmJob.objects.filter(job_id=owner_job, started_at__isnull=False).exists():
-            break
+        found = [x.time_to_return_s for x in loan_returns_record(cluster=site.cluster)
+                 if x.owner_job_id == owner_job]
+        if found or time.monotonic() > deadline:
+            return found
         time.sleep(0.5)
-    return [x.time_to_return_s for x in loan_returns_record(cluster=site.cluster)
-            if x.owner_job_id == owner_job]
 
 
 def test_whole_node_reservation_quota_idempotence_and_drift(live):
