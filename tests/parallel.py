@@ -29,27 +29,23 @@ if _worker and _worker != "gw0":
     os.environ["GQ_SLURM_PORT_BASE"] = str(_base + 7 * int(_worker.removeprefix("gw")))
 
 # Scheduling (`--dist loadfile`, as `make test` runs): a file at a time per worker, as
-# xdist does, with two changes that shorten the run's tail. The live Slurm files share one
-# dev cluster (a session fixture): they go to one worker as one unit, so the cluster starts
-# once. Units start longest first (tests/durations.json: seconds per file in a full run;
-# an unlisted file counts UNLISTED_S a test), so a minutes-long file never starts last
-# while the other workers have nothing left to do.
+# xdist does, but the files start longest first (tests/durations.json: seconds per file in a
+# full run; an unlisted file counts UNLISTED_S a test), so a minutes-long file never starts
+# last while the other workers have nothing left to do. (xdist orders files by their number
+# of tests: the live Slurm files, few tests of minutes each, started last.) The live Slurm
+# files stay units of their own: run one after another on one dev cluster, an earlier file's
+# jobs reached the later file's accounting reads.
 DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
-SLURM_LIVE = ("tests/schedulers/test_slurm_live.py", "tests/schedulers/test_slurm_sites.py",
-              "tests/schedulers/test_slurm_lending_live.py",
-              "tests/schedulers/test_slurm_zero_use_live.py")
-SLURM_UNIT = "the dev Slurm cluster's files"
 UNLISTED_S = 0.3
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit a test is scheduled in: its file, or the dev cluster's files together."""
-    path = nodeid.split("::", 1)[0]
-    return SLURM_UNIT if path in SLURM_LIVE else path
+    """The unit a test is scheduled in: its file."""
+    return nodeid.split("::", 1)[0]
 
 
 def units_longest_first(nodeids_by_unit: dict[str, dict], seconds: dict[str, float]) -> list:
-    """The units in the order to start them: longest expected first."""
+    """The units (files) in the order to start them: longest expected first."""
     def expected(unit: str) -> float:
         paths = {nodeid.split("::", 1)[0] for nodeid in nodeids_by_unit[unit]}
         unlisted = sum(1 for nodeid in nodeids_by_unit[unit]
