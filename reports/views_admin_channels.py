@@ -19,6 +19,7 @@ from reports.admin_channels import (
     admin_channel_test,
 )
 from reports.models import AdminChannel
+from reports.views_channel_told import events_set_told, removed_told, test_told
 
 
 def _back():
@@ -55,12 +56,7 @@ def _channel(request, channel_id: int) -> AdminChannel:
 @require_POST
 def manage_channel_test(request, channel_id: int):
     channel = _channel(request, channel_id)
-    row = admin_channel_test(channel=channel, by=request.user)
-    if row.status == "sent":
-        messages.success(request, f"Test delivered to {channel.name} (HTTP "
-                                  f"{row.last_status_code}).")
-    else:
-        messages.error(request, f"Test to {channel.name} failed: {row.error} It is retried.")
+    test_told(request, channel, admin_channel_test(channel=channel, by=request.user))
     return _back()
 
 
@@ -68,14 +64,7 @@ def manage_channel_test(request, channel_id: int):
 @require_POST
 def manage_channel_events(request, channel_id: int):
     channel = _channel(request, channel_id)
-    try:
-        admin_channel_events_set(channel=channel, events=request.POST.getlist("events"),
-                                 by=request.user)
-    except DomainError as exc:
-        messages.error(request, f"Events not changed: {exc.message}")
-    else:
-        messages.success(request, f"{channel.name} hears: "
-                                  f"{', '.join(channel.events) or 'every event'}.")
+    events_set_told(request, channel, admin_channel_events_set)
     return _back()
 
 
@@ -84,5 +73,5 @@ def manage_channel_events(request, channel_id: int):
 def manage_channel_remove(request, channel_id: int):
     channel = _channel(request, channel_id)
     admin_channel_remove(channel=channel, by=request.user)
-    messages.success(request, f"Channel {channel.name} removed.")
+    removed_told(request, channel)
     return _back()

@@ -15,6 +15,7 @@ from reports.budgets import budget_set
 from reports.channels import channel_add, channel_events_set, channel_remove, channel_test
 from reports.hour_budgets import class_hours_budget_set
 from reports.models import TeamChannel
+from reports.views_channel_told import events_set_told, removed_told, test_told
 
 
 def _back(slug: str):
@@ -89,12 +90,7 @@ def _channel(request, slug: str, channel_id: int) -> TeamChannel:
 @require_POST
 def team_channel_test(request, slug: str, channel_id: int):
     channel = _channel(request, slug, channel_id)
-    row = channel_test(channel=channel, by=request.user)
-    if row.status == "sent":
-        messages.success(request, f"Test delivered to {channel.name} (HTTP "
-                                  f"{row.last_status_code}).")
-    else:
-        messages.error(request, f"Test to {channel.name} failed: {row.error} It is retried.")
+    test_told(request, channel, channel_test(channel=channel, by=request.user))
     return _back(slug)
 
 
@@ -103,7 +99,7 @@ def team_channel_test(request, slug: str, channel_id: int):
 def team_channel_remove(request, slug: str, channel_id: int):
     channel = _channel(request, slug, channel_id)
     channel_remove(channel=channel, by=request.user)
-    messages.success(request, f"Channel {channel.name} removed.")
+    removed_told(request, channel)
     return _back(slug)
 
 
@@ -111,12 +107,5 @@ def team_channel_remove(request, slug: str, channel_id: int):
 @require_POST
 def team_channel_events(request, slug: str, channel_id: int):
     channel = _channel(request, slug, channel_id)
-    try:
-        channel_events_set(channel=channel, events=request.POST.getlist("events"),
-                           by=request.user)
-    except DomainError as exc:
-        messages.error(request, f"Events not changed: {exc.message}")
-    else:
-        chosen = ", ".join(channel.events) or "every event"
-        messages.success(request, f"{channel.name} hears: {chosen}.")
+    events_set_told(request, channel, channel_events_set)
     return _back(slug)

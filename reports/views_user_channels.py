@@ -16,6 +16,7 @@ from reports.user_channels import (
     user_channel_remove,
     user_channel_test,
 )
+from reports.views_channel_told import events_set_told, removed_told, test_told
 
 
 def _back():
@@ -47,12 +48,7 @@ def _own(request, channel_id: int) -> UserChannel:
 @require_POST
 def user_channel_test_view(request, channel_id: int):
     channel = _own(request, channel_id)
-    row = user_channel_test(channel=channel, by=request.user)
-    if row.status == "sent":
-        messages.success(request, f"Test delivered to {channel.name} (HTTP "
-                                  f"{row.last_status_code}).")
-    else:
-        messages.error(request, f"Test to {channel.name} failed: {row.error} It is retried.")
+    test_told(request, channel, user_channel_test(channel=channel, by=request.user))
     return _back()
 
 
@@ -60,14 +56,7 @@ def user_channel_test_view(request, channel_id: int):
 @require_POST
 def user_channel_events_view(request, channel_id: int):
     channel = _own(request, channel_id)
-    try:
-        user_channel_events_set(channel=channel, events=request.POST.getlist("events"),
-                                by=request.user)
-    except DomainError as exc:
-        messages.error(request, f"Events not changed: {exc.message}")
-    else:
-        messages.success(request, f"{channel.name} hears: "
-                                  f"{', '.join(channel.events) or 'every event'}.")
+    events_set_told(request, channel, user_channel_events_set)
     return _back()
 
 
@@ -76,5 +65,5 @@ def user_channel_events_view(request, channel_id: int):
 def user_channel_remove_view(request, channel_id: int):
     channel = _own(request, channel_id)
     user_channel_remove(channel=channel, by=request.user)
-    messages.success(request, f"Channel {channel.name} removed.")
+    removed_told(request, channel)
     return _back()
