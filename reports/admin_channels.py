@@ -18,10 +18,16 @@ from gpuquota.core.errors import DomainError, NotFound
 from gpuquota.core.services import audit_record
 from gpuquota.outbox.events import ADMIN_EVENTS, TEST_EVENT, event_heard
 from gpuquota.outbox.models import Notification
-from gpuquota.outbox.notifications import notification_queue, notifications_send_due
 from gpuquota.outbox.render import Message
-from gpuquota.outbox.sealing import seal, unseal, webhook_secret_new
-from reports.channels import channel_endpoint_checked, channel_events_checked, channel_session
+from gpuquota.outbox.sealing import seal, webhook_secret_new
+from reports.channels import (
+    channel_endpoint_checked,
+    channel_events_checked,
+    channel_events_store,
+    channel_queue,
+    channel_switch_off,
+    channel_test_deliver,
+)
 from reports.models import AdminChannel, TeamChannel
 
 
@@ -56,29 +62,14 @@ def admin_channel_events_set(*, channel: AdminChannel, events: list[str],
                              by: User) -> AdminChannel:
     """Choose the admin event types the channel hears (none: all)."""
     _require_admin(by)
-    events = channel_events_checked(events, known=ADMIN_EVENTS)
-    with transaction.atomic():
-        before = channel.events
-        AdminChannel.objects.filter(pk=channel.pk).update(events=events)
-        channel.events = events
-        audit_record(actor=by, action="admin_channel.events", obj=channel,
-                     changes={"events": {"from": before, "to": events}})
-    return channel
+    return channel_events_store(channel, events=events, known=ADMIN_EVENTS, by=by,
+                                action="admin_channel.events")
 
 
 def admin_channel_remove(*, channel: AdminChannel, by: User) -> None:
     """Switch an admins' channel off (its delivery history stays)."""
     _require_admin(by)
-    with transaction.atomic():
-        AdminChannel.objects.filter(pk=channel.pk).update(active=False)
-        audit_record(actor=by, action="admin_channel.remove", obj=channel)
-
-
-def _queue(channel: AdminChannel, *, key: str, message: Message,
-           now: datetime | None) -> Notification | None:
-    return notification_queue(key=key, target=channel.target, kind=channel.kind,
-                              url=unseal(channel.url_sealed), message=message,
-                              secret=unseal(channel.secret_sealed), now=now)
+    channel_switch_off(channel, by=by, action="admin_channel.remove")
 
 
 def admin_channels_event(*, key: str, message: Message, now: datetime | None = None) -> int:
@@ -87,7 +78,7 @@ def admin_channels_event(*, key: str, message: Message, now: datetime | None = N
     queued = 0
     for channel in AdminChannel.objects.filter(active=True):
         if event_heard(message.event, chosen=channel.events):
-            queued += _queue(channel, key=key, message=message, now=now) is not None
+            queued += channel_queue(channel, key=key, message=message, now=now) is not None
     return queued
 
 
@@ -99,12 +90,7 @@ def admin_channel_test(*, channel: AdminChannel, by: User,
     message = Message(event=TEST_EVENT, title="gpuquota test for the admins",
                       text=f"{by.username} sent this test to the admins' channel {channel.name}.",
                       data={"channel": channel.name})
-    with transaction.atomic():
-        row = _queue(channel, key=f"test:{channel.pk}:{now.timestamp():.6f}",
-                     message=message, now=now)
-    notifications_send_due(session=channel_session(), now=now, ids=[row.pk])
-    row.refresh_from_db()
-    return row
+    return channel_test_deliver(channel, message=message, now=now)
 
 
 def admin_channel_deliveries(*, limit: int = 30) -> QuerySet[Notification]:

@@ -99,27 +99,58 @@ def channel_add(*, team: Team, kind: str, name: str, url: str, by: User,
     return channel, secret
 
 
+def channel_queue(channel, *, key: str, message: Message,
+                  now: datetime | None = None) -> Notification | None:
+    """Queue `message` to one channel (a team's, the admins' or a user's) under `key`, in the
+    caller's transaction; None when queued already."""
+    return notification_queue(key=key, target=channel.target, kind=channel.kind,
+                              url=unseal(channel.url_sealed), message=message,
+                              secret=unseal(channel.secret_sealed), now=now)
+
+
+def channel_test_deliver(channel, *, message: Message, now: datetime) -> Notification:
+    """A "send test" message to one channel, delivered now (the sweep retries a failure)."""
+    with transaction.atomic():
+        row = channel_queue(channel, key=f"test:{channel.pk}:{now.timestamp():.6f}",
+                            message=message, now=now)
+    notifications_send_due(session=channel_session(), now=now, ids=[row.pk])
+    row.refresh_from_db()
+    return row
+
+
+def channel_events_store(channel, *, events: list[str], known: dict[str, str], by: User,
+                         action: str, team: Team | None = None):
+    """Check and store the event types a channel of any kind hears (none: all), audited."""
+    events = channel_events_checked(events, known=known)
+    with transaction.atomic():
+        before = channel.events
+        type(channel).objects.filter(pk=channel.pk).update(events=events)
+        channel.events = events
+        audit_record(actor=by, action=action, obj=channel, team=team,
+                     changes={"events": {"from": before, "to": events}})
+    return channel
+
+
+def channel_switch_off(channel, *, by: User, action: str, team: Team | None = None) -> None:
+    """Switch a channel of any kind off (its delivery history stays), audited."""
+    with transaction.atomic():
+        type(channel).objects.filter(pk=channel.pk).update(active=False)
+        audit_record(actor=by, action=action, obj=channel, team=team)
+
+
 def channel_events_set(*, channel: TeamChannel, events: list[str], by: User) -> TeamChannel:
     """Choose the event types the channel hears (none: all), each a team event type."""
     if not can_act_for_team(by, channel.team):
         raise NotFound("No such channel.")
-    events = channel_events_checked(events, known=TEAM_EVENTS)
-    with transaction.atomic():
-        before = channel.events
-        TeamChannel.objects.filter(pk=channel.pk).update(events=events)
-        channel.events = events
-        audit_record(actor=by, action="channel.events", obj=channel, team=channel.team,
-                     changes={"events": {"from": before, "to": events}})
-    return channel
+    return channel_events_store(channel, events=events, known=TEAM_EVENTS, by=by,
+                                action="channel.events", team=channel.team)
 
 
 def channel_remove(*, channel: TeamChannel, by: User) -> None:
     """Switch a channel off (its delivery history stays)."""
     if not can_act_for_team(by, channel.team):
         raise NotFound("No such channel.")
-    with transaction.atomic():
-        TeamChannel.objects.filter(pk=channel.pk).update(active=False)
-        audit_record(actor=by, action="channel.remove", obj=channel, team=channel.team)
+    channel_switch_off(channel, by=by, action="channel.remove", team=channel.team)
 
 
 def channels_notify(*, team: Team, key: str, message: Message,
@@ -137,10 +168,7 @@ def channels_team_event(*, team_id: int, key: str, message: Message,
     for channel in TeamChannel.objects.filter(team_id=team_id, active=True):
         if not event_heard(message.event, chosen=channel.events):
             continue
-        row = notification_queue(key=key, target=channel.target, kind=channel.kind,
-                                 url=unseal(channel.url_sealed), message=message,
-                                 secret=unseal(channel.secret_sealed), now=now)
-        queued += row is not None
+        queued += channel_queue(channel, key=key, message=message, now=now) is not None
     return queued
 
 
@@ -153,14 +181,7 @@ def channel_test(*, channel: TeamChannel, by: User, now: datetime | None = None)
     message = Message(event=TEST_EVENT, title=f"gpuquota test for {channel.team.name}",
                       text=f"{by.username} sent this test to the channel {channel.name}.",
                       data={"team": channel.team.slug, "channel": channel.name})
-    with transaction.atomic():
-        row = notification_queue(key=f"test:{channel.pk}:{now.timestamp():.6f}",
-                                 target=channel.target, kind=channel.kind,
-                                 url=unseal(channel.url_sealed), message=message,
-                                 secret=unseal(channel.secret_sealed), now=now)
-    notifications_send_due(session=channel_session(), now=now, ids=[row.pk])
-    row.refresh_from_db()
-    return row
+    return channel_test_deliver(channel, message=message, now=now)
 
 
 def channels_send_due(*, now: datetime | None = None) -> SendOutcome:

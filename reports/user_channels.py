@@ -17,10 +17,16 @@ from gpuquota.core.errors import DomainError, NotFound
 from gpuquota.core.services import audit_record
 from gpuquota.outbox.events import TEST_EVENT, USER_EVENTS, event_heard
 from gpuquota.outbox.models import Notification
-from gpuquota.outbox.notifications import notification_queue, notifications_send_due
 from gpuquota.outbox.render import Message
-from gpuquota.outbox.sealing import seal, unseal, webhook_secret_new
-from reports.channels import channel_endpoint_checked, channel_events_checked, channel_session
+from gpuquota.outbox.sealing import seal, webhook_secret_new
+from reports.channels import (
+    channel_endpoint_checked,
+    channel_events_checked,
+    channel_events_store,
+    channel_queue,
+    channel_switch_off,
+    channel_test_deliver,
+)
 from reports.models import TeamChannel, UserChannel
 
 
@@ -55,29 +61,14 @@ def user_channel_events_set(*, channel: UserChannel, events: list[str],
                             by: User) -> UserChannel:
     """Choose the user event types the channel hears (none: all); its owner only."""
     _own(channel, by)
-    events = channel_events_checked(events, known=USER_EVENTS)
-    with transaction.atomic():
-        before = channel.events
-        UserChannel.objects.filter(pk=channel.pk).update(events=events)
-        channel.events = events
-        audit_record(actor=by, action="user_channel.events", obj=channel,
-                     changes={"events": {"from": before, "to": events}})
-    return channel
+    return channel_events_store(channel, events=events, known=USER_EVENTS, by=by,
+                                action="user_channel.events")
 
 
 def user_channel_remove(*, channel: UserChannel, by: User) -> None:
     """Switch one of the user's channels off (its delivery history stays)."""
     _own(channel, by)
-    with transaction.atomic():
-        UserChannel.objects.filter(pk=channel.pk).update(active=False)
-        audit_record(actor=by, action="user_channel.remove", obj=channel)
-
-
-def _queue(channel: UserChannel, *, key: str, message: Message,
-           now: datetime | None) -> Notification | None:
-    return notification_queue(key=key, target=channel.target, kind=channel.kind,
-                              url=unseal(channel.url_sealed), message=message,
-                              secret=unseal(channel.secret_sealed), now=now)
+    channel_switch_off(channel, by=by, action="user_channel.remove")
 
 
 def user_channels_event(*, user_id: int, key: str, message: Message,
@@ -87,7 +78,7 @@ def user_channels_event(*, user_id: int, key: str, message: Message,
     queued = 0
     for channel in UserChannel.objects.filter(user_id=user_id, active=True):
         if event_heard(message.event, chosen=channel.events):
-            queued += _queue(channel, key=key, message=message, now=now) is not None
+            queued += channel_queue(channel, key=key, message=message, now=now) is not None
     return queued
 
 
@@ -99,12 +90,7 @@ def user_channel_test(*, channel: UserChannel, by: User,
     message = Message(event=TEST_EVENT, title=f"gpuquota test for {by.username}",
                       text=f"{by.username} sent this test to their channel {channel.name}.",
                       data={"user": by.username, "channel": channel.name})
-    with transaction.atomic():
-        row = _queue(channel, key=f"test:{channel.pk}:{now.timestamp():.6f}",
-                     message=message, now=now)
-    notifications_send_due(session=channel_session(), now=now, ids=[row.pk])
-    row.refresh_from_db()
-    return row
+    return channel_test_deliver(channel, message=message, now=now)
 
 
 def user_channel_deliveries(*, user: User, limit: int = 20) -> QuerySet[Notification]:
