@@ -17,10 +17,12 @@ class ChannelKind(models.TextChoices):
     WEBHOOK = "webhook", "Webhook (signed)"
 
 
-class AdminChannel(models.Model):
-    """A channel of the platform's admins (the organisation's): what waits for them or
-    broke, whatever team it concerns (`gpuquota.outbox.events.ADMIN_EVENTS`). Sealed and
-    guarded like a team's channel (`reports.models.TeamChannel`)."""
+class ChannelBase(models.Model):
+    """What every channel is, a team's, the admins' or a user's: where it posts (`kind`,
+    the sealed URL and signing secret, `gpuquota.outbox.sealing`; pages show `url_host`
+    only), whether it is on, and its name in the outbox (`target`)."""
+
+    TARGET_PREFIX = ""
 
     kind = models.CharField(max_length=16, choices=ChannelKind.choices)
     name = models.CharField(max_length=80)
@@ -28,12 +30,29 @@ class AdminChannel(models.Model):
     url_host = models.CharField(max_length=255)
     secret_sealed = models.TextField(blank=True)
     active = models.BooleanField(default=True)
+    created_at = WholeSecondDateTimeField()
+
+    class Meta:
+        abstract = True
+
+    @property
+    def target(self) -> str:
+        """The outbox's name for this channel."""
+        return f"{self.TARGET_PREFIX}:{self.pk}"
+
+
+class AdminChannel(ChannelBase):
+    """A channel of the platform's admins (the organisation's): what waits for them or
+    broke, whatever team it concerns (`gpuquota.outbox.events.ADMIN_EVENTS`). Sealed and
+    guarded like a team's channel (`reports.models.TeamChannel`)."""
+
+    TARGET_PREFIX = "admin-channel"
+
     events = models.JSONField(
         default=list, blank=True,
         help_text="The event types it hears (gpuquota.outbox.events.ADMIN_EVENTS); empty: all.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                                    related_name="+")
-    created_at = WholeSecondDateTimeField()
 
     class Meta:
         ordering = ["name"]
@@ -46,29 +65,19 @@ class AdminChannel(models.Model):
     def __str__(self) -> str:
         return f"admins {self.kind} {self.name}"
 
-    @property
-    def target(self) -> str:
-        """The outbox's name for this channel."""
-        return f"admin-channel:{self.pk}"
 
-
-class UserChannel(models.Model):
+class UserChannel(ChannelBase):
     """A user's own channel: a Slack or Teams incoming webhook or a signed webhook that hears
     the user's own events (`gpuquota.outbox.events.USER_EVENTS`: their jobs' zero-use
     warnings and waste). Sealed and guarded like a team's channel (`reports.models.TeamChannel`)."""
 
+    TARGET_PREFIX = "user-channel"
+
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                              related_name="channels")
-    kind = models.CharField(max_length=16, choices=ChannelKind.choices)
-    name = models.CharField(max_length=80)
-    url_sealed = models.TextField()
-    url_host = models.CharField(max_length=255)
-    secret_sealed = models.TextField(blank=True)
-    active = models.BooleanField(default=True)
     events = models.JSONField(
         default=list, blank=True,
         help_text="The event types it hears (gpuquota.outbox.events.USER_EVENTS); empty: all.")
-    created_at = WholeSecondDateTimeField()
 
     class Meta:
         ordering = ["user", "name"]
@@ -80,8 +89,3 @@ class UserChannel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} {self.kind} {self.name}"
-
-    @property
-    def target(self) -> str:
-        """The outbox's name for this channel."""
-        return f"user-channel:{self.pk}"

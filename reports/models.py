@@ -7,7 +7,7 @@ from django.db.models import Q
 from gpuquota.core.fields import WholeSecondDateTimeField
 
 # the admins' and users' channels live in a module of their own; Django finds them here
-from reports.channel_models import AdminChannel, ChannelKind, UserChannel  # noqa: F401
+from reports.channel_models import AdminChannel, ChannelBase, ChannelKind, UserChannel  # noqa: F401
 
 
 class Statement(models.Model):
@@ -352,26 +352,19 @@ class ClassHoursAlert(models.Model):
         return f"{self.team} {self.gpu_class} {self.month:%Y-%m} {self.basis} {self.threshold}%"
 
 
-class TeamChannel(models.Model):
+class TeamChannel(ChannelBase):
     """Where a team's notifications go besides mail: a Slack or Teams incoming webhook, or a
-    generic webhook signed per Standard Webhooks. The URL (a credential) and the signing
-    secret are sealed (`gpuquota.outbox.sealing`); pages show `url_host` only."""
+    generic webhook signed per Standard Webhooks (`reports.channel_models.ChannelBase`)."""
 
     Kind = ChannelKind
+    TARGET_PREFIX = "team-channel"
 
     team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="channels")
-    kind = models.CharField(max_length=16, choices=Kind.choices)
-    name = models.CharField(max_length=80)
-    url_sealed = models.TextField()
-    url_host = models.CharField(max_length=255)
-    secret_sealed = models.TextField(blank=True)
-    active = models.BooleanField(default=True)
     events = models.JSONField(
         default=list, blank=True,
         help_text="The event types it hears (gpuquota.outbox.events.TEAM_EVENTS); empty: all.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
                                    related_name="+")
-    created_at = WholeSecondDateTimeField()
 
     class Meta:
         ordering = ["team", "name"]
@@ -383,9 +376,4 @@ class TeamChannel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team} {self.kind} {self.name}"
-
-    @property
-    def target(self) -> str:
-        """The outbox's name for this channel."""
-        return f"team-channel:{self.pk}"
 
