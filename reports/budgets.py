@@ -51,8 +51,48 @@ def percent_of(part: Decimal, whole: Decimal) -> Fraction | None:
     return None if not whole else Fraction(part) / Fraction(whole) * 100
 
 
+class ThresholdsMixin:
+    """What a money budget's and a GPU-hour budget's month share: the percentages shown to
+    people and the thresholds reached. The class gives `budget` (with `thresholds` and
+    `forecast_threshold`), `actual_percent` and `forecast_percent`."""
+
+    @property
+    def actual_percent_shown(self) -> int | None:
+        """For people: whole percent, half up (nothing is computed from it)."""
+        value = self.actual_percent
+        return None if value is None else round_half_up_int(value)
+
+    @property
+    def forecast_percent_shown(self) -> int | None:
+        value = self.forecast_percent
+        return None if value is None else round_half_up_int(value)
+
+    def thresholds_crossed(self, to_date: Decimal, total: Decimal
+                           ) -> list[tuple[str, int, Decimal]]:
+        """(basis, threshold, figure) of every threshold reached: each of the budget's
+        thresholds by what is used to date, and its forecast threshold by the forecast."""
+        actual, forecast = self.actual_percent, self.forecast_percent
+        found = [(Basis.ACTUAL, t, to_date) for t in self.budget.thresholds
+                 if actual is not None and actual >= t]
+        threshold = self.budget.forecast_threshold
+        if threshold and forecast is not None and forecast >= threshold:
+            found.append((Basis.FORECAST, threshold, total))
+        return found
+
+
+def threshold_tell(*, team: Team, key: str, message: Message, now: datetime) -> None:
+    """Tell a team's leads (mail) and channels that a budget threshold was reached, under
+    one key; inside the transaction that records the alert."""
+    mail_send_later(template="budget_threshold", key=key,
+                    recipients=team_leads(team=team, at=now),
+                    context={"title": message.title, "text": message.text,
+                             "facts": message.facts, "link": message.link,
+                             "team_name": team.name})
+    channels_notify(team=team, key=key, message=message, now=now)
+
+
 @dataclass
-class BudgetStatus:
+class BudgetStatus(ThresholdsMixin):
     """A team's month against its budget: spend to date, forecast, their percentages, and
     the thresholds already fired."""
 
@@ -85,27 +125,11 @@ class BudgetStatus:
         return bool(self.budget and self.forecast and self.forecast.currency
                     and self.forecast.currency != self.budget.currency)
 
-    @property
-    def actual_percent_shown(self) -> int | None:
-        """For people: whole percent, half up (nothing is computed from it)."""
-        value = self.actual_percent
-        return None if value is None else round_half_up_int(value)
-
-    @property
-    def forecast_percent_shown(self) -> int | None:
-        value = self.forecast_percent
-        return None if value is None else round_half_up_int(value)
-
     def crossed(self) -> list[tuple[str, int, Decimal]]:
         """(basis, threshold, figure) of every threshold the month has reached."""
         if self.budget is None or self.forecast is None or self.currency_mismatch:
             return []
-        found = [(Basis.ACTUAL, t, self.forecast.to_date) for t in self.budget.thresholds
-                 if self.actual_percent is not None and self.actual_percent >= t]
-        threshold = self.budget.forecast_threshold
-        if threshold and self.forecast_percent is not None and self.forecast_percent >= threshold:
-            found.append((Basis.FORECAST, threshold, self.forecast.total))
-        return found
+        return self.thresholds_crossed(self.forecast.to_date, self.forecast.total)
 
 
 def team_budget_status(*, team: Team, now: datetime | None = None) -> BudgetStatus:
@@ -211,12 +235,7 @@ def _fire(status: BudgetStatus, basis: str, threshold: int, figure: Decimal,
                 threshold=threshold, spent=figure, fired_at=now)
             key = f"budget:{status.team.pk}:{month:%Y-%m}:{basis}:{threshold}"
             message = _message(status, basis, threshold, figure)
-            mail_send_later(template="budget_threshold", key=key,
-                            recipients=team_leads(team=status.team, at=now),
-                            context={"title": message.title, "text": message.text,
-                                     "facts": message.facts, "link": message.link,
-                                     "team_name": status.team.name})
-            channels_notify(team=status.team, key=key, message=message, now=now)
+            threshold_tell(team=status.team, key=key, message=message, now=now)
     except IntegrityError:  # fired already (a concurrent check)
         return None
     return alert

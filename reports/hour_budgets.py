@@ -14,18 +14,20 @@ from django.utils import timezone
 
 from accounts.models import Team, User
 from accounts.permissions import can_act_for_team
-from accounts.selectors import team_leads
 from gpuquota.core.errors import DomainError, NotFound
 from gpuquota.core.services import audit_record
 from gpuquota.inventory.models import GpuClass
 from gpuquota.mail.conf import base_url
-from gpuquota.mail.outbox import mail_send_later
 from gpuquota.outbox.render import Message
-from reports.budgets import budgets_check, percent_of, thresholds_parse
-from reports.channels import channels_notify
+from reports.budgets import (
+    ThresholdsMixin,
+    budgets_check,
+    percent_of,
+    threshold_tell,
+    thresholds_parse,
+)
 from reports.forecast import Forecast, forecasts, month_of
 from reports.models import Budget, BudgetAlert, ClassHoursAlert, ClassHoursBudget
-from reports.pricing import round_half_up_int
 
 Basis = BudgetAlert.Basis
 
@@ -49,7 +51,7 @@ def class_hours_budgets_in_force(*, month: date, team_ids: list[int] | None = No
 
 
 @dataclass
-class ClassHoursStatus:
+class ClassHoursStatus(ThresholdsMixin):
     """One class budget's month: GPU-hours used to date and forecast, and the alerts fired."""
 
     budget: ClassHoursBudget
@@ -65,26 +67,9 @@ class ClassHoursStatus:
     def forecast_percent(self) -> Fraction | None:
         return percent_of(self.forecast, self.budget.hours)
 
-    @property
-    def actual_percent_shown(self) -> int | None:
-        value = self.actual_percent
-        return None if value is None else round_half_up_int(value)
-
-    @property
-    def forecast_percent_shown(self) -> int | None:
-        value = self.forecast_percent
-        return None if value is None else round_half_up_int(value)
-
     def crossed(self) -> list[tuple[str, int, Decimal]]:
         """(basis, threshold, GPU-hours) of every threshold the month has reached."""
-        actual, found = self.actual_percent, []
-        if actual is not None:
-            found = [(Basis.ACTUAL, t, self.to_date) for t in self.budget.thresholds
-                     if actual >= t]
-        threshold, forecast = self.budget.forecast_threshold, self.forecast_percent
-        if threshold and forecast is not None and forecast >= threshold:
-            found.append((Basis.FORECAST, threshold, self.forecast))
-        return found
+        return self.thresholds_crossed(self.to_date, self.forecast)
 
 
 def class_hours_statuses(*, team: Team, forecast: Forecast | None, month: date,
@@ -186,12 +171,7 @@ def _fire(team: Team, status: ClassHoursStatus, basis: str, threshold: int, figu
             key = (f"budget-hours:{team.pk}:{status.budget.gpu_class_id}:{month:%Y-%m}:"
                    f"{basis}:{threshold}")
             message = _message(team, status, basis, threshold, figure, f"{month:%Y-%m}")
-            mail_send_later(template="budget_threshold", key=key,
-                            recipients=team_leads(team=team, at=now),
-                            context={"title": message.title, "text": message.text,
-                                     "facts": message.facts, "link": message.link,
-                                     "team_name": team.name})
-            channels_notify(team=team, key=key, message=message, now=now)
+            threshold_tell(team=team, key=key, message=message, now=now)
     except IntegrityError:  # fired already (a concurrent check)
         return None
     return alert
