@@ -17,7 +17,7 @@ from django.db import transaction
 
 from gpuquota.core.services import audit_record
 from gpuquota.jobs import conf
-from gpuquota.jobs.cancel import RETRY, cancel_opted_in, planned_action, zero_use_cancel
+from gpuquota.jobs.cancel import cancel_opted_in, planned_action, retry_after, zero_use_cancel
 from gpuquota.jobs.models import Job, JobMailOptOut
 from gpuquota.jobs.report import jobs_series
 from gpuquota.jobs.told import zero_use_last_warning_tell, zero_use_warned_tell
@@ -38,7 +38,9 @@ def _stop_due_at(clock: ZeroUse) -> datetime:
 def _warn(job: Job, clock: ZeroUse, keys: list[str], now: datetime) -> None:
     with transaction.atomic():
         job.zero_use_since, job.zero_use_warned_at = clock.since, now
-        job.save(update_fields=["zero_use_since", "zero_use_warned_at"])
+        job.zero_use_cancel_failures = 0  # a new stretch: its stop is tried afresh
+        job.save(update_fields=["zero_use_since", "zero_use_warned_at",
+                                "zero_use_cancel_failures"])
         audit_record(actor=None, action="jobs.zero_use_warned", obj=job, team=job.team,
                      changes={"zero_since": clock.since.isoformat(),
                               "seen_until": clock.seen_until.isoformat(),
@@ -112,7 +114,7 @@ def _next_step(job: Job, clock: ZeroUse | None, now: datetime) -> str:
         return "last_warn" if left_s <= last_s and now > job.zero_use_warned_at else ""
     failed = job.zero_use_cancel_failed_at
     if (left_s <= 0 and now >= job.zero_use_last_warned_at + timedelta(seconds=last_s)
-            and (failed is None or now - failed >= RETRY)):
+            and (failed is None or now - failed >= retry_after(job.zero_use_cancel_failures))):
         return "stop"
     return ""
 

@@ -26,7 +26,15 @@ from gpuquota.schedulers.backend import BackendError, JobStopped, backend_for
 from gpuquota.schedulers.models import BackendConfig, Capabilities
 
 RETRY = timedelta(minutes=15)
+RETRY_MAX = timedelta(hours=4)
 STOPPABLE = (Job.Source.SLURM, Job.Source.KUBERNETES)
+
+
+def retry_after(failures: int) -> timedelta:
+    """How long after its last refusal a stop is tried again: 15 min, doubled at each
+    refusal of the stretch, at most 4 h (a cluster whose backend keeps refusing is not
+    asked 96 times a day per idle job)."""
+    return min(RETRY * 2 ** max(failures - 1, 0), RETRY_MAX)
 
 
 def _scopes(job: Job) -> set[str]:
@@ -101,9 +109,10 @@ def zero_use_cancel(*, job: Job, clock: ZeroUse, now: datetime, gpus: list[str])
             job.zero_use_cancelled_at, job.zero_use_stopped_how = now, outcome.how
             job.state = outcome.how.upper()
             job.save(update_fields=["zero_use_cancelled_at", "zero_use_stopped_how", "state"])
-        else:  # tried again after RETRY, not at every scan
+        else:  # tried again after retry_after(failures), not at every scan
             job.zero_use_cancel_failed_at = now
-            job.save(update_fields=["zero_use_cancel_failed_at"])
+            job.zero_use_cancel_failures += 1
+            job.save(update_fields=["zero_use_cancel_failed_at", "zero_use_cancel_failures"])
         evidence = {"zero_since": clock.since.isoformat(),
                     "seen_until": clock.seen_until.isoformat(), "idle_s": clock.idle_s,
                     "warned_at": job.zero_use_warned_at.isoformat()
@@ -111,6 +120,9 @@ def zero_use_cancel(*, job: Job, clock: ZeroUse, now: datetime, gpus: list[str])
                     "last_warned_at": job.zero_use_last_warned_at.isoformat()
                     if job.zero_use_last_warned_at else None,
                     "requeue_asked": requeue_wanted(job)}
+        if not done:
+            evidence.update(refusals=job.zero_use_cancel_failures,
+                            retry_at=(now + retry_after(job.zero_use_cancel_failures)).isoformat())
         if done:
             evidence.update(how=outcome.how, target=outcome.target or job.job_id)
         audit_record(actor=None, obj=job, team=job.team,

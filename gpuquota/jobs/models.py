@@ -54,6 +54,9 @@ class Job(models.Model):
         max_length=16, blank=True,
         help_text="cancelled, requeued, deleted (a pod) or suspended (a Job or Workload).")
     zero_use_cancel_failed_at = WholeSecondDateTimeField(null=True, blank=True)
+    zero_use_cancel_failures = models.PositiveIntegerField(
+        default=0, help_text="Stops the scheduler refused in this stretch (each retry waits "
+                             "twice as long, at most RETRY_MAX).")
     last_seen_at = WholeSecondDateTimeField(
         null=True, blank=True,
         help_text="A pod's, container's or process's last record's end, as far as collected.")

@@ -81,7 +81,8 @@ def zero_use_stopped_tell(job: Job, clock: ZeroUse, *, key: str, gpus: list[str]
     suspended), or its refusal (`how` = refused, `detail` the reason; tried again later)."""
     if job.team_id is None:
         return
-    next_step = (f"tried again every 15 min while it stays at zero ({detail})" if refused
+    next_step = (("tried again while it stays at zero, 15 min later, then twice as long "
+                  f"each time, at most every 4 h ({detail})") if refused
                  else AFTER_STOP.get(how, f"the job was {how}") + (f" ({detail})" if detail
                                                                      else ""))
     _tell(job, clock, event="job.zero_use_stopped", key=key,

@@ -65,7 +65,7 @@ def test_each_zero_use_step_reaches_the_teams_channels_once(settings):
     [refused] = told("job.zero_use_stopped")
     assert refused["data"]["refused"] and refused["data"]["how"] == "refused"
     assert "does not write" in refused["data"]["detail"]
-    assert "tried again every 15 min" in refused["data"]["next"]
+    assert "15 min later, then twice as long" in refused["data"]["next"]
     assert [r.target for r in Notification.objects.all()] == [
         Notification.objects.first().target] * 3  # the other team heard nothing
 

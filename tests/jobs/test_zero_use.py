@@ -115,6 +115,13 @@ def test_only_where_the_site_opted_in_is_a_job_warned_a_last_time_and_then_stopp
     assert AuditEntry.objects.filter(action="jobs.zero_use_cancel_failed").count() == 1
     jobs_zero_use_scan(now=stop + timedelta(minutes=15))
     assert AuditEntry.objects.filter(action="jobs.zero_use_cancel_failed").count() == 2
+    again = AuditEntry.objects.filter(action="jobs.zero_use_cancel_failed").latest("pk")
+    assert again.changes["refusals"] == 2
+    assert again.changes["retry_at"] == (stop + timedelta(minutes=45)).isoformat()
+    jobs_zero_use_scan(now=stop + timedelta(minutes=44))  # backs off: 30 min after the 2nd
+    assert AuditEntry.objects.filter(action="jobs.zero_use_cancel_failed").count() == 2
+    jobs_zero_use_scan(now=stop + timedelta(minutes=45))
+    assert AuditEntry.objects.filter(action="jobs.zero_use_cancel_failed").count() == 3
     assert Job.objects.get(job_id="502").zero_use_cancelled_at is None
     assert MailDelivery.objects.filter(template="jobs_zero_use_last").count() == 1  # once
 
@@ -124,3 +131,10 @@ def test_only_a_slurm_job_id_reaches_a_slurm_command():
 
     assert SLURM_JOB_ID.match("123") and SLURM_JOB_ID.match("123_4")
     assert not SLURM_JOB_ID.match("123; rm -rf /") and not SLURM_JOB_ID.match("-1")
+
+
+def test_a_refused_stop_backs_off_to_four_hours():
+    from gpuquota.jobs.cancel import retry_after
+
+    assert [retry_after(n) for n in range(1, 7)] == [
+        timedelta(minutes=m) for m in (15, 30, 60, 120, 240, 240)]
