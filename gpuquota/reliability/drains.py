@@ -179,9 +179,7 @@ def _release(drain: Drain, *, at: datetime, by, fix: str) -> Drain:
         if drain.scope == Drain.Scope.GPU:
             removed = backend.gpu_resume(hostname=drain.node.hostname, index=drain.gpu.index,
                                          uuid=drain.gpu.uuid)
-            if removed is not None:
-                managed_object_written(cluster=drain.node.cluster, obj=removed, removed=True,
-                                       at=at)
+            managed_object_written(cluster=drain.node.cluster, obj=removed, removed=True, at=at)
         else:
             backend.node_resume(hostname=drain.node.hostname)
     drain.released_at, drain.released_by, drain.release_fix = at, by, fix[:120]

@@ -217,9 +217,9 @@ class Backend(ABC):
         shows), or None where the scheduler cannot name one GPU: the caller drains the node."""
         return None
 
-    def gpu_resume(self, *, hostname: str, index: int, uuid: str) -> SchedulerObject | None:
-        """Undo gpuquota's own drain of one GPU, read back; the object removed, or None when
-        there was none."""
+    def gpu_resume(self, *, hostname: str, index: int, uuid: str) -> SchedulerObject:
+        """Undo gpuquota's own drain of one GPU, read back; the object that held it (absent
+        now: deleted, or gone already)."""
         raise BackendError(f"The {self.scheduler} backend cannot drain one GPU.")
 
     def gpu_drain_progress(self, *, hostname: str, index: int, uuid: str) -> str:

@@ -17,8 +17,15 @@ from gpuquota.reliability.held import drained_gpu_ids
 from gpuquota.reliability.models import Drain
 from gpuquota.schedulers.models import Capabilities, Drift, ManagedObject, ReconcileRun
 from gpuquota.schedulers.reconcile import cluster_reconcile
-from tests.kubernetes.conftest import NOW, dra_server, gpu_slice
-from tests.kubernetes.fake_apiserver import dra
+from tests.kubernetes.conftest import (
+    NOW,
+    TOKEN,
+    dra_server,
+    gpu_slice,
+    shipped_roles,
+    shipped_rules,
+)
+from tests.kubernetes.fake_apiserver import FakeApiServer, dra
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 RULE = "gq-drain-gpu-a-gpu2"
@@ -239,3 +246,41 @@ def test_a_cordoned_node_is_draining_while_pods_other_than_daemonsets_run(kube):
     assert (drain.scope, first) == ("node", "draining")
     assert [(d.progress, d.progress_at) for d in changed] == [
         ("drained", NOW + timedelta(minutes=1))]
+
+
+def test_a_rule_gone_before_the_return_leaves_no_drift_behind(kube):
+    gpus = kube.gpus["gpu-a"]
+    server = dra_server(version="v1.37.0", slices=[gpu_slice("gpu-a", gpus)])
+    try:
+        _node(server)
+        kube.configure(server)
+        [drain] = _fail(gpus[2], 79)
+        server.remove("DeviceTaintRule", RULE)  # someone deleted it; the return comes first
+        drain_release(drain=drain, by=kube.admin, fix="replaced", at=NOW + timedelta(hours=1))
+        _reconcile(kube)
+    finally:
+        server.stop()
+    assert not ManagedObject.objects.filter(kind="DeviceTaintRule").exists()
+    assert not Drift.objects.exists()
+    assert AuditEntry.objects.filter(action="node_resume").get().changes["scope"] == "gpu"
+
+
+def test_an_older_clusterrole_without_resourceslices_drains_the_node(kube):
+    gpus = kube.gpus["gpu-a"]
+    rules = [r for r in shipped_rules() if "resourceslices" not in r["resources"]]
+    server = FakeApiServer(token=TOKEN, rbac_rules=rules, rbac_roles=shipped_roles(),
+                           version="v1.37.0").start()
+    try:
+        server.put(gpu_slice("gpu-a", gpus))
+        _node(server)
+        kube.configure(server)
+        [drain] = _fail(gpus[2], 79)
+        node = server.get("Node", "gpu-a")
+        _reconcile(kube)
+    finally:
+        server.stop()
+    assert (drain.state, drain.scope) == ("drained", "node")
+    assert node["spec"]["unschedulable"] is True
+    caps = Capabilities.objects.get(cluster=kube.cluster)
+    assert caps.facts["gpu_drains"] is False
+    assert any("may not list ResourceSlices" in n for n in caps.notes)

@@ -135,10 +135,11 @@ class KubernetesBackend(Backend):
         device_drain.rule_write(self.api, manifest)
         return device_drain.as_object(manifest)
 
-    def gpu_resume(self, *, hostname: str, index: int, uuid: str) -> SchedulerObject | None:
-        if not taint_rules_version(self.api, self.api.groups()):
-            return None  # no DeviceTaintRules served (any more): no rule can hold the GPU
-        return device_drain.rule_delete(self.api, device_drain.rule_name(hostname, index))
+    def gpu_resume(self, *, hostname: str, index: int, uuid: str) -> SchedulerObject:
+        name = device_drain.rule_name(hostname, index)
+        if taint_rules_version(self.api, self.api.groups()):  # else no rule can hold it now
+            device_drain.rule_delete(self.api, name)
+        return SchedulerObject("DeviceTaintRule", name)
 
     def gpu_drain_progress(self, *, hostname: str, index: int, uuid: str) -> str:
         if not taint_rules_version(self.api, self.api.groups()):

@@ -78,9 +78,11 @@ def taints_version(api: Api, *, driver: str, hostname: str, index: int, uuid: st
     groups = api.groups()
     if not dra_served(api.version(), groups):
         return ""
-    if not _published(api, driver=driver, hostname=hostname, index=index, uuid=uuid):
+    try:
+        published = _published(api, driver=driver, hostname=hostname, index=index, uuid=uuid)
+    except BackendError:  # an older ClusterRole without ResourceSlices: drain the node
         return ""
-    return taint_rules_version(api, groups)
+    return taint_rules_version(api, groups) if published else ""
 
 
 def _rule(api: Api, name: str) -> dict | None:
@@ -108,16 +110,15 @@ def rule_write(api: Api, manifest: dict) -> None:
         raise BackendError(f"The API accepted DeviceTaintRule {name} but it does not show.")
 
 
-def rule_delete(api: Api, name: str) -> SchedulerObject | None:
-    """Delete gpuquota's rule `name`, read back; the rule deleted, None when there is none."""
-    current = _rule(api, name)
-    if current is None:
-        return None
+def rule_delete(api: Api, name: str) -> bool:
+    """Delete gpuquota's rule `name`, read back; False when it was gone already."""
+    if _rule(api, name) is None:
+        return False
     api.delete(api.kind("DeviceTaintRule"), name, "")
     if _rule(api, name) is not None:
         raise BackendError(f"The API accepted the deletion of DeviceTaintRule {name} but it "
                            "stays.")
-    return as_object(current)
+    return True
 
 
 def _running(pod: dict) -> bool:
