@@ -18,9 +18,14 @@ Record = dict[str, Any]
 
 def gpu_record(gpu: GpuInfo) -> Record:
     """The inventory entry of one GPU or MIG device."""
-    return {"uuid": gpu.uuid, "index": gpu.index, "name": gpu.name, "pci_bus_id": gpu.pci_bus_id,
-            "memory_total_bytes": gpu.memory_total_bytes, "power_limit_w": gpu.power_limit_w,
-            "mig_parent_uuid": gpu.mig_parent_uuid}
+    record = {"uuid": gpu.uuid, "index": gpu.index, "name": gpu.name,
+              "pci_bus_id": gpu.pci_bus_id, "memory_total_bytes": gpu.memory_total_bytes,
+              "power_limit_w": gpu.power_limit_w, "mig_parent_uuid": gpu.mig_parent_uuid}
+    if gpu.serial is not None:  # optional fields: absent where the board has none
+        record["serial"] = gpu.serial
+    if gpu.board_part_number is not None:
+        record["board_part_number"] = gpu.board_part_number
+    return record
 
 
 def sample_record(gpu: GpuInfo, window: GpuWindow, deltas: dict[str, int | None],

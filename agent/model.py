@@ -42,6 +42,8 @@ class GpuInfo:
     power_limit_w: float | None
     mig_parent_uuid: str | None = None
     key: object = field(default=None, compare=False, repr=False)
+    serial: str | None = None  # the board serial (a physical GPU's; None: not reported)
+    board_part_number: str | None = None
 
 
 @dataclass

@@ -34,6 +34,8 @@ UNSUPPORTED = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound,
 LOST = (pynvml.NVMLError_GpuIsLost, pynvml.NVMLError_ResetRequired)
 EVENT_TYPES = pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
 SAMPLE_FIELDS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+#: What NVML (and nvidia-smi) print for a board field a consumer board does not carry.
+NOT_AVAILABLE = ("", "N/A", "[N/A]", "0")
 XID_TEXT = {
     13: "Graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
     45: "Preemptive cleanup", 48: "Double-bit ECC error", 63: "Row remapping recorded",
@@ -114,13 +116,27 @@ class NvmlBackend:
         memory = self._memory(device)
         pci = self._call(device, "pci", pynvml.nvmlDeviceGetPciInfo)
         limit_mw = self._call(device, "power_limit", pynvml.nvmlDeviceGetEnforcedPowerLimit)
+        serial = part = None
+        if parent is None:  # a MIG device has no board of its own
+            serial = self._board_text(device, "serial", pynvml.nvmlDeviceGetSerial)
+            part = self._board_text(device, "part_number", pynvml.nvmlDeviceGetBoardPartNumber)
         return GpuInfo(
             uuid=device.uuid, index=index,
             name=self._call(device, "name", pynvml.nvmlDeviceGetName),
             pci_bus_id=pci.busId if pci is not None else None,
             memory_total_bytes=memory.total if memory is not None else None,
             power_limit_w=limit_mw / 1000 if limit_mw else None,
-            mig_parent_uuid=parent, key=device)
+            mig_parent_uuid=parent, key=device, serial=serial, board_part_number=part)
+
+    def _board_text(self, device: Device, name: str, fn: Callable[..., Any]) -> str | None:
+        """A board field (serial, part number), None where the board has none: unsupported,
+        printed as "[N/A]" or empty (consumer boards), or not text."""
+        try:
+            text = self._call(device, name, fn)
+        except UnicodeDecodeError:  # pynvml decodes the C string as UTF-8
+            return None
+        text = text.strip() if isinstance(text, str) else None
+        return None if text is None or text.upper() in NOT_AVAILABLE else text[:64]
 
     def _mig_devices(self, parent: Device, parent_uuid: str) -> list[GpuInfo]:
         mode = self._call(parent, "mig_mode", pynvml.nvmlDeviceGetMigMode)

@@ -27,6 +27,8 @@ class FakeGpu:
     uuid: str
     name: str = "NVIDIA H100 80GB HBM3"
     pci_bus_id: str = "00000000:3B:00.0"
+    serial: str = "1654923012345"  # a data-center board's; "[N/A]" or "" on consumer boards
+    board_part_number: str = "692-2G520-0200-000"
     memory_total: int = 85520809984
     memory_used: int = 0
     power_limit_mw: int = 700000
@@ -151,6 +153,14 @@ class FakeNvmlLib:
 
     def c_nvmlDeviceGetName(self, h: Any, buf: Any, size: Any) -> int:
         return self._query("nvmlDeviceGetName", h, lambda d: setattr(buf, "value", d.name.encode()))
+
+    def c_nvmlDeviceGetSerial(self, h: Any, buf: Any, size: Any) -> int:
+        return self._query("nvmlDeviceGetSerial", h,
+                           lambda d: setattr(buf, "value", d.serial.encode()))
+
+    def c_nvmlDeviceGetBoardPartNumber(self, h: Any, buf: Any, size: Any) -> int:
+        return self._query("nvmlDeviceGetBoardPartNumber", h,
+                           lambda d: setattr(buf, "value", d.board_part_number.encode()))
 
     def c_nvmlDeviceGetPciInfo_v3(self, h: Any, info: Any) -> int:
         return self._query("nvmlDeviceGetPciInfo_v3", h,

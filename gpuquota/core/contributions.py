@@ -39,6 +39,10 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
   from new assignments and loans though no health interval or maintenance block says so
   (reliability: a GPU drained until the fix its failure needs). Capacity reads them like
   maintenance blocks.
+- `GPUS_DRAINED`: functions `hook(*, cluster_id)` returning `(hostname, index, reason,
+  at_once)` rows: the GPUs of the cluster drained one by one on the scheduler now
+  (reliability: a DRA DeviceTaintRule each), which the scheduler backends keep in their
+  plan so that the reconcile loop shows, keeps and repairs them like its other objects.
 - `TEAM_EVENT`: functions `hook(*, team_id, key, message)` that an app calls (through
   `team_event`), in the transaction of the change, when something happened that the team
   should hear of where it reads (approvals, loans, reclaim notices, drains, statements):
@@ -72,8 +76,8 @@ from django.core import checks
 MODULE = "contributions"
 KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION",
          "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED", "RESERVATION_REQUESTED", "LOAN_OWNER_JOB",
-         "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED", "GPUS_HELD_OUT", "TEAM_EVENT",
-         "ADMIN_EVENT", "USER_EVENT")
+         "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED", "GPUS_HELD_OUT", "GPUS_DRAINED",
+         "TEAM_EVENT", "ADMIN_EVENT", "USER_EVENT")
 
 
 @cache

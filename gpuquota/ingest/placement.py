@@ -17,7 +17,7 @@ from gpuquota.core.services import audit_record
 from gpuquota.ingest import conf
 from gpuquota.ingest.parsing import uuid_normal
 from gpuquota.ingest.records import GpuRef
-from gpuquota.inventory.models import Gpu, Node
+from gpuquota.inventory.models import Gpu, Node, board_text_normalize
 from gpuquota.inventory.services import gpu_move, gpu_register
 
 logger = logging.getLogger(__name__)
@@ -98,7 +98,10 @@ def _register(*, entry: dict, node: Node, now: datetime, known: dict, placed: di
                 parent=parent, index=entry.get("index"),
                 pci_bus_id=_text(entry.get("pci_bus_id"), 32),
                 memory_total_bytes=entry.get("memory_total_bytes"),
-                power_limit_w=entry.get("power_limit_w"))
+                power_limit_w=entry.get("power_limit_w"),
+                # a board's, so a physical GPU's: a MIG device has none of its own
+                serial="" if parent else entry.get("serial") or "",
+                board_part_number="" if parent else entry.get("board_part_number") or "")
     except IntegrityError:
         # Registered at the same moment by another node's batch: it is that node's now.
         rejected.append({"path": f"{path}.uuid", "why": CONTESTED})
@@ -110,6 +113,11 @@ def _refresh(gpu: Gpu, entry: dict) -> None:
     for name in ("memory_total_bytes", "power_limit_w", "index"):
         value = entry.get(name)
         if value is not None and getattr(gpu, name) != value:
+            setattr(gpu, name, value)
+            changed.append(name)
+    for name in ("serial", "board_part_number") if gpu.parent_id is None else ():
+        value = board_text_normalize(entry.get(name))  # an older agent's silence keeps it
+        if value and getattr(gpu, name) != value:
             setattr(gpu, name, value)
             changed.append(name)
     if changed:

@@ -101,7 +101,8 @@ KINDS = {"int": (_is_int, "an integer"), "num": (_is_number, "a number"),
 # Record shapes: field -> (kind, required). Optional fields may be absent or null.
 GPU_SHAPE = {"uuid": ("str", True), "index": ("int", False), "name": ("str", False),
              "pci_bus_id": ("str", False), "memory_total_bytes": ("int", False),
-             "power_limit_w": ("num", False), "mig_parent_uuid": ("str", False)}
+             "power_limit_w": ("num", False), "mig_parent_uuid": ("str", False),
+             "serial": ("str", False), "board_part_number": ("str", False)}
 SAMPLE_SHAPE = {
     "gpu_uuid": ("str", True), "window_start": ("str", True), "window_end": ("str", True),
     "readings": ("int", True), "seq": ("int", False),

@@ -53,7 +53,12 @@ DETAILS = {
         "index": {"minimum": 0}, "memory_total_bytes": {"minimum": 0, "format": "int64"},
         "power_limit_w": {"minimum": 0},
         "name": {"description": "NVML model name; an unmapped model gets a class named after "
-                                "it."}},
+                                "it."},
+        "serial": {"maxLength": 64, "description": "Optional (agents before 2026-12 omit it): "
+                   "the board serial, nvmlDeviceGetSerial; absent for a MIG device and a "
+                   "board without one (\"[N/A]\" is read as none). Links RMA records."},
+        "board_part_number": {"maxLength": 64, "description": "Optional: "
+                              "nvmlDeviceGetBoardPartNumber."}},
     "AgentSample": {
         "gpu_uuid": {**_GPU_UUID, "description": "Listed in gpus or known for this node."},
         "window_start": _WINDOW, "window_end": _WINDOW,

@@ -25,6 +25,19 @@ def gpu_uuid_normalize(value: str) -> str:
     return value[:4].upper() + value[4:].lower()
 
 
+#: What NVML and nvidia-smi print for a board field a board does not carry (consumer boards).
+BOARD_NOT_AVAILABLE = frozenset({"", "N/A", "[N/A]", "0"})
+
+
+def board_text_normalize(value) -> str:
+    """A board serial or part number as stored: trimmed, at most 64 characters, and "" for
+    none (missing, not text, or "[N/A]")."""
+    if not isinstance(value, str):
+        return ""
+    text = "".join(c for c in value if c.isprintable()).strip()[:64]
+    return "" if text.upper() in BOARD_NOT_AVAILABLE else text
+
+
 def validate_gpu_uuid(value: str) -> None:
     try:
         gpu_uuid_normalize(value)
@@ -131,6 +144,11 @@ class Gpu(models.Model):
     pci_bus_id = models.CharField(max_length=32, blank=True)
     memory_total_bytes = models.BigIntegerField(null=True, blank=True)
     power_limit_w = models.FloatField(null=True, blank=True)
+    serial = models.CharField(
+        max_length=64, blank=True, db_index=True,
+        help_text="The board serial (nvmlDeviceGetSerial, nvidia-smi -q: Serial Number), as "
+        "its agent or exporter reported it; empty where the board has none (consumer boards)")
+    board_part_number = models.CharField(max_length=64, blank=True)
     commissioned_at = WholeSecondDateTimeField()
     retired_at = WholeSecondDateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)

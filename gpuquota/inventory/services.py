@@ -10,6 +10,7 @@ from gpuquota.inventory.models import (
     GpuModelMapping,
     GpuNodeInterval,
     Node,
+    board_text_normalize,
     gpu_uuid_normalize,
 )
 
@@ -39,6 +40,8 @@ def gpu_register(
     memory_total_bytes: int | None = None,
     power_limit_w: float | None = None,
     gpu_class: GpuClass | None = None,
+    serial: str = "",
+    board_part_number: str = "",
 ) -> Gpu:
     """A new GPU on `node` from `at`, with its first node and class intervals; its class
     is its parent's, else `gpu_class` (a caller registering many GPUs of one model looks
@@ -58,6 +61,8 @@ def gpu_register(
         pci_bus_id=pci_bus_id,
         memory_total_bytes=memory_total_bytes,
         power_limit_w=power_limit_w,
+        serial=board_text_normalize(serial),
+        board_part_number=board_text_normalize(board_part_number),
         commissioned_at=at,
     )
     GpuNodeInterval.objects.create(gpu=gpu, node=node, valid_from=at)
@@ -77,7 +82,10 @@ def gpus_register(*, new: list[dict]) -> list[Gpu]:
         model_name=entry["model_name"], index=entry.get("index"),
         pci_bus_id=entry.get("pci_bus_id", ""),
         memory_total_bytes=entry.get("memory_total_bytes"),
-        power_limit_w=entry.get("power_limit_w"), commissioned_at=whole_second(entry["at"]))
+        power_limit_w=entry.get("power_limit_w"),
+        serial=board_text_normalize(entry.get("serial")),
+        board_part_number=board_text_normalize(entry.get("board_part_number")),
+        commissioned_at=whole_second(entry["at"]))
         for entry in new])
     GpuNodeInterval.objects.bulk_create([
         GpuNodeInterval(gpu=gpu, node=gpu.node, valid_from=gpu.commissioned_at) for gpu in gpus])

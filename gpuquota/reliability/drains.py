@@ -30,6 +30,7 @@ from gpuquota.reliability.models import Drain
 from gpuquota.reliability.told import drain_tell
 from gpuquota.schedulers.backend import BackendError, backend_for
 from gpuquota.schedulers.models import BackendConfig
+from gpuquota.schedulers.services import managed_object_written
 
 AUTO_RETURN = {Action.RESET_GPU.value, Action.REBOOT.value}
 #: The fixes that drain a node, least first: a warning needing none of them never drains.
@@ -52,22 +53,39 @@ def _backend(node: Node):
     return backend_for(node.cluster, config) if config is not None else None
 
 
+def _drain_gpu(backend, drain: Drain) -> bool:
+    """Drain the failed GPU alone where the scheduler can name it (Kubernetes with DRA device
+    taints); whether it did. The rule written is recorded as a managed object."""
+    gpu = drain.gpu
+    if gpu.index is None or drain.scope == Drain.Scope.NODE and drain.pk is not None:
+        return False  # a node drain stays one: its node's work is held already
+    written = backend.gpu_drain(hostname=drain.node.hostname, index=gpu.index, uuid=gpu.uuid,
+                                reason=drain.reason, at_once=not drain.after_jobs)
+    if written is None:
+        return False
+    drain.scope = Drain.Scope.GPU
+    managed_object_written(cluster=drain.node.cluster, obj=written, at=drain.drained_at)
+    return True
+
+
 def _drain_node(drain: Drain) -> None:
     backend = _backend(drain.node)
     if backend is None:
         drain.state = Drain.State.RECORDED
         return
     try:
-        backend.node_drain(hostname=drain.node.hostname,
-                           reason=drain.reason + (AFTER_JOBS if drain.after_jobs else ""))
+        if not _drain_gpu(backend, drain):
+            backend.node_drain(hostname=drain.node.hostname,
+                               reason=drain.reason + (AFTER_JOBS if drain.after_jobs else ""))
+            drain.scope = Drain.Scope.NODE
         drain.state = Drain.State.DRAINED
     except BackendError as exc:
         drain.state, drain.error = Drain.State.REFUSED, str(exc)[:2000]
 
 
 def _escalate(drain: Drain, event, entry, now: datetime) -> Drain | None:
-    """A critical failure on a node draining after its jobs for a lesser event: the drain
-    becomes the critical one's (at once, its reason and fix), written again."""
+    """A critical failure on a node (or GPU) draining after its jobs for a lesser event: the
+    drain becomes the critical one's (at once, its reason and fix), written again."""
     if not drain.after_jobs or entry.severity != Severity.CRITICAL or drain.event_at >= event.ts:
         return None
     before = {"reason": drain.reason, "needs": drain.needs}
@@ -79,14 +97,21 @@ def _escalate(drain: Drain, event, entry, now: datetime) -> Drain | None:
     _drain_node(drain)
     drain.save()
     audit_record(actor=None, action="node_drain", obj=drain, reason=drain.reason, changes={
-        "escalated_from": before, "needs": drain.needs, "state": drain.state})
+        "escalated_from": before, "needs": drain.needs, "state": drain.state,
+        "scope": drain.scope})
     return drain
 
 
+def _covering(event) -> Q:
+    """The drains that hold the event's GPU: its node's node-wide ones and its own."""
+    return Q(node=event.node, scope=Drain.Scope.NODE) | Q(gpu=event.gpu.parent or event.gpu)
+
+
 def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
-    """Drain the node of every critical failure or lesser event received in [since, now]
-    whose node has no open drain and no drain for it or a later failure; idempotent (one
-    open drain per node; a failure that was drained and returned never drains again)."""
+    """Drain the GPU (where the scheduler can name one GPU) or else the node of every
+    critical failure or lesser event received in [since, now] that no open drain holds and
+    no drain for it or a later failure held; idempotent (one open drain per node, or per
+    GPU where drained alone; a failure that was drained and returned never drains again)."""
     draining = (Q(type__in=CRITICAL_EVENT_TYPES | LESSER_EVENT_TYPES)
                 | Q(type=EventType.XID, xid__in=CRITICAL_XIDS | LESSER_XIDS))
     events = (GpuEvent.objects.filter(draining, gpu__isnull=False, received_at__gte=since,
@@ -95,9 +120,9 @@ def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
     made = []
     for event in events:
         entry = classify(type=event.type, xid=event.xid)
-        drained = Drain.objects.filter(node=event.node)
-        open_drain = drained.filter(released_at__isnull=True).first()
-        if open_drain is not None:
+        drained = Drain.objects.filter(_covering(event))
+        open_drain = drained.filter(released_at__isnull=True).order_by("-scope").first()
+        if open_drain is not None:  # the node's drain first ("node" > "gpu")
             with transaction.atomic():
                 if _escalate(open_drain, event, entry, now) is not None:
                     made.append(open_drain)
@@ -113,23 +138,31 @@ def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
             drain.save()
             audit_record(actor=None, action="node_drain", obj=drain, reason=reason, changes={
                 "node": str(event.node), "gpu": drain.gpu.uuid, "needs": drain.needs,
-                "after_jobs": drain.after_jobs, "state": drain.state, "error": drain.error})
+                "after_jobs": drain.after_jobs, "state": drain.state, "scope": drain.scope,
+                "error": drain.error})
             drain_tell(drain)
         made.append(drain)
     return made
 
 
+def _progress(backend, drain: Drain) -> str:
+    if drain.scope == Drain.Scope.GPU:
+        return backend.gpu_drain_progress(hostname=drain.node.hostname, index=drain.gpu.index,
+                                          uuid=drain.gpu.uuid)
+    return backend.node_drain_progress(hostname=drain.node.hostname)
+
+
 def drains_observe(*, now: datetime) -> list[Drain]:
-    """Read back each open drain written to a scheduler: is the node still running jobs
-    (draining) or empty (drained)? The drains whose progress changed; a backend that cannot
-    tell, or fails to answer, leaves the last reading."""
+    """Read back each open drain written to a scheduler: is work still running on the node
+    (or, for a GPU drained alone, on that GPU): draining, or none left: drained? The drains
+    whose progress changed; a backend that cannot tell, or fails to answer, leaves the last
+    reading."""
     changed = []
     for drain in Drain.objects.filter(released_at__isnull=True, state=Drain.State.DRAINED
-                                      ).select_related("node__cluster"):
+                                      ).select_related("node__cluster", "gpu"):
         backend = _backend(drain.node)
         try:
-            progress = backend.node_drain_progress(hostname=drain.node.hostname) if backend \
-                else ""
+            progress = _progress(backend, drain) if backend else ""
         except BackendError:
             continue
         if progress and progress != drain.progress:
@@ -142,11 +175,17 @@ def drains_observe(*, now: datetime) -> list[Drain]:
 def _release(drain: Drain, *, at: datetime, by, fix: str) -> Drain:
     backend = _backend(drain.node)
     if backend is not None and drain.state == Drain.State.DRAINED:
-        backend.node_resume(hostname=drain.node.hostname)  # a refusal stays a BackendError
+        # a refusal stays a BackendError
+        if drain.scope == Drain.Scope.GPU:
+            removed = backend.gpu_resume(hostname=drain.node.hostname, index=drain.gpu.index,
+                                         uuid=drain.gpu.uuid)
+            managed_object_written(cluster=drain.node.cluster, obj=removed, removed=True, at=at)
+        else:
+            backend.node_resume(hostname=drain.node.hostname)
     drain.released_at, drain.released_by, drain.release_fix = at, by, fix[:120]
     drain.save(update_fields=["released_at", "released_by", "release_fix"])
     audit_record(actor=by, action="node_resume", obj=drain, reason=fix,
-                 changes={"node": str(drain.node), "needs": drain.needs})
+                 changes={"node": str(drain.node), "needs": drain.needs, "scope": drain.scope})
     return drain
 
 

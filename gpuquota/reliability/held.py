@@ -2,9 +2,10 @@
 until the drain ends, the drained GPU is neither assigned to a new reservation nor lent,
 whatever its health intervals say (a GPU whose failure needs a replacement may report
 good samples after a reboot and still wait for the replacement). A drain written to the
-scheduler (Slurm's `State=DRAIN`, Kubernetes' cordon) keeps the whole node from new work,
-so it holds out every GPU of the node; a drain only recorded (no backend writes for the
-cluster) holds out its own GPU. Capacity reads this through the core hook `GPUS_HELD_OUT`
+scheduler for the node (Slurm's `State=DRAIN`, Kubernetes' cordon) keeps the whole node from
+new work, so it holds out every GPU of the node; a drain of the GPU alone (a Kubernetes DRA
+DeviceTaintRule) or only recorded (no backend writes for the cluster) holds out its own GPU.
+Capacity reads this through the core hook `GPUS_HELD_OUT`
 (reservations sit below reliability); lending reads it directly."""
 
 from datetime import datetime, timedelta
@@ -18,7 +19,8 @@ from gpuquota.reliability.models import Drain
 def drained_spans(*, gpu_ids, start: datetime, end: datetime,
                   node_wide: bool = True) -> list[tuple]:
     """(gpu_id, from, until or None) of the drains holding `gpu_ids` out over [start, end):
-    their own drains and, with `node_wide`, their nodes' drains written to the scheduler.
+    their own drains and, with `node_wide`, their nodes' drains written to the scheduler for
+    the whole node.
     One query."""
     ids = list(gpu_ids)
     own = (Drain.objects.filter(Q(released_at__isnull=True) | Q(released_at__gt=start),
@@ -30,6 +32,7 @@ def drained_spans(*, gpu_ids, start: datetime, end: datetime,
     node = (Gpu.objects.filter(Q(node__drains__released_at__isnull=True)
                                | Q(node__drains__released_at__gt=start), id__in=ids,
                                node__drains__state=Drain.State.DRAINED,
+                               node__drains__scope=Drain.Scope.NODE,
                                node__drains__event_at__lt=end)
             .order_by()  # SQLite refuses an ORDER BY inside a UNION's parts
             .values_list("id", "node__drains__event_at", "node__drains__released_at"))
@@ -44,3 +47,13 @@ def drained_gpu_ids(*, gpu_ids, at: datetime) -> set[int]:
 
 
 _SECOND = timedelta(seconds=1)
+
+
+def gpus_drained_alone(*, cluster_id: int) -> list[tuple[str, int, str, bool]]:
+    """(hostname, index, reason, at once) of the cluster's GPUs drained alone on the
+    scheduler now (core's GPUS_DRAINED: the backends keep their objects in the plan)."""
+    return [(hostname, index, reason, not after_jobs) for hostname, index, reason, after_jobs in
+            Drain.objects.filter(released_at__isnull=True, state=Drain.State.DRAINED,
+                                 scope=Drain.Scope.GPU, node__cluster_id=cluster_id)
+            .order_by("node__hostname", "gpu__index")
+            .values_list("node__hostname", "gpu__index", "reason", "after_jobs")]

@@ -1,5 +1,5 @@
-"""Drains: a node kept from new work for a GPU's critical failure, until the fix the
-failure needs (docs/reliability.md#drains)."""
+"""Drains: a node, or one GPU where the scheduler can name it, kept from new work for a
+GPU's failure, until the fix the failure needs (docs/reliability.md#drains)."""
 
 from django.conf import settings
 from django.db import models
@@ -15,6 +15,10 @@ class Drain(models.Model):
         RECORDED = "recorded", "Recorded (no scheduler backend writes for the cluster)"
         REFUSED = "refused", "The scheduler refused the drain"
 
+    class Scope(models.TextChoices):
+        NODE = "node", "The node (Slurm State=DRAIN, a Kubernetes cordon)"
+        GPU = "gpu", "The GPU alone (a DRA DeviceTaintRule)"
+
     node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="drains")
     gpu = models.ForeignKey("inventory.Gpu", on_delete=models.PROTECT, related_name="drains")
     reason = models.CharField(max_length=120, help_text="`xid 79`, `gpu_lost`...")
@@ -23,6 +27,10 @@ class Drain(models.Model):
     event_at = WholeSecondDateTimeField(help_text="When the failure happened")
     drained_at = WholeSecondDateTimeField(help_text="When gpuquota drained the node")
     state = models.CharField(max_length=16, choices=State.choices)
+    scope = models.CharField(
+        max_length=8, choices=Scope.choices, default=Scope.NODE,
+        help_text="What the scheduler holds: the node, or the failed GPU alone (Kubernetes "
+        "with DRA device taints)")
     after_jobs = models.BooleanField(
         default=False, help_text="A lesser (warning) event: the running jobs finish first (the "
         "node shows DRAINING until they end); a critical one drains at once.")
@@ -33,7 +41,8 @@ class Drain(models.Model):
 
     progress = models.CharField(
         max_length=16, choices=Progress.choices, blank=True, default="",
-        help_text="As the scheduler last showed it (Slurm MIXED+DRAIN vs IDLE+DRAIN)")
+        help_text="As the scheduler last showed it (Slurm MIXED+DRAIN vs IDLE+DRAIN; on "
+        "Kubernetes, pods still running on the node or using the GPU, or none)")
     progress_at = WholeSecondDateTimeField(null=True, blank=True)
     error = models.TextField(blank=True)
     released_at = WholeSecondDateTimeField(null=True, blank=True)
@@ -44,8 +53,13 @@ class Drain(models.Model):
     class Meta:
         ordering = ["-drained_at"]
         constraints = [
-            models.UniqueConstraint(fields=["node"], condition=Q(released_at__isnull=True),
+            models.UniqueConstraint(fields=["node"], condition=Q(released_at__isnull=True,
+                                                                 scope="node"),
                                     name="drain_one_open_per_node"),
+            models.UniqueConstraint(fields=["gpu"], condition=Q(released_at__isnull=True),
+                                    name="drain_one_open_per_gpu"),
+            models.CheckConstraint(condition=Q(scope__in=["node", "gpu"]),
+                                   name="drain_scope_valid"),
             models.CheckConstraint(condition=Q(state__in=["drained", "recorded", "refused"]),
                                    name="drain_state_valid"),
             models.CheckConstraint(condition=Q(progress__in=["", "draining", "drained"]),
@@ -53,7 +67,13 @@ class Drain(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.node} drained for {self.reason}"
+        what = f"{self.node} GPU {self.gpu.index}" if self.scope == self.Scope.GPU else self.node
+        return f"{what} drained for {self.reason}"
+
+    @property
+    def node_wide(self) -> bool:
+        """Whether the scheduler keeps the whole node from new work (every GPU held out)."""
+        return self.state == self.State.DRAINED and self.scope == self.Scope.NODE
 
 
 class Rma(models.Model):

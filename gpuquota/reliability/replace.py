@@ -76,7 +76,7 @@ def _notify(drain: Drain, reservation: Reservation, moved: list, kept: bool, now
         "id": drain.pk, "reason": drain.reason, "needs": drain.needs, "event_at": drain.event_at,
         "gpu": _gpu_text(drain.gpu), "moved_to": [_gpu_text(a.gpu) for a in moved],
         "kept": kept, "node": drain.node.hostname,
-        "node_wide": drain.state == Drain.State.DRAINED,
+        "node_wide": drain.node_wide,
         "same_node": reservation.placement == Reservation.Placement.SAME_NODE}}
     what = "kept" if kept else "replaced-" + "-".join(str(a.pk) for a in moved)
     key = f"drain:{drain.pk}:reservation:{reservation.pk}:{what}"
@@ -100,9 +100,9 @@ def _notify(drain: Drain, reservation: Reservation, moved: list, kept: bool, now
 @transaction.atomic
 def drain_reservations_move(*, drain: Drain, now: datetime) -> dict:
     """Move the assignments still ahead on the drained GPU (on any GPU of its node when
-    the drain was written to the scheduler, which keeps the whole node from new work);
+    the drain written to the scheduler keeps the whole node from new work);
     {"moved": n, "kept": n}."""
-    on = {"gpu__node_id": drain.node_id} if drain.state == Drain.State.DRAINED else {
+    on = {"gpu__node_id": drain.node_id} if drain.node_wide else {
         "gpu_id": drain.gpu_id}  # written to the scheduler: the whole node is kept from work
     ahead = list(Assignment.objects.filter(assigned_until__gt=now,
                                            reservation__status__in=HOLDING, **on)

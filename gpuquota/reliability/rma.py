@@ -1,11 +1,13 @@
 """RMA records (docs/reliability.md#rma-records): an admin sends a GPU back by its board
-serial; the GPU that later takes its slot (the same node and index, a new UUID) is linked
-to it, so the slot's history (the GPUs it held, their serials, why each went back) stays
-on the GPU's page. Audited."""
+serial (the one its agent read, when it reads one); the GPU that later comes back with that
+serial under a new UUID, or else takes its slot (the same node and index, a new UUID), is
+linked to it, so the slot's history (the GPUs it held, their serials, why each went back)
+stays on the GPU's page. Audited."""
 
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from gpuquota.core.errors import DomainError, PermissionDenied
 from gpuquota.core.services import audit_record
@@ -21,10 +23,13 @@ def rma_open(*, gpu: Gpu, serial: str, reason: str, by, at: datetime) -> Rma:
         raise PermissionDenied("Only admins can record an RMA.")
     if gpu.parent_id is not None:
         raise DomainError("A MIG device is not sent back: its GPU is.", field="gpu")
-    serial = serial.strip()
+    serial = serial.strip() or gpu.serial
     if not serial:
-        raise DomainError("Give the board serial (nvidia-smi -q: Serial Number).",
-                          field="serial")
+        raise DomainError("Give the board serial (nvidia-smi -q: Serial Number): its agent "
+                          "reports none.", field="serial")
+    if gpu.serial and serial != gpu.serial:
+        raise DomainError(f"The GPU reports the board serial {gpu.serial}; leave the field "
+                          "empty to use it.", field="serial")
     drain = Drain.objects.filter(gpu=gpu).order_by("-event_at").first()
     try:
         with transaction.atomic():
@@ -39,25 +44,38 @@ def rma_open(*, gpu: Gpu, serial: str, reason: str, by, at: datetime) -> Rma:
     return rma
 
 
+def _replacement(rma: Rma) -> tuple[Gpu | None, str]:
+    """The GPU that replaced the one sent back, and how it was known: the same board
+    (its serial) back under a new UUID, wherever it is, else the newest physical GPU
+    commissioned since in its slot."""
+    later = Gpu.objects.filter(parent__isnull=True, commissioned_at__gt=rma.gpu.commissioned_at
+                               ).exclude(pk=rma.gpu_id).order_by("-commissioned_at")
+    same_board = later.filter(serial=rma.serial).first()
+    if same_board is not None:
+        return same_board, "serial"
+    return later.filter(node_id=rma.node_id, index=rma.index).first(), "slot"
+
+
 def rmas_link_replacements() -> list[Rma]:
-    """Link each open RMA to the GPU that took its slot since: another physical GPU at the
-    same node and index, commissioned after the one sent back (the newest such)."""
+    """Link each open RMA to the GPU that replaced the one sent back (`_replacement`)."""
     linked = []
     for rma in Rma.objects.filter(replacement__isnull=True).select_related("gpu"):
-        new = (Gpu.objects.filter(node_id=rma.node_id, index=rma.index, parent__isnull=True,
-                                  commissioned_at__gt=rma.gpu.commissioned_at)
-               .exclude(pk=rma.gpu_id).order_by("-commissioned_at").first())
+        new, how = _replacement(rma)
         if new is None:
             continue
         rma.replacement, rma.replaced_at = new, new.commissioned_at
         rma.save(update_fields=["replacement", "replaced_at"])
         audit_record(actor=None, action="gpu_rma_replaced", obj=rma, reason=rma.reason,
-                     changes={"gpu": rma.gpu.uuid, "replacement": new.uuid})
+                     changes={"gpu": rma.gpu.uuid, "replacement": new.uuid, "matched_by": how,
+                              "replacement_serial": new.serial})
         linked.append(rma)
     return linked
 
 
 def slot_rmas(*, gpu: Gpu) -> list[Rma]:
-    """The RMAs of the GPU's slot (node and index): the GPUs it held before, and its own."""
-    return list(Rma.objects.filter(node_id=gpu.node_id, index=gpu.index)
-                .select_related("gpu", "replacement", "opened_by"))
+    """The RMAs of the GPU's slot (node and index): the GPUs it held before, and its own;
+    and those of its board (its serial) or that it replaced, wherever they were."""
+    mine = Q(node_id=gpu.node_id, index=gpu.index) | Q(replacement=gpu) | Q(gpu=gpu)
+    if gpu.serial:
+        mine |= Q(serial=gpu.serial)
+    return list(Rma.objects.filter(mine).select_related("gpu", "replacement", "opened_by"))

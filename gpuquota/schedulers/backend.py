@@ -210,6 +210,22 @@ class Backend(ABC):
         """Undo gpuquota's own drain of the node (never the site's); whether it did."""
         raise BackendError(f"The {self.scheduler} backend cannot resume nodes yet.")
 
+    def gpu_drain(self, *, hostname: str, index: int, uuid: str, reason: str,
+                  at_once: bool) -> SchedulerObject | None:
+        """Keep new work off one GPU of a node for a failure, its running work evicted too
+        when `at_once`; read back. The object written (recorded as managed, so drift on it
+        shows), or None where the scheduler cannot name one GPU: the caller drains the node."""
+        return None
+
+    def gpu_resume(self, *, hostname: str, index: int, uuid: str) -> SchedulerObject:
+        """Undo gpuquota's own drain of one GPU, read back; the object that held it (absent
+        now: deleted, or gone already)."""
+        raise BackendError(f"The {self.scheduler} backend cannot drain one GPU.")
+
+    def gpu_drain_progress(self, *, hostname: str, index: int, uuid: str) -> str:
+        """As `node_drain_progress`, for the work using one drained GPU."""
+        return ""
+
     def job_stop(self, *, job_id: str, namespace: str = "", requeue: bool = False,
                  started_at: datetime | None = None) -> JobStopped:
         """Stop the run of a job that started at `started_at` (docs/jobs.md#stopping):

@@ -12,6 +12,7 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from accounts.models import ClusterIdentity, Membership
+from gpuquota.core.contributions import hooks_call
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import Cluster, Gpu
 from gpuquota.reservations.models import Assignment, Loan, Quota, Reservation
@@ -78,6 +79,8 @@ class PlanInputs:
     quota_now: dict[tuple[int, str], int] = field(default_factory=dict)
     node_gpus: dict[str, int] = field(default_factory=dict)  # hostname -> GPUs in service
     classes: tuple[str, ...] = ()
+    #: (hostname, index, reason, at_once) of each GPU drained alone (core's GPUS_DRAINED)
+    drained_gpus: tuple[tuple[str, int, str, bool], ...] = ()
 
 
 def _gpu_ref(gpu) -> GpuRef:
@@ -135,6 +138,9 @@ def plan_inputs(*, cluster, at: datetime) -> PlanInputs:
             lent_from=loan.lent_from,
         ))
     inputs.teams = _teams(cluster=cluster, at=at)
+    inputs.drained_gpus = tuple(sorted(row for rows in hooks_call("GPUS_DRAINED",
+                                                                  cluster_id=cluster.pk)
+                                       for row in rows))
     return inputs
 
 

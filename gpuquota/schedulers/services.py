@@ -11,9 +11,9 @@ from django.utils import timezone
 from gpuquota.core.dispatch import task_enqueue_on_commit_coalesced
 from gpuquota.core.errors import DomainError
 from gpuquota.core.services import audit_record
-from gpuquota.schedulers.backend import backend_options_check
+from gpuquota.schedulers.backend import SchedulerObject, backend_options_check
 from gpuquota.schedulers.conf import reconcile_coalesce_s
-from gpuquota.schedulers.models import BackendConfig, Problem
+from gpuquota.schedulers.models import BackendConfig, ManagedObject, Problem
 from gpuquota.schedulers.runner import OUTAGE
 from gpuquota.schedulers.secrets import secret_encrypt
 
@@ -93,3 +93,15 @@ def problems_resolve(*, cluster, keep: Iterable[str] = ()) -> int:
         summary__in=[k[:255] for k in keep]).update(
         status=Problem.Status.RESOLVED, resolved_at=timezone.now()
     )
+
+
+def managed_object_written(*, cluster, obj: SchedulerObject, at, removed: bool = False) -> None:
+    """Record an object a service wrote on the cluster outside a reconcile run (a GPU's
+    drain) as applied, so the reconcile loop measures drift against it; `removed`: it was
+    deleted, so forget it."""
+    if removed:
+        ManagedObject.objects.filter(cluster=cluster, kind=obj.kind, name=obj.name).delete()
+        return
+    ManagedObject.objects.update_or_create(
+        cluster=cluster, kind=obj.kind, name=obj.name,
+        defaults={"fields": dict(obj.fields), "applied_at": at, "created": True})

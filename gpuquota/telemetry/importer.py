@@ -85,6 +85,7 @@ def _registration(report: GpuReport, *, node: Node, known: dict, classes: dict) 
         classes[model_name] = gpu_class_for_model(model_name=model_name)
     return {"node": node, "uuid": report.uuid, "model_name": model_name, "at": first,
             "index": entry["index"], "pci_bus_id": entry["pci_bus_id"] or "",
+            "serial": entry["serial"] or "",
             "parent": parent, "gpu_class": None if parent else classes[model_name]}
 
 

@@ -12,6 +12,10 @@ front of them) write:
   Prometheus scraped without `honor_labels` (its own `namespace`/`pod` are then the
   exporter's, so the exported ones win); with `--kubernetes-virtual-gpus` a shared GPU
   has one series per pod (and a `vgpu` label), otherwise one pod per device;
+- the board serial: `DCGM_FI_DEV_SERIAL`, only where the site added the row
+  `DCGM_FI_DEV_SERIAL, label, ...` to the exporter's counters file (a `label` row puts the
+  field's value on every series under the field's name, as the default set does for
+  `DCGM_FI_DRIVER_VERSION`); no default counters file of dcgm-exporter has it;
 - Slurm jobs: `hpc_job` (`--hpc-job-mapping-dir`), one series per job a GPU's mapping file
   lists."""
 
@@ -19,6 +23,7 @@ import uuid
 
 from gpuquota.inventory.models import gpu_uuid_normalize
 
+SERIAL_LABEL = "DCGM_FI_DEV_SERIAL"
 MIG_NAMESPACE = uuid.UUID("5d0c9a3e-7b21-4c8f-a6e4-1f93b2d7c058")
 K8S_VARIANTS = (("exported_namespace", "exported_pod", "exported_container"),
                 ("namespace", "pod", "container"),

@@ -33,7 +33,7 @@ from gpuquota.telemetry.edges import Edges, gpu_edges, instance_edges
 from gpuquota.telemetry.fields import PROFILING
 from gpuquota.telemetry.gather import GatheredGpu, Instance, gpus_gather, node_mates
 from gpuquota.telemetry.health import GpuState, GpuTimeline, health_walk, life_boot
-from gpuquota.telemetry.labels import mig_device_uuid
+from gpuquota.telemetry.labels import SERIAL_LABEL, mig_device_uuid
 from gpuquota.telemetry.models import UtilMetric
 
 MIB = 1024 * 1024
@@ -90,6 +90,8 @@ class GpuReport:
                 int(index) if index.isdigit() else None,
                 "pci_bus_id": None if self.parent_uuid else
                 self.labels.get("pci_bus_id", "")[:32] or None,
+                "serial": None if self.parent_uuid else
+                self.labels.get(SERIAL_LABEL, "")[:64] or None,
                 "mig_parent_uuid": self.parent_uuid}
 
 

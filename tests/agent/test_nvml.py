@@ -9,9 +9,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from agent.batch import gpu_record as batch_gpu_record
 from agent.model import BackendUnavailable, GpuLost
 from agent.nvml_backend import NvmlBackend
-from agent.nvml_fake import FakeGpu, FakeNvmlLib, installed
+from agent.nvml_fake import CFunction, FakeGpu, FakeNvmlLib, installed
 from agent.owners import OwnerResolver
 from agent.runner import Agent
 from agent.spool import Spool
@@ -57,6 +58,55 @@ def test_inventory_lists_gpus_and_mig_devices_under_their_parent(nvml):
         "NVIDIA A100-SXM4-40GB", "00000000:4C:00.0", 42505273344, 400.0)
     assert [g.mig_parent_uuid for g in found] == [None, None, None, UUIDS[2], UUIDS[2]]
     assert backend.driver_version() == "580.65.06"
+
+
+def test_the_board_serial_and_part_number_are_read_for_gpus_not_mig_devices(nvml):
+    lib, backend = nvml
+    lib.gpus[1].serial, lib.gpus[1].board_part_number = " 1321021034567 ", "699-2G193-0200-100"
+    found = by_uuid(backend)
+    assert (found[UUIDS[1]].serial, found[UUIDS[1]].board_part_number) == (
+        "1321021034567", "699-2G193-0200-100")
+    assert found[UUIDS[0]].serial == "1654923012345"
+    assert [found[m].serial for m in MIG_UUIDS] == [None, None]
+    assert batch_gpu_record(found[UUIDS[1]])["serial"] == "1321021034567"
+    assert "serial" not in batch_gpu_record(found[MIG_UUIDS[0]])
+
+
+@pytest.mark.parametrize("answer", ["[N/A]", "N/A", "", "   ", None, b"\xff\xfe"])
+def test_a_board_without_a_serial_is_inventoried_without_one(answer):
+    """Consumer boards print "[N/A]" (or nothing); some drivers answer NOT_SUPPORTED; a
+    string that is not UTF-8 is no serial either: the GPU is inventoried all the same."""
+    gpu = FakeGpu(UUIDS[0], name="NVIDIA GeForce RTX 4090", board_part_number="[N/A]")
+    if answer is None:
+        gpu.unsupported = {"nvmlDeviceGetSerial", "nvmlDeviceGetBoardPartNumber"}
+    elif isinstance(answer, bytes):
+        gpu.serial = answer.decode("latin-1")
+    else:
+        gpu.serial = answer
+    with installed(FakeNvmlLib([gpu], missing=())) as lib:
+        if isinstance(answer, bytes):  # the C library hands back raw bytes
+            lib.nvmlDeviceGetSerial = CFunction(
+                lambda h, buf, size: setattr(buf, "value", answer) or pynvml.NVML_SUCCESS)
+        backend = NvmlBackend(event_wait_ms=20)
+        try:
+            [found] = backend.discover()
+            reading = backend.read(found)
+        finally:
+            backend.close()
+    assert (found.uuid, found.serial, found.board_part_number) == (UUIDS[0], None, None)
+    assert reading.power_w is not None
+    assert "serial" not in batch_gpu_record(found)
+
+
+def test_an_old_driver_without_the_serial_entry_point_still_inventories():
+    with installed(FakeNvmlLib([FakeGpu(UUIDS[0])],
+                               missing=("nvmlDeviceGetSerial",))):
+        backend = NvmlBackend(event_wait_ms=20)
+        try:
+            [found] = backend.discover()
+        finally:
+            backend.close()
+    assert (found.serial, found.board_part_number) == (None, "692-2G520-0200-000")
 
 
 def test_a_reading_carries_samples_counters_and_processes(nvml, gpus):

@@ -67,3 +67,49 @@ def test_the_gpu_page_form_records_it(slot, client):
     assert Rma.objects.get().reason == "xid 79 x5: a lemon"
     client.force_login(UserFactory())
     assert client.post(url, {"serial": "1"}).status_code == 404  # admin pages do not advertise
+
+
+def test_the_serial_the_agent_read_fills_the_record_and_a_mistyped_one_is_refused(slot):
+    old = slot["old"]
+    old.serial = "1654321"
+    old.save(update_fields=["serial"])
+    with pytest.raises(DomainError, match="reports the board serial 1654321") as typo:
+        rma_open(gpu=old, serial="1654312", reason="", by=slot["admin"], at=NOW)
+    assert typo.value.field == "serial"
+    rma = rma_open(gpu=old, serial="", reason="xid 64", by=slot["admin"], at=NOW)
+    assert rma.serial == "1654321"
+
+
+def test_the_same_board_back_under_a_new_uuid_elsewhere_is_linked_by_its_serial(slot, client):
+    old = slot["old"]
+    rma_open(gpu=old, serial="1654321", reason="xid 64", by=slot["admin"], at=NOW)
+    elsewhere = NodeFactory(hostname="gpu-09", cluster=old.node.cluster)
+    stranger = make_gpu(node=elsewhere, index=0, at=NOW + DAY)  # another board: not linked
+    assert rmas_link_replacements() == []
+    back = make_gpu(node=elsewhere, index=1, at=NOW + 2 * DAY)
+    back.serial = "1654321"  # repaired, reflashed: a new UUID, the same board
+    back.save(update_fields=["serial"])
+    make_gpu(node=old.node, index=2, at=NOW + 3 * DAY)  # the slot refilled later
+    (linked,) = rmas_link_replacements()
+    assert (linked.replacement, linked.replaced_at) == (back, NOW + 2 * DAY)
+    entry = AuditEntry.objects.get(action="gpu_rma_replaced")
+    assert entry.changes["matched_by"] == "serial"
+    client.force_login(slot["admin"])
+    page = client.get(f"/fleet/gpus/{back.uuid}/").content.decode()
+    assert 'data-rma="1654321"' in page and f"/fleet/gpus/{old.uuid}/" in page
+    assert "<code data-serial>1654321</code>" in page
+    assert 'data-rma="1654321"' not in client.get(
+        f"/fleet/gpus/{stranger.uuid}/").content.decode()
+
+
+def test_gpus_without_a_serial_never_match_each_other(slot):
+    """Consumer boards report none ("" stored): an RMA needs its typed serial, and an empty
+    serial links nothing but by slot."""
+    old = slot["old"]
+    rma_open(gpu=old, serial="1654321", reason="xid 79", by=slot["admin"], at=NOW)
+    make_gpu(node=NodeFactory(hostname="gpu-11"), index=2, at=NOW + DAY)  # serial ""
+    assert rmas_link_replacements() == []
+    new = make_gpu(node=old.node, index=2, at=NOW + 2 * DAY)
+    (linked,) = rmas_link_replacements()
+    assert linked.replacement == new
+    assert AuditEntry.objects.get(action="gpu_rma_replaced").changes["matched_by"] == "slot"

@@ -82,3 +82,19 @@ def test_a_gpu_registered_meanwhile_keeps_its_agents_node(cluster):
                                                               SECOND: "gpu-node-07"}
     assert dict(Gpu.objects.values_list("uuid", "node__hostname")) == {
         FIRST: "node-1", SECOND: "gpu-node-07"}
+
+
+def test_the_serial_label_a_site_adds_is_stored_and_none_is_needed(cluster):
+    """dcgm-exporter's default counters put no serial on its series; a site whose counters
+    file adds `DCGM_FI_DEV_SERIAL, label, ...` gets the label `DCGM_FI_DEV_SERIAL` on every
+    series, kept as the GPU's board serial ("[N/A]" on a consumer board is none)."""
+    source = TelemetrySource.objects.create(name="p", cluster=cluster, kind="prometheus",
+                                            base_url="http://127.0.0.1:9090")
+    first, second, mig = _report(FIRST, 0), _report(SECOND, 1), _report(MIG, 3, parent=FIRST)
+    first.labels["DCGM_FI_DEV_SERIAL"] = "1654923012345"
+    mig.labels["DCGM_FI_DEV_SERIAL"] = "1654923012345"
+    second.labels["DCGM_FI_DEV_SERIAL"] = "[N/A]"
+    result = _store(source, [first, second, mig])
+    assert result.rejected == 0
+    assert dict(Gpu.objects.values_list("uuid", "serial")) == {
+        FIRST: "1654923012345", SECOND: "", MIG: ""}

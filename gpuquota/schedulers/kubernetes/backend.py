@@ -25,10 +25,10 @@ from gpuquota.schedulers.backend import (
     Plan,
     SchedulerObject,
 )
-from gpuquota.schedulers.kubernetes import drain, jobstop
+from gpuquota.schedulers.kubernetes import device_drain, drain, jobstop
 from gpuquota.schedulers.kubernetes.admission import admission_objects
 from gpuquota.schedulers.kubernetes.api import Api, api_client
-from gpuquota.schedulers.kubernetes.capabilities import detect
+from gpuquota.schedulers.kubernetes.capabilities import detect, taint_rules_version
 from gpuquota.schedulers.kubernetes.foreign import foreign_uses
 from gpuquota.schedulers.kubernetes.kueue_release import Release
 from gpuquota.schedulers.kubernetes.names import manifest_refusal, namespaces_usable
@@ -114,6 +114,39 @@ class KubernetesBackend(Backend):
     def node_resume(self, *, hostname: str) -> bool:
         return drain.node_resume(self.api, hostname)
 
+    def node_drain_progress(self, *, hostname: str) -> str:
+        return device_drain.node_progress(self.api, hostname)
+
+    def gpu_drain(self, *, hostname: str, index: int, uuid: str, reason: str,
+                  at_once: bool) -> SchedulerObject | None:
+        """A DeviceTaintRule on the GPU's DRA device, where the cluster has them."""
+        driver = self.options.dra_driver
+        version = device_drain.taints_version(self.api, driver=driver, hostname=hostname,
+                                              index=index, uuid=uuid)
+        if not version:
+            return None
+        manifest = device_drain.drain_rule(
+            hostname=hostname, index=index, reason=reason, at_once=at_once, driver=driver,
+            cluster_slug=self.cluster.slug,
+            api_version=self.api.kind("DeviceTaintRule").api_version)
+        refused = manifest_refusal(manifest)
+        if refused:
+            raise BackendError(refused)
+        device_drain.rule_write(self.api, manifest)
+        return device_drain.as_object(manifest)
+
+    def gpu_resume(self, *, hostname: str, index: int, uuid: str) -> SchedulerObject:
+        name = device_drain.rule_name(hostname, index)
+        if taint_rules_version(self.api, self.api.groups()):  # else no rule can hold it now
+            device_drain.rule_delete(self.api, name)
+        return SchedulerObject("DeviceTaintRule", name)
+
+    def gpu_drain_progress(self, *, hostname: str, index: int, uuid: str) -> str:
+        if not taint_rules_version(self.api, self.api.groups()):
+            return ""
+        return device_drain.gpu_progress(self.api, driver=self.options.dra_driver,
+                                         hostname=hostname, index=index)
+
     def job_stop(self, *, job_id: str, namespace: str = "", requeue: bool = False,
                  started_at=None) -> JobStopped:
         """A pod: `job_id` its name (no requeue on Kubernetes: a suspended Job resumes)."""
@@ -140,6 +173,12 @@ class KubernetesBackend(Backend):
                 "device_taint_rules") else ""
             manifests += dra_objects(inputs, cluster_slug=slug, options=self.options,
                                      taint_api_version=taints)
+        if facts.get("gpu_drains"):
+            version = self.api.kind("DeviceTaintRule").api_version
+            manifests += [device_drain.drain_rule(
+                hostname=hostname, index=index, reason=reason, at_once=at_once,
+                driver=self.options.dra_driver, cluster_slug=slug, api_version=version)
+                for hostname, index, reason, at_once in inputs.drained_gpus]
         plan = Plan(at=at)
         self._planned = {}
         for manifest in manifests:

@@ -1,13 +1,14 @@
 """What a Kubernetes cluster can hold (kubernetes.md#capabilities): its version, whether
 Kueue's v1beta1 API is served and Kueue's release can hold what gpuquota writes, whether DRA
 is (resource.k8s.io/v1, Kubernetes >= 1.34) with the NVIDIA driver publishing devices, and
-DeviceTaintRules in the version the cluster serves them (or what the DRA mode cannot do)."""
+DeviceTaintRules in the version the cluster serves them (or what the DRA mode cannot do):
+with both, a GPU failure drains that GPU alone (`gpu_drains`), else its node."""
 
 from __future__ import annotations
 
 import re
 
-from gpuquota.schedulers.backend import CapabilityReport
+from gpuquota.schedulers.backend import BackendError, CapabilityReport
 from gpuquota.schedulers.kubernetes.api import KINDS, Api
 from gpuquota.schedulers.kubernetes.kueue_release import kueue_release, release_notes
 from gpuquota.schedulers.kubernetes.options import KubernetesOptions
@@ -16,14 +17,13 @@ from gpuquota.schedulers.models import BindingLevel
 
 KUEUE_KINDS = ("ResourceFlavor", "ClusterQueue", "LocalQueue")
 ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-DRA_KINDS = ("ResourceClaimTemplate", "DeviceTaintRule")
 DRA_MIN_MINOR = 34
 #: DeviceTaintRule: v1alpha3 from 1.33, v1beta2 from 1.36, v1 from 1.37 (kubernetes-validate's
 #: schemas of each release).
 TAINTS_ALPHA_MINOR, TAINTS_BETA_MINOR, TAINTS_GA_MINOR = 33, 36, 37
 
 
-def _minor(version: str) -> int:
+def minor_of(version: str) -> int:
     found = re.match(r"v?1\.(\d+)", version)
     return int(found.group(1)) if found else 0
 
@@ -53,7 +53,7 @@ def _kueue(api: Api, groups: dict, options: KubernetesOptions) -> tuple[dict, li
     return facts, notes
 
 
-def _device_taint_rules(api: Api, groups: dict) -> str:
+def taint_rules_version(api: Api, groups: dict) -> str:
     """The newest version in which the cluster serves DeviceTaintRules ("" for none); the
     Api talks to them in it from now on. Found by discovery, which needs no RBAC rule."""
     kind = KINDS["DeviceTaintRule"]
@@ -65,9 +65,9 @@ def _device_taint_rules(api: Api, groups: dict) -> str:
     return ""
 
 
-def _no_taints_note(version: str) -> str:
-    """What the exact-GPU mode cannot do without DeviceTaintRules, and why on this release."""
-    minor = _minor(version)
+def _no_taints_why(version: str) -> str:
+    """Why this release serves no DeviceTaintRules."""
+    minor = minor_of(version)
     if minor < TAINTS_ALPHA_MINOR:
         why = f"Kubernetes 1.{minor} has none (they came as alpha in 1.{TAINTS_ALPHA_MINOR})"
     elif minor < TAINTS_BETA_MINOR:
@@ -81,9 +81,36 @@ def _no_taints_note(version: str) -> str:
     else:
         why = (f"Kubernetes 1.{minor} has them as resource.k8s.io/v1, not served here (the "
                "feature gate DRADeviceTaints is off)")
-    return (f"DeviceTaintRules are not served: {why}. Each reservation's claim template still "
-            "asks for exactly its GPUs, but nothing keeps other teams' claims off those GPUs "
-            "(only the admission policies keep them in their own queues).")
+    return why
+
+
+def _no_taints_note(version: str) -> str:
+    """What the exact-GPU mode cannot do without DeviceTaintRules, and why on this release."""
+    return (f"DeviceTaintRules are not served: {_no_taints_why(version)}. Each reservation's "
+            "claim template still asks for exactly its GPUs, but nothing keeps other teams' "
+            "claims off those GPUs (only the admission policies keep them in their own "
+            "queues).")
+
+
+def _dra_driver(api: Api, options: KubernetesOptions) -> bool:
+    """Whether the DRA driver publishes devices (a ResourceSlice of `options.dra_driver`)."""
+    return any(s.get("spec", {}).get("driver") == options.dra_driver
+               for s in api.list(KINDS["ResourceSlice"], selector=""))
+
+
+def _drains_note(version: str, taints: str) -> str:
+    """How a GPU failure is drained here (docs/kubernetes.md#drains), where DRA publishes GPUs."""
+    if taints:
+        return ("A GPU failure drains that GPU alone: a DeviceTaintRule (resource.k8s.io/"
+                f"{taints}) on its DRA device, NoExecute for a critical failure, NoSchedule for "
+                "a lesser one; the node's other GPUs stay in service.")
+    return ("A GPU failure drains its whole node (cordon and taint): DeviceTaintRules are not "
+            f"served ({_no_taints_why(version)}).")
+
+
+def dra_served(version: str, groups: dict) -> bool:
+    """Whether DRA is GA here (resource.k8s.io/v1, Kubernetes >= 1.34)."""
+    return "v1" in groups.get("resource.k8s.io", []) and minor_of(version) >= DRA_MIN_MINOR
 
 
 def detect(api: Api, *, options: KubernetesOptions) -> CapabilityReport:
@@ -91,20 +118,29 @@ def detect(api: Api, *, options: KubernetesOptions) -> CapabilityReport:
     groups = api.groups()
     facts, notes = _kueue(api, groups, options)
     kueue = bool(facts["kueue_writable"])
-    dra_api = "v1" in groups.get("resource.k8s.io", []) and _minor(version) >= DRA_MIN_MINOR
+    dra_api = dra_served(version, groups)
     served = list(ADMISSION_KINDS) + (list(KUEUE_KINDS) if kueue else [])
     facts.update(kubernetes=version, dra_api=dra_api, exact_gpus_requested=options.exact_gpus)
     best = BindingLevel.QUOTA if kueue else BindingLevel.ADVISORY
+    try:
+        driver = dra_api and _dra_driver(api, options)
+    except BackendError:
+        if options.exact_gpus:
+            raise
+        # An older ClusterRole without ResourceSlices: drains hold the node, as before.
+        driver = False
+        notes.append("GPU failures drain whole nodes: the reconciler may not list "
+                     f"ResourceSlices (see {KINDS['ResourceSlice'].rbac_file}).")
+    taints = taint_rules_version(api, groups) if driver else ""
+    facts.update(dra_driver=driver, device_taint_rules=bool(taints),
+                 device_taint_rules_version=taints, gpu_drains=bool(taints))
+    if taints:
+        served.append("DeviceTaintRule")
     if options.exact_gpus:
-        driver = dra_api and any(
-            s.get("spec", {}).get("driver") == options.dra_driver
-            for s in api.list(KINDS["ResourceSlice"], selector=""))
-        facts["dra_driver"] = driver
-        taints = _device_taint_rules(api, groups) if driver else ""
         if driver:
             if not taints:
                 notes.append(_no_taints_note(version))
-            served += list(DRA_KINDS) if taints else ["ResourceClaimTemplate"]
+            served.append("ResourceClaimTemplate")
             best = BindingLevel.EXACT_GPUS
             notes.append("Exact GPUs (DRA) is on: Kueue cannot count ResourceClaims against "
                          "quotas yet, so a reservation is held by its claim template and "
@@ -113,7 +149,7 @@ def detect(api: Api, *, options: KubernetesOptions) -> CapabilityReport:
             notes.append(f"Exact GPUs was asked for, but the cluster has no DRA "
                          f"(Kubernetes >= 1.{DRA_MIN_MINOR}, resource.k8s.io/v1) with the "
                          f"{options.dra_driver} driver publishing devices.")
-        facts["device_taint_rules"] = bool(taints)
-        facts["device_taint_rules_version"] = taints
+    if driver:
+        notes.append(_drains_note(version, taints))
     facts["served_kinds"] = served
     return CapabilityReport(version=version, best_binding=best, facts=facts, notes=tuple(notes))

@@ -1,7 +1,8 @@
 """Draining a Kubernetes node for a GPU failure (docs/reliability.md#drains): cordon it
 (`spec.unschedulable`) and taint it `gpuquota.io/gpu-failure=<reason>:NoSchedule`, read
 back; resuming removes gpuquota's taint, and uncordons only a node gpuquota cordoned (the
-annotation `gpuquota.io/cordoned` says so): a site's own cordon stays."""
+annotation `gpuquota.io/cordoned` says so): a site's own cordon stays. Where DRA lets one
+GPU be named, device_drain.py drains that GPU alone instead."""
 
 import re
 
@@ -12,7 +13,7 @@ TAINT_KEY = "gpuquota.io/gpu-failure"
 CORDONED = "gpuquota.io/cordoned"
 
 
-def _value(reason: str) -> str:
+def label_value(reason: str) -> str:
     """The reason as a label value (`xid 79` -> `xid-79`)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", reason).strip("-_.")[:63] or "failure"
 
@@ -28,11 +29,16 @@ def _ours(node: dict) -> bool:
     return any(t.get("key") == TAINT_KEY for t in node.get("spec", {}).get("taints") or [])
 
 
+def node_cordoned(api: Api, hostname: str) -> bool:
+    """Whether gpuquota's drain taint is on the node."""
+    return _ours(_node(api, hostname))
+
+
 def node_drain(api: Api, hostname: str, reason: str) -> None:
     node = _node(api, hostname)
     spec = node.get("spec", {})
     taints = [t for t in spec.get("taints") or [] if t.get("key") != TAINT_KEY]
-    taints.append({"key": TAINT_KEY, "value": _value(reason), "effect": "NoSchedule"})
+    taints.append({"key": TAINT_KEY, "value": label_value(reason), "effect": "NoSchedule"})
     patch = {"spec": {"unschedulable": True, "taints": taints}}
     if not spec.get("unschedulable"):
         patch["metadata"] = {"annotations": {CORDONED: "true"}}
