@@ -76,6 +76,7 @@ class History:
     failed: list[Failed]
     killed: list[KilledJob] = field(default_factory=list)
     runs: list[JobRun] = field(default_factory=list)  # the Slurm jobs on its GPUs
+    units: dict = field(default_factory=dict)  # the lemon test's units by kind, once built
 
     def failures(self) -> list[Incident]:
         return [i for i in self.incidents if i.is_failure]
@@ -142,15 +143,16 @@ def fleet_history(*, as_of: datetime, since: datetime | None = None,
     incidents = _incidents(rows, gpus)
     runs = job_runs(gpus, since=since, as_of=as_of)
     return History(as_of, gpus, incidents, failed,
-                   killed_jobs(runs, _failures_of(incidents), gap=INCIDENT_GAP)
+                   killed_jobs(runs, failures_s(incidents), gap_s=INCIDENT_GAP.total_seconds())
                    + _pods_killed(gpus, since=since, as_of=as_of), runs)
 
 
-def _failures_of(incidents: list[Incident]) -> dict[int, list]:
+def failures_s(incidents: list[Incident]) -> dict[int, list]:
+    """Each GPU's hardware failure instants, in seconds since the epoch."""
     found: dict[int, list] = defaultdict(list)
     for incident in incidents:
         if incident.is_failure:
-            found[incident.gpu_id].append(incident.at)
+            found[incident.gpu_id].append(incident.at.timestamp())
     return found
 
 

@@ -9,10 +9,11 @@ per job-day, so that the users' own failures, which every GPU sees, explain noth
 import bisect
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 
-from django.db.models import Q
+from django.db import connection
 
+from gpuquota.inventory.models import Gpu
 from gpuquota.schedulers.models import SlurmJob, SlurmJobGpu
 
 #: States of a run that ended unfinished (a failure may have ended it).
@@ -26,48 +27,60 @@ FAILED = ("FAILED", "NODE_FAIL")
 class JobRun:
     job_id: str
     gpu_ids: frozenset  # physical GPUs
-    started_at: datetime
-    ended_at: datetime | None  # None: running at as_of
+    started_s: float  # seconds since the epoch
+    ended_s: float | None  # None: running at as_of
     state: str  # "" while running at as_of
     gpus: int  # the GPUs its accounting says it was allocated
 
-    def failure_hit(self, failures_of: dict[int, list], gap: timedelta) -> int | None:
-        """The first of its GPUs whose hardware failure ended it (within `gap` before its
-        end), if any."""
+    @property
+    def ended_at(self) -> datetime | None:
+        return None if self.ended_s is None else datetime.fromtimestamp(self.ended_s, tz=UTC)
+
+    def failure_hit(self, failures_of: dict[int, list], gap_s: float) -> int | None:
+        """The first of its GPUs whose hardware failure (`failures_of`: each GPU's failure
+        instants in seconds since the epoch) ended it (within `gap_s` before its end)."""
         return next((g for g in sorted(self.gpu_ids) for at in failures_of.get(g, ())
-                     if self.started_at <= at <= self.ended_at and self.ended_at - at <= gap),
+                     if self.started_s <= at <= self.ended_s and self.ended_s - at <= gap_s),
                     None)
+
+
+_RUNS_SQL = """
+SELECT job.cluster_id, job.job_id, EXTRACT(EPOCH FROM job.started_at)::float8,
+       EXTRACT(EPOCH FROM job.ended_at)::float8, job.state, job.gpus,
+       COALESCE(gpu.parent_id, gpu.id)
+FROM {held} held
+JOIN {job} job ON job.cluster_id = held.cluster_id AND job.job_id = held.job_id
+JOIN {gpu} gpu ON gpu.id = held.gpu_id
+WHERE held.first_seen_at <= %(as_of)s AND job.started_at <= %(as_of)s
+  AND held.first_seen_at <= LEAST(COALESCE(job.ended_at, %(as_of)s), %(as_of)s)
+  AND held.last_seen_at >= job.started_at
+  AND (%(since)s::timestamptz IS NULL OR (held.last_seen_at >= %(since)s
+       AND (job.ended_at IS NULL OR job.ended_at >= %(since)s)))
+"""
 
 
 def job_runs(gpus: dict, *, since: datetime | None, as_of: datetime) -> list[JobRun]:
     """The Slurm runs that started by `as_of` and ran after `since`, on GPUs of `gpus`
-    (physical GPU id -> anything), each with the GPUs it was seen holding."""
-    held = SlurmJobGpu.objects.filter(gpu__isnull=False, first_seen_at__lte=as_of)
-    runs = SlurmJob.objects.filter(started_at__isnull=False, started_at__lte=as_of)
-    if since is not None:
-        held = held.filter(last_seen_at__gte=since)
-        runs = runs.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=since))
-    seen: dict[tuple, list] = defaultdict(list)
-    for cluster_id, job_id, gpu_id, parent_id, first, last in held.values_list(
-            "cluster_id", "job_id", "gpu_id", "gpu__parent_id", "first_seen_at",
-            "last_seen_at"):
-        if (parent_id or gpu_id) in gpus:
-            seen[cluster_id, job_id].append((parent_id or gpu_id, first, last))
-    if not seen:
-        return []
-    found = []
-    for cluster_id, job_id, started, ended, state, count in runs.values_list(
-            "cluster_id", "job_id", "started_at", "ended_at", "state", "gpus"):
-        rows = seen.get((cluster_id, job_id))
-        if not rows:
+    (physical GPU id -> anything), each with the GPUs it was seen holding while it ran
+    (one query: a fleet's half year of jobs is read every time the detector runs)."""
+    sql = _RUNS_SQL.format(held=SlurmJobGpu._meta.db_table, job=SlurmJob._meta.db_table,
+                           gpu=Gpu._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"as_of": as_of, "since": since})
+        rows = cursor.fetchall()
+    as_of_s = as_of.timestamp()
+    found: dict[tuple, JobRun] = {}
+    for cluster_id, job_id, started, ended, state, count, gpu_id in rows:
+        if gpu_id not in gpus:
             continue
-        if ended is not None and ended > as_of:
-            ended, state = None, ""
-        ids = frozenset(g for g, first, last in rows
-                        if first <= (ended or as_of) and last >= started)
-        if ids:
-            found.append(JobRun(job_id, ids, started, ended, state, count))
-    return found
+        run = found.get((cluster_id, job_id, started))
+        if run is None:
+            if ended is not None and ended > as_of_s:
+                ended, state = None, ""
+            run = found[cluster_id, job_id, started] = JobRun(
+                job_id, frozenset(), started, ended, state, count)
+        run.gpu_ids = run.gpu_ids | {gpu_id}
+    return list(found.values())
 
 
 @dataclass
@@ -83,15 +96,16 @@ class KilledJob:
 
 
 def killed_jobs(runs: list[JobRun], failures_of: dict[int, list], *,
-                gap: timedelta) -> list[KilledJob]:
-    """The runs a failure ended (`failures_of`: each GPU's hardware failure instants)."""
+                gap_s: float) -> list[KilledJob]:
+    """The runs a failure ended (`failures_of`: each GPU's hardware failure instants, in
+    seconds since the epoch)."""
     killed = []
     for run in runs:
-        if run.ended_at is None or run.state not in UNFINISHED:
+        if run.ended_s is None or run.state not in UNFINISHED:
             continue
-        hit = run.failure_hit(failures_of, gap)
+        hit = run.failure_hit(failures_of, gap_s)
         if hit is not None or run.state == "NODE_FAIL":
-            hours = run.gpus * (run.ended_at - run.started_at).total_seconds() / 3600
+            hours = run.gpus * (run.ended_s - run.started_s) / 3600
             killed.append(KilledJob(min(run.gpu_ids) if hit is None else hit, run.job_id,
                                     run.ended_at, hours))
     return killed

@@ -19,7 +19,14 @@ from datetime import datetime, timedelta
 from functools import cached_property
 
 from gpuquota.ingest.taxonomy import REMAP_SPARE_ROWS_PER_BANK
-from gpuquota.reliability.history import DAY_S, INCIDENT_GAP, GpuLife, History, fleet_history
+from gpuquota.reliability.history import (
+    DAY_S,
+    INCIDENT_GAP,
+    GpuLife,
+    History,
+    failures_s,
+    fleet_history,
+)
 from gpuquota.reliability.jobruns import FAILED, Busy
 from gpuquota.reliability.stats import fisher_p, poisson_sf
 
@@ -28,6 +35,7 @@ ALPHA = 0.5
 MIN_SIGNALS = 3
 REPEAT_WITHIN = timedelta(days=7)
 REMAP_LABELS = {"xid 63", "remap_pending"}
+IN_SERVICE_S = 1e11  # "not retired", in seconds since the epoch (the year 5138)
 
 
 @dataclass
@@ -96,6 +104,13 @@ def _node_merged(incidents: list) -> list:
 
 
 def units(history: History, kind: str) -> list[Unit]:
+    """The history's GPUs or nodes with their incidents and jobs (built once a history)."""
+    if kind not in history.units:
+        history.units[kind] = _units(history, kind)
+    return history.units[kind]
+
+
+def _units(history: History, kind: str) -> list[Unit]:
     by_key: dict[str, Unit] = {}
     for gpu in history.gpus.values():
         key = gpu.uuid if kind == "gpu" else f"{gpu.cluster}/{gpu.hostname}"
@@ -124,20 +139,16 @@ def _jobs_attach(history: History, by_key: dict[str, Unit], key_of: dict[int, st
     failure of theirs within `INCIDENT_GAP` before the end (that failure is the incident's,
     counted already). A job spread over units is no unit's evidence: which failed is
     unknown."""
-    failures_of: dict[int, list] = defaultdict(list)
-    for incident in history.incidents:
-        if incident.is_failure:
-            failures_of[incident.gpu_id].append(incident.at)
+    failures_of = failures_s(history.incidents)
+    gap_s, as_of = INCIDENT_GAP.total_seconds(), history.as_of.timestamp()
     spans: dict[str, list] = defaultdict(list)
-    as_of = history.as_of.timestamp()
     for run in history.runs:
         keys = {key_of[g] for g in run.gpu_ids}
         if len(keys) != 1:
             continue
         (key,) = keys
-        end = run.ended_at.timestamp() if run.ended_at else as_of
-        spans[key].append((run.started_at.timestamp(), end))
-        if run.state in FAILED and run.failure_hit(failures_of, INCIDENT_GAP) is None:
+        spans[key].append((run.started_s, as_of if run.ended_s is None else run.ended_s))
+        if run.state in FAILED and run.failure_hit(failures_of, gap_s) is None:
             by_key[key].job_failed_times.append(run.ended_at)
     for key, unit_spans in spans.items():
         by_key[key].busy = Busy(unit_spans)
@@ -148,18 +159,22 @@ def _jobs_attach(history: History, by_key: dict[str, Unit], key_of: dict[int, st
 class _Class:
     units: list[Unit]
     times: list  # the class's failure (or incident) instants, sorted
-    _days: dict = field(default_factory=dict)
     job_failed_times: list = field(default_factory=list)
 
     @cached_property
     def busy(self) -> Busy:
         return Busy([span for u in self.units if u.busy for span in u.busy.spans])
 
+    @cached_property
+    def service(self) -> Busy:
+        """Its GPUs' days in service (a GPU not retired: in service for ever after)."""
+        return Busy([(g.commissioned_at.timestamp(),
+                      g.retired_at.timestamp() if g.retired_at else IN_SERVICE_S)
+                     for u in self.units for g in u.gpus])
+
     def totals(self, start: datetime, end: datetime) -> tuple[int, float]:
         count = bisect.bisect_right(self.times, end) - bisect.bisect_left(self.times, start)
-        if (start, end) not in self._days:
-            self._days[start, end] = sum(u.days(start, end) for u in self.units)
-        return count, self._days[start, end]
+        return count, self.service.days(start, end)
 
     def job_totals(self, start: datetime, end: datetime) -> tuple[int, float]:
         """Its units' failed jobs and job-days in [start, end]."""
