@@ -1,15 +1,18 @@
 """Lemon detection (docs/reliability.md#lemons): a GPU or node whose hardware incidents
 (failures and hardware warnings: the XID counts of Meta's lemon detection, arXiv
-2410.21680) are significantly more than its class's. Over the `WINDOW` before `as_of`,
-its incidents are compared with those its days in service would see at its class's rate
-(the class without it): the Poisson upper tail is the p-value, flagged below `ALPHA`
-divided by the units of the class and with at least `MIN_SIGNALS` incidents. `ALPHA` was
+2410.21680) and jobs failed with no hardware event (its other signal) are significantly
+more than its class's. Over the `WINDOW` before `as_of`, its incidents are compared with
+those its days in service would see at its class's rate (the class without it), and its
+failed jobs with those its job-days would see at its class's rate of failed jobs (the
+users' own failures, which every GPU sees, explain themselves): two Poisson upper tails,
+combined by Fisher's method, flagged below `ALPHA` divided by the units of the class and
+with at least `MIN_SIGNALS` incidents and failed jobs beyond the expected. `ALPHA` was
 calibrated on the benchmark's calibration seeds for at most one false flag per fleet-day
-(docs/benchmarks.md#reliability), not on the seeds it reports. The score is -log10(p);
-the evidence lists the failures by XID, repeats after a repair, the jobs that failed on
-it, hardware warnings and the row-remap headroom. The first-flagged time is the incident
-since which the unit has been flagged at every incident up to `as_of`: replaying history
-gives the same answer."""
+(docs/benchmarks.md#reliability), not on the seeds it reports. The score is -log10(p); the
+evidence lists the failures by XID, repeats after a repair, the jobs a failure ended, the
+failed jobs counted, hardware warnings and the row-remap headroom. The first-flagged time
+is the signal since which the unit has been flagged at every signal up to `as_of`:
+replaying history gives the same answer."""
 
 import bisect
 import math
