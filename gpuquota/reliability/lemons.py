@@ -34,7 +34,8 @@ from gpuquota.reliability.jobruns import FAILED, Busy
 from gpuquota.reliability.stats import fisher_p, poisson_sf
 
 WINDOW = timedelta(days=180)
-ALPHA = 0.5
+ALPHA = 0.5  # a unit tested on its incidents alone
+ALPHA_JOBS = 0.15  # on its incidents and failed jobs (less discrete: nearer its level)
 MIN_SIGNALS = 3
 REPEAT_WITHIN = timedelta(days=7)
 REMAP_LABELS = {"xid 63", "remap_pending"}
@@ -226,8 +227,9 @@ def _jobs_p(unit: Unit, peers: _Class, start: datetime, at: datetime
 def _test(unit: Unit, peers: _Class, at: datetime, *, jobs: bool = True) -> _Tested:
     """The unit over the window ending at `at`: its hardware incidents against its class's
     rate (Poisson), and with `jobs` its failed jobs against its class's (Poisson), the two
-    p-values combined by Fisher's method; flagged below ALPHA over the class's units, with
-    at least MIN_SIGNALS incidents and failed jobs beyond what its class explains."""
+    p-values combined by Fisher's method; flagged below ALPHA (ALPHA_JOBS with the jobs)
+    over the class's units, with at least MIN_SIGNALS incidents and failed jobs beyond
+    what its class explains."""
     start = at - WINDOW
     n, days = unit.signals(start, at), unit.days(start, at)
     class_n, class_days = peers.totals(start, at)
@@ -242,7 +244,8 @@ def _test(unit: Unit, peers: _Class, at: datetime, *, jobs: bool = True) -> _Tes
     if jobs_expected is not None:
         p = fisher_p([p, jobs_p])
         signals += max(0.0, failed - jobs_expected)
-    return _Tested(signals >= MIN_SIGNALS and p <= ALPHA / len(peers.units), p, n, expected,
+    alpha = ALPHA if jobs_expected is None else ALPHA_JOBS
+    return _Tested(signals >= MIN_SIGNALS and p <= alpha / len(peers.units), p, n, expected,
                    failed, jobs_expected)
 
 
