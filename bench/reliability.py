@@ -26,10 +26,11 @@ import argparse
 import importlib
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 
 from bench.reliability_drain import drain_latency
+from bench.reliability_jobs import jobs_ingest
 from bench.simdb import django_on_fresh_database
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -91,8 +92,11 @@ def ingest(work) -> dict:
                 _body(node.hostname, chunk + 1, sent, [], records)), now=sent, check_age=False)
             batches += 1
             rejected += len(result.body["rejected"])
-    return {"batches": batches, "events": len(work.events), "rejected": rejected, "ingest_s":
-            round(time.monotonic() - started, 1)}
+    ingest_s, started = round(time.monotonic() - started, 1), time.monotonic()
+    polls = jobs_ingest(cluster, work, T0) if getattr(work, "jobs", None) else 0
+    return {"batches": batches, "events": len(work.events), "rejected": rejected,
+            "ingest_s": ingest_s, "polls": polls,
+            "jobs_ingest_s": round(time.monotonic() - started, 1)}
 
 
 def truth(work) -> tuple[set, set, dict]:
@@ -106,28 +110,42 @@ def truth(work) -> tuple[set, set, dict]:
 
 
 def evaluate(work) -> dict:
+    """The figures of the detector as it is ("jobs": failed jobs counted) and on hardware
+    incidents alone ("incidents": the job signal switched off), on the same history."""
     from gpuquota.reliability.drift import drift_from
     from gpuquota.reliability.history import fleet_history
     from gpuquota.reliability.lemons import WINDOW, lemons_from
 
-    bad_gpus, bad_nodes, lemon_gpus = truth(work)
-    false_per_day, drift_day, other_drift, eval_s = [], None, set(), []
-    last = {}
+    bad_gpus, bad_nodes, _ = truth(work)
+    false_per_day = {mode: [] for mode in MODES}
+    drift_day, other_drift, eval_s, last = None, set(), [], {}
     for day in range(FIRST_EVAL_DAY, work.days + 1):
         as_of = T0 + timedelta(days=day)
         started = time.monotonic()
         history = fleet_history(as_of=as_of, since=as_of - 2 * WINDOW)
-        flagged_gpus = {f.key for f in lemons_from(history, kind="gpu")}
-        flagged_nodes = {f.key for f in lemons_from(history, kind="node")}
+        for mode in MODES:
+            gpus = {f.key for f in lemons_from(history, kind="gpu", jobs=mode == "jobs")}
+            nodes = {f.key for f in lemons_from(history, kind="node", jobs=mode == "jobs")}
+            false_per_day[mode].append(len(gpus - bad_gpus) + len(nodes - bad_nodes))
+            last[mode] = {"gpus": gpus, "nodes": nodes}
         drifting = drift_from(history)
         eval_s.append(time.monotonic() - started)
-        false_per_day.append(len(flagged_gpus - bad_gpus) + len(flagged_nodes - bad_nodes))
         if work.drift and day >= work.drift[1]:
             if drift_day is None and any(d.kind == "class" and d.key == work.drift[0]
                                          for d in drifting):
                 drift_day = day
         other_drift |= {d.key for d in drifting if d.kind == "class" and d.key != work.drift[0]}
-        last = {"gpus": flagged_gpus, "nodes": flagged_nodes}
+    return {"modes": {mode: _scores(work, last[mode], false_per_day[mode]) for mode in MODES},
+            "drift_days": None if drift_day is None else drift_day - work.drift[1],
+            "other_classes_drifting": sorted(other_drift),
+            "eval_s_mean": sum(eval_s) / len(eval_s)}
+
+
+MODES = ("jobs", "incidents")
+
+
+def _scores(work, last: dict, false_per_day: list) -> dict:
+    bad_gpus, bad_nodes, lemon_gpus = truth(work)
     planted = set(lemon_gpus) | {f"bench/{work.nodes[n][0]}" for n in work.lemon_nodes}
     found = (set(lemon_gpus) & last["gpus"]) | (
         {f"bench/{work.nodes[n][0]}" for n in work.lemon_nodes} & last["nodes"])
@@ -137,6 +155,8 @@ def evaluate(work) -> dict:
     for key, multiple in lemon_gpus.items():
         by_multiple[multiple][1] += 1
         by_multiple[multiple][0] += key in last["gpus"]
+    by_multiple["node"] = [len({f"bench/{work.nodes[n][0]}" for n in work.lemon_nodes}
+                               & last["nodes"]), len(work.lemon_nodes)]
     likely = [gpu_uuid(n, g) for (n, g), e in work.lemon_expected.items() if e >= 5]
     return {"recall": 100 * len(found) / len(planted),
             "recall_expected_ge_5": (100 * len(set(likely) & last["gpus"]) / len(likely)
@@ -144,10 +164,7 @@ def evaluate(work) -> dict:
             "precision": 100 * len(true_flags) / len(flagged) if flagged else 100.0,
             "false_flags_per_day": sum(false_per_day) / len(false_per_day),
             "false_flags_max": max(false_per_day),
-            "drift_days": None if drift_day is None else drift_day - work.drift[1],
-            "other_classes_drifting": sorted(other_drift),
-            "by_multiple": dict(by_multiple), "flagged": len(flagged),
-            "eval_s_mean": sum(eval_s) / len(eval_s)}
+            "by_multiple": dict(by_multiple), "flagged": len(flagged)}
 
 
 def app_xids_counted(work) -> tuple[int, int]:
@@ -166,39 +183,46 @@ def main() -> None:
     parser.add_argument("--workload", default="bench.reliability_fleet:workload")
     parser.add_argument("--days", type=int, default=180)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="the generator's nodes times this (a quicker, smaller fleet)")
     parser.add_argument("--database", default="gq_failures_reliability_bench")
     parser.add_argument("--no-slurm", action="store_true",
                         help="skip the drain latency on the dev Slurm cluster")
     args = parser.parse_args()
     module, _, function = args.workload.partition(":")
+    scale = {"scale": args.scale} if args.scale != 1 else {}
     work = getattr(importlib.import_module(module), function or "workload")(
-        days=args.days, seed=args.seed)
+        days=args.days, seed=args.seed, **scale)
     django_on_fresh_database(args.database)
     fed = ingest(work)
     print(f"DETAIL fleet={work.name} gpus={len(work.nodes) * 8} days={work.days} "
           f"events={fed['events']} hardware_failures_generated={work.hardware_failures} "
           f"app_xids_generated={work.app_xids} batches={fed['batches']} "
-          f"rejected={fed['rejected']} "
-          f"ingest_s={fed['ingest_s']}")
+          f"rejected={fed['rejected']} ingest_s={fed['ingest_s']}")
+    print(f"DETAIL jobs={len(work.jobs)} jobs_by_end="
+          f"{','.join(f'{c}:{n}' for c, n in sorted(Counter(j.cause for j in work.jobs).items()))}"
+          f" polls={fed['polls']} jobs_ingest_s={fed['jobs_ingest_s']}")
     result = evaluate(work)
     counted, failures = app_xids_counted(work)
-    for multiple, (found, total) in sorted(result["by_multiple"].items()):
-        print(f"DETAIL lemon_multiple={multiple} found={found}/{total}")
-    if result["recall_expected_ge_5"] is not None:
-        print(f"DETAIL lemons_expected_5_or_more_failures={result['likely']} "
-              f"recall={result['recall_expected_ge_5']:.1f}")
-    print(f"DETAIL flagged_last_day={result['flagged']} false_flags_max_day="
-          f"{result['false_flags_max']} other_classes_drifting="
-          f"{','.join(result['other_classes_drifting']) or 'none'} failures_counted={failures} "
-          f"eval_s_per_day={result['eval_s_mean']:.2f}")
+    for mode in ("incidents", "jobs"):
+        scores = result["modes"][mode]
+        found = " ".join(f"{m}x={f}/{t}" if m != "node" else f"node={f}/{t}"
+                         for m, (f, t) in sorted(scores["by_multiple"].items(), key=str))
+        print(f"DETAIL signal={mode} lemon_recall={scores['recall']:.1f} lemon_precision="
+              f"{scores['precision']:.1f} false_flags_per_day="
+              f"{scores['false_flags_per_day']:.2f} false_flags_max_day="
+              f"{scores['false_flags_max']} flagged_last_day={scores['flagged']} {found}")
+    print(f"DETAIL other_classes_drifting={','.join(result['other_classes_drifting']) or 'none'}"
+          f" failures_counted={failures} eval_s_per_day={result['eval_s_mean']:.2f}")
     drift_days = "none" if result["drift_days"] is None else result["drift_days"]
     drain = None if args.no_slurm else drain_latency()
     if drain:
         print(f"DETAIL drain_trials={drain['trials']} event_to_drain_p50_s={drain['p50_s']} "
               f"event_to_drain_p95_s={drain['p95_s']} (task run at once); reported: "
               f"+ the task's interval, an upper bound")
-    print(f"RESULT lemon_recall={result['recall']:.1f} lemon_precision="
-          f"{result['precision']:.1f} false_flags_per_day={result['false_flags_per_day']:.2f} "
+    scores = result["modes"]["jobs"]
+    print(f"RESULT lemon_recall={scores['recall']:.1f} lemon_precision="
+          f"{scores['precision']:.1f} false_flags_per_day={scores['false_flags_per_day']:.2f} "
           f"drift_days={drift_days} drain_p95_s={drain['bound_p95_s'] if drain else 'na'} "
           f"app_xid_counted={counted}")
 

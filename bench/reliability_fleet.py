@@ -16,11 +16,17 @@ GPU-days. Planted on top:
 - application XIDs (13, 31, 43, 45) on every GPU, 0.05 per GPU-day, and a cleanup XID 45
   after half the hardware failures: none may count;
 - hardware warnings (63, 74, 92, 94) at 1 per 1,000 GPU-days: signals, not failures;
-- 16 GPUs that fail, are repaired and fail again within 7 days, once.
+- 16 GPUs that fail, are repaired and fail again within 7 days, once;
+- jobs on every GPU, back to back, some failing for their users' reasons, some ended by a
+  failure, some killed with no XID (`bench/reliability_jobs.py`, a stream of their own).
+
+`scale` (default 1) multiplies the nodes of each class, for a quicker, smaller fleet.
 """
 
 import random
 from dataclasses import dataclass, field
+
+from bench.reliability_jobs import fleet_jobs
 
 CLASSES = (("A100-80GB", "NVIDIA A100-SXM4-80GB", 2.0, 96),   # name, model, per 1000, nodes
            ("H100-80GB", "NVIDIA H100 80GB HBM3", 4.0, 96),
@@ -46,6 +52,7 @@ class Event:
     at_s: int  # seconds after the start
     type: str
     xid: int | None = None
+    critical: bool = False  # a hardware failure (ends the job on the GPU)
 
 
 @dataclass
@@ -61,6 +68,7 @@ class Workload:
     hardware_failures: int = 0  # generated critical failures (before incident merging)
     lemon_expected: dict = field(default_factory=dict)  # (node, gpu) -> failures expected
     app_xids: int = 0
+    jobs: list = field(default_factory=list)  # BenchJob
 
 
 def _poisson_times(rng: random.Random, rate_per_day: float, start_d: float, end_d: float):
@@ -76,17 +84,18 @@ def _failure(rng, node, gpu, day, events) -> None:
     kind = rng.choices([k for k, _ in FAILURE_MIX], [w for _, w in FAILURE_MIX])[0]
     at = int(day * 86400)
     if isinstance(kind, int):
-        events.append(Event(node, gpu, at, "xid", kind))
+        events.append(Event(node, gpu, at, "xid", kind, critical=True))
     else:
-        events.append(Event(node, gpu, at, kind))
+        events.append(Event(node, gpu, at, kind, critical=True))
     if rng.random() < 0.5:  # the driver's cleanup of the killed program: an application XID
         events.append(Event(node, gpu, at + 30, "xid", 45))
 
 
-def workload(*, days: int = 180, seed: int = 7) -> Workload:
+def workload(*, days: int = 180, seed: int = 7, scale: float = 1.0) -> Workload:
     rng, lemon_rng = random.Random(seed), random.Random(f"lemon-warnings:{seed}")
     nodes = []
     for name, _, _, count in CLASSES:
+        count = max(4, round(count * scale))
         nodes += [(f"{name.split('-')[0].lower()}-{i:03d}", name) for i in range(count)]
     rate_of = {name: per_1000 / 1000 for name, _, per_1000, _ in CLASSES}
     slots = [(n, g) for n in range(len(nodes)) for g in range(GPUS_PER_NODE)]
@@ -126,7 +135,12 @@ def workload(*, days: int = 180, seed: int = 7) -> Workload:
             failures += 1
     app = sum(1 for e in events if e.type == "xid" and e.xid in APP_XIDS)
     expected = {slot: m * rate_of[nodes[slot[0]][1]] * days for slot, m in lemons.items()}
-    return Workload(name="fleet2048", days=days, classes=[(n, m) for n, m, _, _ in CLASSES],
-                    nodes=nodes, events=sorted(events, key=lambda e: (e.at_s, e.node, e.gpu)),
+    work = Workload(name=f"fleet{len(slots)}", days=days,
+                    classes=[(n, m) for n, m, _, _ in CLASSES], nodes=nodes,
+                    events=sorted(events, key=lambda e: (e.at_s, e.node, e.gpu)),
                     lemon_gpus=lemons, lemon_nodes=lemon_nodes, drift=(DRIFT_CLASS, DRIFT_DAY),
                     hardware_failures=failures, app_xids=app, lemon_expected=expected)
+    multiple_of = {**{(n, g): NODE_LEMON_MULTIPLE for n in lemon_nodes
+                      for g in range(GPUS_PER_NODE)}, **lemons}
+    work.jobs = fleet_jobs(work, seed=seed, rate_of=rate_of, multiple_of=multiple_of)
+    return work

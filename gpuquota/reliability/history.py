@@ -19,7 +19,8 @@ from gpuquota.ingest.taxonomy import (
     classify,
 )
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
-from gpuquota.schedulers.models import PodKilled, SlurmJob, SlurmJobGpu
+from gpuquota.reliability.jobruns import JobRun, KilledJob, job_runs, killed_jobs
+from gpuquota.schedulers.models import PodKilled
 
 INCIDENT_GAP = timedelta(minutes=10)
 DAY_S = 86400.0
@@ -68,24 +69,14 @@ class Failed:
 
 
 @dataclass
-class KilledJob:
-    """A scheduler job a failure ended: Slurm's NODE_FAIL, or a job that ended unfinished
-    within `INCIDENT_GAP` after a hardware failure on a GPU it held; a pod the cluster
-    ended for a node's trouble (`PodKilled`: evicted, or deleted for a NoExecute taint)."""
-
-    gpu_id: int
-    job_id: str
-    ended_at: datetime
-    gpu_hours: float  # the run's GPU-hours, lost with it (no checkpoint assumed)
-
-
-@dataclass
 class History:
     as_of: datetime
     gpus: dict[int, GpuLife]
     incidents: list[Incident]  # in time order
     failed: list[Failed]
     killed: list[KilledJob] = field(default_factory=list)
+    runs: list[JobRun] = field(default_factory=list)  # the Slurm jobs on its GPUs
+    units: dict = field(default_factory=dict)  # the lemon test's units by kind, once built
 
     def failures(self) -> list[Incident]:
         return [i for i in self.incidents if i.is_failure]
@@ -150,43 +141,19 @@ def fleet_history(*, as_of: datetime, since: datetime | None = None,
               for gpu_id, start, end in intervals.values_list("gpu_id", "valid_from",
                                                               "valid_until")]
     incidents = _incidents(rows, gpus)
+    runs = job_runs(gpus, since=since, as_of=as_of)
     return History(as_of, gpus, incidents, failed,
-                   _killed_jobs(incidents, gpus, since=since, as_of=as_of)
-                   + _pods_killed(gpus, since=since, as_of=as_of))
+                   killed_jobs(runs, failures_s(incidents), gap_s=INCIDENT_GAP.total_seconds())
+                   + _pods_killed(gpus, since=since, as_of=as_of), runs)
 
 
-UNFINISHED = ("NODE_FAIL", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED", "TIMEOUT")
-
-
-def _killed_jobs(incidents: list[Incident], gpus: dict[int, GpuLife], *,
-                 since: datetime | None, as_of: datetime) -> list[KilledJob]:
-    """The Slurm jobs a failure ended (the jobs' GPUs as slurmctld reported them)."""
-    held = SlurmJobGpu.objects.filter(gpu__isnull=False, first_seen_at__lte=as_of)
-    if since is not None:
-        held = held.filter(last_seen_at__gte=since)
-    gpus_of: dict[tuple, set] = defaultdict(set)
-    for cluster_id, job_id, gpu_id, parent_id in held.values_list(
-            "cluster_id", "job_id", "gpu_id", "gpu__parent_id"):
-        if (parent_id or gpu_id) in gpus:
-            gpus_of[cluster_id, job_id].add(parent_id or gpu_id)
-    if not gpus_of:
-        return []
-    failures_of: dict[int, list] = defaultdict(list)
+def failures_s(incidents: list[Incident]) -> dict[int, list]:
+    """Each GPU's hardware failure instants, in seconds since the epoch."""
+    found: dict[int, list] = defaultdict(list)
     for incident in incidents:
         if incident.is_failure:
-            failures_of[incident.gpu_id].append(incident.at)
-    jobs = SlurmJob.objects.filter(job_id__in={j for _, j in gpus_of}, state__in=UNFINISHED,
-                                   started_at__isnull=False, ended_at__lte=as_of)
-    killed = []
-    for job in jobs.values("cluster_id", "job_id", "state", "started_at", "ended_at", "gpus"):
-        gpu_hours = job["gpus"] * (job["ended_at"] - job["started_at"]).total_seconds() / 3600
-        for gpu_id in sorted(gpus_of.get((job["cluster_id"], job["job_id"]), ())):
-            hit = any(job["started_at"] <= at <= job["ended_at"]
-                      and job["ended_at"] - at <= INCIDENT_GAP for at in failures_of[gpu_id])
-            if hit or job["state"] == "NODE_FAIL":
-                killed.append(KilledJob(gpu_id, job["job_id"], job["ended_at"], gpu_hours))
-                break
-    return killed
+            found[incident.gpu_id].append(incident.at.timestamp())
+    return found
 
 
 #: How far before its end a killed pod's process records are read for its GPUs and start.

@@ -1,31 +1,45 @@
 """Lemon detection (docs/reliability.md#lemons): a GPU or node whose hardware incidents
 (failures and hardware warnings: the XID counts of Meta's lemon detection, arXiv
-2410.21680) are significantly more than its class's. Over the `WINDOW` before `as_of`,
-its incidents are compared with those its days in service would see at its class's rate
-(the class without it): the Poisson upper tail is the p-value, flagged below `ALPHA`
-divided by the units of the class and with at least `MIN_SIGNALS` incidents. `ALPHA` was
+2410.21680) and jobs failed with no hardware event (its other signal) are significantly
+more than its class's. Over the `WINDOW` before `as_of`, its incidents are compared with
+those its days in service would see at its class's rate (the class without it), and its
+failed jobs with those its job-days would see at its class's rate of failed jobs (the
+users' own failures, which every GPU sees, explain themselves): two Poisson upper tails,
+combined by Fisher's method, flagged below `ALPHA` divided by the units of the class and
+with at least `MIN_SIGNALS` incidents and failed jobs beyond the expected. `ALPHA` was
 calibrated on the benchmark's calibration seeds for at most one false flag per fleet-day
-(docs/benchmarks.md#reliability), not on the seeds it reports. The score is -log10(p);
-the evidence lists the failures by XID, repeats after a repair, the jobs that failed on
-it, hardware warnings and the row-remap headroom. The first-flagged time is the incident
-since which the unit has been flagged at every incident up to `as_of`: replaying history
-gives the same answer."""
+(docs/benchmarks.md#reliability), not on the seeds it reports. The score is -log10(p); the
+evidence lists the failures by XID, repeats after a repair, the jobs a failure ended, the
+failed jobs counted, hardware warnings and the row-remap headroom. The first-flagged time
+is the signal since which the unit has been flagged at every signal up to `as_of`:
+replaying history gives the same answer."""
 
 import bisect
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from gpuquota.ingest.taxonomy import REMAP_SPARE_ROWS_PER_BANK
-from gpuquota.reliability.history import DAY_S, INCIDENT_GAP, GpuLife, History, fleet_history
-from gpuquota.reliability.stats import poisson_sf
+from gpuquota.reliability.history import (
+    DAY_S,
+    INCIDENT_GAP,
+    GpuLife,
+    History,
+    failures_s,
+    fleet_history,
+)
+from gpuquota.reliability.jobruns import FAILED, Busy
+from gpuquota.reliability.stats import fisher_p, poisson_sf
 
 WINDOW = timedelta(days=180)
-ALPHA = 0.5
+ALPHA = 0.5  # a unit tested on its incidents alone
+ALPHA_JOBS = 0.15  # on its incidents and failed jobs (less discrete: nearer its level)
 MIN_SIGNALS = 3
 REPEAT_WITHIN = timedelta(days=7)
 REMAP_LABELS = {"xid 63", "remap_pending"}
+IN_SERVICE_S = 1e11  # "not retired", in seconds since the epoch (the year 5138)
 
 
 @dataclass
@@ -40,6 +54,8 @@ class Unit:
     failures: list = field(default_factory=list)  # Incident, in time order
     warnings: list = field(default_factory=list)
     signal_times: list = field(default_factory=list)  # failures' and warnings', sorted
+    job_failed_times: list = field(default_factory=list)  # its jobs failed with no failure
+    busy: Busy | None = None  # the job-days of the jobs it ran whole
 
     def days(self, start: datetime, end: datetime) -> float:
         return sum(g.service_s(start, end) for g in self.gpus) / DAY_S
@@ -53,6 +69,14 @@ class Unit:
         """Hardware incidents, failures and warnings, in [start, end]."""
         times = self.signal_times
         return bisect.bisect_right(times, end) - bisect.bisect_left(times, start)
+
+    def jobs_failed(self, start: datetime, end: datetime) -> int:
+        """Its jobs that failed in [start, end] with no hardware failure behind them."""
+        times = self.job_failed_times
+        return bisect.bisect_right(times, end) - bisect.bisect_left(times, start)
+
+    def job_days(self, start: datetime, end: datetime) -> float:
+        return self.busy.days(start, end) if self.busy else 0.0
 
 
 @dataclass
@@ -68,6 +92,8 @@ class Flag:
     expected: float  # incidents (failures and warnings) its class's rate would give it
     first_flagged: datetime
     evidence: list[str]
+    jobs_failed: int = 0  # its jobs failed with no hardware failure behind them
+    jobs_expected: float | None = None  # those its class's rate per job-day would give it
 
 
 def _node_merged(incidents: list) -> list:
@@ -82,6 +108,13 @@ def _node_merged(incidents: list) -> list:
 
 
 def units(history: History, kind: str) -> list[Unit]:
+    """The history's GPUs or nodes with their incidents and jobs (built once a history)."""
+    if kind not in history.units:
+        history.units[kind] = _units(history, kind)
+    return history.units[kind]
+
+
+def _units(history: History, kind: str) -> list[Unit]:
     by_key: dict[str, Unit] = {}
     for gpu in history.gpus.values():
         key = gpu.uuid if kind == "gpu" else f"{gpu.cluster}/{gpu.hostname}"
@@ -100,20 +133,58 @@ def units(history: History, kind: str) -> list[Unit]:
             signals = _node_merged(signals)
             unit.gpu_class = Counter(g.gpu_class for g in unit.gpus).most_common(1)[0][0]
         unit.signal_times = sorted(i.at for i in signals)
+    _jobs_attach(history, by_key, key_of)
     return list(by_key.values())
+
+
+def _jobs_attach(history: History, by_key: dict[str, Unit], key_of: dict[int, str]) -> None:
+    """Give each unit the jobs it ran whole (a GPU: the one-GPU jobs on it; a node: the jobs
+    all of whose GPUs were its own), their job-days and those that failed with no hardware
+    failure of theirs within `INCIDENT_GAP` before the end (that failure is the incident's,
+    counted already). A job spread over units is no unit's evidence: which failed is
+    unknown."""
+    failures_of = failures_s(history.incidents)
+    gap_s, as_of = INCIDENT_GAP.total_seconds(), history.as_of.timestamp()
+    spans: dict[str, list] = defaultdict(list)
+    for run in history.runs:
+        keys = {key_of[g] for g in run.gpu_ids}
+        if len(keys) != 1:
+            continue
+        (key,) = keys
+        spans[key].append((run.started_s, as_of if run.ended_s is None else run.ended_s))
+        if run.state in FAILED and run.failure_hit(failures_of, gap_s) is None:
+            by_key[key].job_failed_times.append(run.ended_at)
+    for key, unit_spans in spans.items():
+        by_key[key].busy = Busy(unit_spans)
+        by_key[key].job_failed_times.sort()
 
 
 @dataclass
 class _Class:
     units: list[Unit]
     times: list  # the class's failure (or incident) instants, sorted
-    _days: dict = field(default_factory=dict)
+    job_failed_times: list = field(default_factory=list)
+
+    @cached_property
+    def busy(self) -> Busy:
+        return Busy([span for u in self.units if u.busy for span in u.busy.spans])
+
+    @cached_property
+    def service(self) -> Busy:
+        """Its GPUs' days in service (a GPU not retired: in service for ever after)."""
+        return Busy([(g.commissioned_at.timestamp(),
+                      g.retired_at.timestamp() if g.retired_at else IN_SERVICE_S)
+                     for u in self.units for g in u.gpus])
 
     def totals(self, start: datetime, end: datetime) -> tuple[int, float]:
         count = bisect.bisect_right(self.times, end) - bisect.bisect_left(self.times, start)
-        if (start, end) not in self._days:
-            self._days[start, end] = sum(u.days(start, end) for u in self.units)
-        return count, self._days[start, end]
+        return count, self.service.days(start, end)
+
+    def job_totals(self, start: datetime, end: datetime) -> tuple[int, float]:
+        """Its units' failed jobs and job-days in [start, end]."""
+        times = self.job_failed_times
+        count = bisect.bisect_right(times, end) - bisect.bisect_left(times, start)
+        return count, self.busy.days(start, end)
 
 
 def classes_of(all_units: list[Unit], *, with_warnings: bool = False) -> dict[str, _Class]:
@@ -124,37 +195,73 @@ def classes_of(all_units: list[Unit], *, with_warnings: bool = False) -> dict[st
         grouped[unit.gpu_class].append(unit)
     return {name: _Class(members, sorted(
         t for u in members
-        for t in (u.signal_times if with_warnings else [i.at for i in u.failures])))
+        for t in (u.signal_times if with_warnings else [i.at for i in u.failures])),
+        job_failed_times=sorted(t for u in members for t in u.job_failed_times))
         for name, members in grouped.items()}
 
 
-def _test(unit: Unit, peers: _Class, at: datetime) -> tuple[bool, float, int, float]:
-    """(flagged, p-value, hardware incidents, expected) of the unit over the window ending
-    at `at`."""
+@dataclass
+class _Tested:
+    flagged: bool
+    p_value: float
+    incidents: int
+    expected: float  # incidents
+    jobs_failed: int = 0
+    jobs_expected: float | None = None  # None: no job of the unit's or its class's to test
+
+
+def _jobs_p(unit: Unit, peers: _Class, start: datetime, at: datetime
+            ) -> tuple[int, float | None, float]:
+    """(failed jobs, expected, p-value) of the unit's jobs that failed with no hardware
+    failure, against its class's rate per job-day without it; (n, None, 1) when the unit
+    or the rest of its class ran no job whole."""
+    n, job_days = unit.jobs_failed(start, at), unit.job_days(start, at)
+    class_n, class_job_days = peers.job_totals(start, at)
+    rest = class_job_days - job_days
+    if job_days <= 0 or rest <= 0:
+        return n, None, 1.0
+    expected = max(class_n - n, 1) / rest * job_days
+    return n, expected, poisson_sf(n, expected)
+
+
+def _test(unit: Unit, peers: _Class, at: datetime, *, jobs: bool = True) -> _Tested:
+    """The unit over the window ending at `at`: its hardware incidents against its class's
+    rate (Poisson), and with `jobs` its failed jobs against its class's (Poisson), the two
+    p-values combined by Fisher's method; flagged below ALPHA (ALPHA_JOBS with the jobs)
+    over the class's units, with at least MIN_SIGNALS incidents and failed jobs beyond
+    what its class explains."""
     start = at - WINDOW
     n, days = unit.signals(start, at), unit.days(start, at)
     class_n, class_days = peers.totals(start, at)
     rest_days = class_days - days
     if days <= 0 or rest_days <= 0:
-        return False, 1.0, n, 0.0
+        return _Tested(False, 1.0, n, 0.0)
     # the class's rate without the unit; one pseudo-incident keeps a spotless class testable
     expected = max(class_n - n, 1) / rest_days * days
     p = poisson_sf(n, expected)
-    return (n >= MIN_SIGNALS and p <= ALPHA / len(peers.units)), p, n, expected
+    failed, jobs_expected, jobs_p = _jobs_p(unit, peers, start, at) if jobs else (0, None, 1)
+    signals = n
+    if jobs_expected is not None:
+        p = fisher_p([p, jobs_p])
+        signals += max(0.0, failed - jobs_expected)
+    alpha = ALPHA if jobs_expected is None else ALPHA_JOBS
+    return _Tested(signals >= MIN_SIGNALS and p <= alpha / len(peers.units), p, n, expected,
+                   failed, jobs_expected)
 
 
-def _first_flagged(unit: Unit, peers: _Class, as_of: datetime) -> datetime:
+def _first_flagged(unit: Unit, peers: _Class, as_of: datetime, *, jobs: bool) -> datetime:
     first = as_of
-    recent = [t for t in unit.signal_times if as_of - WINDOW <= t <= as_of]
+    times = unit.signal_times + (unit.job_failed_times if jobs else [])
+    recent = sorted(t for t in times if as_of - WINDOW <= t <= as_of)
     for at in reversed(recent):
-        if not _test(unit, peers, at)[0]:
+        if not _test(unit, peers, at, jobs=jobs).flagged:
             break
         first = at
     return first
 
 
-def _evidence(unit: Unit, expected: float, as_of: datetime, killed: list) -> list[str]:
-    start = as_of - WINDOW
+def _evidence(unit: Unit, tested: _Tested, as_of: datetime, killed: list) -> list[str]:
+    start, expected = as_of - WINDOW, tested.expected
     failures = [i for i in unit.failures if start <= i.at <= as_of]
     warnings = [i for i in unit.warnings if start <= i.at <= as_of]
     labels = Counter(i.label for i in failures)
@@ -171,6 +278,10 @@ def _evidence(unit: Unit, expected: float, as_of: datetime, killed: list) -> lis
     if jobs:
         lines.append(f"{len(jobs)} job{'s' if len(jobs) > 1 else ''} failed on it "
                      f"({sum(j.gpu_hours for j in jobs):.1f} GPU-hours lost)")
+    if tested.jobs_expected is not None:
+        lines.append(f"{tested.jobs_failed} of its jobs failed (FAILED or NODE_FAIL) with no "
+                     f"hardware failure behind them where its class's rate per job-day "
+                     f"would give {tested.jobs_expected:.2f}")
     if warnings:
         causes = ", ".join(f"{label} x{c}" for label, c in
                            Counter(i.label for i in warnings).most_common())
@@ -186,22 +297,26 @@ def _evidence(unit: Unit, expected: float, as_of: datetime, killed: list) -> lis
     return lines
 
 
-def lemons_from(history: History, *, kind: str) -> list[Flag]:
-    """The flagged GPUs (kind "gpu") or nodes ("node") as of the history's instant."""
+def lemons_from(history: History, *, kind: str, jobs: bool = True) -> list[Flag]:
+    """The flagged GPUs (kind "gpu") or nodes ("node") as of the history's instant (`jobs`
+    False: on hardware incidents alone, as before failed jobs counted)."""
     as_of = history.as_of
     all_units = units(history, kind)
     classes = classes_of(all_units, with_warnings=True)
     flags = []
     for unit in all_units:
         peers = classes[unit.gpu_class]
-        flagged, p, n, expected = _test(unit, peers, as_of)
-        if not flagged:
+        tested = _test(unit, peers, as_of, jobs=jobs)
+        if not tested.flagged:
             continue
-        failures = unit.count(as_of - WINDOW, as_of)
+        failures, p = unit.count(as_of - WINDOW, as_of), tested.p_value
         flags.append(Flag(kind, unit.key, unit.gpu_class, unit.cluster,
                           round(min(99.0, -math.log10(max(p, 1e-99))), 2), p, failures,
-                          n - failures, round(expected, 3), _first_flagged(unit, peers, as_of),
-                          _evidence(unit, expected, as_of, history.killed)))
+                          tested.incidents - failures, round(tested.expected, 3),
+                          _first_flagged(unit, peers, as_of, jobs=jobs),
+                          _evidence(unit, tested, as_of, history.killed), tested.jobs_failed,
+                          None if tested.jobs_expected is None
+                          else round(tested.jobs_expected, 3)))
     return sorted(flags, key=lambda f: (-f.score, f.key))
 
 

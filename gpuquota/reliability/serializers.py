@@ -28,11 +28,21 @@ class ReliabilityFlagSerializer(serializers.Serializer):
     cluster = serializers.CharField()
     score = serializers.FloatField(help_text="-log10 of the p-value (higher: more surprising)")
     p_value = serializers.FloatField(help_text="Poisson upper tail of its hardware incidents "
-                                     "(failures and warnings) against the class's rate")
+                                     "(failures and warnings) against the class's rate, "
+                                     "combined by Fisher's method with that of its failed "
+                                     "jobs when its class ran jobs")
     failures = serializers.IntegerField(help_text="Hardware failures in the last 180 days")
     warnings = serializers.IntegerField(help_text="Hardware warnings in the last 180 days")
     expected = serializers.FloatField(help_text="The incidents (failures and warnings) its "
                                       "class's rate would give it")
+    jobs_failed = serializers.IntegerField(help_text="Its jobs (the one-GPU jobs of a GPU, "
+                                           "the one-node jobs of a node) that failed, "
+                                           "FAILED or NODE_FAIL, with no hardware failure "
+                                           "behind them, in the last 180 days")
+    jobs_expected = serializers.FloatField(allow_null=True, help_text="The failed jobs its "
+                                           "class's rate per job-day would give its job-days "
+                                           "(the users' own failures: every GPU sees them); "
+                                           "null when it or its class ran no such job")
     first_flagged = serializers.DateTimeField()
     evidence = serializers.ListField(child=serializers.CharField())
 

@@ -1,5 +1,6 @@
 """Exact Poisson statistics without SciPy: the Garwood confidence interval of a rate, the
-upper tail of a count and the conditional (binomial) test of two rates."""
+upper tail of a count, the conditional (binomial) test of two rates and Fisher's
+combination of independent p-values."""
 
 import math
 
@@ -82,3 +83,18 @@ def rate_excess_p(*, k_recent: int, t_recent: float, k_base: int, t_base: float)
     if t_recent <= 0 or t_base <= 0:
         return 1.0
     return binomial_sf(k_recent, k_recent + k_base, t_recent / (t_recent + t_base))
+
+
+def fisher_p(p_values: list[float]) -> float:
+    """Fisher's combined p-value of independent tests: P(chi-square with 2k degrees of
+    freedom >= -2 sum(ln p)), in closed form q * sum((-ln q)^i / i!, i < k) with q the
+    product of the k p-values. Valid (conservative) for discrete p-values such as
+    Poisson tails, since each is then at least as likely to be large as a uniform one."""
+    q = math.prod(p_values)
+    if q <= 0:
+        return 0.0
+    x, term, total = -math.log(q), 1.0, 1.0
+    for i in range(1, len(p_values)):
+        term *= x / i
+        total += term
+    return min(1.0, q * total)

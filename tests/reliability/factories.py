@@ -63,3 +63,24 @@ def scontrol_standin(directory: Path) -> Path:
     path.write_text(SCONTROL)
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return directory
+
+
+def jobs_run(gpus: list, *, start: datetime, days: int, failed) -> None:
+    """Each GPU runs one-GPU Slurm jobs of a day back to back from `start` for `days`, as
+    the accounting import and the running-jobs observation store them; `failed(i, n)`: the
+    GPU's n-th job FAILED (its user's program, or the GPU with no XID)."""
+    from gpuquota.schedulers.models import SlurmJob, SlurmJobGpu
+
+    jobs, held = [], []
+    for i, gpu in enumerate(gpus):
+        for n in range(days):
+            job_id, begun = f"{i}{n:04d}", start + timedelta(days=n)
+            ended = begun + timedelta(hours=23)
+            jobs.append(SlurmJob(cluster=gpu.node.cluster, job_id=job_id, submitted_at=begun,
+                                 started_at=begun, ended_at=ended, gpus=1,
+                                 state="FAILED" if failed(i, n) else "COMPLETED"))
+            held.append(SlurmJobGpu(cluster=gpu.node.cluster, job_id=job_id,
+                                    node=gpu.node.hostname, gpu_index=gpu.index, gpu=gpu,
+                                    first_seen_at=begun, last_seen_at=ended))
+    SlurmJob.objects.bulk_create(jobs)
+    SlurmJobGpu.objects.bulk_create(held)

@@ -31,6 +31,7 @@ def test_lemons_api_lists_the_lemon_with_evidence_and_replays(fleet, admin_clien
     (flag,) = body["flagged"]
     assert flag["key"] == fleet["lemon"].uuid and flag["failures"] == 5
     assert flag["warnings"] == 1
+    assert (flag["jobs_failed"], flag["jobs_expected"]) == (0, None)  # no job ran: not tested
     assert flag["evidence"][0].startswith("5 failures and 1 hardware warnings in 180 days")
     first = datetime.fromisoformat(flag["first_flagged"])
     before = (first - timedelta(seconds=1)).isoformat()
@@ -66,7 +67,8 @@ def test_the_schema_documents_the_api(db, client):
     paths = client.get("/api/schema/", {"format": "json"}).json()["paths"]
     lemons = paths[LEMONS]["get"]
     assert {p["name"] for p in lemons["parameters"]} >= {"as_of", "kind"}
-    assert "first_flagged" in str(client.get("/api/schema/", {"format": "json"}).json())
+    schema = str(client.get("/api/schema/", {"format": "json"}).json())
+    assert "first_flagged" in schema and "jobs_expected" in schema
 
 
 def test_page_and_metrics(fleet, admin_client, settings):

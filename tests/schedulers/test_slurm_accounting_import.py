@@ -13,7 +13,12 @@ from gpuquota.schedulers.models import ImportCursor, SlurmJob
 from gpuquota.schedulers.runner import CommandResult
 from gpuquota.schedulers.services import backend_config_update
 from gpuquota.schedulers.slurm import backend as slurm_backend
-from gpuquota.schedulers.slurm.jobs import OVERLAP, job_fields, slurm_jobs_import
+from gpuquota.schedulers.slurm.jobs import (
+    OVERLAP,
+    job_fields,
+    slurm_jobs_import,
+    slurm_jobs_record,
+)
 from tests.schedulers.conftest import NOW
 
 pytestmark = pytest.mark.django_db
@@ -122,3 +127,16 @@ def test_the_time_limit_is_imported(site, sacct):
     sacct.jobs = [_job(1, limit=1440)]
     _import(site)
     assert SlurmJob.objects.get().time_limit_s == 86400
+
+
+def test_jobs_recorded_as_an_import_would_write_them(site):
+    """`slurm_jobs_record` (the reliability benchmark's path) writes what an import of the
+    same `sacct --json` answer writes, teams included, and nothing when nothing changed."""
+    jobs = [_job(1, end=T - 60), _job(2, account="speech")]
+    assert slurm_jobs_record(cluster=site.cluster, jobs=jobs) == 2
+    assert slurm_jobs_record(cluster=site.cluster, jobs=jobs) == 0
+    rows = {j.job_id: j for j in SlurmJob.objects.all()}
+    assert (rows["101"].state, rows["101"].team) == ("COMPLETED", site.teams["vision"])
+    assert rows["102"].team == site.teams["speech"] and rows["102"].ended_at is None
+    with pytest.raises(ValueError):
+        slurm_jobs_record(cluster=site.cluster, jobs=[{"job_id": 7}])

@@ -165,13 +165,24 @@ def slurm_jobs_import(*, cluster: Cluster, now: datetime | None = None) -> int:
     ).values_list("job_id", flat=True) if job_id.isdigit()} - seen)[:REREAD_MAX]
     if stale:
         rows += _rows(backend, _accounting_jobs(backend, config, since, stale)[0], source)
+    with transaction.atomic():
+        written = _rows_record(cluster, rows)
+        ImportCursor.objects.update_or_create(cluster=cluster, defaults={"imported_until": now})
+    return written
+
+
+def slurm_jobs_record(*, cluster: Cluster, jobs: list[dict]) -> int:
+    """Record jobs as Slurm's accounting answered them (`sacct --json`'s `jobs`), as an
+    import does without reading them: attributed to teams by their Slurm accounts, in one
+    upsert; returns how many runs it wrote. ValueError for something that is not a job."""
+    return _rows_record(cluster, [job_fields(job) for job in jobs])
+
+
+def _rows_record(cluster: Cluster, rows: list[dict]) -> int:
     teams = _account_teams(cluster)
     for row in rows:
         row["team_id"] = teams.get(row["account"])
-    with transaction.atomic():
-        written = _upsert(cluster, rows)
-        ImportCursor.objects.update_or_create(cluster=cluster, defaults={"imported_until": now})
-    return written
+    return _upsert(cluster, rows)
 
 
 def _rows(backend, jobs: list, source: str) -> list[dict]:

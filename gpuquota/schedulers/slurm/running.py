@@ -37,9 +37,10 @@ def running_gpus_record(*, cluster: Cluster, gpus: list[RunningGpu], at: datetim
     new = [g for key, g in seen.items() if key not in known]
     if new:
         inventory = {
-            (node_name(g.node.hostname), g.index): g.pk
-            for g in Gpu.objects.filter(node__cluster=cluster, index__isnull=False)
-            .select_related("node")
+            (node_name(hostname), index): pk
+            for hostname, index, pk in Gpu.objects.filter(
+                node__cluster=cluster, index__isnull=False).values_list(
+                "node__hostname", "index", "pk")
         }
         SlurmJobGpu.objects.bulk_create([SlurmJobGpu(
             cluster=cluster, job_id=g.job_id, node=g.node, gpu_index=g.index,
