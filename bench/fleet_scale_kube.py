@@ -1,0 +1,375 @@
+"""Kubernetes with Kueue as `bench.fleet_scale_kueue` sees it: each cluster of the fleet a
+Kubernetes cluster whose backend writes (mode `write`) to a fake API server of its own
+(`tests.kubernetes.fake_apiserver`: Kueue 0.14's kinds and schemas, the shipped ClusterRole
+and Role), each server in a forked process of its own so that its CPU is not the worker's.
+Each server holds, besides Kueue's controller Deployment, what such a cluster runs at its
+size:
+
+- a pod per node in `gpu-operator` (the DCGM exporter: no GPU asked);
+- on every node reserved now, a running 8-GPU pod of the reserving team (its namespace, its
+  queue's label) and the Kueue Workload that admitted it; one Workload in 20 also carries a
+  `Preempted` condition (reason `InCohortReclamation`) from two minutes ago;
+- one node in 100 an evicted pod (node pressure), one in 200 a pod ended by the taint manager
+  (`DisruptionTarget`, `DeletionByTaintManager`).
+
+Every team has a namespace named after its slug on every cluster (as it has a Slurm account
+in `bench.fleet_scale_slurm`); one open loan in 20 is marked returned five minutes ago (the
+Workloads' reclamations free it).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import secrets
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from bench.table_stats import TICK
+
+IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+
+
+def _stamp(at) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod(
+    name: str,
+    namespace: str,
+    node: str,
+    *,
+    gpus: int,
+    started,
+    labels: dict,
+    phase: str = "Running",
+    status: dict | None = None,
+) -> dict:
+    """A pod as the API server lists it (about 2 KB of JSON, as a small real one)."""
+    limits = {"cpu": "16", "memory": "128Gi", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": secrets.token_hex(16),
+            "labels": labels,
+            "creationTimestamp": _stamp(started),
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": name.rsplit("-", 1)[0],
+                    "controller": True,
+                    "uid": secrets.token_hex(16),
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "schedulerName": "default-scheduler",
+            "terminationGracePeriodSeconds": 30,
+            "serviceAccountName": "default",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": IMAGE,
+                    "command": ["torchrun"],
+                    "args": ["--nproc-per-node", str(max(gpus, 1)), "train.py"],
+                    "resources": {"limits": limits, "requests": limits},
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            ],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}],
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+        },
+        "status": status
+        or {
+            "phase": phase,
+            "hostIP": "10.0.0.1",
+            "podIP": "10.1.0.1",
+            "startTime": _stamp(started),
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": _stamp(started)}
+                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            ],
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": IMAGE,
+                    "imageID": f"{IMAGE}@sha256:{'0' * 64}",
+                    "state": {"running": {"startedAt": _stamp(started)}},
+                }
+            ],
+        },
+    }
+
+
+def workload(name: str, namespace: str, queue: str, *, admitted, preempted=None) -> dict:
+    """Kueue's Workload for a pod's Job, admitted (and preempted to reclaim quota)."""
+    conditions = [
+        {
+            "type": "QuotaReserved",
+            "status": "True",
+            "reason": "QuotaReserved",
+            "lastTransitionTime": _stamp(admitted),
+        },
+        {
+            "type": "Admitted",
+            "status": "True",
+            "reason": "Admitted",
+            "lastTransitionTime": _stamp(admitted),
+        },
+    ]
+    if preempted is not None:
+        conditions.append(
+            {
+                "type": "Preempted",
+                "status": "True",
+                "reason": "InCohortReclamation",
+                "message": "Preempted to accommodate a workload in the cohort",
+                "lastTransitionTime": _stamp(preempted),
+            }
+        )
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"job-{name}",
+            "namespace": namespace,
+            "labels": {"kueue.x-k8s.io/job-uid": secrets.token_hex(8)},
+        },
+        "spec": {
+            "queueName": queue,
+            "podSets": [{"name": "main", "count": 1, "template": {"spec": {}}}],
+        },
+        "status": {
+            "conditions": conditions,
+            "admission": {"clusterQueue": queue, "podSetAssignments": []},
+        },
+    }
+
+
+@dataclass
+class Site:
+    """A fake API server per cluster slug: its process and URL."""
+
+    servers: dict[str, tuple[multiprocessing.Process, object, str]] = field(default_factory=dict)
+    seeded: set[str] = field(default_factory=set)  # the hostnames whose pods were put
+    loans_after: int = 0  # the loans up to this id were looked at for returns
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of every API server process so far."""
+        total = 0.0
+        for process, _, _ in self.servers.values():
+            with open(f"/proc/{process.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICK
+        return total
+
+    def stop(self) -> None:
+        for process, conn, _ in self.servers.values():
+            conn.send("stop")
+            process.join(timeout=30)
+        self.servers.clear()
+
+
+def _serve(conn, token: str, objects: list[dict]) -> None:
+    """In the forked process: the fake API server holding `objects`, until told to stop."""
+    from tests.kubernetes.conftest import shipped_roles, shipped_rules
+    from tests.kubernetes.fake_apiserver import FakeApiServer
+
+    server = FakeApiServer(
+        token=token, rbac_rules=shipped_rules(), rbac_roles=shipped_roles()
+    ).start()
+    server.requests = _Forgetful()  # a bench's thousands of requests are not kept
+    while isinstance(objects, list):  # then the objects of the cluster's new nodes
+        for obj in objects:
+            server.put(obj)
+        conn.send(server.url)
+        try:
+            objects = conn.recv()
+        except EOFError:
+            break
+    server.stop()
+
+
+class _Forgetful(list):
+    def append(self, _item) -> None:
+        pass
+
+
+def _cluster_objects(cluster, now, seeded: set[str]) -> tuple[list[dict], int, int]:
+    """The pods and Workloads of `cluster`'s nodes not in `seeded` (added to it) at `now`;
+    (objects, pods, workloads)."""
+    from gpuquota.inventory.models import Node
+    from gpuquota.reservations.models import Assignment
+
+    reserved = dict(
+        Assignment.objects.filter(
+            gpu__node__cluster=cluster, assigned_from__lte=now, assigned_until__gt=now, gpu__index=0
+        ).values_list("gpu__node__hostname", "reservation__team__slug")
+    )
+    objects, pods, workloads = [], 0, 0
+    started = now - timedelta(hours=1)
+    hosts = Node.objects.filter(cluster=cluster).order_by("id").values_list("id", "hostname")
+    for k, host in hosts:
+        if host in seeded:
+            continue
+        seeded.add(host)
+        objects.append(
+            pod(
+                f"dcgm-exporter-{k}",
+                "gpu-operator",
+                host,
+                gpus=0,
+                started=started,
+                labels={"app": "nvidia-dcgm-exporter"},
+            )
+        )
+        pods += 1
+        team = reserved.get(host)
+        if team is not None:
+            name = f"train-{k}-0"
+            objects.append(
+                pod(
+                    name,
+                    team,
+                    host,
+                    gpus=8,
+                    started=started,
+                    labels={"kueue.x-k8s.io/queue-name": f"gq-{team}", "job-name": f"train-{k}"},
+                )
+            )
+            objects.append(
+                workload(
+                    f"train-{k}",
+                    team,
+                    f"gq-{team}",
+                    admitted=started,
+                    preempted=now - timedelta(minutes=2) if k % 20 == 3 else None,
+                )
+            )
+            pods, workloads = pods + 1, workloads + 1
+        if k % 100 == 41:
+            objects.append(
+                pod(
+                    f"evicted-{k}-0",
+                    "gpu-operator",
+                    host,
+                    gpus=0,
+                    started=started,
+                    labels={},
+                    status={
+                        "phase": "Failed",
+                        "reason": "Evicted",
+                        "message": "The node was low on resource: memory.",
+                        "startTime": _stamp(started),
+                    },
+                )
+            )
+            pods += 1
+        if k % 200 == 77:
+            ended = _stamp(now - timedelta(minutes=10))
+            objects.append(
+                pod(
+                    f"tainted-{k}-0",
+                    "gpu-operator",
+                    host,
+                    gpus=0,
+                    started=started,
+                    labels={},
+                    status={
+                        "phase": "Failed",
+                        "startTime": _stamp(started),
+                        "conditions": [
+                            {
+                                "type": "DisruptionTarget",
+                                "status": "True",
+                                "reason": "DeletionByTaintManager",
+                                "lastTransitionTime": ended,
+                            }
+                        ],
+                    },
+                )
+            )
+            pods += 1
+    return objects, pods, workloads
+
+
+def kube_fake_install(site: Site, now) -> dict:
+    """Make every cluster (not yet one) a Kubernetes cluster with Kueue behind a fake API
+    server of its own, its teams' namespaces mapped; counts added."""
+    from django.db import connections
+
+    from accounts.models import ClusterIdentity, Team
+    from gpuquota.inventory.models import Cluster
+    from gpuquota.reservations.models import Loan
+    from gpuquota.schedulers.models import BackendConfig
+    from gpuquota.schedulers.secrets import secret_encrypt
+
+    counts = {"clusters": 0, "pods": 0, "workloads": 0, "namespaces": 0, "returned": 0}
+    teams = list(Team.objects.order_by("id").values_list("id", "slug"))
+    fork = multiprocessing.get_context("fork")
+    for cluster in Cluster.objects.order_by("id"):
+        objects, pods, workloads = _cluster_objects(cluster, now, site.seeded)
+        counts["pods"] += pods
+        counts["workloads"] += workloads
+        if cluster.slug in site.servers:
+            _, conn, _ = site.servers[cluster.slug]
+            conn.send(objects)
+            conn.recv()
+        else:
+            token = secrets.token_urlsafe(24)
+            connections.close_all()  # the child never uses the parent's connection
+            ours, theirs = fork.Pipe()
+            process = fork.Process(target=_serve, args=(theirs, token, objects), daemon=True)
+            process.start()
+            url = ours.recv()
+            site.servers[cluster.slug] = (process, ours, url)
+            BackendConfig.objects.update_or_create(
+                cluster=cluster,
+                defaults={
+                    "mode": BackendConfig.Mode.WRITE,
+                    "api_url": url,
+                    "token_encrypted": secret_encrypt(token),
+                    "options": {},
+                    "command_timeout_s": 600,
+                },
+            )
+            Cluster.objects.filter(pk=cluster.pk).update(scheduler=Cluster.Scheduler.KUBERNETES)
+            counts["clusters"] += 1
+        have = set(
+            ClusterIdentity.objects.filter(
+                cluster=cluster, kind=ClusterIdentity.Kind.K8S_NAMESPACE
+            ).values_list("key", flat=True)
+        )
+        new = [
+            ClusterIdentity(
+                cluster=cluster,
+                kind=ClusterIdentity.Kind.K8S_NAMESPACE,
+                key=slug,
+                team_id=team_id,
+                valid_from=now - timedelta(days=90),
+            )
+            for team_id, slug in teams
+            if slug not in have
+        ]
+        ClusterIdentity.objects.bulk_create(new, batch_size=5000)
+        counts["namespaces"] += len(new)
+    new_loans = list(
+        Loan.objects.filter(returned_at__isnull=True, pk__gt=site.loans_after)
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    site.loans_after = max(new_loans, default=site.loans_after)
+    returned = [pk for n, pk in enumerate(new_loans) if n % 20 == 7]
+    counts["returned"] = Loan.objects.filter(pk__in=returned).update(
+        returned_at=now - timedelta(minutes=5), end_reason=Loan.EndReason.OWNER_ASK
+    )
+    return counts
