@@ -157,16 +157,50 @@ def workload(name: str, namespace: str, queue: str, *, admitted, preempted=None)
 
 @dataclass
 class Site:
-    """A fake API server per cluster slug: its process and URL."""
+    """A fake API server per cluster slug, each in a forked process of its own (`fork`:
+    the benches) or a thread of this one (a test, whose database transaction a fork would
+    lose)."""
 
-    servers: dict[str, tuple[multiprocessing.Process, object, str]] = field(default_factory=dict)
+    fork: bool = True
+    servers: dict[str, tuple[object, object, str]] = field(default_factory=dict)
     seeded: set[str] = field(default_factory=set)  # the hostnames whose pods were put
     loans_after: int = 0  # the loans up to this id were looked at for returns
 
+    def start(self, slug: str, token: str, objects: list[dict]) -> str:
+        """A server for cluster `slug` holding `objects`; its URL."""
+        if not self.fork:
+            server = _server(token)
+            for obj in objects:
+                server.put(obj)
+            self.servers[slug] = (server, None, server.url)
+            return server.url
+        from django.db import connections
+
+        connections.close_all()  # the child never uses the parent's connection
+        ours, theirs = multiprocessing.get_context("fork").Pipe()
+        process = multiprocessing.get_context("fork").Process(
+            target=_serve, args=(theirs, token, objects), daemon=True
+        )
+        process.start()
+        self.servers[slug] = (process, ours, ours.recv())
+        return self.servers[slug][2]
+
+    def add(self, slug: str, objects: list[dict]) -> None:
+        """Put `objects` on cluster `slug`'s server."""
+        server, conn, _ = self.servers[slug]
+        if conn is None:
+            for obj in objects:
+                server.put(obj)
+        else:
+            conn.send(objects)
+            conn.recv()
+
     def cpu_s(self) -> float:
-        """User + system CPU seconds of every API server process so far."""
+        """User + system CPU seconds of every API server process so far (0 in threads)."""
         total = 0.0
-        for process, _, _ in self.servers.values():
+        for process, conn, _ in self.servers.values():
+            if conn is None:
+                continue
             with open(f"/proc/{process.pid}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / TICK
@@ -174,20 +208,27 @@ class Site:
 
     def stop(self) -> None:
         for process, conn, _ in self.servers.values():
+            if conn is None:
+                process.stop()
+                continue
             conn.send("stop")
             process.join(timeout=30)
         self.servers.clear()
 
 
-def _serve(conn, token: str, objects: list[dict]) -> None:
-    """In the forked process: the fake API server holding `objects`, until told to stop."""
+def _server(token: str):
+    """A started fake API server limited by the shipped ClusterRole and Role."""
     from tests.kubernetes.conftest import shipped_roles, shipped_rules
     from tests.kubernetes.fake_apiserver import FakeApiServer
 
-    server = FakeApiServer(
-        token=token, rbac_rules=shipped_rules(), rbac_roles=shipped_roles()
-    ).start()
+    server = FakeApiServer(token=token, rbac_rules=shipped_rules(), rbac_roles=shipped_roles())
     server.requests = _Forgetful()  # a bench's thousands of requests are not kept
+    return server.start()
+
+
+def _serve(conn, token: str, objects: list[dict]) -> None:
+    """In the forked process: the fake API server holding `objects`, until told to stop."""
+    server = _server(token)
     while isinstance(objects, list):  # then the objects of the cluster's new nodes
         for obj in objects:
             server.put(obj)
@@ -305,8 +346,6 @@ def _cluster_objects(cluster, now, seeded: set[str]) -> tuple[list[dict], int, i
 def kube_fake_install(site: Site, now) -> dict:
     """Make every cluster (not yet one) a Kubernetes cluster with Kueue behind a fake API
     server of its own, its teams' namespaces mapped; counts added."""
-    from django.db import connections
-
     from accounts.models import ClusterIdentity, Team
     from gpuquota.inventory.models import Cluster
     from gpuquota.reservations.models import Loan
@@ -315,23 +354,15 @@ def kube_fake_install(site: Site, now) -> dict:
 
     counts = {"clusters": 0, "pods": 0, "workloads": 0, "namespaces": 0, "returned": 0}
     teams = list(Team.objects.order_by("id").values_list("id", "slug"))
-    fork = multiprocessing.get_context("fork")
     for cluster in Cluster.objects.order_by("id"):
         objects, pods, workloads = _cluster_objects(cluster, now, site.seeded)
         counts["pods"] += pods
         counts["workloads"] += workloads
         if cluster.slug in site.servers:
-            _, conn, _ = site.servers[cluster.slug]
-            conn.send(objects)
-            conn.recv()
+            site.add(cluster.slug, objects)
         else:
             token = secrets.token_urlsafe(24)
-            connections.close_all()  # the child never uses the parent's connection
-            ours, theirs = fork.Pipe()
-            process = fork.Process(target=_serve, args=(theirs, token, objects), daemon=True)
-            process.start()
-            url = ours.recv()
-            site.servers[cluster.slug] = (process, ours, url)
+            url = site.start(cluster.slug, token, objects)
             BackendConfig.objects.update_or_create(
                 cluster=cluster,
                 defaults={

@@ -94,6 +94,7 @@ def timed(app, entry: dict, site) -> dict:
 def one_loan_lend() -> str:
     """Lend one GPU of a reservation held now on the first cluster (not yet lent): its team's
     ClusterQueue's lendingLimit goes up by one. Returns the team's slug."""
+    from django.db.models import Exists, OuterRef
     from django.utils import timezone
 
     from gpuquota.reservations.models import Assignment, Loan
@@ -106,7 +107,7 @@ def one_loan_lend() -> str:
             assigned_until__gt=now,
             reservation__status="active",
         )
-        .exclude(gpu__loans__returned_at__isnull=True)
+        .filter(~Exists(Loan.objects.filter(gpu=OuterRef("gpu"), returned_at__isnull=True)))
         .select_related("reservation__team")
         .order_by("-id")
         .first()
