@@ -18,7 +18,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.bench.scale_thresholds import PATH, RECORD_ENV, calibrate
+from tests.bench.scale_thresholds import PATH, RECORD_ENV, calibrate, text
 
 TEST = "tests/bench/test_fleet_scale.py"
 
@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None) -> None:
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {len(runs)} runs, {os.cpu_count()} CPUs, "
         f"load average {min(loads):.1f}-{max(loads):.1f}"
     )
-    text = json.dumps(calibrate(runs, note=note), indent=2) + "\n"
+    found = text(calibrate(runs, note=note))
     if args.write:
-        PATH.write_text(text)
-    print(text)
+        PATH.write_text(found)
+    print(found)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,17 @@ def over(measured: dict[str, dict], limits: dict | None = None) -> dict[str, str
     return found
 
 
+def text(thresholds: dict) -> str:
+    """The thresholds file's text: a loop a line, so that a recalibration's diff reads."""
+    head = {k: v for k, v in thresholds.items() if k != "loops"}
+    lines = [json.dumps(head, indent=2)[:-2] + ",", '  "loops": {']
+    loops = sorted(thresholds["loops"].items())
+    for n, (name, limit) in enumerate(loops):
+        comma = "," if n < len(loops) - 1 else ""
+        lines.append(f"    {json.dumps(name)}: {json.dumps(limit)}{comma}")
+    return "\n".join([*lines, "  }", "}", ""])
+
+
 def calibrate(runs: list[dict[str, dict]], *, note: str) -> dict:
     """The thresholds file from several runs' measurements."""
     loops = {}
