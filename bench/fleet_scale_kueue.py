@@ -19,7 +19,10 @@ size runs, through their Celery tasks as `bench.fleet_scale` does:
 - `kueue-reconcile-one-team`: one GPU of one team on the first cluster lent, then the
   same: exactly one write, a PATCH of that team's ClusterQueue (checked);
 - `kubernetes-pods-killed-observe` and `kubernetes-returns-observe`: their first run after
-  the growth (the new evicted pods recorded, the returned loans freed) and their steady run.
+  the growth (the new evicted pods recorded, the returned loans freed) and their steady run;
+- `jobs-refresh`: the pods' jobs collected from the agents' process records (a record a
+  minute for each reserved GPU's pod, the last hour up to now, stored just before): its
+  first run after the growth (the new pods' jobs written) and its steady run.
 
 For each it prints
 
@@ -35,6 +38,7 @@ period_share = (cpu_s + pg_cpu_s) / period; after the last size, `RESULT growth`
 
 import argparse
 import os
+import resource
 import time
 from unittest import mock
 
@@ -44,6 +48,7 @@ from bench.ingest import database_create, env_for
 DATABASE = "gq_bench_fleet_kueue"
 RECONCILE = "schedulers-reconcile-all"
 OBSERVE = ("kubernetes-pods-killed-observe", "kubernetes-returns-observe")
+JOBS = "jobs-refresh"
 
 
 class ApiCalls:
@@ -134,11 +139,46 @@ def result_print(name: str, size: int, run: dict, period: float) -> None:
     )
 
 
-def size_measure(app, entries: dict, site, size: int, runs: int) -> dict[str, dict]:
-    """Every loop of the module's docstring at the fleet's current size."""
+def pod_records_seed(*, since, until) -> int:
+    """The agents' process records of every pod on a reserved GPU (`bench.fleet_scale_kube`
+    names them `train-<node id>-0`, in the team's namespace), a record a minute from
+    `since` to `until`, as agents on a Kubernetes fleet send them; rows added."""
+    from django.db import connection
+
+    from gpuquota.ingest.partitions import partitions_ensure
+
+    partitions_ensure(days={since.date(), until.date()})
+    with connection.cursor() as cursor:
+        cursor.execute(POD_RECORDS_SQL, {"since": since, "until": until})
+        return cursor.rowcount
+
+
+POD_RECORDS_SQL = """
+INSERT INTO ingest_processrecord (gpu_id, window_start, window_end, pid, pid_start, uid,
+    "user", command, job_source, job_id, job_account, memory_used_bytes_max, util_sm_avg,
+    received_at)
+SELECT g.id, m, m + interval '1 minute', 100 + g.index, 1, 1000, 'u1', 'python',
+       'kubernetes', 'train-' || g.node_id || '-0', t.slug, 40 * 1073741824::bigint, 50,
+       m + interval '70 seconds'
+FROM reservations_assignment a
+JOIN inventory_gpu g ON g.id = a.gpu_id
+JOIN reservations_reservation r ON r.id = a.reservation_id
+JOIN accounts_team t ON t.id = r.team_id
+CROSS JOIN generate_series(%(since)s::timestamptz, %(until)s::timestamptz - interval '1 minute',
+                           interval '1 minute') m
+WHERE a.assigned_from <= %(until)s AND a.assigned_until > %(until)s
+  AND r.status = 'active'
+ON CONFLICT DO NOTHING
+"""
+
+
+def size_measure(
+    app, entries: dict, site, size: int, runs: int, pods: bool = False
+) -> dict[str, dict]:
+    """Every loop of the module's docstring at the fleet's current size; with `pods`, the
+    pods' process records of the last hour are stored and `jobs-refresh` timed too."""
     measured = {}
     reconcile = entries[RECONCILE]
-    period = period_s(reconcile["schedule"])
     measured["kueue-reconcile-first"] = timed(app, reconcile, site)
     for _ in range(runs):
         steady = timed(app, reconcile, site)
@@ -150,13 +190,24 @@ def size_measure(app, entries: dict, site, size: int, runs: int) -> dict[str, di
     if changed["api"].get("PATCH") != 1 or changed["writes"] != 1:
         raise RuntimeError(f"one team ({team}) changed, the reconcile sent {changed['api']}")
     measured["kueue-reconcile-one-team"] = changed
-    for name in OBSERVE:
+    loops = list(OBSERVE)
+    if pods:
+        from django.utils import timezone
+
+        until = timezone.now().replace(second=0, microsecond=0)
+        rows = pod_records_seed(since=until - timezone.timedelta(hours=1), until=until)
+        print(f"pods: {rows:,} process records to {until:%H:%M}", flush=True)
+        loops.append(JOBS)
+    for name in loops:
         measured[f"{name}-first"] = timed(app, entries[name], site)
         for _ in range(runs):
             measured[name] = timed(app, entries[name], site)
+    found = {}
     for name, run in measured.items():
-        result_print(name, size, run, period)
-    return {name: {**run, "period": period} for name, run in measured.items()}
+        entry = entries[name.removesuffix("-first")] if name.startswith(tuple(loops)) else reconcile
+        found[name] = {**run, "period": period_s(entry["schedule"])}
+        result_print(name, size, run, found[name]["period"])
+    return found
 
 
 def main() -> None:
@@ -194,9 +245,11 @@ def main() -> None:
                 f"grow; load average {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
-            measured[size] = size_measure(app, entries, site, size, args.runs)
+            measured[size] = size_measure(app, entries, site, size, args.runs, pods=True)
     finally:
         site.stop()
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"RESULT worker_max_rss_mb={rss_mb:.0f} (this process, the fleet's seeding included)")
     growth_print(measured, sizes)
 
 

@@ -210,7 +210,7 @@ def pulls_measure(source, *, pid: int, pulls: int) -> dict:
 
 
 def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
-            profile: str = "", pulls: int = 0) -> dict:
+            profile: str = "", pulls: int = 0, interval_s: int = 60) -> dict:
     """One size, in this process with its own database: Prometheus alone, then the import
     (or, with `pulls`, the steady pulls)."""
     database_create(database)
@@ -228,7 +228,7 @@ def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
     groups = "|".join(str(g) for g in range(-(-size // 100)))
     source = TelemetrySource.objects.create(
         name="bench", cluster=cluster_ensure(name="bench"), kind="prometheus", base_url=url,
-        selector=f'g=~"{groups}"', window_s=60, scrape_interval_s=step)
+        selector=f'g=~"{groups}"', window_s=60, scrape_interval_s=step, interval_s=interval_s)
     if pulls:
         return {"gpus": size, "interval_s": source.interval_s,
                 **pulls_measure(source, pid=pid, pulls=pulls)}
@@ -272,12 +272,15 @@ def main() -> None:
                         help="cProfile each import to <this>.<size> (CPU figures inflate)")
     parser.add_argument("--pulls", type=int, default=0,
                         help="measure this many steady pulls per size instead of a back-fill")
+    parser.add_argument("--interval", type=int, default=60,
+                        help="with --pulls: the source's interval_s (how often it pulls)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # size,url: the child process
     args = parser.parse_args()
     if args.measure:
         size, pid, url = args.measure.split(",", 2)
         print(json.dumps(measure(int(size), url, int(pid), args.hours, args.step,
-                                 f"{args.database}_{size}", args.profile, args.pulls)))
+                                 f"{args.database}_{size}", args.profile, args.pulls,
+                                 args.interval)))
         return
     if not (shutil.which("prometheus") and shutil.which("promtool")):
         raise SystemExit("needs Debian's prometheus and promtool (apt-get install prometheus)")
@@ -301,7 +304,8 @@ def main() -> None:
                     [sys.executable, "-m", "bench.telemetry_import", "--measure",
                      f"{size},{process.pid},{url}", "--hours", str(args.hours),
                      "--step", str(args.step), "--database", args.database,
-                     "--profile", args.profile, "--pulls", str(args.pulls)], cwd=ROOT,
+                     "--profile", args.profile, "--pulls", str(args.pulls),
+                     "--interval", str(args.interval)], cwd=ROOT,
                     check=True, capture_output=True, text=True)
                 found = json.loads(child.stdout.strip().splitlines()[-1])
                 (_pulls_report if args.pulls else _report)(found)
