@@ -259,7 +259,7 @@ def _cluster_objects(cluster, now, seeded: set[str]) -> tuple[list[dict], int, i
     objects, pods, workloads = [], 0, 0
     started = now - timedelta(hours=1)
     hosts = Node.objects.filter(cluster=cluster).order_by("id").values_list("id", "hostname")
-    for k, host in hosts:
+    for position, (k, host) in enumerate(hosts):  # which nodes: by position, not id
         if host in seeded:
             continue
         seeded.add(host)
@@ -293,11 +293,11 @@ def _cluster_objects(cluster, now, seeded: set[str]) -> tuple[list[dict], int, i
                     team,
                     f"gq-{team}",
                     admitted=started,
-                    preempted=now - timedelta(minutes=2) if k % 20 == 3 else None,
+                    preempted=now - timedelta(minutes=2) if position % 20 == 3 else None,
                 )
             )
             pods, workloads = pods + 1, workloads + 1
-        if k % 100 == 41:
+        if position % 100 == 41:
             objects.append(
                 pod(
                     f"evicted-{k}-0",
@@ -315,7 +315,7 @@ def _cluster_objects(cluster, now, seeded: set[str]) -> tuple[list[dict], int, i
                 )
             )
             pods += 1
-        if k % 200 == 77:
+        if position % 200 == 77:
             ended = _stamp(now - timedelta(minutes=10))
             objects.append(
                 pod(
