@@ -178,9 +178,41 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def pulls_measure(source, *, pid: int, pulls: int) -> dict:
+    """`pulls` steady pulls of the source's interval each (after one that registers the
+    GPUs), as the beat makes them: means per pull of the worker's, its PostgreSQL backend's
+    and Prometheus's CPU seconds."""
+    from bench.table_stats import pg_cpu_s
+    from gpuquota.telemetry.services import source_pull
+
+    interval = timedelta(seconds=source.interval_s)
+    source.cursor = START + timedelta(minutes=5)
+    source.save(update_fields=["cursor"])
+    # Each pull imports [cursor, cursor + interval): its `now` is a window past that end.
+    now = source.cursor + interval + timedelta(seconds=source.window_s + source.delay_s)
+    totals = {"cpu_s": 0.0, "pg_cpu_s": 0.0, "prometheus_cpu_s": 0.0, "wall_s": 0.0,
+              "samples": 0}
+    for n in range(pulls + 1):
+        prom, pg = process_cpu_s(pid), pg_cpu_s()
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = source_pull(source=source, now=now + n * interval)
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        if result is None:
+            source.refresh_from_db()
+            raise SystemExit(f"pull failed: {source.last_error}")
+        if n:  # the first registers the GPUs
+            totals["cpu_s"] += cpu
+            totals["wall_s"] += wall
+            totals["pg_cpu_s"] += pg_cpu_s() - pg
+            totals["prometheus_cpu_s"] += process_cpu_s(pid) - prom
+            totals["samples"] += result.counts["samples"]["stored"]
+    return {k: v / pulls for k, v in totals.items()}
+
+
 def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
-            profile: str = "") -> dict:
-    """One size, in this process with its own database: Prometheus alone, then the import."""
+            profile: str = "", pulls: int = 0, interval_s: int = 60) -> dict:
+    """One size, in this process with its own database: Prometheus alone, then the import
+    (or, with `pulls`, the steady pulls)."""
     database_create(database)
     os.environ.update(env_for(database))
     os.environ["TELEMETRY_ALLOWED_NETWORKS"] = "127.0.0.1/32"  # its Prometheus is on loopback
@@ -196,7 +228,10 @@ def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
     groups = "|".join(str(g) for g in range(-(-size // 100)))
     source = TelemetrySource.objects.create(
         name="bench", cluster=cluster_ensure(name="bench"), kind="prometheus", base_url=url,
-        selector=f'g=~"{groups}"', window_s=60, scrape_interval_s=step)
+        selector=f'g=~"{groups}"', window_s=60, scrape_interval_s=step, interval_s=interval_s)
+    if pulls:
+        return {"gpus": size, "interval_s": source.interval_s,
+                **pulls_measure(source, pid=pid, pulls=pulls)}
     prometheus_alone(source, start=START, end=START + timedelta(hours=1))  # warm
     prom_cpu = process_cpu_s(pid)
     prom_wall, answered = prometheus_alone(source, start=START, end=end)
@@ -235,12 +270,17 @@ def main() -> None:
     parser.add_argument("--data", help="a TSDB folder to keep and reuse (written when new)")
     parser.add_argument("--profile", default="",
                         help="cProfile each import to <this>.<size> (CPU figures inflate)")
+    parser.add_argument("--pulls", type=int, default=0,
+                        help="measure this many steady pulls per size instead of a back-fill")
+    parser.add_argument("--interval", type=int, default=60,
+                        help="with --pulls: the source's interval_s (how often it pulls)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # size,url: the child process
     args = parser.parse_args()
     if args.measure:
         size, pid, url = args.measure.split(",", 2)
         print(json.dumps(measure(int(size), url, int(pid), args.hours, args.step,
-                                 f"{args.database}_{size}", args.profile)))
+                                 f"{args.database}_{size}", args.profile, args.pulls,
+                                 args.interval)))
         return
     if not (shutil.which("prometheus") and shutil.which("promtool")):
         raise SystemExit("needs Debian's prometheus and promtool (apt-get install prometheus)")
@@ -264,14 +304,24 @@ def main() -> None:
                     [sys.executable, "-m", "bench.telemetry_import", "--measure",
                      f"{size},{process.pid},{url}", "--hours", str(args.hours),
                      "--step", str(args.step), "--database", args.database,
-                     "--profile", args.profile], cwd=ROOT,
+                     "--profile", args.profile, "--pulls", str(args.pulls),
+                     "--interval", str(args.interval)], cwd=ROOT,
                     check=True, capture_output=True, text=True)
-                _report(json.loads(child.stdout.strip().splitlines()[-1]))
+                found = json.loads(child.stdout.strip().splitlines()[-1])
+                (_pulls_report if args.pulls else _report)(found)
         finally:
             process.terminate()
             process.wait()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _pulls_report(r: dict) -> None:
+    share = (r["cpu_s"] + r["pg_cpu_s"]) / r["interval_s"]
+    print(f"RESULT telemetry_pull gpus={r['gpus']} interval_s={r['interval_s']} "
+          f"wall_s={r['wall_s']:.3f} cpu_s={r['cpu_s']:.3f} pg_cpu_s={r['pg_cpu_s']:.3f} "
+          f"prometheus_cpu_s={r['prometheus_cpu_s']:.3f} samples={r['samples']:.0f} "
+          f"period_share={share:.5f} load={os.getloadavg()[0]:.1f}", flush=True)
 
 
 def _report(r: dict) -> None:

@@ -5,7 +5,9 @@ loop of the beat schedule run to its steady state at each size, and no loop's qu
 grow with the fleet, except the three known to work one object at a time (named below, with
 their figures in docs/benchmarks.md#fleet-scale); nor may any page of
 bench.fleet_scale_pages (a query per reservation, binding or GPU on a page is what this
-catches). The large configurations are the benches."""
+catches). Each loop's steady run at 128 GPUs must also stay within its calibrated number of
+queries and CPU seconds (tests/bench/scale_thresholds.py says how they were set and how to
+recalibrate). The large configurations are the benches."""
 
 from datetime import UTC, datetime
 
@@ -16,6 +18,7 @@ from bench.fleet_scale import loop_run
 from bench.fleet_scale_pages import page_get, pages
 from bench.fleet_scale_seed import fleet_grow
 from bench.fleet_scale_slurm import slurm_fake_install
+from tests.bench import scale_thresholds
 
 NOW = datetime(2026, 12, 1, 10, 40, tzinfo=UTC)
 #: Loops whose queries grow with the objects they write, one transaction each (issue 34).
@@ -35,6 +38,7 @@ def test_no_loop_nor_page_issues_more_queries_on_a_larger_fleet(tmp_path, settin
     settings.LENDING_ENABLED = True
     entries = collect_beat_schedule()
     steady: dict[int, dict[str, int]] = {}
+    measured: dict[str, dict] = {}  # at 128 GPUs, for the thresholds
     on_pages: dict[int, dict[str, int]] = {}
     with time_machine.travel(NOW, tick=False):
         for size in (64, 128):
@@ -43,7 +47,9 @@ def test_no_loop_nor_page_issues_more_queries_on_a_larger_fleet(tmp_path, settin
             steady[size] = {}
             for name, entry in entries.items():
                 loop_run(app, entry)  # the first run lends, drafts, imports: then steady
-                steady[size][name] = loop_run(app, entry)["queries"]
+                run = loop_run(app, entry)
+                steady[size][name] = run["queries"]
+                measured[name] = {"queries": run["queries"], "cpu_s": run["cpu"] + run["pg"]}
             client.force_login(User.objects.get(username="bench-admin"))
             on_pages[size] = {}
             for name, url in pages(team="team-0", cluster="cluster-0").items():
@@ -57,3 +63,8 @@ def test_no_loop_nor_page_issues_more_queries_on_a_larger_fleet(tmp_path, settin
     grew = {name: (on_pages[64][name], on_pages[128][name]) for name in on_pages[64]
             if on_pages[128][name] > on_pages[64][name]}
     assert grew == {}, f"a page's queries grew with the fleet (64 -> 128 GPUs): {grew}"
+    if (path := scale_thresholds.recording()) is not None:
+        scale_thresholds.record(path, measured)  # calibrating: the thresholds are being set
+        return
+    over = scale_thresholds.over(measured)
+    assert over == {}, f"past the calibrated thresholds at 128 GPUs: {over}"

@@ -119,3 +119,40 @@ def test_a_borrower_that_stays_on_the_gpu_is_never_called_freed(kube):
         server.stop()
     loan.refresh_from_db()
     assert loan.freed_at is None
+
+
+def _held_by_speech(gpus) -> list[dict]:
+    """speech's claims, each allocated one of `gpus` (as the allocator leaves them)."""
+    return [{**claim("speech", f"train-{g.index}", {}), "status": {"allocation": {"devices": {
+        "results": [{"driver": "gpu.nvidia.com", "pool": "gpu-a",
+                     "device": f"gpu-{g.index}"}]}}}} for g in gpus]
+
+
+def test_loans_still_held_cost_the_same_queries_however_many(kube):
+    """Issue 34: the reserving team's namespaces were read once per returned loan, every
+    pass, for as long as a borrower held the GPU; now once for all the loans."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpuquota.schedulers.kubernetes.returns import dra_loans_freed
+
+    gpus = kube.gpus["gpu-a"]
+    reservation = kube.reserve("vision", gpus, end=NOW + timedelta(hours=4))
+    queries = []
+    for lent in (gpus[:1], gpus):
+        for gpu in lent:
+            if not Loan.objects.filter(gpu=gpu).exists():
+                kube.lend(reservation, gpu, at=NOW)
+        Loan.objects.update(returned_at=RETURNED, end_reason="owner_ask")
+        with CaptureQueriesContext(connection) as seen:
+            freed = dra_loans_freed(cluster=kube.cluster, claims=_held_by_speech(lent),
+                                    driver="gpu.nvidia.com", at=RETURNED + timedelta(minutes=1))
+        assert freed == 0  # speech still holds every returned GPU
+        queries.append(len(seen))
+    assert queries[0] == queries[1], queries
+    # vision's own claim on a GPU does not hold its loan: that one is freed.
+    own = [{**c, "metadata": {**c["metadata"], "namespace": "vision-dev"}}
+           for c in _held_by_speech(gpus[:1])]
+    assert dra_loans_freed(cluster=kube.cluster, claims=own + _held_by_speech(gpus[1:]),
+                           driver="gpu.nvidia.com", at=RETURNED + timedelta(minutes=2)) == 1
+    assert Loan.objects.get(gpu=gpus[0]).freed_at == RETURNED + timedelta(minutes=2)

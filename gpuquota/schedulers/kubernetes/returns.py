@@ -6,6 +6,7 @@ time-to-return."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime
 
 from django.db import transaction
@@ -60,36 +61,48 @@ def loan_returns_record(*, cluster, preemptions: list[tuple[datetime, str]]) -> 
     return freed
 
 
-def _held_devices(claims: list[dict], *, owners: set[str]) -> set[tuple[str, str, str]]:
-    """(driver, pool, device) of every device allocated to a claim outside `owners`."""
-    held = set()
+def _holders(claims: list[dict]) -> dict[tuple[str, str, str], set[str]]:
+    """By (driver, pool, device) allocated to a claim, the namespaces of the claims."""
+    held: dict[tuple[str, str, str], set[str]] = defaultdict(set)
     for claim in claims:
-        if claim["metadata"].get("namespace", "") in owners:
-            continue
         allocation = (claim.get("status") or {}).get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results", []):
-            held.add((result.get("driver", ""), result.get("pool", ""),
-                      result.get("device", "")))
+            held[(result.get("driver", ""), result.get("pool", ""),
+                  result.get("device", ""))].add(claim["metadata"].get("namespace", ""))
     return held
+
+
+def _team_namespaces(cluster, team_ids: set[int], at: datetime) -> dict[int, set[str]]:
+    """The Kubernetes namespaces of each team on `cluster` at `at` (one query for all)."""
+    found: dict[int, set[str]] = defaultdict(set)
+    for team_id, key in ClusterIdentity.objects.filter(
+            cluster=cluster, kind=ClusterIdentity.Kind.K8S_NAMESPACE, team_id__in=team_ids,
+            valid_from__lte=at).exclude(valid_until__lte=at).values_list("team_id", "key"):
+        found[team_id].add(key)
+    return found
 
 
 @transaction.atomic
 def dra_loans_freed(*, cluster, claims: list[dict], driver: str, at: datetime) -> int:
     """Each returned loan on `cluster` not yet freed whose GPU no ResourceClaim outside the
     reserving team's namespaces holds any more (the claims as the API server shows them at
-    `at`) is freed at `at`; audited. Idempotent."""
+    `at`) is freed at `at`; audited. Idempotent. The teams' namespaces are read once for all
+    the loans (a loan still held was a query of its own each pass: issue 34)."""
     freed = 0
-    loans = (Loan.objects.select_for_update()
-             .filter(gpu__node__cluster=cluster, returned_at__isnull=False,
-                     freed_at__isnull=True)
-             .select_related("gpu__node", "assignment__reservation").order_by("returned_at", "id"))
+    loans = list(Loan.objects.select_for_update()
+                 .filter(gpu__node__cluster=cluster, returned_at__isnull=False,
+                         freed_at__isnull=True)
+                 .select_related("gpu__node", "assignment__reservation")
+                 .order_by("returned_at", "id"))
+    if not loans:
+        return 0
+    namespaces = _team_namespaces(cluster, {loan.assignment.reservation.team_id
+                                            for loan in loans}, at)
+    holders = _holders(claims)
     for loan in loans:
-        owners = set(ClusterIdentity.objects.filter(
-            cluster=cluster, kind=ClusterIdentity.Kind.K8S_NAMESPACE,
-            team_id=loan.assignment.reservation.team_id, valid_from__lte=at,
-        ).exclude(valid_until__lte=at).values_list("key", flat=True))
+        owners = namespaces[loan.assignment.reservation.team_id]
         device = (driver, loan.gpu.node.hostname, f"gpu-{loan.gpu.index}")
-        if device in _held_devices(claims, owners=owners):
+        if holders.get(device, set()) - owners:
             continue
         loan.freed_at = at.replace(microsecond=0)
         loan.save(update_fields=["freed_at"])
