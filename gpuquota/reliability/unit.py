@@ -9,9 +9,9 @@ from gpuquota.inventory.models import Gpu, Node
 from gpuquota.reliability.history import fleet_history
 from gpuquota.reliability.lemons import WINDOW, lemons_from
 from gpuquota.reliability.models import Drain
-from gpuquota.reliability.pages import DAYS
 from gpuquota.reliability.rma import slot_rmas
 from gpuquota.reliability.selectors import figures_from
+from gpuquota.reliability.snapshot import DAYS
 
 INCIDENTS_SHOWN = 10
 DRAINS_SHOWN = 10
@@ -22,9 +22,10 @@ def _unit(*, kind: str, key: str, class_ids: set[int], gpu_ids: set[int], drains
     as_of = now.replace(microsecond=0)
     history = fleet_history(as_of=as_of, since=as_of - 2 * WINDOW, gpu_class_ids=class_ids)
     start = as_of - timedelta(days=DAYS)
-    own = [f for f in figures_from(history, group=kind, start=start) if f.key == key]
+    own = [f.as_dict() for f in figures_from(history, group=kind, start=start) if f.key == key]
     classes = {history.gpus[g].gpu_class for g in gpu_ids if g in history.gpus}
-    peers = [f for f in figures_from(history, group="class", start=start) if f.key in classes]
+    peers = [f.as_dict() for f in figures_from(history, group="class", start=start)
+             if f.key in classes]
     incidents = [i for i in history.incidents if i.gpu_id in gpu_ids][-INCIDENTS_SHOWN:]
     return {
         "rel_kind": kind, "rel_days": DAYS, "rel_rows": own + peers,
