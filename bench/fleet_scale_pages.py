@@ -1,21 +1,25 @@
 """The pages of issue 34 timed on bench.fleet_scale's generated organisation.
 
-    .venv/bin/python -m bench.fleet_scale_pages [--gpus 1000 --gpus 10000] [--requests 3]
+    .venv/bin/python -m bench.fleet_scale_pages [--gpus 1000 --gpus 10000 --gpus 100000]
+        [--requests 3]
         [--hours 3] [--database gq_bench_fleet_pages] [--jobs-per-gpu-day 0.3]
 
 It recreates its database and grows one fleet through the sizes given
 (`bench.fleet_scale_seed`, with the Slurm stand-ins of `bench.fleet_scale_slurm`). At each
-size it first runs every loop of the beat schedule once (`bench.fleet_scale.loop_run`: the
+size it adds hardware XIDs (`hardware_events_add`: what the reliability figures read) and
+first runs every loop of the beat schedule once (`bench.fleet_scale.loop_run`: the
 statements are drafted, the jobs imported and reported, the reclaim findings and the
 reliability figures written, as at steady state), then requests each page of `PAGES` as a
 superuser through Django's test client (`DEBUG=0`, hashed static names) `--requests` times
-and prints, for the median request,
+and prints, for the median request (and for the loops that precompute what pages read,
+`MEASURED_LOOPS`, their cost and share of their period: `RESULT loop=`),
 
     RESULT page=<name> gpus=<n> wall_s=<n> cpu_s=<n> pg_cpu_s=<n> queries=<n> status=<code>
 
 (cpu_s: this process's CPU, pg_cpu_s: its PostgreSQL backend's, less sensitive than wall
 time to the load of a shared machine). `--reuse` measures the pages of the database as the
-last run left it (one `--gpus`, its size, for the label).
+last run left it (one `--gpus`, its size, for the label), after running `MEASURED_LOOPS`
+again.
 
 After the last size, `RESULT growth page=<name>` gives the growth of its queries and time
 from the first to the last size, flagged `QUERIES_GROW` (more queries on the larger fleet)
@@ -83,6 +87,18 @@ def pages_measure(client, urls: dict[str, str], requests: int) -> dict[str, dict
     return measured
 
 
+#: The beat loops that exist for the pages (what they read, precomputed): timed here.
+MEASURED_LOOPS = ("reliability-figures",)
+
+
+def loop_text(name: str, size: int, run: dict, period_s: float) -> str:
+    """The RESULT line of a loop's run: its cost and the share of its period it takes."""
+    cpu = run["cpu"] + run["pg"]
+    return (f"RESULT loop={name} gpus={size} wall_s={run['wall']:.3f} cpu_s={run['cpu']:.3f} "
+            f"pg_cpu_s={run['pg']:.3f} queries={run['queries']} period_s={period_s:.0f} "
+            f"cpu_share={cpu / period_s:.2%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gpus", type=int, action="append")
@@ -107,9 +123,10 @@ def main() -> None:
     from django.utils import timezone
 
     from bench.fleet_scale import loop_run
-    from bench.fleet_scale_seed import fleet_grow
+    from bench.fleet_scale_seed import fleet_grow, hardware_events_add
     from bench.fleet_scale_slurm import slurm_fake_install
     from gpuquota.celery import app, collect_beat_schedule
+    from gpuquota.inventory.models import Gpu
 
     settings.LENDING_ENABLED = True
     call_command("collectstatic", "--noinput", verbosity=0)
@@ -122,13 +139,21 @@ def main() -> None:
     for size in sizes:
         began = time.perf_counter()
         if not args.reuse:
+            after = Gpu.objects.order_by("-id").values_list("id", flat=True).first() or 0
             added = fleet_grow(size, now, args.hours)
+            added["events"] = hardware_events_add(now, after_gpu_id=after)
             added |= slurm_fake_install(Path(os.environ.get("TMPDIR", "/tmp"))
                                         / f"{args.database}-slurm", now, args.jobs_per_gpu_day)
-            for entry in entries.values():
-                loop_run(app, entry)
+            for name, entry in entries.items():
+                run = loop_run(app, entry)
+                if name in MEASURED_LOOPS:
+                    print(loop_text(name, size, run, entry["schedule"]), flush=True)
             print(f"fleet: {size:,} GPUs ({added}), {time.perf_counter() - began:.0f} s to "
                   f"grow and run the loops; load average {os.getloadavg()[0]:.1f}", flush=True)
+        else:  # the loops whose output the pages read, run again (idempotent) and timed
+            for name in MEASURED_LOOPS:
+                print(loop_text(name, size, loop_run(app, entries[name]),
+                                entries[name]["schedule"]), flush=True)
         client = Client()
         client.force_login(get_user_model().objects.get(username="bench-admin"))
         measured[size] = pages_measure(client, urls, args.requests)
