@@ -4,20 +4,22 @@ number of queries whatever the number of nodes and GPUs, and no list of every GP
 Python (docs/benchmarks.md#fleet-scale)."""
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from decimal import Decimal
+from datetime import datetime
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Avg, Count, Max, OuterRef, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from accounts.models import Team
-from gpuquota.ingest.models import Sample
-from gpuquota.inventory.models import Cluster, Gpu, GpuClass, GpuHealthInterval, Node
-from gpuquota.reservations.models import Assignment
-from gpuquota.usage.conf import MAX_WINDOW_S, agent_silent_after_s
+from gpuquota.inventory.models import Cluster, GpuClass, Node
 from gpuquota.usage.fleet import PROBLEM_STATES, FleetSummary, NodeNow, fleet_now
+from gpuquota.usage.fleet_summary import (
+    assigned_ids,
+    fleet_summary_now,
+    health_ids,
+    physical_gpus,
+    silent_nodes,
+)
 
 NODES_PER_PAGE = 25
 HEALTH_STATES = ("healthy", "degraded", "failed")
@@ -83,86 +85,23 @@ def _in_force(at: datetime, start: str, end: str) -> Q:
     return Q(**{f"{start}__lte": at}) & (Q(**{f"{end}__isnull": True}) | Q(**{f"{end}__gt": at}))
 
 
-def _physical(now: datetime):
-    """The physical GPUs in service at `now`."""
-    return Gpu.objects.filter(Q(retired_at__isnull=True) | Q(retired_at__gt=now),
-                              parent__isnull=True)
-
-
-def _health_ids(now: datetime, *states: str):
-    """The GPUs with a health interval in force at `now` (of `states`, when given)."""
-    intervals = GpuHealthInterval.objects.filter(_in_force(now, "valid_from", "valid_until"))
-    return (intervals.filter(state__in=states) if states else intervals).values("gpu_id")
-
-
-def _assigned_ids(now: datetime, **reservation):
-    """The GPUs with an assignment in force at `now` (of reservations matching)."""
-    return Assignment.objects.filter(
-        _in_force(now, "assigned_from", "assigned_until"),
-        **{f"reservation__{k}": v for k, v in reservation.items()}).values("gpu_id")
-
-
-def _silent(now: datetime) -> Q:
-    cutoff = now - timedelta(seconds=agent_silent_after_s())
-    return Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=cutoff)
-
-
-def _util_mean(now: datetime) -> Decimal | None:
-    """Over the in-service GPUs of reporting nodes that are not failed: the mean of each
-    one's utilization in its last window (the busiest of its MIG devices'). One query."""
-    last_util = Sample.objects.filter(
-        gpu_id=OuterRef("pk"),
-        window_start__gte=now - timedelta(seconds=agent_silent_after_s() + MAX_WINDOW_S),
-        window_start__lte=now,
-    ).order_by("-window_start").values("util_gpu_avg")[:1]
-    failed = _health_ids(now, "failed")
-    devices = (Gpu.objects.filter(Q(retired_at__isnull=True) | Q(retired_at__gt=now))
-               .filter(node__last_seen_at__gte=now - timedelta(seconds=agent_silent_after_s()))
-               .exclude(id__in=failed).exclude(parent_id__in=failed)
-               .annotate(physical=Coalesce("parent_id", "id"), util_now=Subquery(last_util))
-               .values("physical").annotate(util=Max("util_now")).order_by())
-    return devices.aggregate(mean=Avg("util"))["mean"]
-
-
-def fleet_summary(*, now: datetime) -> FleetSummary:
-    """The summary cards over the whole fleet, counted by the database: three queries."""
-    gpus = _physical(now).aggregate(
-        total=Count("id"), failed=Count("id", filter=Q(id__in=_health_ids(now, "failed"))),
-        degraded=Count("id", filter=Q(id__in=_health_ids(now, "degraded"))),
-        reserved=Count("id", filter=Q(id__in=_assigned_ids(now))))
-    silent = _silent(now)
-    nvml_down = Q(nvml_unavailable_since__isnull=False)
-    problem_nodes = _physical(now).filter(
-        id__in=_health_ids(now, *PROBLEM_STATES)).values("node_id")
-    nodes = Node.objects.aggregate(
-        total=Count("id"), silent=Count("id", filter=silent),
-        nvml_down=Count("id", filter=nvml_down & ~silent),
-        problems=Count("id", filter=silent | nvml_down | Q(id__in=problem_nodes)))
-    util = _util_mean(now)
-    return FleetSummary(
-        gpus=gpus["total"], failed=gpus["failed"], degraded=gpus["degraded"],
-        nodes_reporting=nodes["total"] - nodes["silent"], nodes_silent=nodes["silent"],
-        nodes_nvml_down=nodes["nvml_down"], nodes_with_problems=nodes["problems"],
-        util_mean=None if util is None else Decimal(str(util)), reserved=gpus["reserved"])
-
-
 def _gpus_matching(f: FleetFilter, *, now: datetime, team_ids: list[int]):
     """The in-service physical GPUs the GPU filters keep (the search by team name among
     `team_ids` only)."""
-    gpus = _physical(now)
+    gpus = physical_gpus(now)
     if f.gpu_class:
         gpus = gpus.filter(gpu_class_id=f.gpu_class)
     if f.health == "healthy":
-        gpus = gpus.exclude(id__in=_health_ids(now))
+        gpus = gpus.exclude(id__in=health_ids(now))
     elif f.health:
-        gpus = gpus.filter(id__in=_health_ids(now, f.health))
+        gpus = gpus.filter(id__in=health_ids(now, f.health))
     if f.reserved is not None:
-        gpus = (gpus.filter if f.reserved else gpus.exclude)(id__in=_assigned_ids(now))
+        gpus = (gpus.filter if f.reserved else gpus.exclude)(id__in=assigned_ids(now))
     if f.team:
-        gpus = gpus.filter(id__in=_assigned_ids(now, team_id=f.team))
+        gpus = gpus.filter(id__in=assigned_ids(now, team_id=f.team))
     if f.q:
         gpus = gpus.filter(Q(node__hostname__icontains=f.q) | Q(uuid__icontains=f.q) | Q(
-            id__in=_assigned_ids(now, team__name__icontains=f.q, team_id__in=team_ids)))
+            id__in=assigned_ids(now, team__name__icontains=f.q, team_id__in=team_ids)))
     return gpus
 
 
@@ -171,9 +110,9 @@ def _nodes_matching(f: FleetFilter, *, now: datetime, gpus):
     if f.cluster:
         nodes = nodes.filter(cluster_id=f.cluster)
     if f.problems:
-        problem_nodes = _physical(now).filter(
-            id__in=_health_ids(now, *PROBLEM_STATES)).values("node_id")
-        nodes = nodes.filter(_silent(now) | Q(nvml_unavailable_since__isnull=False)
+        problem_nodes = physical_gpus(now).filter(
+            id__in=health_ids(now, *PROBLEM_STATES)).values("node_id")
+        nodes = nodes.filter(silent_nodes(now) | Q(nvml_unavailable_since__isnull=False)
                              | Q(id__in=problem_nodes))
     if f.narrows_gpus:
         nodes = nodes.filter(id__in=gpus.values("node_id"))
@@ -194,12 +133,12 @@ def fleet_page(*, filters: FleetFilter, teams: list[Team], page: str | None,
     node_ids = [node.id for node in paged.object_list]
     shown_gpus = set(gpus.filter(node_id__in=node_ids).values_list("id", flat=True))
     full = {n.node.id: n for n in fleet_now(now=now, node_ids=node_ids, gpu_ids=shown_gpus)}
-    counts = {row["node_id"]: row for row in _physical(now).filter(node_id__in=node_ids)
+    counts = {row["node_id"]: row for row in physical_gpus(now).filter(node_id__in=node_ids)
               .values("node_id").order_by().annotate(
                   total=Count("id"),
-                  failed=Count("id", filter=Q(id__in=_health_ids(now, "failed"))),
-                  degraded=Count("id", filter=Q(id__in=_health_ids(now, "degraded"))),
-                  reserved=Count("id", filter=Q(id__in=_assigned_ids(now))))}
+                  failed=Count("id", filter=Q(id__in=health_ids(now, "failed"))),
+                  degraded=Count("id", filter=Q(id__in=health_ids(now, "degraded"))),
+                  reserved=Count("id", filter=Q(id__in=assigned_ids(now))))}
     none = {"total": 0, "failed": 0, "degraded": 0, "reserved": 0}
     paged.object_list = [
         NodeShown(now=full[i], gpus_total=counts.get(i, none)["total"],
@@ -210,5 +149,5 @@ def fleet_page(*, filters: FleetFilter, teams: list[Team], page: str | None,
     ]
     gpus_matching = (gpus.filter(node__in=nodes.values("id")).count()
                      if filters.cluster or filters.problems else gpus.count())
-    return FleetPage(summary=fleet_summary(now=now), page=paged,
+    return FleetPage(summary=fleet_summary_now(now=now), page=paged,
                      nodes_matching=paged.paginator.count, gpus_matching=gpus_matching)
