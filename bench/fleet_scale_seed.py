@@ -181,9 +181,10 @@ FROM inventory_gpu WHERE id > %(after)s
 
 
 def hardware_events_add(now, *, after_gpu_id: int) -> int:
-    """Hardware XIDs over the last 60 days for the GPUs after `after_gpu_id`, as the
-    reliability figures read them: one on 2 % of the GPUs (79 and 48, failures; 63, a
-    remapped row) and six failures on one GPU in 2,000 (a lemon). Events added."""
+    """Hardware XIDs received over the 60 days before the last hour for the GPUs after
+    `after_gpu_id`, as the reliability figures read them: one on 2 % of the GPUs (79 and
+    48, failures; 63, a remapped row) and six failures on one GPU in 2,000 (a lemon); none
+    recent enough to drain a node now. Events added."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -193,10 +194,11 @@ def hardware_events_add(now, *, after_gpu_id: int) -> int:
 
 EVENTS_SQL = """
 INSERT INTO ingest_gpuevent (event_id, node_id, gpu_id, ts, type, xid, received_at)
-SELECT gen_random_uuid(), g.node_id, g.id,
-       %(now)s::timestamptz - ((g.id * 7919 + k * 86400 * 9) %% 5184000) * interval '1 second',
-       'xid', CASE WHEN k > 0 THEN 79 ELSE (ARRAY[79, 48, 63])[1 + g.id %% 3] END, %(now)s
+SELECT gen_random_uuid(), g.node_id, g.id, at.ts, 'xid',
+       CASE WHEN k > 0 THEN 79 ELSE (ARRAY[79, 48, 63])[1 + g.id %% 3] END, at.ts
 FROM inventory_gpu g
 CROSS JOIN LATERAL generate_series(0, CASE WHEN g.id %% 2000 = 11 THEN 5 ELSE 0 END) k
+CROSS JOIN LATERAL (SELECT %(now)s::timestamptz - interval '1 hour'
+    - ((g.id * 7919 + k * 86400 * 9) %% 5184000) * interval '1 second' AS ts) at
 WHERE g.id > %(after)s AND g.parent_id IS NULL AND (g.id %% 50 = 7 OR g.id %% 2000 = 11)
 """
