@@ -60,7 +60,7 @@ class FleetPage:
     summary: FleetSummary
     page: Page  # of NodeShown
     nodes_matching: int
-    gpus_matching: int
+    gpus_matching: int | None
 
 
 @dataclass
@@ -147,7 +147,9 @@ def fleet_page(*, filters: FleetFilter, teams: list[Team], page: str | None,
                   reserved=counts.get(i, none)["reserved"])
         for i in node_ids
     ]
-    gpus_matching = (gpus.filter(node__in=nodes.values("id")).count()
-                     if filters.cluster or filters.problems else gpus.count())
+    gpus_matching = None  # said only when the filters narrow the GPUs
+    if filters.narrows_gpus:
+        gpus_matching = (gpus.filter(node__in=nodes.values("id")).count()
+                         if filters.cluster or filters.problems else gpus.count())
     return FleetPage(summary=fleet_summary_now(now=now), page=paged,
                      nodes_matching=paged.paginator.count, gpus_matching=gpus_matching)
