@@ -77,3 +77,8 @@ def snapshot_figures(*, snapshot: FiguresSnapshot, group: str) -> list[dict]:
         return snapshot.classes if group == "class" else snapshot.clusters
     return list(snapshot.units.filter(kind=group).order_by("key")
                 .values_list("figures", flat=True))
+
+
+def snapshot_figures_of(*, snapshot: FiguresSnapshot, kind: str, key: str) -> list[dict]:
+    """One GPU's or node's figures in the snapshot (none: not in service in its window)."""
+    return list(snapshot.units.filter(kind=kind, key=key).values_list("figures", flat=True))
