@@ -159,7 +159,7 @@ def test_index_takes_the_busiest_mig_device_and_leaves_failed_gpus_out(roles):
 
     from gpuquota.inventory.models import Gpu
     from gpuquota.usage.fleet import fleet_now
-    from gpuquota.usage.fleet_index import fleet_summary
+    from gpuquota.usage.fleet_summary import fleet_summary
 
     now = timezone.now().replace(microsecond=0)
     node = NodeFactory(last_seen_at=now)
