@@ -2,6 +2,7 @@
 upper tail of a count and the conditional (binomial) test of two rates."""
 
 import math
+from functools import lru_cache
 
 Z = 1e-300
 
@@ -54,6 +55,7 @@ def _bisect(f, lo: float, hi: float) -> float:
     return (lo + hi) / 2
 
 
+@lru_cache(maxsize=4096)  # a few counts recur across a fleet's GPUs and nodes
 def poisson_ci(k: int, *, confidence: float = 0.95) -> tuple[float, float]:
     """The exact (Garwood) interval of a Poisson mean after observing k events."""
     alpha = 1 - confidence
