@@ -108,6 +108,17 @@ def _incidents(rows: list[dict], gpus: dict[int, GpuLife]) -> list[Incident]:
     return sorted(found, key=lambda i: (i.at, i.gpu_id))
 
 
+HARDWARE = Q(type__in=HARDWARE_EVENT_TYPES) | Q(type=EventType.XID, xid__in=HARDWARE_XIDS)
+
+
+def gpus_incidents(*, gpus: dict[int, GpuLife], since: datetime,
+                   as_of: datetime) -> list[Incident]:
+    """The hardware incidents of a few `gpus` (and their MIG devices) in [since, as_of]."""
+    events = GpuEvent.objects.filter(HARDWARE, Q(gpu_id__in=gpus) | Q(gpu__parent_id__in=gpus),
+                                     ts__gte=since, ts__lte=as_of)
+    return _incidents(list(events.values("gpu_id", "gpu__parent_id", "ts", "type", "xid")), gpus)
+
+
 def fleet_history(*, as_of: datetime, since: datetime | None = None,
                   gpu_class_ids: set[int] | None = None) -> History:
     """The GPUs commissioned by `as_of` (of `gpu_class_ids` only, when given: a GPU's or
@@ -124,9 +135,7 @@ def fleet_history(*, as_of: datetime, since: datetime | None = None,
             "id", "uuid", "node_id", "node__hostname", "node__cluster__slug",
             "gpu_class__name", "commissioned_at", "retired_at")
     }
-    hardware = (Q(type__in=HARDWARE_EVENT_TYPES)
-                | Q(type=EventType.XID, xid__in=HARDWARE_XIDS))
-    events = GpuEvent.objects.filter(hardware, gpu__isnull=False, ts__lte=as_of)
+    events = GpuEvent.objects.filter(HARDWARE, gpu__isnull=False, ts__lte=as_of)
     intervals = GpuHealthInterval.objects.filter(
         state=GpuHealthInterval.State.FAILED, valid_from__lte=as_of)
     if gpu_class_ids is not None:

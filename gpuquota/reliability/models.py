@@ -108,3 +108,49 @@ class Rma(models.Model):
 
     def __str__(self) -> str:
         return f"RMA of {self.serial} ({self.gpu})"
+
+
+class FiguresSnapshot(models.Model):
+    """The fleet's reliability figures as of an instant, written by the `reliability.figures`
+    task (docs/reliability.md#figures): what the fleet page, the API's present figures and
+    /metrics read, instead of replaying every GPU's history at each request."""
+
+    as_of = WholeSecondDateTimeField(unique=True, help_text="What was recorded by then counts")
+    days = models.PositiveIntegerField(help_text="The figures' window")
+    took_s = models.FloatField(help_text="How long the computation took (wall seconds)")
+    classes = models.JSONField(default=list, help_text="Figures per class")
+    clusters = models.JSONField(default=list, help_text="Figures per cluster")
+    by = models.JSONField(default=dict, help_text="Failures by component and by action")
+    drift = models.JSONField(default=list)
+    gpu_lemons = models.JSONField(default=list)
+    node_lemons = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-as_of"]
+
+    def __str__(self) -> str:
+        return f"reliability figures as of {self.as_of:%Y-%m-%d %H:%M}"
+
+
+class UnitFigures(models.Model):
+    """One GPU's or node's figures of a snapshot (the API's `group=gpu` and `group=node`)."""
+
+    class Kind(models.TextChoices):
+        GPU = "gpu", "GPU"
+        NODE = "node", "Node"
+
+    snapshot = models.ForeignKey(FiguresSnapshot, on_delete=models.CASCADE, related_name="units")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    key = models.CharField(max_length=255, help_text="The GPU's UUID, or cluster/hostname")
+    figures = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["snapshot", "kind", "key"],
+                                    name="unit_figures_one_per_key"),
+            models.CheckConstraint(condition=Q(kind__in=["gpu", "node"]),
+                                   name="unit_figures_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key}"

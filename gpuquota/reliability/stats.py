@@ -3,6 +3,7 @@ upper tail of a count, the conditional (binomial) test of two rates and Fisher's
 combination of independent p-values."""
 
 import math
+from functools import lru_cache
 
 Z = 1e-300
 
@@ -55,6 +56,7 @@ def _bisect(f, lo: float, hi: float) -> float:
     return (lo + hi) / 2
 
 
+@lru_cache(maxsize=4096)  # a few counts recur across a fleet's GPUs and nodes
 def poisson_ci(k: int, *, confidence: float = 0.95) -> tuple[float, float]:
     """The exact (Garwood) interval of a Poisson mean after observing k events."""
     alpha = 1 - confidence

@@ -19,7 +19,7 @@ def fleet_reliability(request):
     """The fleet reliability page (admins)."""
     require_admin(request.user)
     now = timezone.now().replace(microsecond=0)
-    return render(request, "reliability/fleet.html", reliability_page(as_of=now))
+    return render(request, "reliability/fleet.html", reliability_page(now=now))
 
 
 @login_required

@@ -134,6 +134,7 @@ class FleetSummary:
     nodes_with_problems: int
     util_mean: Decimal | None
     reserved: int
+    as_of: datetime | None = None  # when counted by the task; None: now
 
     @property
     def usable(self) -> int:

@@ -1,4 +1,21 @@
 from django import forms
+from django.forms.utils import flatatt
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+
+
+class PlainSelect(forms.Select):
+    """A select whose options are written in one pass, not through a template each: the
+    team filter lists every team the viewer may see (2,000 at 100,000 GPUs: half a second
+    of CPU through the widget's templates, issue 34)."""
+
+    def render(self, name, value, attrs=None, renderer=None):
+        chosen = "" if value is None else str(value)
+        options = format_html_join("", '<option value="{}"{}>{}</option>', (
+            (key, mark_safe(" selected") if str(key) == chosen else "", label)
+            for key, label in self.choices))
+        return format_html('<select name="{}"{}>{}</select>', name,
+                           flatatt(self.build_attrs(self.attrs, attrs)), options)
 
 
 class HealthRecoverForm(forms.Form):
@@ -27,7 +44,8 @@ class FleetFilterForm(forms.Form):
     reserved = forms.TypedChoiceField(
         required=False, empty_value=None, coerce=lambda v: v == "yes",
         choices=[("", "Reserved or not"), ("yes", "Reserved now"), ("no", "Unreserved now")])
-    team = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
+    team = forms.TypedChoiceField(required=False, coerce=int, empty_value=None,
+                                  widget=PlainSelect)
     problems = forms.BooleanField(required=False, label="Only problems")
 
     def __init__(self, data, *, classes, clusters, teams):

@@ -185,3 +185,23 @@ class NodeSilence(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node} silent since {self.last_seen_at or 'never'}"
+
+
+class FleetSummarySnapshot(models.Model):
+    """The fleet page's summary cards as counted by the `usage.fleet_summary` task each
+    minute (docs/benchmarks.md#fleet-scale: the mean utilization now reads every GPU's last
+    window, seconds at 100,000 GPUs); the page counts live when none is recent."""
+
+    at = WholeSecondDateTimeField(unique=True)
+    gpus = models.PositiveIntegerField()
+    failed = models.PositiveIntegerField()
+    degraded = models.PositiveIntegerField()
+    reserved = models.PositiveIntegerField()
+    nodes_reporting = models.PositiveIntegerField()
+    nodes_silent = models.PositiveIntegerField()
+    nodes_nvml_down = models.PositiveIntegerField()
+    nodes_with_problems = models.PositiveIntegerField()
+    util_mean = models.DecimalField(max_digits=7, decimal_places=3, null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"fleet summary at {self.at:%Y-%m-%d %H:%M}"

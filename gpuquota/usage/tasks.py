@@ -10,6 +10,7 @@ from django.utils.dateparse import parse_datetime
 from gpuquota.core.retry import DB_RETRY
 from gpuquota.outbox.conf import dirty_sweep_budget_s, dirty_sweep_interval_s
 from gpuquota.usage.conf import dirty_sweep_batch
+from gpuquota.usage.fleet_summary import INTERVAL_S, fleet_summary_write
 from gpuquota.usage.services import gpu_hour_recompute
 from gpuquota.usage.silence import node_silences_scan
 from gpuquota.usage.sweep import dirty_hours_process
@@ -17,6 +18,11 @@ from gpuquota.usage.sweep import dirty_hours_process
 logger = logging.getLogger(__name__)
 
 BEAT_SCHEDULE = {
+    "usage-fleet-summary": {
+        "task": "usage.fleet_summary",
+        "schedule": float(INTERVAL_S),
+        "options": {"expires": INTERVAL_S},
+    },
     "usage-node-silences-scan": {
         "task": "usage.node_silences_scan",
         "schedule": 60.0,
@@ -55,3 +61,10 @@ def node_silences_scan_task() -> dict:
     (once each: `gpuquota.usage.silence`)."""
     done = node_silences_scan(now=timezone.now().replace(microsecond=0))
     return {"silent": done.silent, "reporting": done.reporting}
+
+
+@shared_task(name="usage.fleet_summary", **DB_RETRY)
+def fleet_summary_task() -> dict:
+    """Count the fleet page's summary cards now (idempotent: replaces the last count)."""
+    snapshot = fleet_summary_write(now=timezone.now().replace(microsecond=0))
+    return {"at": snapshot.at.isoformat(), "gpus": snapshot.gpus}

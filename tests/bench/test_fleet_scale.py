@@ -5,7 +5,8 @@ loop of the beat schedule run to its steady state at each size, and no loop's qu
 grow with the fleet, except the three known to work one object at a time (named below, with
 their figures in docs/benchmarks.md#fleet-scale); nor may any page of
 bench.fleet_scale_pages (a query per reservation, binding or GPU on a page is what this
-catches). Each loop's steady run at 128 GPUs must also stay within its calibrated number of
+catches), the reliability page and the fleet's summary reading the snapshots their loops
+wrote. Each loop's steady run at 128 GPUs must also stay within its calibrated number of
 queries and CPU seconds (tests/bench/scale_thresholds.py says how they were set and how to
 recalibrate). The large configurations are the benches."""
 
@@ -16,7 +17,7 @@ import time_machine
 
 from bench.fleet_scale import loop_run
 from bench.fleet_scale_pages import page_get, pages
-from bench.fleet_scale_seed import fleet_grow
+from bench.fleet_scale_seed import fleet_grow, hardware_events_add
 from bench.fleet_scale_slurm import slurm_fake_install
 from tests.bench import scale_thresholds
 
@@ -34,6 +35,9 @@ PER_OBJECT = {
 def test_no_loop_nor_page_issues_more_queries_on_a_larger_fleet(tmp_path, settings, client):
     from accounts.models import User
     from gpuquota.celery import app, collect_beat_schedule
+    from gpuquota.inventory.models import Gpu
+    from gpuquota.reliability.models import FiguresSnapshot
+    from gpuquota.usage.models import FleetSummarySnapshot
 
     settings.LENDING_ENABLED = True
     entries = collect_beat_schedule()
@@ -42,7 +46,9 @@ def test_no_loop_nor_page_issues_more_queries_on_a_larger_fleet(tmp_path, settin
     on_pages: dict[int, dict[str, int]] = {}
     with time_machine.travel(NOW, tick=False):
         for size in (64, 128):
+            after = Gpu.objects.order_by("-id").values_list("id", flat=True).first() or 0
             fleet_grow(size, NOW, hours=1)
+            hardware_events_add(NOW, after_gpu_id=after)
             slurm_fake_install(tmp_path, NOW, jobs_per_gpu_day=3)
             steady[size] = {}
             for name, entry in entries.items():
@@ -50,6 +56,10 @@ def test_no_loop_nor_page_issues_more_queries_on_a_larger_fleet(tmp_path, settin
                 run = loop_run(app, entry)
                 steady[size][name] = run["queries"]
                 measured[name] = {"queries": run["queries"], "cpu_s": run["cpu"] + run["pg"]}
+            # the reliability page and the fleet's summary cards read what their loops
+            # wrote (reliability.figures, usage.fleet_summary), not a count of their own
+            assert list(FiguresSnapshot.objects.values_list("as_of", flat=True)) == [NOW]
+            assert list(FleetSummarySnapshot.objects.values_list("gpus", flat=True)) == [size]
             client.force_login(User.objects.get(username="bench-admin"))
             on_pages[size] = {}
             for name, url in pages(team="team-0", cluster="cluster-0").items():

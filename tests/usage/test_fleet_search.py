@@ -147,8 +147,10 @@ def test_query_count_is_the_same_for_a_small_and_a_large_fleet(client, roles, pa
     small_or_large(roles, NODES_PER_PAGE + 5, 4)  # more than a page of nodes
     with CaptureQueriesContext(connection) as large:
         body = get(client, **params)
-    # 16, reclaim's fleet figures (2, 3 with no amount: its currency), telemetry's (2)
-    assert len(large) == len(small) <= 21
+    # 21 (the filters' choices 3, the summary 4: no recent snapshot, counted now, the
+    # page's nodes 5, fleet_now 5...), reclaim's fleet figures (2, 3 with no amount: its
+    # currency), telemetry's (2)
+    assert len(large) == len(small) <= 26
     assert len(nodes_shown(body)) == NODES_PER_PAGE
 
 
@@ -156,7 +158,8 @@ def test_index_takes_the_busiest_mig_device_and_leaves_failed_gpus_out(roles):
     import uuid
 
     from gpuquota.inventory.models import Gpu
-    from gpuquota.usage.fleet_index import fleet_index, index_summary
+    from gpuquota.usage.fleet import fleet_now
+    from gpuquota.usage.fleet_summary import fleet_summary
 
     now = timezone.now().replace(microsecond=0)
     node = NodeFactory(last_seen_at=now)
@@ -168,7 +171,24 @@ def test_index_takes_the_busiest_mig_device_and_leaves_failed_gpus_out(roles):
     minute_samples(failed, now - timedelta(minutes=3), 3, util=90)
     GpuHealthInterval.objects.create(gpu=failed, state="failed", reason="gpu_lost",
                                      valid_from=now - timedelta(minutes=1))
-    [row] = fleet_index(now=now)
-    assert [(g.id, g.util) for g in row.gpus] == [(gpu.id, 70), (failed.id, None)]
-    summary = index_summary([row])
+    [row] = fleet_now(now=now, node_ids=[node.id], gpu_ids={gpu.id, failed.id})
+    assert [(g.gpu.id, g.util) for g in row.gpus] == [(gpu.id, 70), (failed.id, None)]
+    summary = fleet_summary(now=now)
     assert (summary.gpus, summary.failed, summary.util_mean) == (2, 1, 70)
+
+
+def test_the_summary_is_read_from_the_last_minute_count_else_counted_now(client, roles, clock):
+    from gpuquota.usage.fleet_summary import FRESH_S, fleet_summary_now
+    from gpuquota.usage.tasks import fleet_summary_task
+
+    now = clock.now
+    small_or_large(roles, 2, 2)
+    fleet_summary_task.apply()
+    make_gpu(node=NodeFactory(last_seen_at=now))  # after the count: shown a minute later
+    counted = fleet_summary_now(now=now)
+    assert (counted.gpus, counted.failed, counted.reserved) == (4, 2, 2)
+    assert counted.as_of is not None and counted.util_mean == 50
+    client.force_login(roles.admin)
+    assert 'id="fleet-summary-as-of"' in get(client)
+    live = fleet_summary_now(now=now + timedelta(seconds=FRESH_S + 1))
+    assert (live.gpus, live.as_of) == (5, None)
