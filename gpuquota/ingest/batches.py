@@ -11,11 +11,12 @@ from django.db.models import Value
 from django.db.models.functions import Coalesce, Least
 
 from gpuquota.ingest import conf
+from gpuquota.ingest.columns import records_judge
 from gpuquota.ingest.models import AgentBatch, EventType, NodeBoot
 from gpuquota.ingest.parsing import instant_parse
 from gpuquota.ingest.partitions import partitions_ensure
 from gpuquota.ingest.placement import gpus_place
-from gpuquota.ingest.records import GpuRef, Judge, records_judge
+from gpuquota.ingest.records import GpuRef, Judge
 from gpuquota.ingest.rows import Rows, rows_days, rows_judge
 from gpuquota.ingest.storage import EVENTS, PROCESSES, SAMPLES, records_store
 from gpuquota.inventory.models import Node
