@@ -144,17 +144,20 @@ def _copy_new(table: Table, rows: list[tuple]) -> Stored | None:
 
 
 def _hours_touched(table: Table, rows: list[tuple]) -> list[tuple[int, datetime]]:
-    """(gpu_id, hour) for every hour that a row's window touches, the hours worked out once
-    per window (a batch's windows repeat for each of its GPUs)."""
-    gpu = table.columns.index(table.gpu_column)
-    start = table.columns.index(table.start_column)
-    end = table.columns.index(table.end_column) if table.end_column else start
-    hours = {}
-    for window in set(map(itemgetter(start, end), rows)):
-        last = window[1] - ONE_SECOND if table.end_column else window[1]
-        hours[window] = {hour_floor(window[0].astimezone(UTC)), hour_floor(last.astimezone(UTC))}
-    return sorted({(row[gpu], hour) for row in rows if row[gpu] is not None
-                   for hour in hours[row[start], row[end]]})
+    """(gpu_id, hour) for every hour that a row's window touches: the hours (in epoch hours)
+    worked out once per window (a batch's windows repeat for each of its GPUs), paired with
+    the GPUs in C."""
+    gpu = itemgetter(table.columns.index(table.gpu_column))
+    window = itemgetter(table.columns.index(table.start_column),
+                        table.columns.index(table.end_column or table.start_column))
+    last_s = 1 if table.end_column else 0  # a window's last second is in its last hour
+    hours = {bounds: frozenset({int(bounds[0].timestamp()) // 3600,
+                                (int(bounds[1].timestamp()) - last_s) // 3600})
+             for bounds in set(map(window, rows))}
+    pairs = set(zip(map(gpu, rows), map(hours.__getitem__, map(window, rows)), strict=True))
+    return sorted((gpu_id, datetime.fromtimestamp(3600 * hour, UTC))
+                  for gpu_id, hour in {(gpu_id, hour) for gpu_id, found in pairs
+                                       if gpu_id is not None for hour in found})
 
 
 def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
