@@ -8,15 +8,14 @@ from gpuquota.ingest import conf
 from gpuquota.ingest.models import NodeToken
 from gpuquota.inventory.models import Node
 
-quote_name = connection.ops.quote_name
-
 
 def node_for_token(*, key: str) -> Node | None:
     """The node a live (not revoked) token authenticates, or None."""
     if not key.startswith("gqn_"):
         return None
     # Raw SQL: every batch asks, and the ORM's query building costs more than the query.
-    columns = ", ".join(f"n.{quote_name(f.column)}" for f in Node._meta.concrete_fields)
+    quote = connection.ops.quote_name
+    columns = ", ".join(f"n.{quote(f.column)}" for f in Node._meta.concrete_fields)
     found = Node.objects.raw(
         f"SELECT {columns} FROM {Node._meta.db_table} n JOIN {NodeToken._meta.db_table} t "
         "ON t.node_id = n.id WHERE t.key_hash = %s AND t.revoked_at IS NULL",
