@@ -53,10 +53,15 @@ class ServerCpu:
         self._stop = threading.Event()
 
     def _backends(self) -> list[int]:
-        return [row[0] for row in self.conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND "
-            "backend_type = 'client backend' AND pid <> pg_backend_pid() AND "
-            "application_name <> %s", [SWEEPER])]
+        return [
+            row[0]
+            for row in self.conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND "
+                "backend_type = 'client backend' AND pid <> pg_backend_pid() AND "
+                "application_name <> %s",
+                [SWEEPER],
+            )
+        ]
 
     def _read(self, baseline: bool) -> None:
         for kind, pids in (("server", self.pids), ("db", self._backends())):
@@ -85,8 +90,11 @@ class ServerCpu:
         spent = {"server": 0.0, "db": 0.0}
         for (kind, pid), value in self.last.items():
             spent[kind] += value - self.first.get((kind, pid), 0.0)
-        return {"server_cpu_s": spent["server"], "db_cpu_s": spent["db"],
-                "cpu_s": spent["server"] + spent["db"]}
+        return {
+            "server_cpu_s": spent["server"],
+            "db_cpu_s": spent["db"],
+            "cpu_s": spent["server"] + spent["db"],
+        }
 
 
 def sweeper(ready, senders_done, results) -> None:
@@ -113,6 +121,7 @@ def sweeper(ready, senders_done, results) -> None:
     while DirtyGpuHour.objects.exists():
         marks += dirty_hours_process(limit=5000)
     drain_s = time.perf_counter() - ended
-    results.put({"marks": marks, "drain_s": drain_s,
-                 "cpu_s": time.process_time() - cpu + pg_cpu_s() - db})
+    results.put(
+        {"marks": marks, "drain_s": drain_s, "cpu_s": time.process_time() - cpu + pg_cpu_s() - db}
+    )
     connection.close()
