@@ -11,8 +11,19 @@ own token and 8 GPUs), then:
 2. http: `--concurrency` senders (processes, keep-alive http.client) post pre-built batches
    for all the nodes to POST /api/v1/agent/batches; every answer must be 202.
 
-It prints, per round and as the median of `--rounds` rounds, both rates, their ratio and
-the request latency percentiles. It is not a test. Batches of 1000 samples stand for an
+It prints, per round and as the median of `--rounds` rounds, both rates and their ratio
+(the wall ratio), the CPU seconds a sample costs each (COPY: its process and its PostgreSQL
+backend; HTTP: gunicorn's processes and their backends, `bench.ingest_cpu`) and their ratio
+(the CPU ratio: COPY's cost over ours, the wall ratio's measure on a machine shared with
+other work), and the request latency percentiles; then one line
+
+    RESULT ingest batch_samples=<n> rounds=<n> wall_ratio=<median> wall_ratio_spread=<min-max>
+        cpu_ratio=<median> cpu_ratio_spread=<min-max> raw_cpu_us=<n> http_cpu_us=<n> ...
+
+With `--sweep` the rollup sweep runs beside the senders (its own process, back to back, as
+a worker would) and each round also says what it cost and how long its marks took to drain
+after the senders were done: samples / (send time + drain time) is what ingestion and
+rollups sustain together on this machine. It is not a test. Batches of 1000 samples stand for an
 agent catching up on a backlog; an agent's steady-state batch (one window of its GPUs) is
 dominated by the per-request cost: try `--batch-samples 64`.
 """
@@ -32,6 +43,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+
+from bench.ingest_cpu import ServerCpu, children, sweeper
+from bench.table_stats import backend_cpu_s
 
 ROOT = Path(__file__).resolve().parent.parent
 PG = "postgres://postgres@127.0.0.1:5432"
@@ -129,7 +143,7 @@ def sender(port: int, jobs: list[tuple[str, bytes]], ready, start, results) -> N
 
 
 def http_run(port: int, nodes: list[dict], *, batches_per_node: int, windows: int,
-             concurrency: int, base: datetime) -> dict:
+             concurrency: int, base: datetime, cpu: ServerCpu, sweep: bool) -> dict:
     jobs = []
     for b in range(batches_per_node):
         for node in nodes:
@@ -140,13 +154,22 @@ def http_run(port: int, nodes: list[dict], *, batches_per_node: int, windows: in
     ready, start, results = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=sender, args=(port, share, ready, start, results))
              for share in shares]
+    if sweep:
+        senders_done, swept = ctx.Event(), ctx.Queue()
+        procs.append(ctx.Process(target=sweeper, args=(ready, senders_done, swept)))
     for proc in procs:
         proc.start()
     for _ in procs:
         ready.acquire()
+    cpu.start()
     began = time.perf_counter()
     start.set()
-    outcomes = [results.get() for _ in procs]
+    outcomes = [results.get() for _ in shares]
+    sweep_result = None
+    if sweep:
+        senders_done.set()
+        sweep_result = swept.get()
+    spent = cpu.stop()
     for proc in procs:
         proc.join()
     elapsed = max(o[3] for o in outcomes) - began
@@ -154,7 +177,7 @@ def http_run(port: int, nodes: list[dict], *, batches_per_node: int, windows: in
     failures = [f for o in outcomes for f in o[2]]
     stored = sum(o[0] for o in outcomes)
     return {"samples": stored, "seconds": elapsed, "rate": stored / elapsed,
-            "batches": len(jobs), "failures": failures,
+            "batches": len(jobs), "failures": failures, **spent, "sweep": sweep_result,
             "p50_ms": 1000 * latencies[len(latencies) // 2],
             "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
             "max_ms": 1000 * latencies[-1], "mean_ms": 1000 * statistics.fmean(latencies)}
@@ -182,6 +205,9 @@ def raw_run(database: str, gpu_ids: list[int], *, rows: int, base: datetime) -> 
         w += 1
     data = data[:rows]
     with psycopg.connect(f"{PG}/{database}") as conn:
+        backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        conn.commit()
+        db_cpu, cpu = backend_cpu_s(backend), time.process_time()
         began = time.perf_counter()
         for offset in range(0, len(data), 10_000):
             with conn.cursor() as cursor, cursor.copy(
@@ -192,7 +218,9 @@ def raw_run(database: str, gpu_ids: list[int], *, rows: int, base: datetime) -> 
                     copy.write_row(row)
             conn.commit()
         elapsed = time.perf_counter() - began
-    return {"samples": len(data), "seconds": elapsed, "rate": len(data) / elapsed}
+        cpu = time.process_time() - cpu + backend_cpu_s(backend) - db_cpu
+    return {"samples": len(data), "seconds": elapsed, "rate": len(data) / elapsed,
+            "cpu_s": cpu}
 
 
 def free_port() -> int:
@@ -229,6 +257,10 @@ def main() -> None:
     parser.add_argument("--raw-rows", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3,
                         help="raw + HTTP rounds, median reported (shared machines are noisy)")
+    parser.add_argument("--sweep", action="store_true",
+                        help="run the rollup sweep beside the senders (a process of its own, "
+                             "back to back) and report its CPU and how long its marks took to "
+                             "drain after the senders were done")
     parser.add_argument("--fleet-gpus", type=int, default=0,
                         help="first grow bench.fleet_scale's fleet to this many GPUs (its last "
                              "hour of rollups and the open hour's samples) beside the senders")
@@ -272,13 +304,15 @@ def main() -> None:
         gpu_ids = list(Gpu.objects.filter(node__hostname__startswith="bench-").values_list(
             "id", flat=True))
         connection.close()
+        server_pids = [server.pid, *children(server.pid)]
         for number in range(args.rounds):
             # Each round: fresh identities, raw load then HTTP, back to back.
             raw = raw_run(args.database, gpu_ids, rows=args.raw_rows,
                           base=raw_base - number * timedelta(days=1))
             result = http_run(port, nodes, batches_per_node=args.batches_per_node,
                               windows=windows, concurrency=args.concurrency,
-                              base=base + number * span)
+                              base=base + number * span, sweep=args.sweep,
+                              cpu=ServerCpu(f"{PG}/{args.database}", server_pids))
             rounds.append((raw, result))
     finally:
         os.killpg(server.pid, signal.SIGTERM)
@@ -286,30 +320,63 @@ def main() -> None:
     report(args, windows, rounds)
 
 
+def _us(cpu_s: float, samples: int) -> float:
+    return 1e6 * cpu_s / samples
+
+
 def report(args, windows: int, rounds: list) -> None:
     print(f"setup: {args.nodes} nodes x {args.gpus_per_node} GPUs sending, a fleet of "
           f"{args.fleet_gpus:,} GPUs beside them, "
           f"{windows * args.gpus_per_node} samples per batch, {rounds[0][1]['batches']} batches "
           f"per round, {args.concurrency} concurrent senders, gunicorn {args.workers} workers, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    failures = []
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
+          + (", the rollup sweep beside them" if args.sweep else ""))
+    failures, figures = [], []
     for number, (raw, result) in enumerate(rounds, 1):
         failures += result["failures"]
-        print(f"round {number}: raw COPY {raw['rate']:,.0f} samples/s | HTTP "
-              f"{result['rate']:,.0f} samples/s ({result['samples']} in "
-              f"{result['seconds']:.1f} s) | ratio {result['rate'] / raw['rate']:.3f} | "
-              f"latency p50 {result['p50_ms']:.0f} ms, p99 {result['p99_ms']:.0f} ms, "
+        raw_us = _us(raw["cpu_s"], raw["samples"])
+        http_us = _us(result["cpu_s"], result["samples"])
+        figure = {"wall": result["rate"] / raw["rate"], "cpu": raw_us / http_us,
+                  "raw_us": raw_us, "http_us": http_us, **result}
+        print(f"round {number}: raw COPY {raw['rate']:,.0f} samples/s, {raw_us:.1f} us CPU a "
+              f"sample | HTTP {result['rate']:,.0f} samples/s ({result['samples']} in "
+              f"{result['seconds']:.1f} s), {http_us:.1f} us CPU a sample (gunicorn "
+              f"{_us(result['server_cpu_s'], result['samples']):.1f} + PostgreSQL "
+              f"{_us(result['db_cpu_s'], result['samples']):.1f}) | wall ratio "
+              f"{figure['wall']:.3f}, CPU ratio {figure['cpu']:.3f} | latency p50 "
+              f"{result['p50_ms']:.0f} ms, p99 {result['p99_ms']:.0f} ms, "
               f"max {result['max_ms']:.0f} ms")
-    raw_rate = statistics.median(raw["rate"] for raw, _ in rounds)
-    http_rate = statistics.median(result["rate"] for _, result in rounds)
-    ratio = statistics.median(result["rate"] / raw["rate"] for raw, result in rounds)
-    p99 = statistics.median(result["p99_ms"] for _, result in rounds)
-    print(f"median of {len(rounds)} rounds: raw COPY (binary, 10k rows/txn, 1 process) "
-          f"{raw_rate:,.0f} samples/s; HTTP end to end {http_rate:,.0f} samples/s; "
-          f"ratio {ratio:.3f} (target >= 0.25); p99 {p99:.0f} ms (target < 250)")
+        if result["sweep"]:
+            sweep = result["sweep"]
+            figure["sustained"] = result["samples"] / (result["seconds"] + sweep["drain_s"])
+            print(f"  sweep beside it: {sweep['marks']:,} GPU-hours recomputed, "
+                  f"{_us(sweep['cpu_s'], result['samples']):.1f} us CPU a sample, drained "
+                  f"{sweep['drain_s']:.1f} s after the senders; ingested and rolled up "
+                  f"{figure['sustained']:,.0f} samples/s")
+        figures.append(figure)
+    print(_result_line(args, windows, figures))
     if failures:
         print(f"FAILURES: {len(failures)}, first: {failures[0]}")
         raise SystemExit(1)
+
+
+def _result_line(args, windows: int, figures: list[dict]) -> str:
+    """Medians of the rounds, the ratios' spread (min-max) beside them."""
+    def median(key: str) -> float:
+        return statistics.median(f[key] for f in figures)
+
+    def spread(key: str) -> str:
+        return f"{min(f[key] for f in figures):.3f}-{max(f[key] for f in figures):.3f}"
+
+    line = (f"RESULT ingest batch_samples={windows * args.gpus_per_node} rounds={len(figures)} "
+            f"wall_ratio={median('wall'):.3f} wall_ratio_spread={spread('wall')} "
+            f"cpu_ratio={median('cpu'):.3f} cpu_ratio_spread={spread('cpu')} "
+            f"raw_cpu_us={median('raw_us'):.1f} http_cpu_us={median('http_us'):.1f} "
+            f"http_rate={median('rate'):.0f} p99_ms={median('p99_ms'):.0f}")
+    if args.sweep:
+        line += f" sustained_with_rollups={median('sustained'):.0f}"
+    return line + f" load={os.getloadavg()[0]:.1f}"
+
 
 if __name__ == "__main__":
     main()

@@ -11,11 +11,12 @@ from django.db.models import Value
 from django.db.models.functions import Coalesce, Least
 
 from gpuquota.ingest import conf
+from gpuquota.ingest.columns import records_judge
 from gpuquota.ingest.models import AgentBatch, EventType, NodeBoot
 from gpuquota.ingest.parsing import instant_parse
 from gpuquota.ingest.partitions import partitions_ensure
 from gpuquota.ingest.placement import gpus_place
-from gpuquota.ingest.records import GpuRef, Judge, records_judge
+from gpuquota.ingest.records import GpuRef, Judge
 from gpuquota.ingest.rows import Rows, rows_days, rows_judge
 from gpuquota.ingest.storage import EVENTS, PROCESSES, SAMPLES, records_store
 from gpuquota.inventory.models import Node
@@ -81,6 +82,11 @@ def _boot_of(*, node: Node, body: dict, now: datetime) -> int | None:
     boot_id = str((body["node"] or {}).get("boot_id") or "").replace("\x00", "")[:64]
     if not boot_id:
         return None
+    with connection.cursor() as cursor:  # a boot's every batch but its first
+        cursor.execute(f"SELECT id FROM {NodeBoot._meta.db_table} WHERE node_id = %s AND "
+                       "boot_id = %s", [node.pk, boot_id])
+        if found := cursor.fetchone():
+            return found[0]
     boot, _ = NodeBoot.objects.get_or_create(node=node, boot_id=boot_id,
                                              defaults={"first_received_at": now})
     return boot.pk
@@ -101,7 +107,12 @@ def _node_seen(*, node: Node, body: dict, now: datetime, skew_s: float | None,
     hostname = reported.get("hostname")
     if hostname is not None and len(hostname) > 256:
         nulled.append({"path": "node.hostname", "why": "longer than 256 characters"})
-    Node.objects.filter(pk=node.pk).update(**changes)
+    quote, adapt = connection.ops.quote_name, connection.ops.adapt_datetimefield_value
+    changes["last_seen_at"] = adapt(now)
+    with connection.cursor() as cursor:  # raw SQL: every batch writes it
+        cursor.execute(f"UPDATE {Node._meta.db_table} SET "
+                       + ", ".join(f"{quote(name)} = %s" for name in changes)
+                       + " WHERE id = %s", [*changes.values(), node.pk])
     if skew_s is not None and abs(skew_s) > conf.CLOCK_SKEW_THRESHOLD_S:
         logger.warning("node %s clock skew %.1f s (received_at - sent_at)", node, skew_s)
 
@@ -169,6 +180,5 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
         response = {"batch_id": body["batch_id"],
                     **{name: result.counts() for name, result in results.items()},
                     "rejected": rejected + outcome.rejected, "nulled": nulled + outcome.nulled}
-        AgentBatch.objects.filter(node=node, batch_id=body["batch_id"]).update(
-            response_body=response)
+        AgentBatch.objects.filter(pk=receipt_pk).update(response_body=response)
     return BatchResult(202, response)

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from gpuquota.core.models import AuditEntry
 from gpuquota.core.services import audit_record
@@ -124,6 +124,43 @@ def _refresh(gpu: Gpu, entry: dict) -> None:
         gpu.save(update_fields=changed)
 
 
+_KNOWN_FIELDS = ("uuid", "id", "node_id", "parent_id", "memory_total_bytes", "power_limit_w",
+                 "index", "last_seen_at")
+
+
+def _all_known_here(*, listed: dict, wanted: set, node: Node, now: datetime) -> dict | None:
+    """The batch's GpuRefs when every GPU it names is registered on this node as it lists it
+    (a node's every batch but its first: the common case), read without model instances;
+    else None, for `gpus_place` to register, move or refresh them."""
+    if not wanted:
+        return {}
+    table, quote = Gpu._meta.db_table, connection.ops.quote_name
+    with connection.cursor() as cursor:  # raw SQL: every batch asks
+        cursor.execute(f"SELECT {', '.join(map(quote, _KNOWN_FIELDS))} FROM {table} "
+                       f"WHERE uuid IN ({', '.join(['%s'] * len(wanted))})", list(wanted))
+        rows = cursor.fetchall()
+    if len(rows) != len(wanted):
+        return None
+    placed, seen = {}, []
+    for uuid, pk, node_id, parent_id, memory, power, index, last_seen_at in rows:
+        entry = listed[uuid][1] if uuid in listed else {}
+        if node_id != node.id or any(
+                entry.get(name) is not None and entry[name] != known
+                for name, known in (("memory_total_bytes", memory), ("power_limit_w", power),
+                                    ("index", index))):
+            return None
+        placed[uuid] = GpuRef(id=pk, physical_id=parent_id or pk, memory_total_bytes=memory,
+                              power_limit_w=power)
+        if last_seen_at != now:
+            seen.append(pk)
+    if seen:
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {table} SET last_seen_at = %s WHERE id IN "
+                           f"({', '.join(['%s'] * len(seen))})",
+                           [connection.ops.adapt_datetimefield_value(now), *seen])
+    return placed
+
+
 def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled: list,
                also: Iterable[str] = ()) -> dict:
     """Map every GPU the batch names (its records', and `also`: its rows') to a GpuRef this
@@ -139,6 +176,8 @@ def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled:
             listed[uuid] = (index, _gpu_entry_clean(entry, f"gpus[{index}]", nulled))
     wanted = set(listed) | _referenced(body) | {n for n in map(uuid_normal, also) if n}
     wanted |= {n for _, e in listed.values() if (n := uuid_normal(e.get("mig_parent_uuid")))}
+    if (placed := _all_known_here(listed=listed, wanted=wanted, node=node, now=now)) is not None:
+        return placed
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(uuid__in=wanted)}
     placed: dict = {}
     # Physical GPUs first, so a MIG device finds its parent registered.

@@ -319,19 +319,3 @@ def _finite(value) -> bool:
 
 def _int(value):
     return value if value is None or type(value) is int else int(value)
-
-
-def records_judge(*, body: dict, gpus: dict, node_id: int, now: datetime,
-                  check_age: bool = True, boot_pk: int | None = None,
-                  receipt_pk: int | None = None) -> Outcome:
-    """Rows for every record of `body` that can be stored (samples and events with the
-    batch's boot, samples and processes with its receipt); the rest listed as rejected."""
-    judge = Judge(gpus=gpus, now=now, check_age=check_age, boot_pk=boot_pk,
-                  receipt_pk=receipt_pk)
-    for index, record in enumerate(body.get("samples") or ()):
-        judge.sample(index, record, now)
-    for index, record in enumerate(body.get("processes") or ()):
-        judge.process(index, record, now)
-    for index, record in enumerate(body.get("events") or ()):
-        judge.event(index, record, node_id, now)
-    return judge.out

@@ -11,11 +11,11 @@ through the very checks an agent's does, so what is stored, nulled or rejected i
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from itertools import groupby
-from operator import is_not, itemgetter, le
+from operator import itemgetter
 
 from gpuquota.ingest import conf
+from gpuquota.ingest.columns import FLOATS, INTS, column_plain, ordered
 from gpuquota.ingest.parsing import instant_text
 from gpuquota.ingest.records import (
     INT32,
@@ -162,38 +162,6 @@ def _sample_plain(row: tuple, gpu: GpuRef, length_s: float) -> bool:
         _count_plain(ecc_uncorrected, INT64) and _count_plain(ecc_corrected, INT64))
 
 
-_PRESENT = partial(is_not, None)
-
-
-def _column_plain(values: tuple, kind: type, low: float, high: float, *,
-                  nullable: bool = True) -> bool:
-    """Whether every value of a column is None (where `nullable`) or of type `kind` in
-    [low, high] (NaN never is): `_sample_plain`'s test of one field over many rows, in C."""
-    kinds = set(map(type, values))
-    if nullable:
-        kinds.discard(type(None))
-        if not kinds:
-            return True
-        if len(kinds) != 1 or kind not in kinds:
-            return False
-        present = list(filter(_PRESENT, values)) if None in values else values
-    else:
-        if kinds != {kind}:
-            return False
-        present = values
-    if kind is float and any(map(math.isnan, present)):
-        return False
-    return low <= min(present) and max(present) <= high
-
-
-def _ordered(lows: tuple, highs: tuple) -> bool:
-    """avg <= max in every row where both are known."""
-    if None in lows or None in highs:
-        return all(a <= b for a, b in zip(lows, highs, strict=True)
-                   if a is not None and b is not None)
-    return all(map(le, lows, highs))
-
-
 def _run_plain(rows: list, gpu: GpuRef) -> bool:
     """`_sample_plain` of every row of one GPU at once (a GPU whose power limit is not
     known, as the importer's are; with one, energy's bound depends on each window)."""
@@ -201,20 +169,20 @@ def _run_plain(rows: list, gpu: GpuRef) -> bool:
      ecc_uncorrected, ecc_corrected, sm_active, sm_occupancy, tensor_active,
      dram_active) = zip(*rows, strict=True)
     memory_high = gpu.memory_total_bytes if gpu.memory_total_bytes is not None else INT64
-    return (_column_plain(readings, int, 0, INT32, nullable=False)
-            and _column_plain(util_avg, float, 0, 100) and _column_plain(util_max, float, 0, 100)
-            and _ordered(util_avg, util_max)
-            and _column_plain(mem_avg, int, 0, memory_high)
-            and _column_plain(mem_max, int, 0, memory_high) and _ordered(mem_avg, mem_max)
-            and _column_plain(power, float, 0, math.inf) and math.inf not in power
-            and _column_plain(energy, float, 0, math.inf) and math.inf not in energy
-            and _column_plain(temp, int, -40, 150)
-            and _column_plain(ecc_uncorrected, int, 0, INT64)
-            and _column_plain(ecc_corrected, int, 0, INT64)
-            and _column_plain(sm_active, float, 0, 100)
-            and _column_plain(sm_occupancy, float, 0, 100)
-            and _column_plain(tensor_active, float, 0, 100)
-            and _column_plain(dram_active, float, 0, 100))
+    return (column_plain(readings, INTS, 0, INT32, nullable=False)
+            and column_plain(util_avg, FLOATS, 0, 100) and column_plain(util_max, FLOATS, 0, 100)
+            and ordered(util_avg, util_max)
+            and column_plain(mem_avg, INTS, 0, memory_high)
+            and column_plain(mem_max, INTS, 0, memory_high) and ordered(mem_avg, mem_max)
+            and column_plain(power, FLOATS, 0, math.inf) and math.inf not in power
+            and column_plain(energy, FLOATS, 0, math.inf) and math.inf not in energy
+            and column_plain(temp, INTS, -40, 150)
+            and column_plain(ecc_uncorrected, INTS, 0, INT64)
+            and column_plain(ecc_corrected, INTS, 0, INT64)
+            and column_plain(sm_active, FLOATS, 0, 100)
+            and column_plain(sm_occupancy, FLOATS, 0, 100)
+            and column_plain(tensor_active, FLOATS, 0, 100)
+            and column_plain(dram_active, FLOATS, 0, 100))
 
 
 def _text_plain(value) -> bool:

@@ -1,20 +1,25 @@
 """Bulk storage of samples, process records and events, first stored wins.
 
-PostgreSQL: one binary `COPY` into a per-connection temporary staging table,
-then one `INSERT ... SELECT ... ON CONFLICT DO NOTHING RETURNING`; a second query
-counts conflicts only when some rows were not stored. SQLite (the embedded
-default): one `INSERT ... ON CONFLICT DO NOTHING` per row.
+PostgreSQL: one binary `COPY` straight into the table at a savepoint. Where that meets a
+record already stored (a re-sent sample under another batch id, a record stored meanwhile
+by another batch) it is undone and the rows are copied into a per-connection temporary
+staging table, then inserted by one `INSERT ... SELECT ... ON CONFLICT DO NOTHING
+RETURNING`; a second query counts conflicts only when some rows were not stored. SQLite
+(the embedded default): one `INSERT ... ON CONFLICT DO NOTHING` per row.
 """
 
 import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 
 from django.db import connection, models, transaction
+from psycopg.errors import UniqueViolation
 
 from gpuquota.core.timeutil import hour_floor
 from gpuquota.ingest.models import GpuEvent, ProcessRecord, Sample
 from gpuquota.ingest.partitions import PARTITIONED, partitions_ensure
+from gpuquota.ingest.pgnumeric import PercentBinaryDumper
 
 ONE_SECOND = timedelta(seconds=1)
 
@@ -119,6 +124,42 @@ def _stage_ensure(cursor, stage: str, table: Table, types: tuple[str, ...]) -> N
     transaction.on_commit(lambda: _staged.setdefault(raw, set()).add(stage))
 
 
+def _copy_new(table: Table, rows: list[tuple]) -> Stored | None:
+    """Rows none of which is stored yet (nearly always) straight into the table: one binary
+    `COPY` at a savepoint, about half of what staging them costs PostgreSQL. None, with
+    nothing written, when one is stored already or being stored by another batch."""
+    columns = ", ".join(_q(c) for c in table.columns)
+    types = tuple("numeric" if f.get_internal_type() == "DecimalField" else t
+                  for f, t in zip(_fields(table), _stage_types(table), strict=True))
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.adapters.register_dumper(None, PercentBinaryDumper)
+            with cursor.copy(f"COPY {table.name} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(types)
+                for row in rows:
+                    copy.write_row(row)
+    except UniqueViolation:
+        return None
+    return Stored(len(rows), 0, 0, _hours_touched(table, rows))
+
+
+def _hours_touched(table: Table, rows: list[tuple]) -> list[tuple[int, datetime]]:
+    """(gpu_id, hour) for every hour that a row's window touches: the hours (in epoch hours)
+    worked out once per window (a batch's windows repeat for each of its GPUs), paired with
+    the GPUs in C."""
+    gpu = itemgetter(table.columns.index(table.gpu_column))
+    window = itemgetter(table.columns.index(table.start_column),
+                        table.columns.index(table.end_column or table.start_column))
+    last_s = 1 if table.end_column else 0  # a window's last second is in its last hour
+    hours = {bounds: frozenset({int(bounds[0].timestamp()) // 3600,
+                                (int(bounds[1].timestamp()) - last_s) // 3600})
+             for bounds in set(map(window, rows))}
+    pairs = set(zip(map(gpu, rows), map(hours.__getitem__, map(window, rows)), strict=True))
+    return sorted((gpu_id, datetime.fromtimestamp(3600 * hour, UTC))
+                  for gpu_id, hour in {(gpu_id, hour) for gpu_id, found in pairs
+                                       if gpu_id is not None for hour in found})
+
+
 def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
     if table.model in PARTITIONED:
         # Normally made already (before the batch's transaction): then this is a cache hit.
@@ -126,6 +167,11 @@ def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
         # a batch's windows repeat for every GPU: each instant converted once
         partitions_ensure(days={instant.astimezone(UTC).date()
                                 for instant in {row[at] for row in rows}})
+    return _copy_new(table, rows) or _staged_store(table, rows)
+
+
+def _staged_store(table: Table, rows: list[tuple]) -> Stored:
+    """Rows of which some are stored already: staged, then inserted where new."""
     stage = _stage_name(table)
     columns = ", ".join(_q(c) for c in table.columns)
     key = ", ".join(_q(c) for c in table.key)

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuquota.ingest.records import GpuRef, Judge, records_judge
+from gpuquota.ingest.columns import records_judge
+from gpuquota.ingest.records import GpuRef, Judge
 from gpuquota.ingest.rows import (
     ProcessRow,
     Rows,
