@@ -73,7 +73,7 @@ def slurm_foreign_use(*, clusters, period, team=None) -> list[ForeignUse]:
     account that is not the team's and not a borrower's. Evidence is the GPUs slurmctld
     said the job held while it ran (SlurmJobGpu), whatever the binding level; a job never
     seen running (shorter than the observation interval) counts by its nodes, and only where
-    the reservation held them whole. Five queries, whatever the reservations and jobs."""
+    the reservation held them whole. Six queries, whatever the reservations and jobs."""
     bindings = ReservationBinding.objects.filter(
         reservation__end__gt=period.start, reservation__start__lt=period.end,
         reservation__assignments__gpu__node__cluster__in=clusters,
@@ -97,8 +97,9 @@ def slurm_foreign_use(*, clusters, period, team=None) -> list[ForeignUse]:
     # the held reservations' clusters only: a job never seen running is matched by node,
     # on its reservation's cluster (issue 34: every Slurm cluster's, 30,000 jobs on a
     # team's page at 100,000 GPUs)
-    jobs = _jobs({one["cluster_id"] for one in held.values()}, rows, lo, hi,
-                 unobserved=any(b.level in WHOLE for b in bindings if b.reservation_id in held))
+    whole = {(one["cluster_id"], node) for b in bindings if b.level in WHOLE
+             and (one := held.get(b.reservation_id)) is not None for node in one["nodes"]}
+    jobs = _jobs(rows, lo, hi, whole_nodes=whole)
     found = []
     for binding in bindings:
         if (one := held.get(binding.reservation_id)) is not None:
@@ -141,22 +142,28 @@ def _rows_on(held: dict, lo, hi) -> dict[int, list[SlurmJobGpu]]:
     return by_gpu
 
 
-def _jobs(cluster_ids: set[int], rows: dict, lo, hi, unobserved: bool) -> dict:
-    """The jobs that may be foreign use in [lo, hi): those seen on `rows`, and (when a
-    binding holds whole nodes) those never seen running, by `(cluster id, job id)` and, for
-    those never seen, by `(cluster id, node)`, newest first."""
+def _jobs(rows: dict, lo, hi, whole_nodes: set[tuple[int, str]]) -> dict:
+    """The jobs that may be foreign use in [lo, hi): those seen on `rows`, and those never
+    seen running on a node a binding holds whole (`whole_nodes`: (cluster id, node)), by
+    `(cluster id, job id)` and, for those never seen, by `(cluster id, node)`. The never-seen
+    jobs of those clusters are first read as their nodes only (a cluster's period may hold
+    tens of thousands), and whole only where one of their nodes is held."""
     seen = {(row.cluster_id, row.job_id) for gpu_rows in rows.values() for row in gpu_rows}
+    running = SlurmJob.objects.filter(started_at__lt=hi, started_at__isnull=False).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=lo)).exclude(
+        account=LENDING_ACCOUNT).exclude(qos=SCAVENGER_QOS).exclude(gpus=0)
     which = Q(pk__in=[])
     for cluster_id in {c for c, _ in seen}:
         which |= Q(cluster_id=cluster_id, job_id__in=[j for c, j in seen if c == cluster_id])
-    if unobserved:
-        which |= Q(cluster_id__in=cluster_ids) & ~Exists(SlurmJobGpu.objects.filter(
-            cluster_id=OuterRef("cluster_id"), job_id=OuterRef("job_id")))
+    if whole_nodes:
+        never_seen = running.filter(cluster_id__in={c for c, _ in whole_nodes}).exclude(
+            Exists(SlurmJobGpu.objects.filter(cluster_id=OuterRef("cluster_id"),
+                                              job_id=OuterRef("job_id"))))
+        which |= Q(pk__in=[pk for pk, cluster_id, nodes in never_seen.values_list(
+            "pk", "cluster_id", "nodes").iterator()
+            if any((cluster_id, node) in whole_nodes for node in hostlist_expand(nodes))])
     jobs = {"by_id": defaultdict(list), "by_node": defaultdict(list)}
-    for job in SlurmJob.objects.filter(
-        which, started_at__lt=hi, started_at__isnull=False,
-    ).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=lo)).exclude(
-        account=LENDING_ACCOUNT).exclude(qos=SCAVENGER_QOS).exclude(gpus=0):
+    for job in running.filter(which):
         jobs["by_id"][(job.cluster_id, job.job_id)].append(job)
         if (job.cluster_id, job.job_id) not in seen:
             for node in set(hostlist_expand(job.nodes)):
