@@ -125,7 +125,7 @@ def _refresh(gpu: Gpu, entry: dict) -> None:
 
 
 _KNOWN_FIELDS = ("uuid", "id", "node_id", "parent_id", "memory_total_bytes", "power_limit_w",
-                 "index", "last_seen_at")
+                 "index", "last_seen_at", "serial", "board_part_number")
 
 
 def _all_known_here(*, listed: dict, wanted: set, node: Node, now: datetime) -> dict | None:
@@ -142,13 +142,15 @@ def _all_known_here(*, listed: dict, wanted: set, node: Node, now: datetime) -> 
     if len(rows) != len(wanted):
         return None
     placed, seen = {}, []
-    for uuid, pk, node_id, parent_id, memory, power, index, last_seen_at in rows:
+    for uuid, pk, node_id, parent_id, memory, power, index, last_seen_at, serial, part in rows:
         entry = listed[uuid][1] if uuid in listed else {}
         if node_id != node.id or any(
                 entry.get(name) is not None and entry[name] != known
                 for name, known in (("memory_total_bytes", memory), ("power_limit_w", power),
-                                    ("index", index))):
-            return None
+                                    ("index", index))) or (parent_id is None and any(
+                (value := board_text_normalize(entry.get(name))) and value != known
+                for name, known in (("serial", serial), ("board_part_number", part)))):
+            return None  # `_refresh` stores what changed (a board's serial included)
         placed[uuid] = GpuRef(id=pk, physical_id=parent_id or pk, memory_total_bytes=memory,
                               power_limit_w=power)
         if last_seen_at != now:
