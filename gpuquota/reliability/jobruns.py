@@ -59,15 +59,46 @@ WHERE held.first_seen_at <= %(as_of)s AND job.started_at <= %(as_of)s
 """
 
 
+def _runs_rows_portable(*, since: datetime | None, as_of: datetime) -> list[tuple]:
+    """`_RUNS_SQL`'s rows without PostgreSQL's functions: three plain reads joined in Python
+    (the embedded default's fleets are small)."""
+    held = SlurmJobGpu.objects.filter(first_seen_at__lte=as_of)
+    if since is not None:
+        held = held.filter(last_seen_at__gte=since)
+    held = list(held.values_list("cluster_id", "job_id", "gpu_id", "first_seen_at",
+                                 "last_seen_at"))
+    jobs = {(c, j): rest for c, j, *rest in SlurmJob.objects.filter(
+        started_at__lte=as_of, cluster_id__in={h[0] for h in held},
+        job_id__in={h[1] for h in held}).values_list(
+        "cluster_id", "job_id", "started_at", "ended_at", "state", "gpus")}
+    physical = {pk: parent or pk for pk, parent in Gpu.objects.filter(
+        id__in={h[2] for h in held}).values_list("id", "parent_id")}
+    rows = []
+    for cluster_id, job_id, gpu_id, first_seen, last_seen in held:
+        if (job := jobs.get((cluster_id, job_id))) is None:
+            continue
+        started, ended, state, count = job
+        if first_seen > min(ended or as_of, as_of) or last_seen < started or (
+                since is not None and ended is not None and ended < since):
+            continue
+        rows.append((cluster_id, job_id, started.timestamp(),
+                     None if ended is None else ended.timestamp(), state, count,
+                     physical[gpu_id]))
+    return rows
+
+
 def job_runs(gpus: dict, *, since: datetime | None, as_of: datetime) -> list[JobRun]:
     """The Slurm runs that started by `as_of` and ran after `since`, on GPUs of `gpus`
     (physical GPU id -> anything), each with the GPUs it was seen holding while it ran
     (one query: a fleet's half year of jobs is read every time the detector runs)."""
-    sql = _RUNS_SQL.format(held=SlurmJobGpu._meta.db_table, job=SlurmJob._meta.db_table,
-                           gpu=Gpu._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, {"as_of": as_of, "since": since})
-        rows = cursor.fetchall()
+    if connection.vendor == "postgresql":
+        sql = _RUNS_SQL.format(held=SlurmJobGpu._meta.db_table, job=SlurmJob._meta.db_table,
+                               gpu=Gpu._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, {"as_of": as_of, "since": since})
+            rows = cursor.fetchall()
+    else:  # the embedded default (SQLite): the same rows, joined here
+        rows = _runs_rows_portable(since=since, as_of=as_of)
     as_of_s = as_of.timestamp()
     found: dict[tuple, JobRun] = {}
     for cluster_id, job_id, started, ended, state, count, gpu_id in rows:

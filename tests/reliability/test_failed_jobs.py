@@ -79,3 +79,21 @@ def test_a_gpu_killing_jobs_silently_is_flagged_and_replays(fleet):
     assert again.first_flagged == first
     node = next(f for f in lemons(as_of=AS_OF, kind="node") if f.key.endswith("/n03"))
     assert node.jobs_failed == 12 + 32 + 12 + 12  # its four GPUs' one-GPU jobs
+
+
+def test_the_embedded_defaults_runs_are_postgresqls(fleet):
+    """The portable read of the runs (SQLite, the demo) gives the PostgreSQL query's rows."""
+    from django.db import connection
+
+    from gpuquota.inventory.models import Gpu
+    from gpuquota.reliability.jobruns import _RUNS_SQL, _runs_rows_portable
+    from gpuquota.schedulers.models import SlurmJob, SlurmJobGpu
+
+    jobs_run(fleet["gpus"], start=START, days=30, failed=_users_fail)
+    sql = _RUNS_SQL.format(held=SlurmJobGpu._meta.db_table, job=SlurmJob._meta.db_table,
+                           gpu=Gpu._meta.db_table)
+    for since, as_of in ((None, AS_OF), (START + timedelta(days=10), START + timedelta(days=20))):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, {"as_of": as_of, "since": since})
+            expected = sorted(cursor.fetchall())
+        assert expected and sorted(_runs_rows_portable(since=since, as_of=as_of)) == expected
