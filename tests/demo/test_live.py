@@ -114,6 +114,11 @@ def test_the_demo_serves_ingests_rolls_up_and_stops_with_its_children(tmp_path, 
                   "the agents' samples", log)
         _wait_for(lambda: _count(database, "usage_gpuhourusage") > seeded[1], 60,
                   "the in-process beat's rollups", log)
+        # the reliability figures are computed on SQLite too (their runs query was once
+        # PostgreSQL's own SQL: the beat retried it for ever)
+        _wait_for(lambda: _count(database, "reliability_figuressnapshot") > 0, 60,
+                  "the reliability figures", log)
+        assert "beat reliability-figures: Retry" not in log.read_text()
 
         children = _children(demo.pid)
         assert len(children) == 13  # the web server and one agent per demo node
