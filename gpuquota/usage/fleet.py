@@ -16,7 +16,8 @@ from gpuquota.usage.conf import MAX_WINDOW_S, agent_silent_after_s
 from gpuquota.usage.models import GpuHourUsage
 
 
-def _in_force(at: datetime, start: str = "valid_from", end: str = "valid_until") -> Q:
+def in_force(at: datetime, start: str = "valid_from", end: str = "valid_until") -> Q:
+    """Rows whose [start, end) holds `at` (an open end: still in force)."""
     return Q(**{f"{start}__lte": at}) & (Q(**{f"{end}__isnull": True}) | Q(**{f"{end}__gt": at}))
 
 
@@ -46,6 +47,12 @@ class NodeNow:
         return (sum(found) / len(found)).quantize(Decimal("0.1")) if found else None
 
 
+def silent_nodes(now: datetime) -> Q:
+    """Nodes whose agent has not reported for AGENT_SILENT_AFTER_S (or never)."""
+    cutoff = now - timedelta(seconds=agent_silent_after_s())
+    return Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=cutoff)
+
+
 def node_is_silent(node: Node, now: datetime) -> bool:
     """No report for AGENT_SILENT_AFTER_S (or never)."""
     return node.last_seen_at is None or (
@@ -56,8 +63,7 @@ def node_is_silent(node: Node, now: datetime) -> bool:
 def nodes_silent_count(*, now: datetime | None = None) -> int:
     """Nodes whose agent has been silent for AGENT_SILENT_AFTER_S."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=agent_silent_after_s())
-    return Node.objects.filter(Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=cutoff)).count()
+    return Node.objects.filter(silent_nodes(now)).count()
 
 
 def nodes_nvml_unavailable_count(*, now: datetime | None = None) -> int:
@@ -80,11 +86,11 @@ def fleet_now(*, now: datetime | None = None, node_ids: list[int] | None = None,
     gpus = list(in_service.select_related("gpu_class", "node__cluster"))
     physical = {g.id: GpuNow(gpu=g) for g in gpus if g.parent_id is None}
     parent_of = {g.id: g.parent_id or g.id for g in gpus}
-    for interval in GpuHealthInterval.objects.filter(_in_force(now), gpu_id__in=physical):
+    for interval in GpuHealthInterval.objects.filter(in_force(now), gpu_id__in=physical):
         physical[interval.gpu_id].health = interval.state
         physical[interval.gpu_id].health_reason = interval.reason
     running = Assignment.objects.filter(
-        _in_force(now, "assigned_from", "assigned_until"), gpu_id__in=physical
+        in_force(now, "assigned_from", "assigned_until"), gpu_id__in=physical
     ).select_related("reservation__team")
     for assignment in running:
         physical[assignment.gpu_id].assignment = assignment

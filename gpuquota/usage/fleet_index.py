@@ -12,13 +12,18 @@ from django.utils import timezone
 
 from accounts.models import Team
 from gpuquota.inventory.models import Cluster, GpuClass, Node
-from gpuquota.usage.fleet import PROBLEM_STATES, FleetSummary, NodeNow, fleet_now
+from gpuquota.usage.fleet import (
+    PROBLEM_STATES,
+    FleetSummary,
+    NodeNow,
+    fleet_now,
+    silent_nodes,
+)
 from gpuquota.usage.fleet_summary import (
     assigned_ids,
     fleet_summary_now,
     health_ids,
     physical_gpus,
-    silent_nodes,
 )
 
 NODES_PER_PAGE = 25
@@ -79,10 +84,6 @@ def fleet_choices(*, visible_team_ids: set[int] | None) -> FleetChoices:
         teams = teams.filter(id__in=visible_team_ids)
     return FleetChoices(classes=list(GpuClass.objects.order_by("name")),
                         clusters=list(Cluster.objects.order_by("name")), teams=list(teams))
-
-
-def _in_force(at: datetime, start: str, end: str) -> Q:
-    return Q(**{f"{start}__lte": at}) & (Q(**{f"{end}__isnull": True}) | Q(**{f"{end}__gt": at}))
 
 
 def _gpus_matching(f: FleetFilter, *, now: datetime, team_ids: list[int]):

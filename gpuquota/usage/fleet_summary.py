@@ -14,7 +14,7 @@ from gpuquota.ingest.models import Sample
 from gpuquota.inventory.models import Gpu, GpuHealthInterval, Node
 from gpuquota.reservations.models import Assignment
 from gpuquota.usage.conf import MAX_WINDOW_S, agent_silent_after_s
-from gpuquota.usage.fleet import PROBLEM_STATES, FleetSummary
+from gpuquota.usage.fleet import PROBLEM_STATES, FleetSummary, in_force, silent_nodes
 from gpuquota.usage.models import FleetSummarySnapshot
 
 #: How often the task counts, and how old a snapshot the page still reads.
@@ -22,10 +22,6 @@ INTERVAL_S = 60
 FRESH_S = 2 * INTERVAL_S
 FIELDS = ("gpus", "failed", "degraded", "reserved", "nodes_reporting", "nodes_silent",
           "nodes_nvml_down", "nodes_with_problems", "util_mean")
-
-
-def _in_force(at: datetime, start: str, end: str) -> Q:
-    return Q(**{f"{start}__lte": at}) & (Q(**{f"{end}__isnull": True}) | Q(**{f"{end}__gt": at}))
 
 
 def physical_gpus(now: datetime):
@@ -36,21 +32,15 @@ def physical_gpus(now: datetime):
 
 def health_ids(now: datetime, *states: str):
     """The GPUs with a health interval in force at `now` (of `states`, when given)."""
-    intervals = GpuHealthInterval.objects.filter(_in_force(now, "valid_from", "valid_until"))
+    intervals = GpuHealthInterval.objects.filter(in_force(now, "valid_from", "valid_until"))
     return (intervals.filter(state__in=states) if states else intervals).values("gpu_id")
 
 
 def assigned_ids(now: datetime, **reservation):
     """The GPUs with an assignment in force at `now` (of reservations matching)."""
     return Assignment.objects.filter(
-        _in_force(now, "assigned_from", "assigned_until"),
+        in_force(now, "assigned_from", "assigned_until"),
         **{f"reservation__{k}": v for k, v in reservation.items()}).values("gpu_id")
-
-
-def silent_nodes(now: datetime) -> Q:
-    """Nodes whose agent has not reported for AGENT_SILENT_AFTER_S (or never)."""
-    cutoff = now - timedelta(seconds=agent_silent_after_s())
-    return Q(last_seen_at__isnull=True) | Q(last_seen_at__lt=cutoff)
 
 
 def _util_mean(now: datetime) -> Decimal | None:
