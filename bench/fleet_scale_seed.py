@@ -41,6 +41,7 @@ def fleet_grow(target: int, now, hours: int) -> dict:
     )
     from gpuquota.reservations.models import Assignment, Loan, Quota, Reservation
     from gpuquota.usage.rollup_days import rollup_days_rebuild
+    from gpuquota.usage.rollup_fleet import rollup_fleet_rebuild
 
     admin = get_user_model().objects.filter(username="bench-admin").first() or \
         get_user_model().objects.create_superuser("bench-admin", "a@example.org", "x")
@@ -131,6 +132,7 @@ def fleet_grow(target: int, now, hours: int) -> dict:
         cursor.execute(SAMPLES_SQL, {**params, "start": open_hour})
         cursor.execute(MARKS_SQL, params)
     rollup_days_rebuild(start=first.date())  # the day rows the sweep keeps with the hours
+    rollup_fleet_rebuild(start=first.date())  # and the fleet's
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     return {"gpus": len(gpus), "nodes": len(nodes), "teams": len(teams),

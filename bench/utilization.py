@@ -47,6 +47,7 @@ def fleet_seed(gpus: int, now: datetime) -> dict:
     from gpuquota.inventory.models import Cluster, Gpu, GpuClass, GpuClassInterval, Node
     from gpuquota.reservations.models import Assignment, Reservation
     from gpuquota.usage.rollup_days import rollup_days_rebuild
+    from gpuquota.usage.rollup_fleet import rollup_fleet_rebuild
 
     this_month = _month_start(now)
     first = _month_start(this_month - timedelta(days=1))
@@ -95,6 +96,7 @@ def fleet_seed(gpus: int, now: datetime) -> dict:
         cursor.execute(SAMPLES_SQL, {"start": open_hour, "end": now, "now": now})
         cursor.execute(MARKS_SQL, {"hour": open_hour, "now": now})
     rollup_days_rebuild()  # the day rows the sweep would have kept with the hourly ones
+    rollup_fleet_rebuild()  # and the fleet's
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE usage_gpuhourusage")  # as autovacuum would, after a load
         cursor.execute("VACUUM ANALYZE usage_gpudayusage")

@@ -163,6 +163,60 @@ class GpuDayUsage(models.Model):
         return f"GPU {self.gpu_id} {self.day:%Y-%m-%d} {self.kind}"
 
 
+class FleetUsage(models.Model):
+    """The rollup rows of the whole fleet summed per bucket for one hour or day: what the
+    utilization page reads instead of a row per GPU (issue 34: 100,000 GPUs). A bucket is
+    (class, kind, owner team of unreserved time, split_ways, failed): what the page
+    groups by. Kept by the same write that changes the hourly rows (`rollup_fleet`), so it
+    always equals `GpuHourUsage` (`GpuDayUsage` for the day rows) grouped by bucket:
+    `hourly_rows` counts the hourly rows summed, and a bucket left without any is deleted."""
+
+    gpu_class = models.ForeignKey("inventory.GpuClass", on_delete=models.PROTECT,
+                                  related_name="+", db_index=False)
+    kind = models.CharField(max_length=16, choices=GpuHourUsage.Kind.choices)
+    owner = models.ForeignKey("accounts.Team", null=True, on_delete=models.PROTECT,
+                              related_name="+", db_index=False,
+                              help_text="The owner team of unreserved rows; empty otherwise.")
+    split_ways = models.PositiveSmallIntegerField(default=1)
+    failed = models.BooleanField(default=False)
+    # Not a positive field: PostgreSQL checks an upsert's proposed row, a negative change.
+    hourly_rows = models.IntegerField(help_text="Hourly rows summed here.")
+    covered_s = models.BigIntegerField(default=0)
+    busy_s = models.BigIntegerField(default=0)
+    util_weighted = models.DecimalField(max_digits=22, decimal_places=2, default=0)
+
+    class Meta:
+        abstract = True
+
+
+class FleetHourUsage(FleetUsage):
+    hour = WholeSecondDateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                "hour", "gpu_class", "kind", Coalesce("owner", Value(0)), "split_ways",
+                "failed", name="usage_fleet_hour_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"fleet {self.hour:%Y-%m-%d %H}:00 {self.kind}"
+
+
+class FleetDayUsage(FleetUsage):
+    day = models.DateField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                "day", "gpu_class", "kind", Coalesce("owner", Value(0)), "split_ways",
+                "failed", name="usage_fleet_day_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"fleet {self.day:%Y-%m-%d} {self.kind}"
+
+
 class NodeSilence(models.Model):
     """A node's agent silent past AGENT_SILENT_AFTER_S, as the silence scan noticed it
     (`gpuquota.usage.silence`): one open row per node, so the admins' channels hear of a

@@ -5,7 +5,8 @@ updated in place, only its unindexed figure columns, so PostgreSQL can keep the 
 version on the same page (a HOT update, which page pruning reclaims without a vacuum:
 the table keeps free room for it, migration 0005); only new buckets are inserted (COPY
 on PostgreSQL) and only vanished ones deleted. `computed_at` is when a row's figures
-last changed. The same differences change the day rows (`rollup_days`).
+last changed. The same differences change the day rows (`rollup_days`) and the fleet's
+(`rollup_fleet`).
 """
 
 import json
@@ -18,6 +19,7 @@ from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import UsageInputs, usage_buckets
 from gpuquota.usage.rollup_days import KEY as DAY_KEY
 from gpuquota.usage.rollup_days import DayChanges
+from gpuquota.usage.rollup_fleet import FleetChanges, fleet_changes_apply
 
 HOUR = timedelta(hours=1)
 #: A row's bucket, as stored (the unique bucket constraint's columns and the reservation).
@@ -43,25 +45,32 @@ def rollup_rows(*, inputs: UsageInputs, gpu_ids: list[int],
 
 
 def rollup_rows_write(*, gpu_ids: list[int], hours: list[datetime],
-                      rows: dict[tuple, tuple]) -> int:
+                      rows: dict[tuple, tuple], fleet: FleetChanges | None = None) -> int:
     """Make the stored rows of these GPUs for these hours exactly `rows` (keyed by hour
-    and KEY), writing only the difference, and their day rows with it. Returns the
-    hourly rows written (inserted, updated or deleted)."""
+    and KEY), writing only the difference, and their day rows with it. The fleet rows'
+    changes are added to `fleet` for the caller to apply last in its transaction (a
+    sweep round of several writes), or applied here when not given. Returns the hourly
+    rows written (inserted, updated or deleted)."""
     stored = {row[1:2 + len(KEY)]: (row[0], row[2 + len(KEY):]) for row in
               GpuHourUsage.objects.filter(gpu_id__in=gpu_ids, hour__in=hours)
               .values_list("id", "hour", *KEY, *FIGURES)}
     vanished, changed, days = [], [], DayChanges()
+    changes = FleetChanges() if fleet is None else fleet
+
+    def count(key: tuple, figures: tuple, sign: int, *, row: bool) -> None:
+        days.add(key, figures, sign, row=row)
+        changes.add(key, figures, sign, row=row)
     for key, (row_id, figures) in stored.items():
         if key not in rows:
             vanished.append(row_id)
-            days.add(key, figures, -1, row=True)
+            count(key, figures, -1, row=True)
         elif rows[key] != figures:
             changed.append((row_id, rows[key]))
-            days.add(key, figures, -1, row=False)
-            days.add(key, rows[key], 1, row=False)
+            count(key, figures, -1, row=False)
+            count(key, rows[key], 1, row=False)
     new = [(key, figures) for key, figures in rows.items() if key not in stored]
     for key, figures in new:
-        days.add(key, figures, 1, row=True)
+        count(key, figures, 1, row=True)
     now = timezone.now()
     if vanished:
         GpuHourUsage.objects.filter(id__in=vanished).delete()
@@ -70,6 +79,8 @@ def rollup_rows_write(*, gpu_ids: list[int], hours: list[datetime],
     if new:
         _insert(new, now)
     days.apply()
+    if fleet is None:
+        fleet_changes_apply(changes)
     return len(vanished) + len(changed) + len(new)
 
 

@@ -13,6 +13,7 @@ from gpuquota.outbox.models import DirtyGpuHour
 from gpuquota.outbox.services import gpu_hours_mark_dirty
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.rollup import usage_inputs_load
+from gpuquota.usage.rollup_fleet import FleetChanges
 from gpuquota.usage.rollup_rows import rollup_rows, rollup_rows_write
 
 logger = logging.getLogger(__name__)
@@ -64,16 +65,18 @@ def gpus_lock(*, gpu_ids: list[int]) -> None:
                            "unnest(%s::int[]) AS g", [_LOCK_NAMESPACE, sorted(set(gpu_ids))])
 
 
-def gpu_hours_replace(*, gpu_ids: list[int], hour: datetime, hours: int = 1) -> int:
+def gpu_hours_replace(*, gpu_ids: list[int], hour: datetime, hours: int = 1,
+                      fleet: FleetChanges | None = None) -> int:
     """Bring the rollup rows of these physical GPUs for `hours` consecutive hours from
     `hour` up to date with the current inputs, loaded for all of them in one round of
     queries (a back-filled day: once for the span, not once per hour), writing only what
     changed; the caller holds their locks. Running it twice gives the same rows (the
-    second writes nothing). Returns the row count."""
+    second writes nothing); the fleet rows' changes go to `fleet` when given (see
+    `rollup_rows_write`). Returns the row count."""
     span = [hour + i * HOUR for i in range(hours)]
     inputs = usage_inputs_load(gpu_ids=gpu_ids, start=hour, end=hour + hours * HOUR)
     rows = rollup_rows(inputs=inputs, gpu_ids=gpu_ids, hours=span)
-    rollup_rows_write(gpu_ids=gpu_ids, hours=span, rows=rows)
+    rollup_rows_write(gpu_ids=gpu_ids, hours=span, rows=rows, fleet=fleet)
     return len(rows)
 
 

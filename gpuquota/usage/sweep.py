@@ -11,7 +11,7 @@ leaves its row for the next sweep), evaluate health for the GPUs whose hour hold
 work (under their per-GPU locks: health intervals span hours), then bring the rollup rows
 of all of them up to date from inputs loaded in a fixed number of queries (once for a
 run of hours of the same GPUs, each hour computed from it), writing only
-what changed (`rollup_rows`). The marks are dropped before any input is read: a change
+what changed (`rollup_rows`), the fleet's rows last (`rollup_fleet`). The marks are dropped before any input is read: a change
 marking before the drop holds its mark's row lock until it commits (the drop waits, the
 reads see it), one marking after it waits for this transaction and inserts a new mark
 (`gpuquota.outbox.services`).
@@ -28,6 +28,7 @@ from gpuquota.ingest.health import gpu_health_evaluate, gpus_with_health_work
 from gpuquota.ingest.partitions import raw_data_horizon
 from gpuquota.inventory.models import Gpu
 from gpuquota.outbox.models import DirtyGpuHour
+from gpuquota.usage.rollup_fleet import FleetChanges, fleet_changes_apply
 from gpuquota.usage.services import (
     gpu_hours_replace,
     gpu_hours_try_lock,
@@ -123,8 +124,10 @@ def _round_sweep(*, marks_by_hour: dict[datetime, list[Mark]]) -> int:
                 continue
             health_step(gpu_ids=gpu_ids, hour=hour)
             gpus_by_hour[hour] = gpu_ids
+        fleet = FleetChanges()
         for hour, hours, gpu_ids in _spans(gpus_by_hour):
-            gpu_hours_replace(gpu_ids=gpu_ids, hour=hour, hours=hours)
+            gpu_hours_replace(gpu_ids=gpu_ids, hour=hour, hours=hours, fleet=fleet)
+        fleet_changes_apply(fleet)  # the rows every worker changes: locked last
         return len(taken)
 
 

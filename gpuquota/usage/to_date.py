@@ -28,7 +28,7 @@ from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import GpuClass
 from gpuquota.usage.daily import DayUsage, day_windows, seconds_by_window
 from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, sums_by
-from gpuquota.usage.models import GpuDayUsage, GpuHourUsage
+from gpuquota.usage.models import FleetDayUsage, FleetHourUsage, GpuDayUsage, GpuHourUsage
 from gpuquota.usage.rollup import RESERVED, UNRESERVED
 from gpuquota.usage.seconds import (
     CLASS_IN_FORCE,
@@ -61,13 +61,19 @@ def _midnight_after(moment: datetime) -> datetime:
     return day if day == moment else day + DAY
 
 
-def rollup_sums(*, period: Period, by: tuple[str, ...], **filters) -> list[dict]:
+def rollup_sums(*, period: Period, by: tuple[str, ...], fleet: bool = False,
+                **filters) -> list[dict]:
     """Covered, busy and util-weighted seconds of the period's rollup rows matching
     `filters`, grouped by `by` (rollup fields, or `day`, `month`, `owner`) and always by
     `failed` and `split_ways`, so that `figures.sums_by` folds them exactly (a group can
     come more than once: whole UTC days are read from the day rows, the hours before and
     after them from the hourly rows, each range in its own query so that it is an index
-    range scan). Three queries at most."""
+    range scan). `fleet`: the whole fleet's, read from its rows summed per hour and day
+    (`rollup_fleet`: the same sums, a few rows an hour; no `filters`, and `by` of their
+    bucket's fields). Three queries at most."""
+    if fleet and filters:
+        raise ValueError("the fleet's rows are not filtered")
+    hourly, daily = (FleetHourUsage, FleetDayUsage) if fleet else (GpuHourUsage, GpuDayUsage)
     first, last = rollup_hours(period)
     day_start = _midnight_after(first)
     day_end = max(day_start, datetime.combine(last.astimezone(UTC).date(), time(), UTC))
@@ -78,10 +84,9 @@ def rollup_sums(*, period: Period, by: tuple[str, ...], **filters) -> list[dict]
                  if start < end]
     sums = []
     for start, end in hours:
-        sums += _grouped(GpuHourUsage.objects.filter(hour__gte=start, hour__lt=end,
-                                                      **filters), by)
+        sums += _grouped(hourly.objects.filter(hour__gte=start, hour__lt=end, **filters), by)
     if day_start < day_end:
-        sums += _grouped(GpuDayUsage.objects.filter(
+        sums += _grouped(daily.objects.filter(
             day__gte=day_start.date(), day__lt=day_end.date(), **filters), by)
     return sums
 
@@ -91,10 +96,12 @@ def _grouped(rows, by: tuple[str, ...]) -> list[dict]:
     groups of `by` derived from them here: `day` and `month` from the hour or the day,
     `owner` (the owner team of unreserved time; reserved rows group without their team)
     from the kind and the team."""
-    when = "hour" if rows.model is GpuHourUsage else "day"
+    when = "hour" if rows.model in (GpuHourUsage, FleetHourUsage) else "day"
+    fleet = rows.model in (FleetHourUsage, FleetDayUsage)
     columns = {"failed", "split_ways"}
     for name in by:
         columns |= {when} if name in ("day", "month") else \
+            {"owner_id"} if name == "owner" and fleet else \
             {"kind", "team_id"} if name == "owner" else {name}
     grouped = []
     for row in (rows.values(*sorted(columns)).order_by()
@@ -104,7 +111,8 @@ def _grouped(rows, by: tuple[str, ...]) -> list[dict]:
         if isinstance(day, datetime):
             day = day.astimezone(UTC).date()
         derived = {"day": day, "month": day and day.replace(day=1),
-                   "owner": row.get("team_id") if row.get("kind") == UNRESERVED else None}
+                   "owner": row["owner_id"] if fleet else
+                   row.get("team_id") if row.get("kind") == UNRESERVED else None}
         grouped.append({**{name: derived[name] if name in derived else row[name]
                            for name in by},
                         **{name: row[name] for name in ("failed", "split_ways", "covered_s",
@@ -147,9 +155,10 @@ def _unreserved_named(rows: list[dict]) -> list[dict]:
 
 def utilization_overview(*, period: Period, unreserved: bool) -> UtilizationOverview:
     """The fleet and per-class figures, their reserved versus busy seconds per UTC day
-    and (when asked) unreserved busy hours per owner team, for a page's period: one
-    query over the rollups and a fixed number over assignments, GPUs and health."""
-    rows = rollup_sums(period=period, by=("day", "gpu_class_id", "kind", "owner"))
+    and (when asked) unreserved busy hours per owner team, for a page's period: the
+    fleet's rollup rows (a few an hour, whatever the GPUs) and a fixed number of queries
+    over assignments, GPUs and health."""
+    rows = rollup_sums(period=period, by=("day", "gpu_class_id", "kind", "owner"), fleet=True)
     by_class = sums_by(rows, lambda r: r["gpu_class_id"])
     reserved_rows = [r for r in rows if r["kind"] == RESERVED]
     reserved_sums = sums_by(reserved_rows, lambda r: r["gpu_class_id"])
