@@ -13,8 +13,8 @@ of all of them up to date from inputs loaded in a fixed number of queries (once 
 run of hours of the same GPUs, each hour computed from it), writing only
 what changed (`rollup_rows`), the fleet's rows last (`rollup_fleet`). The marks are
 dropped before any input is read: a change marking before the drop holds its mark's row
-lock until it commits (the drop waits, the reads see it), one marking after it waits for this transaction and inserts a new mark
-(`gpuquota.outbox.services`).
+lock until it commits (the drop waits, the reads see it), one marking after it waits for
+this transaction and inserts a new mark (`gpuquota.outbox.services`).
 """
 
 import logging
