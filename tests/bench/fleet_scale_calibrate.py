@@ -4,8 +4,9 @@
 
 runs `tests/bench/test_fleet_scale.py` `--runs` times, one after the other (PostgreSQL and
 the test settings as for any test run: DATABASE_URL), each recording what it measured, and
-prints the thresholds file computed from them (`--write`: replaces
-tests/bench/fleet_scale_thresholds.json). Say in the commit what changed and the load."""
+prints the thresholds file computed from them, each threshold the larger of the runs' and
+the file's before (`--write`: replaces tests/bench/fleet_scale_thresholds.json). Say in the
+commit what changed and the load."""
 
 from __future__ import annotations
 
@@ -55,7 +56,10 @@ def main(argv: list[str] | None = None) -> None:
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {len(runs)} runs, {os.cpu_count()} CPUs, "
         f"load average {min(loads):.1f}-{max(loads):.1f}"
     )
-    found = text(calibrate(runs, note=note))
+    previous = json.loads(PATH.read_text()) if PATH.exists() else None
+    if previous:
+        note += f"; each threshold at least that of the one before ({previous['calibrated']})"
+    found = text(calibrate(runs, note=note, previous=previous))
     if args.write:
         PATH.write_text(found)
     print(found)
