@@ -194,11 +194,22 @@ def clusters_backends() -> list:
     return clusters
 
 
+#: The held reservations' bindings and the foreign uses the cluster page lists (each list
+#: counted whole): a cluster of 10,000 GPUs holds about 900 reservations.
+LIST_ROWS = 100
+
+
 def cluster_backend_detail(*, cluster, now: datetime, period: Period) -> dict:
-    """What the cluster's admin page shows: problems, drift, runs, bindings of the
-    reservations it holds now, foreign use in `period`, lent GPUs' returns."""
+    """What the cluster's admin page shows: problems, drift, runs, the first LIST_ROWS
+    bindings of the reservations it holds now and of the foreign uses in `period` (newest
+    first) with their counts, lent GPUs' returns."""
+    foreign = foreign_use(cluster=cluster, period=period)
+    bindings = ReservationBinding.objects.filter(
+        reservation__status__in=HELD_STATUSES,
+        reservation_id__in=Assignment.objects.filter(gpu__node__cluster=cluster)
+        .values("reservation_id"))
     return {
-        "foreign": foreign_use(cluster=cluster, period=period),
+        "foreign": foreign[:LIST_ROWS], "foreign_count": len(foreign),
         "problems": Problem.objects.filter(cluster=cluster).order_by("status", "-last_seen_at")[
             :PAGE_ROWS],
         "drifts": Drift.objects.filter(cluster=cluster)[:PAGE_ROWS],
@@ -206,11 +217,9 @@ def cluster_backend_detail(*, cluster, now: datetime, period: Period) -> dict:
         "returns": LoanReturn.objects.filter(loan__gpu__node__cluster=cluster).select_related(
             "loan__gpu__node", "loan__assignment__reservation__team")[:PAGE_ROWS],
         "return_times": loan_return_times(cluster=cluster, now=now),
-        "bindings": ReservationBinding.objects.filter(
-            reservation__status__in=HELD_STATUSES,
-            reservation__assignments__gpu__node__cluster=cluster,
-        ).distinct().select_related("reservation__team", "reservation__gpu_class").order_by(
-            "reservation__start"),
+        "bindings": bindings.select_related("reservation__team", "reservation__gpu_class")
+        .order_by("reservation__start", "id")[:LIST_ROWS],
+        "bindings_count": bindings.count(),
     }
 
 

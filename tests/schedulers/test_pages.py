@@ -167,3 +167,33 @@ def test_foreign_use_of_a_reserved_node_is_flagged_with_the_job(memory_backend):
     assert 'id="foreign-use"' in review
     cluster = memory_backend.cluster
     assert f'href="/schedulers/{cluster.slug}/?month={now:%Y-%m}">{cluster.name}: 1</a>' in review
+
+
+def test_the_cluster_page_lists_the_first_bindings_and_foreign_uses_and_counts_all(
+        memory_backend, monkeypatch):
+    """A cluster of 10,000 GPUs holds about 900 reservations: the page lists the first
+    LIST_ROWS of each list (here 1) and counts them all, in the same queries."""
+    from gpuquota.schedulers import selectors
+
+    now = timezone.now()
+    for job_id, node in (("201", "node-a"), ("202", "node-b")):
+        r = memory_backend.reserve("vision", memory_backend.gpus[node],
+                                   start=now - timedelta(hours=3), end=now + timedelta(hours=2))
+        ReservationBinding.objects.create(reservation=r, level="whole_nodes",
+                                          why=f"{node} whole", updated_at=r.start)
+        SlurmJob.objects.create(
+            cluster=memory_backend.cluster, job_id=job_id, submitted_at=now - timedelta(hours=1),
+            started_at=now - timedelta(hours=1), ended_at=None, state="RUNNING",
+            account="speech", user="u", qos="normal", nodes=node, gpu_tres="gres/gpu:h100=1",
+            gpus=1)
+    page = f"/schedulers/{memory_backend.cluster.slug}/"
+    admin = client_for(memory_backend.admin)
+    html = admin.get(page).content.decode()
+    assert "Binding of held reservations: 2" in html and "node-b whole" in html
+    assert ">201<" in html and ">202<" in html and "listed" not in html
+    monkeypatch.setattr(selectors, "LIST_ROWS", 1)
+    html = admin.get(page).content.decode()
+    assert "Binding of held reservations: 2" in html and 'id="bindings-listed"' in html
+    assert "node-a whole" in html and "node-b whole" not in html  # the first by start
+    assert ": 2</h2>" in html.split('id="foreign"')[1] and 'id="foreign-listed"' in html
+    assert (">201<" in html) != (">202<" in html)

@@ -20,8 +20,9 @@ def cluster_page(request, slug: str):
         period = Period.parse_month(request.GET.get("month") or f"{now:%Y-%m}")
     except ValueError as exc:
         period, error = foreign_use_period(now), str(exc)
+    foreign = foreign_use(cluster=cluster, period=period)
     return render(request, "kubernetes/cluster.html", {
         "cluster": cluster, "capabilities": cluster_capabilities(cluster=cluster),
         "holds": reservation_holds(cluster=cluster), "period": period, "month_error": error,
-        "foreign": foreign_use(cluster=cluster, period=period),
+        "foreign": foreign, "foreign_count": len(foreign),
     })
