@@ -18,9 +18,10 @@ from gpuquota.usage.charts import svg_reserved_busy_chart
 from gpuquota.usage.daily import day_windows, seconds_by_window
 from gpuquota.usage.figures import Sums, UsageFigures, sums_by
 from gpuquota.usage.freshness import usage_freshness
-from gpuquota.usage.rollup import RESERVED
+from gpuquota.usage.lent import lent_busy_fold, lent_gpu_ids, lent_seconds
+from gpuquota.usage.rollup import BORROWED, RESERVED
 from gpuquota.usage.seconds import failed_reserved_qs, reserved_qs, seconds_total
-from gpuquota.usage.selectors import ReservationUsage, lending_figures, period_to_date
+from gpuquota.usage.selectors import ReservationUsage, period_to_date
 from gpuquota.usage.to_date import days_from, rollup_sums
 
 TREND_MONTHS = 6
@@ -53,9 +54,25 @@ def _team_reservations(team: Team, period: Period, rows: list[dict]) -> list[Res
     result = [ReservationUsage(r, UsageFigures(reserved.get(r.id, 0), failed.get(r.id, 0),
                                                sums.get(r.id, Sums())))
               for r in sorted(reservations, key=lambda r: (r.start, r.id))]
-    lending_figures([row.figures for row in result], [row.reservation.id for row in result],
-                    period=period, team=team)
+    lent = lent_seconds(period=period, assignment__reservation__team=team)
+    busy = _lent_busy_to_date(period, set(lent))
+    for row in result:
+        row.figures.lent_s = lent.get(row.reservation.id, 0)
+        row.figures.lent_busy_s = busy.get(row.reservation.id, Fraction(0))
     return result
+
+
+def _lent_busy_to_date(period: Period, reservation_ids: set[int]) -> dict[int, Fraction]:
+    """Borrowed busy seconds per reservation (`selectors.lent_busy_seconds`) read from the
+    rollups like the page's other figures (the open hour as last computed), not from the
+    open hour's raw samples of the lent GPUs on each request (issue 34: that read every
+    team's Slurm accounts to attribute them)."""
+    if not reservation_ids:
+        return {}
+    gpu_ids = lent_gpu_ids(reservation_ids=reservation_ids)(period.start, period.end)
+    return lent_busy_fold(rollup_sums(
+        period=period, by=("reservation_id",), kind=BORROWED, failed=False,
+        gpu_id__in=gpu_ids, reservation_id__in=reservation_ids), reservation_ids)
 
 
 def team_trend(*, team: Team, last: Period, now: datetime, last_figures: UsageFigures,

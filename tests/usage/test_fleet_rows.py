@@ -218,3 +218,24 @@ def test_writers_of_one_hour_of_many_gpus_at_once_keep_the_fleet_sums(transactio
     assert_fleet_rows_are_the_rollups_summed()
     assert FleetHourUsage.objects.filter(hourly_rows=4).exists()
     assert FleetDayUsage.objects.filter(hourly_rows__gte=12).exists()
+
+
+def test_the_team_page_reads_lent_busy_seconds_from_the_rollups_as_exact(db, clock):
+    """The team page's lent GPUs' busy seconds come from the rollups (issue 34: not the
+    open hour's raw samples, attributed with every team's accounts, on each request), and
+    equal the exact selectors' once the open hour's rollup is current."""
+    from gpuquota.usage.history import team_month_context
+    from gpuquota.usage.selectors import team_reservations_utilization
+    from tests.reports.test_lending_money import World
+
+    clock.move_to(NOW)
+    world = World()
+    world.reserve(NOW - 30 * H, NOW + 5 * H)
+    world.lend(NOW - 3 * H - 20 * M)
+    world.busy(NOW - 3 * H, 150, "bob")  # a borrower's job, into the open hour
+    _sweep()
+    context = team_month_context(team=world.vision, month=Period.month(2026, 11), now=NOW)
+    usage = context["reservation_usage"]
+    assert usage == team_reservations_utilization(team=world.vision,
+                                                  period=context["usage_period"])
+    assert usage[0].figures.lent_busy_s == 70 * 60  # bob's minutes of Nov 1, 00:00-01:10
