@@ -137,9 +137,9 @@ def steady_state(nodes: list[dict], minutes: int, base) -> dict:
     recomputed: list[tuple] = []
     real = sweep.gpu_hours_replace
 
-    def counted(*, gpu_ids, hour, hours=1):
+    def counted(*, gpu_ids, hour, hours=1, fleet=None):
         recomputed.extend((gpu_id, hour + i * H) for i in range(hours) for gpu_id in gpu_ids)
-        return real(gpu_ids=gpu_ids, hour=hour, hours=hours)
+        return real(gpu_ids=gpu_ids, hour=hour, hours=hours, fleet=fleet)
 
     sweep.gpu_hours_replace = counted
     events = []

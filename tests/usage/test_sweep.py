@@ -41,9 +41,9 @@ def recomputes(monkeypatch):
     calls = []
     real = sweep.gpu_hours_replace
 
-    def counted(*, gpu_ids, hour, hours=1):
+    def counted(*, gpu_ids, hour, hours=1, fleet=None):
         calls.extend((gpu_id, hour + i * H) for i in range(hours) for gpu_id in gpu_ids)
-        return real(gpu_ids=gpu_ids, hour=hour, hours=hours)
+        return real(gpu_ids=gpu_ids, hour=hour, hours=hours, fleet=fleet)
 
     monkeypatch.setattr(sweep, "gpu_hours_replace", counted)
     return calls
@@ -207,9 +207,9 @@ def test_consecutive_hours_of_the_same_gpus_share_one_load_within_the_round_boun
     spans = []
     real = sweep.gpu_hours_replace
 
-    def recorded(*, gpu_ids, hour, hours=1):
+    def recorded(*, gpu_ids, hour, hours=1, fleet=None):
         spans.append((tuple(gpu_ids), hour, hours))
-        return real(gpu_ids=gpu_ids, hour=hour, hours=hours)
+        return real(gpu_ids=gpu_ids, hour=hour, hours=hours, fleet=fleet)
 
     monkeypatch.setattr(sweep, "gpu_hours_replace", recorded)
     monkeypatch.setattr(sweep, "GPU_HOURS_PER_ROUND", 4)
