@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -57,8 +58,9 @@ def main(argv: list[str] | None = None) -> None:
         f"load average {min(loads):.1f}-{max(loads):.1f}"
     )
     previous = json.loads(PATH.read_text()) if PATH.exists() else None
-    if previous:
-        note += f"; each threshold at least that of the one before ({previous['calibrated']})"
+    if previous:  # the instants of the calibrations before, newest first
+        before = re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", previous["calibrated"])
+        note += f"; each threshold at least that of the calibrations before ({', '.join(before)})"
     found = text(calibrate(runs, note=note, previous=previous))
     if args.write:
         PATH.write_text(found)
