@@ -5,7 +5,9 @@ show.
 A page's period starts on a whole UTC hour: a month, or the last 24 h or 7 days. It
 ends now. Each hour it touches is read from its rollup rows, in aggregate queries grouped
 in SQL: the whole UTC days from the day rows (`GpuDayUsage`, 24 hours of a GPU in one
-row), the hours around them from the hourly rows.
+row), the hours around them from the hourly rows. The utilization page reads the whole
+fleet's rows instead (`FleetDayUsage`, `FleetHourUsage`: the same sums per bucket it
+groups by, a few rows an hour whatever the fleet, `rollup_fleet`).
 
 The open hour is read as the sweep last computed it. That is at most
 `USAGE_ROLLUP_FRESHNESS_S` behind its samples, and `freshness.usage_freshness` says
@@ -95,7 +97,7 @@ def _grouped(rows, by: tuple[str, ...]) -> list[dict]:
     """`rows` summed in SQL by plain columns (no expression computed per row), the
     groups of `by` derived from them here: `day` and `month` from the hour or the day,
     `owner` (the owner team of unreserved time; reserved rows group without their team)
-    from the kind and the team."""
+    from the kind and the team, or the fleet rows' owner."""
     when = "hour" if rows.model in (GpuHourUsage, FleetHourUsage) else "day"
     fleet = rows.model in (FleetHourUsage, FleetDayUsage)
     columns = {"failed", "split_ways"}
