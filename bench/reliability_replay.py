@@ -60,7 +60,7 @@ class Replay:
         return event.type in HARDWARE_EVENT_TYPES or (
             event.type == "xid" and event.xid in HARDWARE_XIDS)
 
-    def history(self, day: int, *, jobs: bool = True):
+    def history(self, day: int):
         from gpuquota.reliability.history import INCIDENT_GAP, History, failures_s
         from gpuquota.reliability.jobruns import JobRun, killed_jobs
 
@@ -68,7 +68,7 @@ class Replay:
         incidents = [i for i in self.incidents if i.at <= as_of]
         as_of_s = as_of.timestamp()
         runs = []
-        for job_id, gpu, start, end, state in self.jobs if jobs else ():
+        for job_id, gpu, start, end, state in self.jobs:
             if start > as_of_s:
                 continue
             if end is None or end > as_of_s:
@@ -127,7 +127,7 @@ def run(seed: int, *, every: int, misses: bool, scale: float = 1.0, drift: bool 
                     jobs=mode == "jobs")]
     drift_day, other = None, defaultdict(int)
     for day in range(FIRST_EVAL_DAY, work.days + 1) if drift else ():
-        for d in drift_from(replay.history(day, jobs=False)):
+        for d in drift_from(replay.history(day)):  # against the lemons of that day
             if d.kind != "class":
                 continue
             if d.key == work.drift[0] and day >= work.drift[1]:
@@ -163,21 +163,20 @@ def main() -> None:
 
 def _report(seed: int, args, replay: Replay) -> None:
     started = time.process_time()
-    if True:
-        result = run(seed, every=args.every, misses=args.misses, drift=not args.no_drift,
-                     replay=replay)
-        for line in result["lines"]:
-            print(f"seed {seed}: {line}")
-        for mode in ("incidents", "jobs"):
-            s = result["scores"][mode]
-            found = " ".join(f"{m}x={f}/{t}" if m != "node" else f"node={f}/{t}"
-                             for m, (f, t) in sorted(s["by_multiple"].items(), key=str))
-            print(f"seed {seed}: signal={mode} recall={s['recall']:.1f} precision="
-                  f"{s['precision']:.1f} false_flags_per_day={s['false_flags_per_day']:.2f} "
-                  f"max={s['false_flags_max']} {found}")
-        print(f"seed {seed}: drift_days={result['drift_days']} false_drift_class_days="
-              f"{result['other_drift_days'] or 'none'} "
-              f"cpu_s={time.process_time() - started:.0f}", flush=True)
+    result = run(seed, every=args.every, misses=args.misses, drift=not args.no_drift,
+                 replay=replay)
+    for line in result["lines"]:
+        print(f"seed {seed}: {line}")
+    for mode in ("incidents", "jobs"):
+        s = result["scores"][mode]
+        found = " ".join(f"{m}x={f}/{t}" if m != "node" else f"node={f}/{t}"
+                         for m, (f, t) in sorted(s["by_multiple"].items(), key=str))
+        print(f"seed {seed}: signal={mode} recall={s['recall']:.1f} precision="
+              f"{s['precision']:.1f} false_flags_per_day={s['false_flags_per_day']:.2f} "
+              f"max={s['false_flags_max']} {found}")
+    print(f"seed {seed}: drift_days={result['drift_days']} false_drift_class_days="
+          f"{result['other_drift_days'] or 'none'} "
+          f"cpu_s={time.process_time() - started:.0f}", flush=True)
 
 
 if __name__ == "__main__":
