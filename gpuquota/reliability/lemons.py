@@ -2,9 +2,10 @@
 (failures and hardware warnings: the XID counts of Meta's lemon detection, arXiv
 2410.21680) and jobs failed with no hardware event (its other signal) are significantly
 more than its class's. Over the `WINDOW` before `as_of`, its incidents are compared with
-those its days in service would see at its class's rate (the class without it), and its
-failed jobs with those its job-days would see at its class's rate of failed jobs (the
-users' own failures, which every GPU sees, explain themselves): two Poisson upper tails,
+those its days in service would see at its class's rate (the class without it and without
+its lemons, found to a fixpoint: `_leave_out_lemons`), and its failed jobs with those its
+job-days would see at its class's rate of failed jobs (the users' own failures, which
+every GPU sees, explain themselves): two Poisson upper tails,
 combined by Fisher's method, flagged below `ALPHA` divided by the units of the class and
 with at least `MIN_SIGNALS` incidents and failed jobs beyond the expected. `ALPHA` was
 calibrated on the benchmark's calibration seeds for at most one false flag per fleet-day
@@ -34,8 +35,8 @@ from gpuquota.reliability.jobruns import FAILED, Busy
 from gpuquota.reliability.stats import fisher_p, poisson_sf
 
 WINDOW = timedelta(days=180)
-ALPHA = 0.5  # a unit tested on its incidents alone
-ALPHA_JOBS = 0.15  # on its incidents and failed jobs (less discrete: nearer its level)
+ALPHA = 0.25  # a unit tested on its incidents alone
+ALPHA_JOBS = 0.075  # on its incidents and failed jobs (less discrete: nearer its level)
 MIN_SIGNALS = 3
 OUTLIER_ROUNDS = 10  # rounds of leaving the flagged units out of their class's base rate
 REPEAT_WITHIN = timedelta(days=7)

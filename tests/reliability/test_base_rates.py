@@ -29,7 +29,7 @@ def _fail(gpu, at, days) -> None:
 
 def test_a_weak_lemon_is_not_hidden_by_the_strong_ones(gpus, clock):
     """Two GPUs failing 12 times each would make the class's rate about 0.6 incidents a GPU
-    in 180 days, at which 3 are unremarkable (p 0.03 against 0.5 / 40); left out of the
+    in 180 days, at which 3 are unremarkable (p 0.03 against 0.25 / 40); left out of the
     base rate (flagged themselves), the other GPUs' 3 failures give 0.08, and the GPU
     with 3 is flagged; one failure each stays unremarkable."""
     strong, weak = gpus[:2], gpus[10]
