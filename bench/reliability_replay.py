@@ -11,7 +11,9 @@ path through the database takes minutes a seed; `bench.reliability` checks the p
 Printed per seed, as `bench.reliability` scores them: recall and precision on the last
 day, false flags per evaluated day (every `--every`th day from day 90, and the last day),
 the drift days (every day from the drift's day), and with `--misses` each planted lemon not
-flagged on the last day with its class, multiple, incidents, expected count and p-value."""
+flagged on the last day with its class, multiple, incidents, expected count and p-value;
+then `bench.reliability`'s RESULT line (`drain_p95_s` and `app_xid_counted`: `na`, since
+neither the dev Slurm cluster nor ingestion runs here)."""
 
 import argparse
 import os
@@ -176,7 +178,12 @@ def _report(seed: int, args, replay: Replay) -> None:
               f"max={s['false_flags_max']} {found}")
     print(f"seed {seed}: drift_days={result['drift_days']} false_drift_class_days="
           f"{result['other_drift_days'] or 'none'} "
-          f"cpu_s={time.process_time() - started:.0f}", flush=True)
+          f"cpu_s={time.process_time() - started:.0f}")
+    s = result["scores"]["jobs"]  # bench.reliability's RESULT (no drain, no ingestion here)
+    print(f"RESULT lemon_recall={s['recall']:.1f} lemon_precision={s['precision']:.1f} "
+          f"false_flags_per_day={s['false_flags_per_day']:.2f} drift_days="
+          f"{'none' if result['drift_days'] is None else result['drift_days']} "
+          f"drain_p95_s=na app_xid_counted=na", flush=True)
 
 
 if __name__ == "__main__":
