@@ -128,7 +128,7 @@ def evaluate(work) -> dict:
             nodes = {f.key for f in lemons_from(history, kind="node", jobs=mode == "jobs")}
             false_per_day[mode].append(len(gpus - bad_gpus) + len(nodes - bad_nodes))
             last[mode] = {"gpus": gpus, "nodes": nodes}
-        drifting = drift_from(history)
+        drifting = drift_from(history, lemons=last["jobs"]["gpus"] | last["jobs"]["nodes"])
         eval_s.append(time.monotonic() - started)
         if work.drift and day >= work.drift[1]:
             if drift_day is None and any(d.kind == "class" and d.key == work.drift[0]

@@ -4,15 +4,15 @@ before, or a node whose last 14 days are significantly above its class's other n
 the same days. The test is the conditional one (given both counts' sum, the recent count
 is binomial with the recent share of exposure); flagged at `ALPHA` (divided by the windows
 tried, for nodes also by the class's nodes) and when the recent rate is at least
-`MIN_RATIO` times the other. A class's rate leaves out its repeat offenders (GPUs with
-`MIN_FAILURES` or more in the windows): the lemon list names them, and their bursts would
-hide or fake a change of the class as a whole."""
+`MIN_RATIO` times the other. A class's rate leaves out its lemons (the GPUs the lemon test
+flags and the GPUs of the nodes it flags, as of the same instant): the lemon list names
+them, and their bursts would hide or fake a change of the class as a whole."""
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpuquota.reliability.history import History, fleet_history
-from gpuquota.reliability.lemons import classes_of, units
+from gpuquota.reliability.lemons import WINDOW, classes_of, lemons_from, units
 from gpuquota.reliability.stats import rate_excess_p
 
 RECENTS = (timedelta(days=7), timedelta(days=14), timedelta(days=28))
@@ -63,13 +63,21 @@ def _class_drift(name: str, klass, as_of: datetime) -> Drift | None:
     return None
 
 
-def drift_from(history: History) -> list[Drift]:
+def lemon_keys(history: History) -> set[str]:
+    """The keys of the GPUs and nodes the lemon test flags as of the history's instant."""
+    return {f.key for kind in ("gpu", "node") for f in lemons_from(history, kind=kind)}
+
+
+def drift_from(history: History, *, lemons: set[str] | None = None) -> list[Drift]:
+    """The drift flags as of the history's instant (`lemons`: the flagged GPUs' and nodes'
+    keys, when the caller has them; else computed)."""
     as_of = history.as_of
     recent_start = as_of - RECENT
-    since = as_of - max(RECENTS) - BASE
+    lemons = lemon_keys(history) if lemons is None else lemons
     found = []
     for name, klass in sorted(classes_of(units(history, "gpu")).items()):
-        steady = [u for u in klass.units if u.count(since, as_of) < MIN_FAILURES]
+        steady = [u for u in klass.units if u.key not in lemons
+                  and f"{u.gpus[0].cluster}/{u.gpus[0].hostname}" not in lemons]
         flag = _class_drift(name, classes_of(steady)[name], as_of) if steady else None
         if flag is not None:
             found.append(flag)
@@ -86,4 +94,5 @@ def drift_from(history: History) -> list[Drift]:
 
 def drift(*, as_of: datetime) -> list[Drift]:
     """The classes and nodes drifting as of `as_of`, from what was recorded by then."""
-    return drift_from(fleet_history(as_of=as_of, since=as_of - max(RECENTS) - BASE))
+    return drift_from(fleet_history(as_of=as_of,
+                                    since=as_of - max(2 * WINDOW, max(RECENTS) + BASE)))

@@ -2,9 +2,10 @@
 (failures and hardware warnings: the XID counts of Meta's lemon detection, arXiv
 2410.21680) and jobs failed with no hardware event (its other signal) are significantly
 more than its class's. Over the `WINDOW` before `as_of`, its incidents are compared with
-those its days in service would see at its class's rate (the class without it), and its
-failed jobs with those its job-days would see at its class's rate of failed jobs (the
-users' own failures, which every GPU sees, explain themselves): two Poisson upper tails,
+those its days in service would see at its class's rate (the class without it and without
+its lemons, found to a fixpoint: `_leave_out_lemons`), and its failed jobs with those its
+job-days would see at its class's rate of failed jobs (the users' own failures, which
+every GPU sees, explain themselves): two Poisson upper tails,
 combined by Fisher's method, flagged below `ALPHA` divided by the units of the class and
 with at least `MIN_SIGNALS` incidents and failed jobs beyond the expected. `ALPHA` was
 calibrated on the benchmark's calibration seeds for at most one false flag per fleet-day
@@ -34,9 +35,10 @@ from gpuquota.reliability.jobruns import FAILED, Busy
 from gpuquota.reliability.stats import fisher_p, poisson_sf
 
 WINDOW = timedelta(days=180)
-ALPHA = 0.5  # a unit tested on its incidents alone
-ALPHA_JOBS = 0.15  # on its incidents and failed jobs (less discrete: nearer its level)
+ALPHA = 0.25  # a unit tested on its incidents alone
+ALPHA_JOBS = 0.075  # on its incidents and failed jobs (less discrete: nearer its level)
 MIN_SIGNALS = 3
+OUTLIER_ROUNDS = 10  # rounds of leaving the flagged units out of their class's base rate
 REPEAT_WITHIN = timedelta(days=7)
 REMAP_LABELS = {"xid 63", "remap_pending"}
 IN_SERVICE_S = 1e11  # "not retired", in seconds since the epoch (the year 5138)
@@ -164,6 +166,8 @@ class _Class:
     units: list[Unit]
     times: list  # the class's failure (or incident) instants, sorted
     job_failed_times: list = field(default_factory=list)
+    with_warnings: bool = False  # `times` are all hardware incidents, not failures only
+    outliers: dict[str, Unit] = field(default_factory=dict)  # left out of its base rates
 
     @cached_property
     def busy(self) -> Busy:
@@ -186,6 +190,27 @@ class _Class:
         count = bisect.bisect_right(times, end) - bisect.bisect_left(times, start)
         return count, self.busy.days(start, end)
 
+    def _left_out(self, unit: Unit) -> list[Unit]:
+        outliers = list(self.outliers.values())
+        return outliers if unit.key in self.outliers else [*outliers, unit]
+
+    def rest(self, unit: Unit, start: datetime, end: datetime) -> tuple[int, float]:
+        """The class's count and days in service in [start, end] without the unit and
+        without its outliers (the units flagged: its base rate's)."""
+        count, days = self.totals(start, end)
+        for u in self._left_out(unit):
+            count -= u.signals(start, end) if self.with_warnings else u.count(start, end)
+            days -= u.days(start, end)
+        return count, days
+
+    def jobs_rest(self, unit: Unit, start: datetime, end: datetime) -> tuple[int, float]:
+        """Its failed jobs and job-days in [start, end] without the unit and its outliers."""
+        count, job_days = self.job_totals(start, end)
+        for u in self._left_out(unit):
+            count -= u.jobs_failed(start, end)
+            job_days -= u.job_days(start, end)
+        return count, job_days
+
 
 def classes_of(all_units: list[Unit], *, with_warnings: bool = False) -> dict[str, _Class]:
     """Each class's units and their failure instants (with warnings: all their hardware
@@ -196,7 +221,8 @@ def classes_of(all_units: list[Unit], *, with_warnings: bool = False) -> dict[st
     return {name: _Class(members, sorted(
         t for u in members
         for t in (u.signal_times if with_warnings else [i.at for i in u.failures])),
-        job_failed_times=sorted(t for u in members for t in u.job_failed_times))
+        job_failed_times=sorted(t for u in members for t in u.job_failed_times),
+        with_warnings=with_warnings)
         for name, members in grouped.items()}
 
 
@@ -216,11 +242,10 @@ def _jobs_p(unit: Unit, peers: _Class, start: datetime, at: datetime
     failure, against its class's rate per job-day without it; (n, None, 1) when the unit
     or the rest of its class ran no job whole."""
     n, job_days = unit.jobs_failed(start, at), unit.job_days(start, at)
-    class_n, class_job_days = peers.job_totals(start, at)
-    rest = class_job_days - job_days
+    rest_n, rest = peers.jobs_rest(unit, start, at)
     if job_days <= 0 or rest <= 0:
         return n, None, 1.0
-    expected = max(class_n - n, 1) / rest * job_days
+    expected = max(rest_n, 1) / rest * job_days
     return n, expected, poisson_sf(n, expected)
 
 
@@ -232,12 +257,12 @@ def _test(unit: Unit, peers: _Class, at: datetime, *, jobs: bool = True) -> _Tes
     what its class explains."""
     start = at - WINDOW
     n, days = unit.signals(start, at), unit.days(start, at)
-    class_n, class_days = peers.totals(start, at)
-    rest_days = class_days - days
+    rest_n, rest_days = peers.rest(unit, start, at)
     if days <= 0 or rest_days <= 0:
         return _Tested(False, 1.0, n, 0.0)
-    # the class's rate without the unit; one pseudo-incident keeps a spotless class testable
-    expected = max(class_n - n, 1) / rest_days * days
+    # the class's rate without the unit and its outliers; one pseudo-incident keeps a
+    # spotless class testable
+    expected = max(rest_n, 1) / rest_days * days
     p = poisson_sf(n, expected)
     failed, jobs_expected, jobs_p = _jobs_p(unit, peers, start, at) if jobs else (0, None, 1)
     signals = n
@@ -297,12 +322,29 @@ def _evidence(unit: Unit, tested: _Tested, as_of: datetime, killed: list) -> lis
     return lines
 
 
+def _leave_out_lemons(klass: _Class, as_of: datetime, *, jobs: bool) -> None:
+    """Leave the class's lemons out of its base rates, to a fixpoint: each round tests
+    every unit against the rates of the class without the units flagged so far and adds
+    those flagged now, until a round adds none. The lemons' incidents (tens of times a
+    healthy GPU's) would otherwise raise the rate every unit is tested against, and hide
+    the weaker lemons behind the stronger."""
+    klass.outliers = {}
+    for _ in range(OUTLIER_ROUNDS):
+        found = {u.key: u for u in klass.units if u.key not in klass.outliers
+                 and _test(u, klass, as_of, jobs=jobs).flagged}
+        if not found:
+            return
+        klass.outliers = {**klass.outliers, **found}
+
+
 def lemons_from(history: History, *, kind: str, jobs: bool = True) -> list[Flag]:
     """The flagged GPUs (kind "gpu") or nodes ("node") as of the history's instant (`jobs`
     False: on hardware incidents alone, as before failed jobs counted)."""
     as_of = history.as_of
     all_units = units(history, kind)
     classes = classes_of(all_units, with_warnings=True)
+    for klass in classes.values():
+        _leave_out_lemons(klass, as_of, jobs=jobs)
     flags = []
     for unit in all_units:
         peers = classes[unit.gpu_class]

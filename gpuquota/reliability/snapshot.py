@@ -33,6 +33,7 @@ def reliability_figures_write(*, as_of: datetime) -> FiguresSnapshot:
     began = time.perf_counter()
     history = fleet_history(as_of=as_of, since=as_of - max(2 * WINDOW, max(RECENTS) + BASE))
     start = as_of - timedelta(days=DAYS)
+    found = {kind: lemons_from(history, kind=kind) for kind in ("gpu", "node")}
     units = {kind: [f.as_dict() for f in figures_from(history, group=kind, start=start)]
              for kind in UnitFigures.Kind.values}
     fields = {
@@ -41,9 +42,10 @@ def reliability_figures_write(*, as_of: datetime) -> FiguresSnapshot:
         "clusters": [f.as_dict() for f in figures_from(history, group="cluster", start=start)],
         "by": {name: counts.most_common()
                for name, counts in failures_by(history, start=start).items()},
-        "drift": [dataclasses.asdict(d) for d in drift_from(history)],
-        "gpu_lemons": [_flag_row(f) for f in lemons_from(history, kind="gpu")],
-        "node_lemons": [_flag_row(f) for f in lemons_from(history, kind="node")],
+        "drift": [dataclasses.asdict(d) for d in drift_from(
+            history, lemons={f.key for flags in found.values() for f in flags})],
+        "gpu_lemons": [_flag_row(f) for f in found["gpu"]],
+        "node_lemons": [_flag_row(f) for f in found["node"]],
     }
     with transaction.atomic():
         FiguresSnapshot.objects.filter(as_of__lte=as_of).delete()
