@@ -68,6 +68,8 @@ def _common(deliveries: list[Delivery], *, now: datetime) -> list[int]:
     """The deliveries in the common case, their GPUs placed: every GPU they name registered
     on their node as they list it, nothing rejected or nulled listing them, their batch id
     once in the call."""
+    for delivery in deliveries:  # what an earlier call found (a replay's delivery) is not kept
+        delivery.placed, delivery.seen, delivery.receipt_pk, delivery.nulled = {}, [], None, []
     keys = [d.key for d in deliveries]
     times = Counter(keys)
     listings = [gpus_listed(d.body, also=d.rows.gpu_uuids()) for d in deliveries]
@@ -138,18 +140,25 @@ def _boots(deliveries: list[Delivery], *, now: datetime) -> dict[tuple[int, str]
     """The batches' boots by (node id, boot id), created at their first batch."""
     wanted = sorted({(d.node.pk, boot_text(d.body)) for d in deliveries} - {
         (d.node.pk, "") for d in deliveries})
+    found = _boots_read(wanted)
+    missing = [pair for pair in wanted if pair not in found]
+    if missing:
+        NodeBoot.objects.bulk_create([NodeBoot(node_id=node_id, boot_id=boot,
+                                               first_received_at=now)
+                                      for node_id, boot in missing], ignore_conflicts=True)
+        found.update(_boots_read(missing))
+    return found
+
+
+def _boots_read(pairs: list[tuple[int, str]]) -> dict[tuple[int, str], int]:
     found = {}
-    for chunk in _in_chunks(wanted):
+    for chunk in _in_chunks(pairs):
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT node_id, boot_id, id FROM {NodeBoot._meta.db_table} WHERE "
                 "(node_id, boot_id) IN (" + ", ".join(["(%s, %s)"] * len(chunk)) + ")",
                 [value for pair in chunk for value in pair])
             found.update({(node_id, boot): pk for node_id, boot, pk in cursor.fetchall()})
-    for node_id, boot in wanted:
-        if (node_id, boot) not in found:
-            found[(node_id, boot)] = NodeBoot.objects.get_or_create(
-                node_id=node_id, boot_id=boot, defaults={"first_received_at": now})[0].pk
     return found
 
 
