@@ -183,6 +183,7 @@ def pulls_measure(source, *, pid: int, pulls: int) -> dict:
     GPUs), as the beat makes them: means per pull of the worker's, its PostgreSQL backend's
     and Prometheus's CPU seconds."""
     from bench.table_stats import pg_cpu_s
+    from gpuquota.telemetry.models import TelemetrySource
     from gpuquota.telemetry.services import source_pull
 
     interval = timedelta(seconds=source.interval_s)
@@ -191,10 +192,12 @@ def pulls_measure(source, *, pid: int, pulls: int) -> dict:
     # Each pull imports [cursor, cursor + interval): its `now` is a window past that end.
     now = source.cursor + interval + timedelta(seconds=source.window_s + source.delay_s)
     totals = {"cpu_s": 0.0, "pg_cpu_s": 0.0, "prometheus_cpu_s": 0.0, "wall_s": 0.0,
-              "samples": 0}
+              "samples": 0, "duplicates": 0}
     for n in range(pulls + 1):
         prom, pg = process_cpu_s(pid), pg_cpu_s()
         wall, cpu = time.perf_counter(), time.process_time()
+        # as the task does: the source read afresh (its cursor where the last pull ended)
+        source = TelemetrySource.objects.get(pk=source.pk)
         result = source_pull(source=source, now=now + n * interval)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         if result is None:
@@ -206,6 +209,7 @@ def pulls_measure(source, *, pid: int, pulls: int) -> dict:
             totals["pg_cpu_s"] += pg_cpu_s() - pg
             totals["prometheus_cpu_s"] += process_cpu_s(pid) - prom
             totals["samples"] += result.counts["samples"]["stored"]
+            totals["duplicates"] += result.counts["samples"]["duplicates"]
     return {k: v / pulls for k, v in totals.items()}
 
 
@@ -321,6 +325,7 @@ def _pulls_report(r: dict) -> None:
     print(f"RESULT telemetry_pull gpus={r['gpus']} interval_s={r['interval_s']} "
           f"wall_s={r['wall_s']:.3f} cpu_s={r['cpu_s']:.3f} pg_cpu_s={r['pg_cpu_s']:.3f} "
           f"prometheus_cpu_s={r['prometheus_cpu_s']:.3f} samples={r['samples']:.0f} "
+          f"duplicates={r.get('duplicates', 0):.0f} "
           f"period_share={share:.5f} load={os.getloadavg()[0]:.1f}", flush=True)
 
 

@@ -338,8 +338,9 @@ def _chunk_import(reader: _Reader, *, chunk_start: int, chunk_stop: int, states:
                   now=stamp, result=result)
     _observed_record(source, observed, unknown)
     if advance_cursor:
-        TelemetrySource.objects.filter(pk=source.pk).update(
-            cursor=datetime.fromtimestamp(chunk_stop, UTC))
+        # the caller's instance too: a pull made with it again starts where this one ended
+        source.cursor = datetime.fromtimestamp(chunk_stop, UTC)
+        TelemetrySource.objects.filter(pk=source.pk).update(cursor=source.cursor)
     marks.append((time.perf_counter(), time.process_time()))
     for phase, (before, after) in zip(("read", "normalise", "store"),
                                       zip(marks, marks[1:], strict=False), strict=True):
