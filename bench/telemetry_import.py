@@ -2,10 +2,11 @@
 Prometheus itself takes to answer the same queries, at several fleet sizes in one run.
 
     .venv/bin/python -m bench.telemetry_import [--sizes 200,1000] [--hours 24] [--step 30]
-        [--data DIR] [--profile FILE]
+        [--data DIR] [--profile FILE] [--pulls N [--interval 60] [--sources K]]
 
 (`--data`: keep the loaded history in DIR and reuse it; `--profile`: a CPU-time cProfile
-of each import, to FILE.<size>.)
+of each import, to FILE.<size>; `--pulls`: steady pulls instead of a back-fill, each size
+split into `--sources` sources of its own cluster, pulled in turn.)
 
 It writes `--hours` of dcgm-exporter history for the largest size (8 GPUs a node, a
 reading every `--step` seconds: utilization from the profiling field, memory, power,
@@ -214,9 +215,9 @@ def pulls_measure(source, *, pid: int, pulls: int) -> dict:
 
 
 def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
-            profile: str = "", pulls: int = 0, interval_s: int = 60) -> dict:
+            profile: str = "", pulls: int = 0, interval_s: int = 60, sources: int = 1) -> dict:
     """One size, in this process with its own database: Prometheus alone, then the import
-    (or, with `pulls`, the steady pulls)."""
+    (or, with `pulls`, the steady pulls of `sources` sources that share the GPUs)."""
     database_create(database)
     os.environ.update(env_for(database))
     os.environ["TELEMETRY_ALLOWED_NETWORKS"] = "127.0.0.1/32"  # its Prometheus is on loopback
@@ -229,13 +230,22 @@ def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
     from gpuquota.telemetry.models import TelemetrySource
 
     end = START + timedelta(hours=hours)
+    if pulls:
+        per = size // sources
+        found = []
+        for k in range(sources):  # each its own cluster and GPUs, pulled in turn
+            groups = "|".join(str(g) for g in range(k * per // 100, -(-(k + 1) * per // 100)))
+            source = TelemetrySource.objects.create(
+                name=f"bench-{k}", cluster=cluster_ensure(name=f"bench-{k}"), kind="prometheus",
+                base_url=url, selector=f'g=~"{groups}"', window_s=60, scrape_interval_s=step,
+                interval_s=interval_s)
+            found.append({"gpus": per, "interval_s": interval_s,
+                          **pulls_measure(source, pid=pid, pulls=pulls)})
+        return found[0] if sources == 1 else {"gpus": size, "sources": found}
     groups = "|".join(str(g) for g in range(-(-size // 100)))
     source = TelemetrySource.objects.create(
         name="bench", cluster=cluster_ensure(name="bench"), kind="prometheus", base_url=url,
         selector=f'g=~"{groups}"', window_s=60, scrape_interval_s=step, interval_s=interval_s)
-    if pulls:
-        return {"gpus": size, "interval_s": source.interval_s,
-                **pulls_measure(source, pid=pid, pulls=pulls)}
     prometheus_alone(source, start=START, end=START + timedelta(hours=1))  # warm
     prom_cpu = process_cpu_s(pid)
     prom_wall, answered = prometheus_alone(source, start=START, end=end)
@@ -278,13 +288,16 @@ def main() -> None:
                         help="measure this many steady pulls per size instead of a back-fill")
     parser.add_argument("--interval", type=int, default=60,
                         help="with --pulls: the source's interval_s (how often it pulls)")
+    parser.add_argument("--sources", type=int, default=1,
+                        help="with --pulls: split each size into this many sources (clusters), "
+                             "each pulled in turn and reported on its own")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # size,url: the child process
     args = parser.parse_args()
     if args.measure:
         size, pid, url = args.measure.split(",", 2)
         print(json.dumps(measure(int(size), url, int(pid), args.hours, args.step,
                                  f"{args.database}_{size}", args.profile, args.pulls,
-                                 args.interval)))
+                                 args.interval, args.sources)))
         return
     if not (shutil.which("prometheus") and shutil.which("promtool")):
         raise SystemExit("needs Debian's prometheus and promtool (apt-get install prometheus)")
@@ -309,7 +322,7 @@ def main() -> None:
                      f"{size},{process.pid},{url}", "--hours", str(args.hours),
                      "--step", str(args.step), "--database", args.database,
                      "--profile", args.profile, "--pulls", str(args.pulls),
-                     "--interval", str(args.interval)], cwd=ROOT,
+                     "--interval", str(args.interval), "--sources", str(args.sources)], cwd=ROOT,
                     check=True, capture_output=True, text=True)
                 found = json.loads(child.stdout.strip().splitlines()[-1])
                 (_pulls_report if args.pulls else _report)(found)
@@ -321,6 +334,15 @@ def main() -> None:
 
 
 def _pulls_report(r: dict) -> None:
+    if "sources" in r:
+        for number, one in enumerate(r["sources"]):
+            print(f"source {number}: ", end="")
+            _pulls_report(one)
+        shares = [(s["cpu_s"] + s["pg_cpu_s"]) / s["interval_s"] for s in r["sources"]]
+        print(f"RESULT telemetry_pull_fleet gpus={r['gpus']} sources={len(shares)} "
+              f"period_share_sum={sum(shares):.4f} period_share_max={max(shares):.4f} "
+              f"load={os.getloadavg()[0]:.1f}", flush=True)
+        return
     share = (r["cpu_s"] + r["pg_cpu_s"]) / r["interval_s"]
     print(f"RESULT telemetry_pull gpus={r['gpus']} interval_s={r['interval_s']} "
           f"wall_s={r['wall_s']:.3f} cpu_s={r['cpu_s']:.3f} pg_cpu_s={r['pg_cpu_s']:.3f} "
