@@ -148,6 +148,7 @@ def test_a_replay_gets_the_first_responses_and_stores_nothing(fleet, clock):
     assert _stored() == before
 
 
+@pytest.mark.postgres  # elsewhere each batch is stored on its own
 def test_statements_do_not_grow_with_the_nodes(clock):
     def statements(nodes: int) -> int:
         deliveries = []

@@ -210,6 +210,7 @@ def test_a_gpu_reported_by_its_agent_too_is_counted_once_on_its_node(history_sou
     assert Gpu.objects.get(uuid=sc.SLURM_GPU.uuid).node == node
 
 
+@pytest.mark.postgres  # elsewhere each batch is stored on its own
 def test_steady_pulls_store_each_window_once_and_every_node_in_one_go(history_source):
     """Pulls made with the same source instance go on from its cursor (nothing imported
     twice), and a pull stores all its nodes' batches together: one receipts insert and
