@@ -2,10 +2,11 @@
 Prometheus itself takes to answer the same queries, at several fleet sizes in one run.
 
     .venv/bin/python -m bench.telemetry_import [--sizes 200,1000] [--hours 24] [--step 30]
-        [--data DIR] [--profile FILE]
+        [--data DIR] [--profile FILE] [--pulls N [--interval 60] [--sources K]]
 
 (`--data`: keep the loaded history in DIR and reuse it; `--profile`: a CPU-time cProfile
-of each import, to FILE.<size>.)
+of each import, to FILE.<size>; `--pulls`: steady pulls instead of a back-fill, each size
+split into `--sources` sources of its own cluster, pulled in turn.)
 
 It writes `--hours` of dcgm-exporter history for the largest size (8 GPUs a node, a
 reading every `--step` seconds: utilization from the profiling field, memory, power,
@@ -183,6 +184,7 @@ def pulls_measure(source, *, pid: int, pulls: int) -> dict:
     GPUs), as the beat makes them: means per pull of the worker's, its PostgreSQL backend's
     and Prometheus's CPU seconds."""
     from bench.table_stats import pg_cpu_s
+    from gpuquota.telemetry.models import TelemetrySource
     from gpuquota.telemetry.services import source_pull
 
     interval = timedelta(seconds=source.interval_s)
@@ -191,10 +193,12 @@ def pulls_measure(source, *, pid: int, pulls: int) -> dict:
     # Each pull imports [cursor, cursor + interval): its `now` is a window past that end.
     now = source.cursor + interval + timedelta(seconds=source.window_s + source.delay_s)
     totals = {"cpu_s": 0.0, "pg_cpu_s": 0.0, "prometheus_cpu_s": 0.0, "wall_s": 0.0,
-              "samples": 0}
+              "samples": 0, "duplicates": 0}
     for n in range(pulls + 1):
         prom, pg = process_cpu_s(pid), pg_cpu_s()
         wall, cpu = time.perf_counter(), time.process_time()
+        # as the task does: the source read afresh (its cursor where the last pull ended)
+        source = TelemetrySource.objects.get(pk=source.pk)
         result = source_pull(source=source, now=now + n * interval)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         if result is None:
@@ -206,13 +210,14 @@ def pulls_measure(source, *, pid: int, pulls: int) -> dict:
             totals["pg_cpu_s"] += pg_cpu_s() - pg
             totals["prometheus_cpu_s"] += process_cpu_s(pid) - prom
             totals["samples"] += result.counts["samples"]["stored"]
+            totals["duplicates"] += result.counts["samples"]["duplicates"]
     return {k: v / pulls for k, v in totals.items()}
 
 
 def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
-            profile: str = "", pulls: int = 0, interval_s: int = 60) -> dict:
+            profile: str = "", pulls: int = 0, interval_s: int = 60, sources: int = 1) -> dict:
     """One size, in this process with its own database: Prometheus alone, then the import
-    (or, with `pulls`, the steady pulls)."""
+    (or, with `pulls`, the steady pulls of `sources` sources that share the GPUs)."""
     database_create(database)
     os.environ.update(env_for(database))
     os.environ["TELEMETRY_ALLOWED_NETWORKS"] = "127.0.0.1/32"  # its Prometheus is on loopback
@@ -225,13 +230,22 @@ def measure(size: int, url: str, pid: int, hours: int, step: int, database: str,
     from gpuquota.telemetry.models import TelemetrySource
 
     end = START + timedelta(hours=hours)
+    if pulls:
+        per = size // sources
+        found = []
+        for k in range(sources):  # each its own cluster and GPUs, pulled in turn
+            groups = "|".join(str(g) for g in range(k * per // 100, -(-(k + 1) * per // 100)))
+            source = TelemetrySource.objects.create(
+                name=f"bench-{k}", cluster=cluster_ensure(name=f"bench-{k}"), kind="prometheus",
+                base_url=url, selector=f'g=~"{groups}"', window_s=60, scrape_interval_s=step,
+                interval_s=interval_s)
+            found.append({"gpus": per, "interval_s": interval_s,
+                          **pulls_measure(source, pid=pid, pulls=pulls)})
+        return found[0] if sources == 1 else {"gpus": size, "sources": found}
     groups = "|".join(str(g) for g in range(-(-size // 100)))
     source = TelemetrySource.objects.create(
         name="bench", cluster=cluster_ensure(name="bench"), kind="prometheus", base_url=url,
         selector=f'g=~"{groups}"', window_s=60, scrape_interval_s=step, interval_s=interval_s)
-    if pulls:
-        return {"gpus": size, "interval_s": source.interval_s,
-                **pulls_measure(source, pid=pid, pulls=pulls)}
     prometheus_alone(source, start=START, end=START + timedelta(hours=1))  # warm
     prom_cpu = process_cpu_s(pid)
     prom_wall, answered = prometheus_alone(source, start=START, end=end)
@@ -274,13 +288,16 @@ def main() -> None:
                         help="measure this many steady pulls per size instead of a back-fill")
     parser.add_argument("--interval", type=int, default=60,
                         help="with --pulls: the source's interval_s (how often it pulls)")
+    parser.add_argument("--sources", type=int, default=1,
+                        help="with --pulls: split each size into this many sources (clusters), "
+                             "each pulled in turn and reported on its own")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # size,url: the child process
     args = parser.parse_args()
     if args.measure:
         size, pid, url = args.measure.split(",", 2)
         print(json.dumps(measure(int(size), url, int(pid), args.hours, args.step,
                                  f"{args.database}_{size}", args.profile, args.pulls,
-                                 args.interval)))
+                                 args.interval, args.sources)))
         return
     if not (shutil.which("prometheus") and shutil.which("promtool")):
         raise SystemExit("needs Debian's prometheus and promtool (apt-get install prometheus)")
@@ -305,7 +322,7 @@ def main() -> None:
                      f"{size},{process.pid},{url}", "--hours", str(args.hours),
                      "--step", str(args.step), "--database", args.database,
                      "--profile", args.profile, "--pulls", str(args.pulls),
-                     "--interval", str(args.interval)], cwd=ROOT,
+                     "--interval", str(args.interval), "--sources", str(args.sources)], cwd=ROOT,
                     check=True, capture_output=True, text=True)
                 found = json.loads(child.stdout.strip().splitlines()[-1])
                 (_pulls_report if args.pulls else _report)(found)
@@ -317,10 +334,20 @@ def main() -> None:
 
 
 def _pulls_report(r: dict) -> None:
+    if "sources" in r:
+        for number, one in enumerate(r["sources"]):
+            print(f"source {number}: ", end="")
+            _pulls_report(one)
+        shares = [(s["cpu_s"] + s["pg_cpu_s"]) / s["interval_s"] for s in r["sources"]]
+        print(f"RESULT telemetry_pull_fleet gpus={r['gpus']} sources={len(shares)} "
+              f"period_share_sum={sum(shares):.4f} period_share_max={max(shares):.4f} "
+              f"load={os.getloadavg()[0]:.1f}", flush=True)
+        return
     share = (r["cpu_s"] + r["pg_cpu_s"]) / r["interval_s"]
     print(f"RESULT telemetry_pull gpus={r['gpus']} interval_s={r['interval_s']} "
           f"wall_s={r['wall_s']:.3f} cpu_s={r['cpu_s']:.3f} pg_cpu_s={r['pg_cpu_s']:.3f} "
           f"prometheus_cpu_s={r['prometheus_cpu_s']:.3f} samples={r['samples']:.0f} "
+          f"duplicates={r.get('duplicates', 0):.0f} "
           f"period_share={share:.5f} load={os.getloadavg()[0]:.1f}", flush=True)
 
 

@@ -35,7 +35,7 @@ class BatchResult:
     body: dict
 
 
-def _days(body: dict, *, now: datetime, check_age: bool) -> set:
+def batch_days(body: dict, *, now: datetime, check_age: bool) -> set:
     """The UTC days of the windows that may be stored: a window beyond the protocol's
     bounds is rejected later anyway, and must not create a partition (year 7898...)."""
     texts = {r.get("window_start")
@@ -51,26 +51,40 @@ def _days(body: dict, *, now: datetime, check_age: bool) -> set:
     return days
 
 
-def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
-                 sent_at: datetime | None) -> int | None:
-    """Insert the batch receipt first: a concurrent duplicate waits on the unique index and
-    then finds nothing to insert. Returns the new row's id, or None for a replay."""
+def boot_text(body: dict) -> str:
+    """The batch's boot id as stored (no NUL, at most 64 characters; "" when none)."""
+    return str((body["node"] or {}).get("boot_id") or "").replace("\x00", "")[:64]
+
+
+def receipt_values(*, node: Node, body: dict, now: datetime, skew_s: float | None,
+                   sent_at: datetime | None) -> list:
+    """The batch receipt's columns (`RECEIPT_COLUMNS`), prepared for the database."""
     fields = {f.column: f for f in AgentBatch._meta.concrete_fields}
     values = {
         "node_id": node.pk, "batch_id": uuid.UUID(body["batch_id"]),
         "agent_instance_id": uuid.UUID(body["agent_instance_id"]),
-        "boot_id": str((body["node"] or {}).get("boot_id") or "").replace("\x00", "")[:64],
+        "boot_id": boot_text(body),
         "seq_first": body.get("seq_first"), "seq_last": body.get("seq_last"),
         "sent_at": sent_at and sent_at.replace(microsecond=0),  # stored instants: whole seconds
         "received_at": now, "clock_skew_s": skew_s, "response_body": {},
     }
-    columns = list(values)
-    params = [fields[c].get_db_prep_save(values[c], connection) for c in columns]
+    return [fields[c].get_db_prep_save(values[c], connection) for c in RECEIPT_COLUMNS]
+
+
+RECEIPT_COLUMNS = ("node_id", "batch_id", "agent_instance_id", "boot_id", "seq_first",
+                   "seq_last", "sent_at", "received_at", "clock_skew_s", "response_body")
+
+
+def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
+                 sent_at: datetime | None) -> int | None:
+    """Insert the batch receipt first: a concurrent duplicate waits on the unique index and
+    then finds nothing to insert. Returns the new row's id, or None for a replay."""
+    params = receipt_values(node=node, body=body, now=now, skew_s=skew_s, sent_at=sent_at)
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {AgentBatch._meta.db_table} ({', '.join(map(quote, columns))}) "
-            f"VALUES ({', '.join(['%s'] * len(columns))}) "
+            f"INSERT INTO {AgentBatch._meta.db_table} ({', '.join(map(quote, RECEIPT_COLUMNS))}) "
+            f"VALUES ({', '.join(['%s'] * len(RECEIPT_COLUMNS))}) "
             "ON CONFLICT (node_id, batch_id) DO NOTHING RETURNING id", params)
         row = cursor.fetchone()
     return row[0] if row else None
@@ -79,7 +93,7 @@ def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
 def _boot_of(*, node: Node, body: dict, now: datetime) -> int | None:
     """The batch's boot (created at its first batch); None when the agent sent no boot_id.
     A spooled batch carries the boot it was collected under, whenever it arrives."""
-    boot_id = str((body["node"] or {}).get("boot_id") or "").replace("\x00", "")[:64]
+    boot_id = boot_text(body)
     if not boot_id:
         return None
     with connection.cursor() as cursor:  # a boot's every batch but its first
@@ -92,9 +106,9 @@ def _boot_of(*, node: Node, body: dict, now: datetime) -> int | None:
     return boot.pk
 
 
-def _node_seen(*, node: Node, body: dict, now: datetime, skew_s: float | None,
-               nulled: list) -> None:
-    """Node.last_seen_at, versions, boot id and clock skew from this batch."""
+def node_changes(*, body: dict, now: datetime, skew_s: float | None, nulled: list) -> dict:
+    """The Node fields a batch sets: last_seen_at, clock skew, and the versions and boot id
+    it reports (a text too long or with a NUL is nulled, and the stored one kept)."""
     reported = body["node"] or {}
     changes = {"last_seen_at": now, "clock_skew_s": skew_s}
     for name in NODE_TEXT_FIELDS:
@@ -107,6 +121,13 @@ def _node_seen(*, node: Node, body: dict, now: datetime, skew_s: float | None,
     hostname = reported.get("hostname")
     if hostname is not None and len(hostname) > 256:
         nulled.append({"path": "node.hostname", "why": "longer than 256 characters"})
+    return changes
+
+
+def _node_seen(*, node: Node, body: dict, now: datetime, skew_s: float | None,
+               nulled: list) -> None:
+    """Node.last_seen_at, versions, boot id and clock skew from this batch."""
+    changes = node_changes(body=body, now=now, skew_s=skew_s, nulled=nulled)
     quote, adapt = connection.ops.quote_name, connection.ops.adapt_datetimefield_value
     changes["last_seen_at"] = adapt(now)
     with connection.cursor() as cursor:  # raw SQL: every batch writes it
@@ -117,7 +138,7 @@ def _node_seen(*, node: Node, body: dict, now: datetime, skew_s: float | None,
         logger.warning("node %s clock skew %.1f s (received_at - sent_at)", node, skew_s)
 
 
-def _nvml_state(*, node: Node, samples: list, events: list) -> None:
+def nvml_state_update(*, node: Node, samples: list, events: list) -> None:
     """Node.nvml_unavailable_since: the earliest nvml_unavailable event of an outage, until
     a sample ends after it (sample and event times decide, never the order batches come)."""
     down = min((ts for _, _, _, ts, kind, *_ in events if kind == EventType.NVML_UNAVAILABLE),
@@ -145,7 +166,7 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
     one transaction; a replay gets 200 and the first response body. A batch built
     in-process (the telemetry importer) may carry its samples and processes as `rows`,
     judged by the same rules (`rows.py`)."""
-    days = _days(body, now=now, check_age=check_age)
+    days = batch_days(body, now=now, check_age=check_age)
     if rows is not None:
         days |= rows_days(rows, now=now, check_age=check_age)
     partitions_ensure(days=days)
@@ -169,7 +190,7 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
             outcome = rows_judge(body=body, rows=rows, node_id=node.pk, now=now, judge=Judge(
                 gpus=placed, now=now, check_age=check_age, boot_pk=boot_pk,
                 receipt_pk=receipt_pk))
-        _nvml_state(node=node, samples=outcome.samples, events=outcome.events)
+        nvml_state_update(node=node, samples=outcome.samples, events=outcome.events)
         results = {name: records_store(table=table, rows=rows) for name, table, rows in (
             ("samples", SAMPLES, outcome.samples), ("processes", PROCESSES, outcome.processes),
             ("events", EVENTS, outcome.events))}

@@ -128,48 +128,61 @@ _KNOWN_FIELDS = ("uuid", "id", "node_id", "parent_id", "memory_total_bytes", "po
                  "index", "last_seen_at", "serial", "board_part_number")
 
 
-def _all_known_here(*, listed: dict, wanted: set, node: Node, now: datetime) -> dict | None:
-    """The batch's GpuRefs when every GPU it names is registered on this node as it lists it
-    (a node's every batch but its first: the common case), read without model instances;
-    else None, for `gpus_place` to register, move or refresh them."""
-    if not wanted:
+def gpus_known_read(uuids: Iterable[str]) -> dict[str, tuple]:
+    """The registered GPUs among `uuids` as `_KNOWN_FIELDS` rows by UUID, read without model
+    instances (every batch asks)."""
+    uuids = list(uuids)
+    if not uuids:
         return {}
     table, quote = Gpu._meta.db_table, connection.ops.quote_name
-    with connection.cursor() as cursor:  # raw SQL: every batch asks
+    with connection.cursor() as cursor:
         cursor.execute(f"SELECT {', '.join(map(quote, _KNOWN_FIELDS))} FROM {table} "
-                       f"WHERE uuid IN ({', '.join(['%s'] * len(wanted))})", list(wanted))
-        rows = cursor.fetchall()
-    if len(rows) != len(wanted):
-        return None
+                       f"WHERE uuid IN ({', '.join(['%s'] * len(uuids))})", uuids)
+        return {row[0]: row for row in cursor.fetchall()}
+
+
+def known_here(*, listed: dict, wanted: set, node: Node, known: dict[str, tuple],
+               now: datetime) -> tuple[dict, list[int]] | None:
+    """The batch's GpuRefs, and the ids whose last_seen_at is not `now` yet, when every GPU
+    it names is registered on this node as it lists it (`known`: `gpus_known_read`'s rows;
+    a node's every batch but its first: the common case); else None, for `gpus_place` to
+    register, move or refresh them."""
     placed, seen = {}, []
-    for uuid, pk, node_id, parent_id, memory, power, index, last_seen_at, serial, part in rows:
+    for uuid in wanted:
+        row = known.get(uuid)
+        if row is None:
+            return None
+        _, pk, node_id, parent_id, memory, power, index, last_seen_at, serial, part = row
         entry = listed[uuid][1] if uuid in listed else {}
         if node_id != node.id or any(
-                entry.get(name) is not None and entry[name] != known
-                for name, known in (("memory_total_bytes", memory), ("power_limit_w", power),
-                                    ("index", index))) or (parent_id is None and any(
-                (value := board_text_normalize(entry.get(name))) and value != known
-                for name, known in (("serial", serial), ("board_part_number", part)))):
+                entry.get(name) is not None and entry[name] != stored
+                for name, stored in (("memory_total_bytes", memory), ("power_limit_w", power),
+                                     ("index", index))) or (parent_id is None and any(
+                (value := board_text_normalize(entry.get(name))) and value != stored
+                for name, stored in (("serial", serial), ("board_part_number", part)))):
             return None  # `_refresh` stores what changed (a board's serial included)
         placed[uuid] = GpuRef(id=pk, physical_id=parent_id or pk, memory_total_bytes=memory,
                               power_limit_w=power)
         if last_seen_at != now:
             seen.append(pk)
-    if seen:
+    return placed, seen
+
+
+def gpus_seen_mark(*, ids: list[int], now: datetime) -> None:
+    """last_seen_at = now for these GPUs (one statement)."""
+    if ids:
         with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {table} SET last_seen_at = %s WHERE id IN "
-                           f"({', '.join(['%s'] * len(seen))})",
-                           [connection.ops.adapt_datetimefield_value(now), *seen])
-    return placed
+            cursor.execute(f"UPDATE {Gpu._meta.db_table} SET last_seen_at = %s WHERE id IN "
+                           f"({', '.join(['%s'] * len(ids))})",
+                           [connection.ops.adapt_datetimefield_value(now), *ids])
 
 
-def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled: list,
-               also: Iterable[str] = ()) -> dict:
-    """Map every GPU the batch names (its records', and `also`: its rows') to a GpuRef this
-    node may write, or to why not.
-
-    Registers new listed GPUs, moves silent ones here, refreshes last_seen_at."""
+def gpus_listed(body: dict, *, also: Iterable[str] = ()) -> tuple[dict, set, list, list]:
+    """The batch's listed GPUs (normalised uuid -> (index, cleaned entry)), every GPU it
+    names (`also`: its rows'), and what listing them rejected and nulled."""
     listed: dict[str, tuple[int, dict]] = {}
+    rejected: list = []
+    nulled: list = []
     for index, entry in enumerate(body.get("gpus") or ()):
         uuid = uuid_normal(entry["uuid"])
         if uuid is None:
@@ -178,8 +191,23 @@ def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled:
             listed[uuid] = (index, _gpu_entry_clean(entry, f"gpus[{index}]", nulled))
     wanted = set(listed) | _referenced(body) | {n for n in map(uuid_normal, also) if n}
     wanted |= {n for _, e in listed.values() if (n := uuid_normal(e.get("mig_parent_uuid")))}
-    if (placed := _all_known_here(listed=listed, wanted=wanted, node=node, now=now)) is not None:
-        return placed
+    return listed, wanted, rejected, nulled
+
+
+def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled: list,
+               also: Iterable[str] = ()) -> dict:
+    """Map every GPU the batch names (its records', and `also`: its rows') to a GpuRef this
+    node may write, or to why not.
+
+    Registers new listed GPUs, moves silent ones here, refreshes last_seen_at."""
+    listed, wanted, listing_rejected, listing_nulled = gpus_listed(body, also=also)
+    rejected += listing_rejected
+    nulled += listing_nulled
+    found = known_here(listed=listed, wanted=wanted, node=node, known=gpus_known_read(wanted),
+                       now=now) if wanted else ({}, [])
+    if found is not None:
+        gpus_seen_mark(ids=found[1], now=now)
+        return found[0]
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(uuid__in=wanted)}
     placed: dict = {}
     # Physical GPUs first, so a MIG device finds its parent registered.

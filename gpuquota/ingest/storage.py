@@ -128,6 +128,13 @@ def _copy_new(table: Table, rows: list[tuple]) -> Stored | None:
     """Rows none of which is stored yet (nearly always) straight into the table: one binary
     `COPY` at a savepoint, about half of what staging them costs PostgreSQL. None, with
     nothing written, when one is stored already or being stored by another batch."""
+    if not _copied(table, rows):
+        return None
+    return Stored(len(rows), 0, 0, _hours_touched(table, rows))
+
+
+def _copied(table: Table, rows: list[tuple]) -> bool:
+    """`_copy_new`'s `COPY`: False, with nothing written, when a row is stored already."""
     columns = ", ".join(_q(c) for c in table.columns)
     types = tuple("numeric" if f.get_internal_type() == "DecimalField" else t
                   for f, t in zip(_fields(table), _stage_types(table), strict=True))
@@ -139,8 +146,8 @@ def _copy_new(table: Table, rows: list[tuple]) -> Stored | None:
                 for row in rows:
                     copy.write_row(row)
     except UniqueViolation:
-        return None
-    return Stored(len(rows), 0, 0, _hours_touched(table, rows))
+        return False
+    return True
 
 
 def _hours_touched(table: Table, rows: list[tuple]) -> list[tuple[int, datetime]]:
@@ -265,3 +272,19 @@ def records_store(*, table: Table, rows: list[tuple]) -> Stored:
         return _postgres_store(table, rows)
     return _simple_store(table, rows)
 
+
+
+def records_store_parts(*, table: Table, parts: list[list[tuple]]) -> list[Stored]:
+    """`records_store` of each part in turn (several batches' rows), in one binary `COPY`
+    when none of them is stored yet (nearly always); otherwise part by part, so that each
+    part's counts are its own. In the caller's transaction."""
+    rows = [row for part in parts for row in part]
+    if rows and connection.vendor == "postgresql":
+        if table.model in PARTITIONED:
+            at = table.columns.index(table.start_column)
+            partitions_ensure(days={instant.astimezone(UTC).date()
+                                    for instant in {row[at] for row in rows}})
+        if _copied(table, rows):
+            return [Stored(len(part), 0, 0, _hours_touched(table, part) if part else [])
+                    for part in parts]
+    return [records_store(table=table, rows=part) for part in parts]

@@ -19,13 +19,12 @@ from django.utils import timezone
 
 from gpuquota.core.fields import whole_second
 from gpuquota.core.gcpause import collector_paused
-from gpuquota.ingest import conf as ingest_conf
-from gpuquota.ingest.batches import batch_ingest
+from gpuquota.ingest.bulk import Delivery, batches_ingest
 from gpuquota.ingest.protocol import batch_check
-from gpuquota.ingest.rows import Rows
 from gpuquota.inventory.models import Gpu, Node
 from gpuquota.inventory.services import gpu_class_for_model, gpu_register, gpus_register
 from gpuquota.telemetry import conf, exposition, prometheus
+from gpuquota.telemetry.cuts import reports_cut
 from gpuquota.telemetry.edges import edges_wanted
 from gpuquota.telemetry.gather import Observed, gpus_gather, node_mates
 from gpuquota.telemetry.health import GpuState, iso, life_boot
@@ -36,6 +35,9 @@ from gpuquota.telemetry.stored import gpu_states, slurm_owners_fill
 logger = logging.getLogger(__name__)
 
 BATCH_NAMESPACE = uuid.UUID("9c4e2a71-3b8d-4f6e-a915-7d0b2c8e4f31")
+# samples stored in one transaction: a 60 s pull of 10,000 GPUs is one, a back-fill's chunk
+# of six hours of them many
+STORE_SAMPLES = 50_000
 AGENT_VERSION = {SourceKind.EXPORTER: "dcgm-exporter", SourceKind.PROMETHEUS: "prometheus"}
 
 
@@ -131,80 +133,14 @@ def _gpus_register(reports: list[GpuReport], *, source: TelemetrySource, known: 
                 known[report.uuid] = Gpu.objects.select_related("node").get(uuid=report.uuid)
 
 
-def _parts(reports: list[GpuReport]) -> dict[str, list[dict]]:
-    """The reports' records by boot, cut into bodies within the protocol's per-batch
-    limits (their samples and processes as `Rows`); a sample and its process records
-    stay in one body."""
-    bodies: dict[str, list[dict]] = {}
-
-    def body_for(boot: str, samples: int, processes: int, events: int) -> dict:
-        parts = bodies.setdefault(boot, [])
-        if not parts or len(parts[-1]["rows"].samples) + samples > ingest_conf.MAX_SAMPLES or \
-                len(parts[-1]["rows"].processes) + processes > ingest_conf.MAX_PROCESSES or \
-                len(parts[-1]["events"]) + events > ingest_conf.MAX_EVENTS:
-            parts.append({"gpus": {}, "rows": Rows(), "events": []})
-        return parts[-1]
-
-    entries = {r.uuid: r.entry() for r in reports}
-    for report in reports:
-        gpus = {report.uuid: entries[report.uuid]}
-        if report.parent_uuid in entries:
-            gpus[report.parent_uuid] = entries[report.parent_uuid]
-        if _whole_into(bodies, report.units, gpus, body_for):
-            units = ()
-        else:
-            units = report.units
-        boot, rows = None, Rows()
-        for unit in units:
-            # the body of the unit's boot while it has room (a report's units share a boot
-            # until its GPU is lost, so the look-up is rarely needed)
-            if boot != unit.boot or \
-                    len(rows.samples) >= ingest_conf.MAX_SAMPLES or \
-                    len(rows.processes) + len(unit.processes) > ingest_conf.MAX_PROCESSES:
-                boot = unit.boot
-                body = body_for(boot, 1, len(unit.processes), 0)
-                body["gpus"].update(gpus)
-                rows = body["rows"]
-            rows.samples.append(unit.sample)
-            if unit.processes:
-                rows.processes.extend(unit.processes)
-        for event, boot in report.event_boots:
-            body = body_for(boot, 0, 0, 1)
-            body["events"].append(event)
-            body["gpus"][report.uuid] = entries[report.uuid]
-    return bodies
-
-
-def _room(part: dict, samples: int, processes: int) -> bool:
-    return (len(part["rows"].samples) + samples <= ingest_conf.MAX_SAMPLES
-            and len(part["rows"].processes) + processes <= ingest_conf.MAX_PROCESSES)
-
-
-def _whole_into(bodies: dict, units: list, gpus: dict, body_for) -> bool:
-    """Put a report's units into one body at once where `_parts`' unit-by-unit cut would
-    put them all there: one boot, and room for all of them in the body its first unit
-    goes to (the boot's last, or a new one). False: cut them unit by unit."""
-    if not units or any(unit.boot != units[0].boot for unit in units):
-        return False
-    processes = [p for unit in units for p in unit.processes]
-    parts = bodies.get(units[0].boot)
-    if not (parts and _room(parts[-1], len(units), len(processes))):
-        first_fits = parts and _room(parts[-1], 1, len(units[0].processes))
-        if first_fits or len(units) > ingest_conf.MAX_SAMPLES or \
-                len(processes) > ingest_conf.MAX_PROCESSES:
-            return False
-    body = body_for(units[0].boot, 1, len(units[0].processes), 0)
-    body["gpus"].update(gpus)
-    body["rows"].samples += [unit.sample for unit in units]
-    body["rows"].processes += processes
-    return True
-
-
-def _send(*, source: TelemetrySource, node: Node, reports: list[GpuReport], start: int,
-          stop: int, now: datetime, result: ImportResult) -> None:
+def _deliveries(*, source: TelemetrySource, node: Node, reports: list[GpuReport], start: int,
+                stop: int, now: datetime) -> list[Delivery]:
+    """The node's batches of [start, stop): one per boot and cut (`reports_cut`), with batch ids
+    from the source, node, boot, range and cut."""
     driver = next((r.labels.get("DCGM_FI_DRIVER_VERSION") for r in reports
                    if r.labels.get("DCGM_FI_DRIVER_VERSION")), None)
-    for boot, parts in _parts(reports).items():
+    deliveries = []
+    for boot, parts in reports_cut(reports).items():
         for index, part in enumerate(parts):
             key = f"{source.pk}|{node.pk}|{boot}|{start}|{stop}|{index}"
             body = {"schema_version": 1, "batch_id": str(uuid.uuid5(BATCH_NAMESPACE, key)),
@@ -218,12 +154,26 @@ def _send(*, source: TelemetrySource, node: Node, reports: list[GpuReport], star
                     "gpus": list(part["gpus"].values()), "events": part["events"]}
             # the body (node, GPUs, events) is checked as an agent's; its samples and
             # processes are rows, built here from typed figures: no JSON shape to check
-            stored = batch_ingest(node=node, body=batch_check(body), now=now, check_age=False,
-                                  rows=part["rows"])
-            if stored.status == 200:
-                result.replayed_batches += 1  # this very range was imported before
-            else:
-                result.add(stored.body)
+            deliveries.append(Delivery(node=node, body=batch_check(body), rows=part["rows"]))
+    return deliveries
+
+
+def _send(deliveries: list[Delivery], *, now: datetime, result: ImportResult) -> None:
+    """Store the batches through the agent's ingestion, many nodes' at once
+    (`batches_ingest`: one transaction for up to STORE_SAMPLES samples)."""
+    group: list[Delivery] = []
+    samples = 0
+    for delivery in [*deliveries, None]:
+        if group and (delivery is None or samples + len(delivery.rows.samples) > STORE_SAMPLES):
+            for stored in batches_ingest(deliveries=group, now=now, check_age=False):
+                if stored.status == 200:
+                    result.replayed_batches += 1  # this very range was imported before
+                else:
+                    result.add(stored.body)
+            group, samples = [], 0
+        if delivery is not None:
+            group.append(delivery)
+            samples += len(delivery.rows.samples)
 
 
 def _used_metric_record(*, source: TelemetrySource, reports: list[GpuReport]) -> None:
@@ -253,8 +203,8 @@ def _used_metric_record(*, source: TelemetrySource, reports: list[GpuReport]) ->
 
 def reports_store(*, source: TelemetrySource, reports: list[GpuReport], start: int, stop: int,
                   now: datetime, result: ImportResult) -> None:
-    """Send the reports of [start, stop) node by node (and boot by boot) through the
-    agent's ingestion."""
+    """Send the reports of [start, stop) through the agent's ingestion, a batch per node
+    and boot, many nodes' batches in one transaction."""
     reports = [r for r in reports if r.units or r.event_boots]
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(
         uuid__in=[r.uuid for r in reports] + [r.parent_uuid for r in reports if r.parent_uuid])}
@@ -263,9 +213,10 @@ def reports_store(*, source: TelemetrySource, reports: list[GpuReport], start: i
     for report in sorted(reports, key=lambda r: bool(r.parent_uuid)):  # GPUs, then MIG
         node = known[report.uuid].node  # its current node (a MIG device's is its GPU's)
         by_node.setdefault(node.pk, (node, []))[1].append(report)
-    for node, node_reports in by_node.values():
-        _send(source=source, node=node, reports=node_reports, start=start, stop=stop, now=now,
-              result=result)
+    _send([delivery for node, node_reports in by_node.values()
+           for delivery in _deliveries(source=source, node=node, reports=node_reports,
+                                       start=start, stop=stop, now=now)],
+          now=now, result=result)
     _used_metric_record(source=source, reports=reports)
     result.gpus += sum(1 for r in reports if not r.parent_uuid)
 
@@ -387,8 +338,9 @@ def _chunk_import(reader: _Reader, *, chunk_start: int, chunk_stop: int, states:
                   now=stamp, result=result)
     _observed_record(source, observed, unknown)
     if advance_cursor:
-        TelemetrySource.objects.filter(pk=source.pk).update(
-            cursor=datetime.fromtimestamp(chunk_stop, UTC))
+        # the caller's instance too: a pull made with it again starts where this one ended
+        source.cursor = datetime.fromtimestamp(chunk_stop, UTC)
+        TelemetrySource.objects.filter(pk=source.pk).update(cursor=source.cursor)
     marks.append((time.perf_counter(), time.process_time()))
     for phase, (before, after) in zip(("read", "normalise", "store"),
                                       zip(marks, marks[1:], strict=False), strict=True):

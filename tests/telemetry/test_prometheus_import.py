@@ -208,3 +208,34 @@ def test_a_gpu_reported_by_its_agent_too_is_counted_once_on_its_node(history_sou
     assert [float(slurm[start + w * 60].util_gpu_avg) for w in range(9, 11)] == [
         99.0, sc.util_of(sc.SLURM_GPU, 10)]
     assert Gpu.objects.get(uuid=sc.SLURM_GPU.uuid).node == node
+
+
+@pytest.mark.postgres  # elsewhere each batch is stored on its own
+def test_steady_pulls_store_each_window_once_and_every_node_in_one_go(history_source):
+    """Pulls made with the same source instance go on from its cursor (nothing imported
+    twice), and a pull stores all its nodes' batches together: one receipts insert and
+    one update of their responses, whatever the nodes."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from gpuquota.ingest.models import AgentBatch
+    from gpuquota.telemetry.services import source_pull
+
+    source, start = history_source
+    source.cursor = at(start)
+    source.delay_s = 0
+    source.save()
+    source_pull(source=source, now=at(start + 600 + 60))
+    for minute in (11, 12):
+        with CaptureQueriesContext(connection) as queries:
+            result = source_pull(source=source, now=at(start + minute * 60 + 60))
+        assert result.windows == 1 and source.cursor == at(start + minute * 60)
+        assert result.counts["samples"]["duplicates"] == 0
+        assert result.counts["samples"]["stored"] == 6  # 4 GPUs and 2 MIG devices
+        statements = [q["sql"] for q in queries.captured_queries]
+        assert sum(s.startswith(f"INSERT INTO {AgentBatch._meta.db_table}")
+                   for s in statements) == 1
+        assert sum(s.startswith(f"UPDATE {AgentBatch._meta.db_table} AS a SET response_body")
+                   for s in statements) == 1
+    assert len({b.node_id for b in AgentBatch.objects.all()}) == 2
+    assert len(_samples(sc.IDLE_GPU.uuid)) == 12  # windows 0 to 11
