@@ -131,35 +131,33 @@ _KNOWN_FIELDS = ("uuid", "id", "node_id", "parent_id", "memory_total_bytes", "po
 def _all_known_here(*, listed: dict, wanted: set, node: Node, now: datetime) -> dict | None:
     """The batch's GpuRefs when every GPU it names is registered on this node as it lists it
     (a node's every batch but its first: the common case), read without model instances;
-    else None, for `gpus_place` to register, move or refresh them."""
+    else None, for `gpus_place` to register, move or refresh them.
+
+    One statement (every batch makes it) sets last_seen_at of the batch's GPUs on this
+    node and returns them: when it returns None, `gpus_place` sets it as well for every
+    GPU of this node that the batch names."""
     if not wanted:
         return {}
     table, quote = Gpu._meta.db_table, connection.ops.quote_name
     with connection.cursor() as cursor:  # raw SQL: every batch asks
-        cursor.execute(f"SELECT {', '.join(map(quote, _KNOWN_FIELDS))} FROM {table} "
-                       f"WHERE uuid IN ({', '.join(['%s'] * len(wanted))})", list(wanted))
+        cursor.execute(f"UPDATE {table} SET last_seen_at = %s WHERE node_id = %s AND uuid IN "
+                       f"({', '.join(['%s'] * len(wanted))}) "
+                       f"RETURNING {', '.join(map(quote, _KNOWN_FIELDS))}",
+                       [connection.ops.adapt_datetimefield_value(now), node.id, *wanted])
         rows = cursor.fetchall()
     if len(rows) != len(wanted):
         return None
-    placed, seen = {}, []
-    for uuid, pk, node_id, parent_id, memory, power, index, last_seen_at, serial, part in rows:
+    placed = {}
+    for uuid, pk, _node_id, parent_id, memory, power, index, _seen, serial, part in rows:
         entry = listed[uuid][1] if uuid in listed else {}
-        if node_id != node.id or any(
-                entry.get(name) is not None and entry[name] != known
-                for name, known in (("memory_total_bytes", memory), ("power_limit_w", power),
-                                    ("index", index))) or (parent_id is None and any(
+        if any(entry.get(name) is not None and entry[name] != known
+               for name, known in (("memory_total_bytes", memory), ("power_limit_w", power),
+                                   ("index", index))) or (parent_id is None and any(
                 (value := board_text_normalize(entry.get(name))) and value != known
                 for name, known in (("serial", serial), ("board_part_number", part)))):
             return None  # `_refresh` stores what changed (a board's serial included)
         placed[uuid] = GpuRef(id=pk, physical_id=parent_id or pk, memory_total_bytes=memory,
                               power_limit_w=power)
-        if last_seen_at != now:
-            seen.append(pk)
-    if seen:
-        with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {table} SET last_seen_at = %s WHERE id IN "
-                           f"({', '.join(['%s'] * len(seen))})",
-                           [connection.ops.adapt_datetimefield_value(now), *seen])
     return placed
 
 
