@@ -1,9 +1,8 @@
 """Bulk storage of samples, process records and events, first stored wins.
 
-PostgreSQL: a small batch (an agent's steady state: one window of its GPUs) by one
-multi-row `INSERT ... ON CONFLICT DO NOTHING` (one round trip, no savepoint); a larger one
-by one binary `COPY` straight into the table at a savepoint. Where either meets a
-record already stored (a re-sent sample under another batch id, a record stored meanwhile
+PostgreSQL: one binary `COPY` straight into the table at a savepoint (for 8 rows too: a
+multi-row `INSERT ... ON CONFLICT DO NOTHING` costs more, docs/benchmarks.md). Where that
+meets a record already stored (a re-sent sample under another batch id, a record stored meanwhile
 by another batch) it is undone and the rows are copied into a per-connection temporary
 staging table, then inserted by one `INSERT ... SELECT ... ON CONFLICT DO NOTHING
 RETURNING`; a second query counts conflicts only when some rows were not stored. SQLite
@@ -25,9 +24,6 @@ from gpuquota.ingest.partitions import PARTITIONED, partitions_ensure
 from gpuquota.ingest.pgnumeric import PercentBinaryDumper
 
 ONE_SECOND = timedelta(seconds=1)
-# Up to this many rows, one INSERT costs less than SAVEPOINT + COPY + RELEASE (four round
-# trips); beyond it, COPY's binary rows cost less than the statement's quoted values.
-INSERT_MAX_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -133,46 +129,23 @@ def _stage_ensure(cursor, stage: str, table: Table, types: tuple[str, ...]) -> N
 
 
 @cache
-def _insert_sql(table: Table, count: int) -> str:
-    """`INSERT ... VALUES` of `count` rows, first stored wins; it returns what it stored.
-    Percentages go in as float8 and the column's cast rounds them, as staged rows do."""
-    decimal = {f.column for f in _fields(table) if f.get_internal_type() == "DecimalField"}
-    row = "(" + ", ".join("CAST(%s AS float8)" if c in decimal else "%s"
-                          for c in table.columns) + ")"
-    ends = (table.start_column, table.end_column) if table.end_column else (table.start_column,)
-    return (f"INSERT INTO {table.name} ({', '.join(_q(c) for c in table.columns)}) "
-            f"VALUES {', '.join([row] * count)} "
-            f"ON CONFLICT ({', '.join(_q(c) for c in table.key)}) DO NOTHING "
-            f"RETURNING {', '.join(_q(c) for c in (table.gpu_column, *ends))}")
-
-
-def _insert_new(table: Table, rows: list[tuple]) -> Stored:
-    """A few rows by one INSERT that skips identities already stored; when it skipped some,
-    the staged path tells duplicates from conflicts (it stores nothing more: what was new
-    is stored, and a stored row equals itself)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(table, len(rows)), [v for row in rows for v in row])
-        returned = cursor.fetchall()
-    if len(returned) == len(rows):
-        return Stored(len(rows), 0, 0, _hours_touched(table, rows))
-    rest = _staged_store(table, rows)
-    stored = len(returned) + rest.stored
-    return Stored(stored, len(rows) - stored - rest.conflicts, rest.conflicts,
-                  sorted({(gpu_id, hour_floor(at)) for gpu_id, at in _touched(returned)}
-                         | set(rest.touched)))
+def _copy_sql(table: Table) -> tuple[str, tuple[str, ...]]:
+    """The `COPY` of `table`'s columns and their binary types (percentages as numeric)."""
+    columns = ", ".join(_q(c) for c in table.columns)
+    types = tuple("numeric" if f.get_internal_type() == "DecimalField" else t
+                  for f, t in zip(_fields(table), _stage_types(table), strict=True))
+    return f"COPY {table.name} ({columns}) FROM STDIN (FORMAT BINARY)", types
 
 
 def _copy_new(table: Table, rows: list[tuple]) -> Stored | None:
     """Rows none of which is stored yet (nearly always) straight into the table: one binary
     `COPY` at a savepoint, about half of what staging them costs PostgreSQL. None, with
     nothing written, when one is stored already or being stored by another batch."""
-    columns = ", ".join(_q(c) for c in table.columns)
-    types = tuple("numeric" if f.get_internal_type() == "DecimalField" else t
-                  for f, t in zip(_fields(table), _stage_types(table), strict=True))
+    sql, types = _copy_sql(table)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.adapters.register_dumper(None, PercentBinaryDumper)
-            with cursor.copy(f"COPY {table.name} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            with cursor.copy(sql) as copy:
                 copy.set_types(types)
                 for row in rows:
                     copy.write_row(row)
@@ -205,8 +178,6 @@ def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
         # a batch's windows repeat for every GPU: each instant converted once
         partitions_ensure(days={instant.astimezone(UTC).date()
                                 for instant in {row[at] for row in rows}})
-    if len(rows) <= INSERT_MAX_ROWS:
-        return _insert_new(table, rows)
     return _copy_new(table, rows) or _staged_store(table, rows)
 
 
