@@ -1,15 +1,19 @@
 """An agent's steady-state batch (a window of a node's GPUs) in few statements: the
 receipt, the node's row and the boot's lookup in one (`batches._batch_claim`), the GPUs'
 last_seen_at set as they are read (`placement._all_known_here`), the token's node read
-without a query set (`selectors.node_for_token`)."""
+without a query set (`selectors.node_for_token`), and the node's rate counted in one
+round trip to Redis (`ratelimit._count`)."""
 
 from datetime import timedelta
 
 import pytest
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
 from django.db import connection
 from django.test import Client
 
 from gpuquota.ingest.models import NodeBoot, Sample
+from gpuquota.ingest.ratelimit import node_batch_wait_s
 from gpuquota.ingest.selectors import node_for_token
 from gpuquota.inventory.models import Gpu, Node
 from tests.ingest.factories import (
@@ -104,3 +108,29 @@ def test_the_tokens_node_is_the_node_as_the_orm_reads_it():
         getattr(stored, f.attname) for f in Node._meta.concrete_fields]
     assert found.last_seen_at.tzinfo is not None and not found._state.adding
     assert node_for_token(key=issued.key + "x") is None
+
+
+@pytest.mark.redis
+def test_a_nodes_rate_is_one_redis_key_that_expires_after_its_window(settings):
+    settings.INGEST_NODE_BATCHES_PER_MINUTE = 2
+    backend, start = caches["default"], 1_800_000_000.0  # a window boundary
+    assert isinstance(backend, RedisCache)
+    name = f"ingest_rate_977_{int(start // 60)}"
+    cache.delete(name)
+    assert node_batch_wait_s(node_id=977, now=start) is None
+    key = backend.make_and_validate_key(name)
+    assert 110 <= backend._cache.get_client(key).ttl(key) <= 120 and cache.get(name) == 1
+    assert node_batch_wait_s(node_id=977, now=start + 1) is None
+    assert node_batch_wait_s(node_id=977, now=start + 2) == 58
+    assert cache.get(name) == 3
+    cache.delete(name)
+
+
+def test_a_node_is_let_through_when_redis_cannot_count(settings):
+    settings.INGEST_NODE_BATCHES_PER_MINUTE = 1
+    settings.CACHES = {"default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens there
+        "OPTIONS": {"socket_connect_timeout": 0.2, "socket_timeout": 0.2}}}
+    assert isinstance(caches["default"], RedisCache)
+    assert [node_batch_wait_s(node_id=978, now=1.0) for _ in range(3)] == [None] * 3
