@@ -124,8 +124,8 @@ def _refresh(gpu: Gpu, entry: dict) -> None:
         gpu.save(update_fields=changed)
 
 
-_KNOWN_FIELDS = ("uuid", "id", "node_id", "parent_id", "memory_total_bytes", "power_limit_w",
-                 "index", "last_seen_at", "serial", "board_part_number")
+_KNOWN_FIELDS = ("uuid", "id", "parent_id", "memory_total_bytes", "power_limit_w", "index",
+                 "serial", "board_part_number")
 
 
 def _all_known_here(*, listed: dict, wanted: set, node: Node, now: datetime) -> dict | None:
@@ -148,7 +148,7 @@ def _all_known_here(*, listed: dict, wanted: set, node: Node, now: datetime) -> 
     if len(rows) != len(wanted):
         return None
     placed = {}
-    for uuid, pk, _node_id, parent_id, memory, power, index, _seen, serial, part in rows:
+    for uuid, pk, parent_id, memory, power, index, serial, part in rows:
         entry = listed[uuid][1] if uuid in listed else {}
         if any(entry.get(name) is not None and entry[name] != known
                for name, known in (("memory_total_bytes", memory), ("power_limit_w", power),
