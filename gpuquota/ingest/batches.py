@@ -76,31 +76,47 @@ RECEIPT_COLUMNS = ("node_id", "batch_id", "agent_instance_id", "boot_id", "seq_f
 
 
 def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
-                 sent_at: datetime | None) -> int | None:
+                 sent_at: datetime | None, seen: dict) -> tuple[int | None, int | None]:
     """Insert the batch receipt first: a concurrent duplicate waits on the unique index and
-    then finds nothing to insert. Returns the new row's id, or None for a replay."""
-    params = receipt_values(node=node, body=body, now=now, skew_s=skew_s, sent_at=sent_at)
+    then finds nothing to insert. When it is new, the node's row takes `seen` (its
+    `node_changes`). Returns the new receipt's id (None for a replay) and the id of the
+    batch's boot when it is stored already (None also when the agent sent no boot_id).
+
+    On PostgreSQL all three are one statement (one round trip: every batch makes it)."""
     quote = connection.ops.quote_name
+    seen = {**seen, "last_seen_at": connection.ops.adapt_datetimefield_value(now)}
+    insert = (f"INSERT INTO {AgentBatch._meta.db_table} ({', '.join(map(quote, RECEIPT_COLUMNS))}) "
+              f"VALUES ({', '.join(['%s'] * len(RECEIPT_COLUMNS))}) "
+              "ON CONFLICT (node_id, batch_id) DO NOTHING RETURNING id")
+    insert_params = receipt_values(node=node, body=body, now=now, skew_s=skew_s,
+                                   sent_at=sent_at)
+    update = (f"UPDATE {Node._meta.db_table} SET "
+              + ", ".join(f"{quote(name)} = %s" for name in seen) + " WHERE id = %s")
+    update_params = [*seen.values(), node.pk]
+    boot = f"SELECT id FROM {NodeBoot._meta.db_table} WHERE node_id = %s AND boot_id = %s"
+    boot_params = [node.pk, boot_text(body)]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {AgentBatch._meta.db_table} ({', '.join(map(quote, RECEIPT_COLUMNS))}) "
-            f"VALUES ({', '.join(['%s'] * len(RECEIPT_COLUMNS))}) "
-            "ON CONFLICT (node_id, batch_id) DO NOTHING RETURNING id", params)
-        row = cursor.fetchone()
-    return row[0] if row else None
+        if connection.vendor == "postgresql":
+            cursor.execute(f"WITH claim AS ({insert}), seen AS ({update} AND EXISTS "
+                           f"(SELECT 1 FROM claim)) SELECT id, ({boot}) FROM claim",
+                           insert_params + update_params + boot_params)
+            return cursor.fetchone() or (None, None)
+        cursor.execute(insert, insert_params)
+        if (row := cursor.fetchone()) is None:
+            return None, None
+        cursor.execute(update, update_params)
+        cursor.execute(boot, boot_params)
+        found = cursor.fetchone()
+    return row[0], found and found[0]
 
 
-def _boot_of(*, node: Node, body: dict, now: datetime) -> int | None:
-    """The batch's boot (created at its first batch); None when the agent sent no boot_id.
-    A spooled batch carries the boot it was collected under, whenever it arrives."""
+def _boot_of(*, node: Node, body: dict, now: datetime, found: int | None) -> int | None:
+    """The batch's boot (`found` by the claim, or created at its first batch); None when the
+    agent sent no boot_id. A spooled batch carries the boot it was collected under,
+    whenever it arrives."""
     boot_id = boot_text(body)
-    if not boot_id:
-        return None
-    with connection.cursor() as cursor:  # a boot's every batch but its first
-        cursor.execute(f"SELECT id FROM {NodeBoot._meta.db_table} WHERE node_id = %s AND "
-                       "boot_id = %s", [node.pk, boot_id])
-        if found := cursor.fetchone():
-            return found[0]
+    if not boot_id or found is not None:
+        return found
     boot, _ = NodeBoot.objects.get_or_create(node=node, boot_id=boot_id,
                                              defaults={"first_received_at": now})
     return boot.pk
@@ -122,20 +138,6 @@ def node_changes(*, body: dict, now: datetime, skew_s: float | None, nulled: lis
     if hostname is not None and len(hostname) > 256:
         nulled.append({"path": "node.hostname", "why": "longer than 256 characters"})
     return changes
-
-
-def _node_seen(*, node: Node, body: dict, now: datetime, skew_s: float | None,
-               nulled: list) -> None:
-    """Node.last_seen_at, versions, boot id and clock skew from this batch."""
-    changes = node_changes(body=body, now=now, skew_s=skew_s, nulled=nulled)
-    quote, adapt = connection.ops.quote_name, connection.ops.adapt_datetimefield_value
-    changes["last_seen_at"] = adapt(now)
-    with connection.cursor() as cursor:  # raw SQL: every batch writes it
-        cursor.execute(f"UPDATE {Node._meta.db_table} SET "
-                       + ", ".join(f"{quote(name)} = %s" for name in changes)
-                       + " WHERE id = %s", [*changes.values(), node.pk])
-    if skew_s is not None and abs(skew_s) > conf.CLOCK_SKEW_THRESHOLD_S:
-        logger.warning("node %s clock skew %.1f s (received_at - sent_at)", node, skew_s)
 
 
 def nvml_state_update(*, node: Node, samples: list, events: list) -> None:
@@ -173,15 +175,18 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
     sent_at = instant_parse(body["sent_at"])
     skew_s = round((now - sent_at).total_seconds(), 3) if sent_at else None
     with transaction.atomic():
-        receipt_pk = _batch_claim(node=node, body=body, now=now, skew_s=skew_s, sent_at=sent_at)
+        nulled: list = []
+        receipt_pk, boot_found = _batch_claim(
+            node=node, body=body, now=now, skew_s=skew_s, sent_at=sent_at,
+            seen=node_changes(body=body, now=now, skew_s=skew_s, nulled=nulled))
         if receipt_pk is None:
             return _replay(node=node, batch_id=body["batch_id"])
+        if skew_s is not None and abs(skew_s) > conf.CLOCK_SKEW_THRESHOLD_S:
+            logger.warning("node %s clock skew %.1f s (received_at - sent_at)", node, skew_s)
         rejected: list = []
-        nulled: list = []
-        _node_seen(node=node, body=body, now=now, skew_s=skew_s, nulled=nulled)
         placed = gpus_place(body=body, node=node, now=now, rejected=rejected, nulled=nulled,
                             also=rows.gpu_uuids() if rows is not None else ())
-        boot_pk = _boot_of(node=node, body=body, now=now)
+        boot_pk = _boot_of(node=node, body=body, now=now, found=boot_found)
         if rows is None:
             outcome = records_judge(body=body, gpus=placed, node_id=node.pk, now=now,
                                     check_age=check_age, boot_pk=boot_pk,

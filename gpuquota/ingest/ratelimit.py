@@ -3,7 +3,8 @@ default cache (Redis when REDIS_URL is set, so every web process counts together
 
 import logging
 
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
 from django.utils import timezone
 
 from gpuquota.ingest import conf
@@ -20,10 +21,8 @@ def node_batch_wait_s(*, node_id: int, now: float | None = None) -> int | None:
         return None
     now = timezone.now().timestamp() if now is None else now
     window = int(now // WINDOW_S)
-    key = f"ingest_rate_{node_id}_{window}"
     try:
-        cache.add(key, 0, timeout=2 * WINDOW_S)
-        count = cache.incr(key)
+        count = _count(f"ingest_rate_{node_id}_{window}")
     except Exception:  # noqa: BLE001 - the limit protects the server; storage matters more
         logger.warning("rate limit of node %s not counted: cache unavailable", node_id,
                        exc_info=True)
@@ -31,3 +30,18 @@ def node_batch_wait_s(*, node_id: int, now: float | None = None) -> int | None:
     if count <= limit:
         return None
     return max(1, (window + 1) * WINDOW_S - int(now))
+
+
+def _count(key: str) -> int:
+    """One more batch in `key` (made with its expiry at the window's first): the new count.
+    On Redis one round trip, SET NX with its expiry and INCR in one MULTI/EXEC, where the
+    cache API takes three (`add`, then `incr`'s EXISTS and INCR): every batch asks."""
+    backend = caches["default"]
+    if isinstance(backend, RedisCache):
+        key = backend.make_and_validate_key(key)
+        with backend._cache.get_client(key, write=True).pipeline(transaction=True) as pipe:
+            pipe.set(key, 0, ex=2 * WINDOW_S, nx=True)
+            pipe.incr(key)
+            return pipe.execute()[1]
+    cache.add(key, 0, timeout=2 * WINDOW_S)
+    return cache.incr(key)

@@ -8,19 +8,42 @@ from gpuquota.ingest import conf
 from gpuquota.ingest.models import NodeToken
 from gpuquota.inventory.models import Node
 
+_TOKEN_SQL = (
+    "SELECT " + ", ".join(f'n."{f.column}"' for f in Node._meta.concrete_fields)
+    + f" FROM {Node._meta.db_table} n JOIN {NodeToken._meta.db_table} t ON t.node_id = n.id"
+    " WHERE t.key_hash = %s AND t.revoked_at IS NULL")
+_NODE_ATTNAMES = [f.attname for f in Node._meta.concrete_fields]
+_node_converters: dict[str, list[tuple]] = {}
+
+
+def _converters() -> list[tuple]:
+    """Each Node column with what turns its database value into the field's (the backend's
+    datetime parsing on SQLite, say), as a query set applies them."""
+    found = _node_converters.get(connection.vendor)
+    if found is None:
+        columns = [field.get_col(Node._meta.db_table) for field in Node._meta.concrete_fields]
+        found = _node_converters[connection.vendor] = [
+            (column, connection.ops.get_db_converters(column)
+             + column.get_db_converters(connection)) for column in columns]
+    return found
+
 
 def node_for_token(*, key: str) -> Node | None:
     """The node a live (not revoked) token authenticates, or None."""
     if not key.startswith("gqn_"):
         return None
-    # Raw SQL: every batch asks, and the ORM's query building costs more than the query.
-    quote = connection.ops.quote_name
-    columns = ", ".join(f"n.{quote(f.column)}" for f in Node._meta.concrete_fields)
-    found = Node.objects.raw(
-        f"SELECT {columns} FROM {Node._meta.db_table} n JOIN {NodeToken._meta.db_table} t "
-        "ON t.node_id = n.id WHERE t.key_hash = %s AND t.revoked_at IS NULL",
-        [token_hash(key)])
-    return next(iter(found), None)  # a hash is unique: one token at most
+    # Raw SQL and `from_db`: every batch asks, and a query set costs more than the query.
+    with connection.cursor() as cursor:
+        cursor.execute(_TOKEN_SQL, [token_hash(key)])
+        row = cursor.fetchone()  # a hash is unique: one token at most
+    if row is None:
+        return None
+    values = []
+    for value, (column, converters) in zip(row, _converters(), strict=True):
+        for converter in converters:
+            value = converter(value, column, connection)
+        values.append(value)
+    return Node.from_db(connection.alias, _NODE_ATTNAMES, values)
 
 
 def nodes_overview() -> list[Node]:

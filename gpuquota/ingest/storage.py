@@ -1,7 +1,8 @@
 """Bulk storage of samples, process records and events, first stored wins.
 
-PostgreSQL: one binary `COPY` straight into the table at a savepoint. Where that meets a
-record already stored (a re-sent sample under another batch id, a record stored meanwhile
+PostgreSQL: one binary `COPY` straight into the table at a savepoint (for 8 rows too: a
+multi-row `INSERT ... ON CONFLICT DO NOTHING` costs more, docs/benchmarks.md). Where that
+meets a record already stored (a re-sent sample under another batch id, a record stored meanwhile
 by another batch) it is undone and the rows are copied into a per-connection temporary
 staging table, then inserted by one `INSERT ... SELECT ... ON CONFLICT DO NOTHING
 RETURNING`; a second query counts conflicts only when some rows were not stored. SQLite
@@ -11,6 +12,7 @@ RETURNING`; a second query counts conflicts only when some rows were not stored.
 import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from operator import itemgetter
 
 from django.db import connection, models, transaction
@@ -95,11 +97,13 @@ _BINARY_TYPES = {"BigIntegerField": "int8", "ForeignKey": "int8", "IntegerField"
                  "DateTimeField": "timestamptz", "CharField": "text", "UUIDField": "uuid"}
 
 
+@cache
 def _fields(table: Table) -> list[models.Field]:
     by_column = {f.column: f for f in table.model._meta.concrete_fields if f.column}
     return [by_column[c] for c in table.columns]
 
 
+@cache
 def _stage_types(table: Table) -> tuple[str, ...]:
     types = []
     for field in _fields(table):
@@ -124,6 +128,15 @@ def _stage_ensure(cursor, stage: str, table: Table, types: tuple[str, ...]) -> N
     transaction.on_commit(lambda: _staged.setdefault(raw, set()).add(stage))
 
 
+@cache
+def _copy_sql(table: Table) -> tuple[str, tuple[str, ...]]:
+    """The `COPY` of `table`'s columns and their binary types (percentages as numeric)."""
+    columns = ", ".join(_q(c) for c in table.columns)
+    types = tuple("numeric" if f.get_internal_type() == "DecimalField" else t
+                  for f, t in zip(_fields(table), _stage_types(table), strict=True))
+    return f"COPY {table.name} ({columns}) FROM STDIN (FORMAT BINARY)", types
+
+
 def _copy_new(table: Table, rows: list[tuple]) -> Stored | None:
     """Rows none of which is stored yet (nearly always) straight into the table: one binary
     `COPY` at a savepoint, about half of what staging them costs PostgreSQL. None, with
@@ -135,13 +148,11 @@ def _copy_new(table: Table, rows: list[tuple]) -> Stored | None:
 
 def _copied(table: Table, rows: list[tuple]) -> bool:
     """`_copy_new`'s `COPY`: False, with nothing written, when a row is stored already."""
-    columns = ", ".join(_q(c) for c in table.columns)
-    types = tuple("numeric" if f.get_internal_type() == "DecimalField" else t
-                  for f, t in zip(_fields(table), _stage_types(table), strict=True))
+    sql, types = _copy_sql(table)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.adapters.register_dumper(None, PercentBinaryDumper)
-            with cursor.copy(f"COPY {table.name} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            with cursor.copy(sql) as copy:
                 copy.set_types(types)
                 for row in rows:
                     copy.write_row(row)
