@@ -1,6 +1,7 @@
 """An agent's steady-state batch (a window of a node's GPUs) in few statements: the
 receipt, the node's row and the boot's lookup in one (`batches._batch_claim`), the GPUs'
-last_seen_at set as they are read (`placement._all_known_here`), the token's node read
+last_seen_at set in one statement after they are read (`placement.known_here`, which the
+telemetry's bulk path shares), the token's node read
 without a query set (`selectors.node_for_token`), and the node's rate counted in one
 round trip to Redis (`ratelimit._count`)."""
 
@@ -29,7 +30,7 @@ from tests.ingest.factories import (
 pytestmark = pytest.mark.django_db
 
 @pytest.mark.postgres
-def test_a_steady_state_batch_takes_seven_statements():
+def test_a_steady_state_batch_takes_eight_statements():
     agent, gpus = Agent(enrolled().key, Client()), [new_gpu_uuid() for _ in range(8)]
     listed = [gpu_entry(gpu, index=i) for i, gpu in enumerate(gpus)]
     minute = recent_minute(5)
@@ -47,11 +48,11 @@ def test_a_steady_state_batch_takes_seven_statements():
     with connection.execute_wrapper(count):
         answer = agent.post(again)
     assert answer.status_code == 202 and answer.json()["samples"]["stored"] == 8
-    # token; receipt + node + boot; GPUs; the samples' COPY (not counted) at a savepoint;
-    # outbox marks; the answer kept for a replay. (The batch's transaction is a savepoint
-    # too inside the test's.)
-    assert statements == ["SELECT", "SAVEPOINT", "WITH", "UPDATE", "SAVEPOINT", "RELEASE",
-                          "INSERT", "UPDATE", "RELEASE"]
+    # token; receipt + node + boot; the GPUs read, then seen; the samples' COPY (not
+    # counted) at a savepoint; outbox marks; the answer kept for a replay. (The batch's
+    # transaction is a savepoint too inside the test's.)
+    assert statements == ["SELECT", "SAVEPOINT", "WITH", "SELECT", "UPDATE", "SAVEPOINT",
+                          "RELEASE", "INSERT", "UPDATE", "RELEASE"]
     assert Sample.objects.filter(gpu__uuid__in=gpus).count() == 16
 
 
