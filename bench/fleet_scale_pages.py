@@ -20,7 +20,8 @@ times and prints, for the median request,
 
 (cpu_s: this process's CPU, pg_cpu_s: its PostgreSQL backend's, less sensitive than wall
 time to the load of a shared machine). `--reuse` measures the pages of the database as the
-last run left it (one `--gpus`, its size, for the label).
+last run left it (one `--gpus`, its size, for the label); `--page NAME` (repeatable) only
+those pages, `--skip-loops` without running the precomputing loops again first.
 
 After the last size, `RESULT growth page=<name>` gives the growth of its queries and time
 from the first to the last size, flagged `QUERIES_GROW` (more queries on the larger fleet)
@@ -110,6 +111,9 @@ def main() -> None:
     parser.add_argument("--database", default=DATABASE)
     parser.add_argument("--jobs-per-gpu-day", type=float, default=0.3)
     parser.add_argument("--reuse", action="store_true")
+    parser.add_argument("--page", action="append", help="only this page (repeatable)")
+    parser.add_argument("--skip-loops", action="store_true",
+                        help="with --reuse: the precomputing loops' last rows as they are")
     args = parser.parse_args()
     sizes = sorted(args.gpus or [1000, 10000])
     if not args.reuse:
@@ -137,6 +141,8 @@ def main() -> None:
     now = timezone.now().replace(microsecond=0)
     entries = collect_beat_schedule()
     urls = pages(team="team-0", cluster="cluster-0")
+    if args.page:
+        urls = {name: urls[name] for name in args.page}
     print(f"setup: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
           f"{len(urls)} pages; sizes {sizes}", flush=True)
     measured: dict[int, dict[str, dict]] = {}
@@ -156,7 +162,8 @@ def main() -> None:
         # at the instant the fleet was seeded, however long that and the loops took: the
         # agents report, the open hour's samples are fresh
         with time_machine.travel(seeded, tick=False):
-            for name in MEASURED_LOOPS:  # what the pages read, written again (idempotent)
+            for name in () if args.skip_loops else MEASURED_LOOPS:  # what the pages read,
+                # written again (idempotent)
                 print(loop_text(name, size, loop_run(app, entries[name]),
                                 entries[name]["schedule"]), flush=True)
             client = Client()

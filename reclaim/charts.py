@@ -51,8 +51,13 @@ def _fill(value) -> str:
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
-def _tip(label: str, piece: Piece) -> str:
-    span = f"{label} {instant_text(piece.start)} – {instant_text(piece.end)}"
+def _tip(label: str, piece: Piece, text: dict[datetime, str]) -> str:
+    """`text`: each instant as shown, written once per chart (a chart's rows share their
+    hours: 10,000 pieces on the review page, about 25 instants per chart)."""
+    for instant in (piece.start, piece.end):
+        if instant not in text:
+            text[instant] = instant_text(instant)
+    span = f"{label} {text[piece.start]} – {text[piece.end]}"
     if piece.covered_s is None:
         return f"{span}: samples expired"
     minutes = f"{piece.covered_s / 60:.0f} of {piece.seconds / 60:.0f} min reported"
@@ -73,6 +78,7 @@ def svg_utilization_strips(*, start: datetime, end: datetime, rows: Sequence[Gpu
         f'class="chart strips" role="img" aria-label="{escape(title)}" '
         f'width="{WIDTH}" height="{height}"><title>{escape(title)}</title>'
     ]
+    text: dict[datetime, str] = {}
     for i, row in enumerate(rows):
         y = i * (CELL_H + GAP)
         parts.append(f'<g class="strip" data-label="{escape(row.label)}">'
@@ -82,7 +88,7 @@ def svg_utilization_strips(*, start: datetime, end: datetime, rows: Sequence[Gpu
             x = LABEL_W + (piece.start - start).total_seconds() / total_s * plot_w
             w = piece.seconds / total_s * plot_w
             reported = w * min(1.0, (piece.covered_s or 0) / max(1, piece.seconds))
-            tip = f"<title>{escape(_tip(row.label, piece))}</title>"
+            tip = f"<title>{escape(_tip(row.label, piece, text))}</title>"
             # The dotted outline is the legend's "no report": only where a part of the
             # piece was not reported, so a piece's edge is no unexplained dotted line.
             outline = ('' if reported >= w else

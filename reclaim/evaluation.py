@@ -169,12 +169,13 @@ def _reservation(reservation: Reservation, judged: dict, inputs: EvaluationInput
         return result
     per_gpu = {str(g): {**ev, "state": state} for g, (state, ev) in judged.items()}
     result.gpus = per_gpu
+    evidence = {"gpus": per_gpu, **inputs.edges(reservation.id, policy.lookback)}
     low = [g for g, (state, _ev) in judged.items() if state == "low_coverage"]
     idle = [g for g, (state, _ev) in judged.items() if state == "idle"]
     if low:
-        result.findings.append(Finding(K.COVERAGE_WARNING, low, {"gpus": per_gpu}))
+        result.findings.append(Finding(K.COVERAGE_WARNING, low, evidence))
     if idle:
-        result.findings.append(Finding(K.RECLAIM, idle, {"gpus": per_gpu},
+        result.findings.append(Finding(K.RECLAIM, idle, evidence,
                                        savings=inputs.savings(reservation, idle)))
     watched = any(state in ("watched", "guarded") for state, _ev in judged.values())
     if not low and not watched and inputs.ran_at_least(reservation.id, policy.lookback):
@@ -184,7 +185,7 @@ def _reservation(reservation: Reservation, judged: dict, inputs: EvaluationInput
         if right is not None:
             target, gpus, concurrency = right
             result.findings.append(Finding(
-                K.RIGHT_SIZE, gpus, {"gpus": per_gpu, "concurrency": concurrency},
+                K.RIGHT_SIZE, gpus, {**evidence, "concurrency": concurrency},
                 target_count=target, savings=inputs.savings(reservation, gpus)))
     return result
 

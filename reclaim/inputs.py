@@ -51,6 +51,21 @@ class EvaluationInputs:
             failed_s=self.spans.failed_s(gpu_id, since=self.now - lookback),
             last_busy_at=slots.last_busy_at if slots else None)
 
+    def edges(self, rid: int, lookback: timedelta) -> dict:
+        """{"edges": [...]}: each partial edge hour of the look-back window as the review
+        page's chart shows it (start, end, and per GPU with samples there its covered
+        seconds and utilization × seconds), so the page need not read the samples again;
+        {} when the reservation's window was not read."""
+        usage = self.usage.get(lookback)
+        if usage is None or rid not in self.held or not self.ran_at_least(rid, lookback):
+            return {}
+        found = usage.by_edge.get(rid, {})
+        return {"edges": [
+            {"start": start.isoformat(), "end": end.isoformat(), "gpus": {
+                str(gpu_id): [u.covered_s, str(u.util_weighted)]
+                for gpu_id, u in sorted(found.get((start, end), {}).items())}}
+            for start, end in usage.edges]}
+
     def savings(self, reservation: Reservation, gpu_ids: list[int]) -> Savings:
         rows = [a for a in self.remaining.get(reservation.id, []) if a["gpu_id"] in gpu_ids]
         return remaining_savings(reservation=reservation, assignments=rows, at=self.now,

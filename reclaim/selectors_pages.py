@@ -16,6 +16,7 @@ from accounts.models import Team
 from gpuquota.core.errors import DomainError
 from gpuquota.core.models import AuditEntry
 from gpuquota.core.timeutil import Period, hour_floor
+from gpuquota.ingest.partitions import raw_data_horizon
 from gpuquota.inventory.models import Gpu
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.selectors import reservations_gpu_usage
@@ -132,11 +133,22 @@ def _pieces(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:
     return list(zip(cuts, [*cuts[1:], end], strict=True))
 
 
+def _stored_edges(rec: Recommendation) -> dict[tuple[datetime, datetime], dict]:
+    """The partial edge hours of the window as the evaluation computed them (evidence
+    `edges`): per edge, per GPU id, (covered seconds, utilization × seconds)."""
+    return {(parse_datetime(edge["start"]), parse_datetime(edge["end"])): {
+        int(gpu_id): (covered, Decimal(weighted))
+        for gpu_id, (covered, weighted) in edge["gpus"].items()}
+        for edge in rec.evidence.get("edges", [])}
+
+
 def _attach_charts(views: list[RecommendationView]) -> None:
     """Covered seconds and utilization of each GPU inside its reservation, failed time
     left out, over each piece of each window: whole hours from the hourly rollups (one
-    query for all), the partial hours at the edges from the samples, as the evaluation
-    read them (once per distinct edge: recommendations evaluated together share it)."""
+    query for all), the partial hours at the edges as the evaluation computed them from
+    the samples (its evidence), or from the samples for a recommendation evaluated before
+    it kept them (once per distinct edge: recommendations evaluated together share it);
+    an edge whose samples have expired is unknown either way."""
     if not views:
         return
     first = min(hour_floor(v.rec.window_start) for v in views)
@@ -150,10 +162,17 @@ def _attach_charts(views: list[RecommendationView]) -> None:
         (row["reservation_id"], row["gpu_id"], row["hour"], row["hour"] + HOUR):
         (row["covered"], row["weighted"]) for row in rows}
     edges: dict[tuple[datetime, datetime], set[int]] = defaultdict(set)
+    horizon = raw_data_horizon()
     for view in views:
+        rid, stored = view.rec.reservation_id, _stored_edges(view.rec)
         for a, b in _pieces(view.rec.window_start, view.rec.window_end):
-            if b - a < HOUR:
-                edges[(a, b)].add(view.rec.reservation_id)
+            if b - a >= HOUR:
+                continue
+            if (a, b) in stored and a >= horizon:
+                usage.update({(rid, gpu_id, a, b): figures
+                              for gpu_id, figures in stored[(a, b)].items()})
+            else:
+                edges[(a, b)].add(rid)
     unknown = set()
     for (a, b), reservation_ids in edges.items():
         try:

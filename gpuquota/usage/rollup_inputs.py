@@ -278,7 +278,9 @@ def usage_inputs_load(*, gpu_ids: list[int] | None, start: datetime,
         current_cluster=current_cluster, pieces=pieces, procs=procs, assignments=assignments,
         classes=classes, failures=failures, clusters=clusters, rate_cards=rate_cards,
         loans=loans,
-        # process windows loaded may start up to one window before `start`
+        # process windows loaded may start up to one window before `start`; only their
+        # mappings are read (not every account of the clusters)
         resolver=OwnerResolver(cluster_ids=cluster_ids,
-                               start=start - timedelta(seconds=MAX_WINDOW_S), end=end),
+                               start=start - timedelta(seconds=MAX_WINDOW_S), end=end,
+                               processes=[p for device in procs.values() for p in device]),
     )

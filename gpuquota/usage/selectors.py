@@ -338,6 +338,11 @@ class ReservationsGpuUsage:
     by_gpu: dict[tuple[int, int], GpuUsage] = field(default_factory=dict)
     busy_by_hour: dict[tuple[int, int], dict[int, int]] = field(default_factory=dict)
     whole_hours: tuple[datetime, datetime] | None = None
+    #: the partial edge hours computed from the samples, and per reservation id, edge and
+    #: GPU id their part of `by_gpu` (none: nothing reported there)
+    edges: list[tuple[datetime, datetime]] = field(default_factory=list)
+    by_edge: dict[int, dict[tuple[datetime, datetime], dict[int, GpuUsage]]] = field(
+        default_factory=dict)
 
     def add(self, key: tuple[int, int], **sums) -> None:
         self.by_gpu.setdefault(key, GpuUsage(key[1])).add(**sums)
@@ -362,6 +367,7 @@ def reservations_gpu_usage(*, reservation_ids: list[int], period: Period) -> Res
             per_hour = result.busy_by_hour.setdefault((rid, gpu_id), {})
             at = int(hour.timestamp())
             per_hour[at] = per_hour.get(at, 0) + busy
+    result.edges = edges
     for start, end in edges:
         gpu_ids = _assigned_gpu_ids(reservation_id__in=wanted)(start, end) if wanted else []
         if not gpu_ids:
@@ -370,8 +376,12 @@ def reservations_gpu_usage(*, reservation_ids: list[int], period: Period) -> Res
         for gpu_id in gpu_ids:
             for key, b in usage_buckets(inputs=inputs, gpu_id=gpu_id).items():
                 if key.reservation_id in wanted and not key.failed and key.kind == RESERVED:
-                    result.add((key.reservation_id, gpu_id), covered_s=b.covered_s,
-                               busy_s=b.busy_s, util_weighted=b.util_weighted,
-                               memory=b.memory_used_bytes_max, processes=len(b.processes),
-                               users=b.users)
+                    sums = {"covered_s": b.covered_s, "busy_s": b.busy_s,
+                            "util_weighted": b.util_weighted,
+                            "memory": b.memory_used_bytes_max,
+                            "processes": len(b.processes), "users": b.users}
+                    result.add((key.reservation_id, gpu_id), **sums)
+                    edge = result.by_edge.setdefault(key.reservation_id, {}).setdefault(
+                        (start, end), {})
+                    edge.setdefault(gpu_id, GpuUsage(gpu_id)).add(**sums)
     return result

@@ -8,9 +8,11 @@ from datetime import timedelta
 from fractions import Fraction
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from gpuquota.ingest import conf as ingest_conf
 from gpuquota.ingest.models import Sample
 from gpuquota.outbox.services import gpu_interval_mark_dirty
 from gpuquota.usage.sweep import dirty_hours_process
@@ -57,3 +59,34 @@ def test_the_strip_spans_the_window_and_its_reported_part_is_the_coverage(client
     body = client.get(reverse("reclaim_review")).content.decode()
     assert "min reported" in body
     assert f'id="rec-{rec.pk}"' in body
+
+
+def test_the_edges_kept_by_the_evaluation_draw_the_chart_the_samples_drew(roles, clock):
+    """The partial edge hours of the window are drawn from the figures the evaluation kept
+    in the evidence (issue 34: the page read every charted GPU's samples of both edges
+    again), the same chart as computed from the samples, which a recommendation evaluated
+    before they were kept still gets; once their samples have expired they are unknown."""
+    clock.move_to(clock.now.replace(minute=17, second=23))  # both edges partial
+    fleet = reclaim_fleet(roles, extra=2)
+    recs = list(Recommendation.objects.filter(status__in=Recommendation.LIVE))
+    assert recs and all(len(rec.evidence["edges"]) == 2 for rec in recs)
+    assert any(gpus for rec in recs for edge in rec.evidence["edges"]
+               for gpus in edge["gpus"].values())  # samples were there to count
+
+    with CaptureQueriesContext(connection) as read:
+        kept = {v.rec.pk: str(v.chart) for v in review_context(now=fleet.now)["open"]}
+    assert not [q for q in read.captured_queries if "ingest_sample" in q["sql"]]
+    for rec in recs:  # as evaluated before this change: no edges in the evidence
+        rec.evidence = {k: v for k, v in rec.evidence.items() if k != "edges"}
+        rec.save(update_fields=["evidence"])
+    with CaptureQueriesContext(connection) as read:
+        computed = {v.rec.pk: str(v.chart) for v in review_context(now=fleet.now)["open"]}
+    assert [q for q in read.captured_queries if "ingest_sample" in q["sql"]]
+    assert kept and kept == computed
+
+    recommendations_evaluate(now=fleet.now)  # kept again
+    assert all(rec.evidence.get("edges") for rec in Recommendation.objects.filter(
+        status__in=Recommendation.LIVE))
+    clock.shift(timedelta(days=ingest_conf.RAW_SAMPLE_RETENTION_DAYS))
+    [view, *_] = review_context(now=clock.now)["open"]
+    assert "samples expired" in str(view.chart)

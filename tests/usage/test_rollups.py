@@ -4,10 +4,15 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from accounts.models import ClusterIdentity
 from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.usage.conf import MAX_WINDOW_S
 from gpuquota.usage.models import GpuHourUsage
+from gpuquota.usage.owners import OwnerResolver
+from gpuquota.usage.rollup import usage_inputs_load
 from gpuquota.usage.services import gpu_hour_recompute
 from gpuquota.usage.sweep import dirty_hours_process
 from tests.factories import make_gpu
@@ -219,6 +224,49 @@ def test_uid_identity_and_unattributed_without_billing_team():
     minute_samples(gpu, T0, 10)
     add_processes(gpu, T0, 10, user=None, uid=1012)
     assert [r["team_id"] for r in rows(gpu)] == [team_a.id]
+
+
+def test_only_the_mappings_the_processes_name_are_read_for_the_same_owners(clock):
+    """The rollup's owner resolver reads the mappings its processes name, not every
+    account of the cluster (2,000 teams' at 100,000 GPUs, on each sweep round and each
+    partial hour a page computes): the same owners as reading them all."""
+    gpu = make_gpu()
+    cluster = gpu.node.cluster
+    team_a, user_a = team_with_user("ta", "alice", cluster)
+    physics, _ = team_with_user("physics", "nobody", cluster)
+    ClusterIdentity.objects.create(cluster=cluster, kind="slurm_account", key="phys",
+                                   team=physics, valid_from=T0 - 10 * H)
+    ClusterIdentity.objects.create(cluster=cluster, kind="unix_uid", key="1012", user=user_a,
+                                   valid_from=T0 - 10 * H)
+    for i in range(5):  # other teams' accounts and users on the cluster
+        other, _ = team_with_user(f"other{i}", f"user{i}", cluster)
+        ClusterIdentity.objects.create(cluster=cluster, kind="slurm_account", key=f"acct{i}",
+                                       team=other, valid_from=T0 - 10 * H)
+    minute_samples(gpu, T0, 40)
+    add_processes(gpu, T0, 10, user="alice", pid=1)
+    add_processes(gpu, at(10), 10, user="bob", account="phys", pid=2)
+    add_processes(gpu, at(20), 10, user=None, uid=1012, pid=3)
+    add_processes(gpu, at(30), 10, user="mallory", pid=4)  # no mapping: unattributed
+
+    inputs = usage_inputs_load(gpu_ids=[gpu.id], start=T0, end=T0 + H)
+    everything = OwnerResolver(cluster_ids={cluster.id}, start=T0 - timedelta(
+        seconds=MAX_WINDOW_S), end=T0 + H)
+    owners = [tuple(resolver.team_id(cluster_id=cluster.id, job_source=p.job_source,
+                                     job_account=p.job_account, user=p.user, uid=p.uid,
+                                     at_s=p.start) for resolver in (inputs.resolver, everything))
+              for p in inputs.procs[gpu.id]]
+    assert all(named == every for named, every in owners)
+    assert {named for named, _every in owners} == {team_a.id, physics.id, None}
+    assert set(inputs.resolver._identities) == {
+        (cluster.id, "unix_user", "alice"), (cluster.id, "slurm_account", "phys"),
+        (cluster.id, "unix_uid", "1012")}
+    assert totals(gpu) == (2400, 2400)
+
+    quiet = make_gpu(index=1)
+    minute_samples(quiet, T0, 10)
+    with CaptureQueriesContext(connection) as read:
+        usage_inputs_load(gpu_ids=[quiet.id], start=T0, end=T0 + H)
+    assert not [q for q in read.captured_queries if "clusteridentity" in q["sql"]]
 
 
 def test_recompute_twice_gives_the_same_rows_and_outbox_drains():
