@@ -13,7 +13,6 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from gpuquota.core.timeutil import Period
-from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.outbox.services import gpu_interval_mark_dirty
 from gpuquota.reservations.models import Assignment
 from gpuquota.usage.daily import daily_usage
@@ -28,53 +27,30 @@ from gpuquota.usage.selectors import (
     unreserved_busy_hours_named,
 )
 from gpuquota.usage.services import gpu_hour_recompute
-from gpuquota.usage.sweep import dirty_hours_process
 from gpuquota.usage.to_date import rollup_sums, utilization_overview
 from tests.factories import NodeFactory, TeamFactory, make_gpu
 from tests.helpers import run_concurrently
-from tests.usage.factories import add_processes, add_samples, reserve, team_with_user
+from tests.usage.factories import add_samples, reserve
 from tests.usage.oracle_days import (
     assert_day_rows_are_the_hours_summed,
     day_rows_of_the_hours,
     day_rows_stored,
 )
-
-H, M = timedelta(hours=1), timedelta(minutes=1)
-D0 = datetime(2026, 10, 29, 22, 0, tzinfo=UTC)  # two hours before Oct 30
-NOW = datetime(2026, 11, 1, 1, 40, tzinfo=UTC)  # the open hour two thirds done
-SAMPLES = 6 * 51 + 4  # ten-minute windows from D0 to NOW
-
-
-def _ten_minutes(gpu, start: datetime, count: int, util) -> None:
-    add_samples(gpu, [{"start": start + 10 * i * M, "seconds": 600, "util": util(i)}
-                      for i in range(count)])
-
-
-def _sweep() -> None:
-    while dirty_hours_process():
-        pass
+from tests.usage.three_days import (
+    D0,
+    NOW,
+    H,
+    M,
+    sweep,
+    ten_minutes,
+    three_days_history,
+)
 
 
 @pytest.fixture
 def days_fleet(db):
-    """Over three UTC days and two more hours: a GPU reserved by "vision" for 40 h
-    (busy by day), one unreserved used by a user of "ml", one of them split with a user
-    of "vision" for a while, and one failed for 5 h across midnight; all swept."""
-    node = NodeFactory()
-    team = TeamFactory(slug="vision")
-    ml, _ = team_with_user("ml", "alice", node.cluster)
-    team_with_user("vision-users", "bob", node.cluster)
-    reserved, used, failing = (make_gpu(node=node, index=i, at=D0 - H) for i in range(3))
-    _ten_minutes(reserved, D0, SAMPLES, lambda i: 80 if (i // 6) % 24 < 12 else 2)
-    reserve(team, reserved, D0 + 5 * H + 20 * M, D0 + 45 * H + 20 * M)
-    _ten_minutes(used, D0, SAMPLES, lambda i: 10 + i % 60)
-    add_processes(used, D0 + 3 * H, 30 * 60, user="alice")
-    add_processes(used, D0 + 20 * H, 3 * 60, user="bob", pid=300)
-    _ten_minutes(failing, D0, SAMPLES, lambda i: 95)
-    GpuHealthInterval.objects.create(gpu=failing, state="failed", reason="xid 79",
-                                     valid_from=D0 + 23 * H, valid_until=D0 + 28 * H)
-    _sweep()
-    return team, ml, reserved
+    """tests/usage/three_days.py's history: (vision, ml, the reserved GPU)."""
+    return three_days_history()
 
 
 @pytest.mark.parametrize("period", [
@@ -123,7 +99,7 @@ def test_a_late_sample_and_a_release_change_the_day_rows_with_the_hours(days_fle
     _team, _ml, reserved = days_fleet
     before = day_rows_stored()
     add_samples(reserved, [{"start": D0 + 30 * H + 5 * M, "seconds": 30, "util": 100}])
-    _sweep()
+    sweep()
     assert_day_rows_are_the_hours_summed()
     assert day_rows_stored() != before
     assignment = Assignment.objects.get(gpu=reserved)
@@ -131,7 +107,7 @@ def test_a_late_sample_and_a_release_change_the_day_rows_with_the_hours(days_fle
     end = assignment.assigned_until
     Assignment.objects.filter(pk=assignment.pk).update(assigned_until=released)
     gpu_interval_mark_dirty(gpu_ids=[reserved.id], start=released, end=end)
-    _sweep()  # reserved buckets of the later hours go; unreserved ones come
+    sweep()  # reserved buckets of the later hours go; unreserved ones come
     assert_day_rows_are_the_hours_summed()
     assert not GpuDayUsage.objects.filter(reservation=assignment.reservation,
                                           day__gt=released.date()).exists()
@@ -178,7 +154,7 @@ def test_writers_of_hours_of_one_gpu_day_at_once_keep_the_sums(transactional_db)
     team = TeamFactory(slug="vision")
     gpus = [make_gpu(node=node, index=i, at=D0 - H) for i in range(3)]
     for gpu in gpus:
-        _ten_minutes(gpu, D0 + 2 * H, 24, lambda i: 5 * i)
+        ten_minutes(gpu, D0 + 2 * H, 24, lambda i: 5 * i)
     reserve(team, gpus[0], D0 + 2 * H + 30 * M, D0 + 5 * H)
     hours = [D0 + (2 + h) * H for h in range(4)]
     jobs = [lambda hour=hour: [gpu_hour_recompute(gpu_id=g.id, hour=hour) for g in gpus]

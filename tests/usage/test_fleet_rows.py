@@ -8,7 +8,7 @@ the writes kept; concurrent writers of one hour keep the sums (PostgreSQL)."""
 
 import importlib
 from collections import defaultdict
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -19,7 +19,6 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from gpuquota.core.timeutil import Period
-from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.outbox.services import gpu_interval_mark_dirty
 from gpuquota.reservations.models import Assignment
 from gpuquota.usage.daily import daily_usage
@@ -31,28 +30,23 @@ from gpuquota.usage.selectors import (
     unreserved_busy_hours_named,
 )
 from gpuquota.usage.services import gpu_hour_recompute
-from gpuquota.usage.sweep import dirty_hours_process
 from gpuquota.usage.to_date import rollup_sums
 from tests.factories import NodeFactory, TeamFactory, make_gpu
 from tests.helpers import run_concurrently
-from tests.usage.factories import add_processes, add_samples, reserve, team_with_user
+from tests.usage.factories import add_samples, reserve
+from tests.usage.three_days import (
+    D0,
+    NOW,
+    H,
+    M,
+    sweep,
+    ten_minutes,
+    three_days_history,
+)
 
-H, M = timedelta(hours=1), timedelta(minutes=1)
-D0 = datetime(2026, 10, 29, 22, 0, tzinfo=UTC)  # two hours before Oct 30
-NOW = datetime(2026, 11, 1, 1, 40, tzinfo=UTC)  # today's second hour, two thirds done
-SAMPLES = 6 * 51 + 4  # ten-minute windows from D0 to NOW
 KEY = ("gpu_class_id", "kind", "owner", "split_ways", "failed")
 BY = ("day", "gpu_class_id", "kind", "owner")
 
-
-def _ten_minutes(gpu, start: datetime, count: int, util) -> None:
-    add_samples(gpu, [{"start": start + 10 * i * M, "seconds": 600, "util": util(i)}
-                      for i in range(count)])
-
-
-def _sweep() -> None:
-    while dirty_hours_process():
-        pass
 
 
 def _of_the_rollups(when: str) -> set[tuple]:
@@ -93,25 +87,10 @@ def _folded(rows: list[dict]) -> dict:
 
 @pytest.fixture
 def days_fleet(db, clock):
-    """Over three UTC days, the two hours before them and today's first hour and 40
-    minutes (the clock stopped there: the open hour and today are partial): a GPU
-    reserved by "vision" for 40 h, one unreserved used by users of "ml" then, split, of
-    "vision", one failed for 5 h across midnight; all swept."""
+    """tests/usage/three_days.py's history with the clock stopped at its end (the open hour
+    and today partial): its reserved GPU."""
     clock.move_to(NOW)
-    node = NodeFactory()
-    team = TeamFactory(slug="vision")
-    team_with_user("ml", "alice", node.cluster)
-    team_with_user("vision-users", "bob", node.cluster)
-    reserved, used, failing = (make_gpu(node=node, index=i, at=D0 - H) for i in range(3))
-    _ten_minutes(reserved, D0, SAMPLES, lambda i: 80 if (i // 6) % 24 < 12 else 2)
-    reserve(team, reserved, D0 + 5 * H + 20 * M, D0 + 45 * H + 20 * M)
-    _ten_minutes(used, D0, SAMPLES, lambda i: 10 + i % 60)
-    add_processes(used, D0 + 3 * H, 30 * 60, user="alice")
-    add_processes(used, D0 + 20 * H, 3 * 60, user="bob", pid=300)
-    _ten_minutes(failing, D0, SAMPLES, lambda i: 95)
-    GpuHealthInterval.objects.create(gpu=failing, state="failed", reason="xid 79",
-                                     valid_from=D0 + 23 * H, valid_until=D0 + 28 * H)
-    _sweep()
+    _, _, reserved = three_days_history()
     return reserved
 
 
@@ -150,14 +129,14 @@ def test_a_late_sample_and_a_release_change_the_fleet_rows_with_the_hours(days_f
     reserved = days_fleet
     before = _stored(FleetHourUsage, "hour")
     add_samples(reserved, [{"start": D0 + 30 * H + 5 * M, "seconds": 30, "util": 100}])
-    _sweep()
+    sweep()
     assert_fleet_rows_are_the_rollups_summed()
     assert _stored(FleetHourUsage, "hour") != before
     assignment = Assignment.objects.get(gpu=reserved)
     released, end = D0 + 30 * H, assignment.assigned_until
     Assignment.objects.filter(pk=assignment.pk).update(assigned_until=released)
     gpu_interval_mark_dirty(gpu_ids=[reserved.id], start=released, end=end)
-    _sweep()  # reserved buckets of the later hours go (their fleet rows too); unreserved come
+    sweep()  # reserved buckets of the later hours go (their fleet rows too); unreserved come
     assert_fleet_rows_are_the_rollups_summed()
     assert not FleetHourUsage.objects.filter(kind="reserved", hour__gte=released).exists()
 
@@ -192,10 +171,10 @@ def test_the_page_reads_the_fleet_rows_in_the_same_queries_whatever_the_fleet(db
     for size in (2, 8):
         for index in range(len(counts) * 2, size):
             gpu = make_gpu(node=node, index=index, at=D0 - H)
-            _ten_minutes(gpu, NOW - 4 * H, 24, lambda i: 50)
+            ten_minutes(gpu, NOW - 4 * H, 24, lambda i: 50)
             if index % 2:
                 reserve(team, gpu, NOW - 3 * H, NOW + H)
-        _sweep()
+        sweep()
         counts.append(page_queries())
     assert counts[0] == counts[1] and counts[0][1] == 0  # no per-GPU rollup read
     assert FleetHourUsage.objects.filter(hour=NOW.replace(minute=0)).count() <= 3
@@ -209,7 +188,7 @@ def test_writers_of_one_hour_of_many_gpus_at_once_keep_the_fleet_sums(transactio
     team = TeamFactory(slug="vision")
     gpus = [make_gpu(node=node, index=i, at=D0 - H) for i in range(4)]
     for gpu in gpus:
-        _ten_minutes(gpu, D0 + 2 * H, 24, lambda i: 5 * i)
+        ten_minutes(gpu, D0 + 2 * H, 24, lambda i: 5 * i)
     reserve(team, gpus[0], D0 + 2 * H + 30 * M, D0 + 5 * H)
     hours = [D0 + (2 + h) * H for h in range(4)]
     jobs = [lambda gpu=gpu: [gpu_hour_recompute(gpu_id=gpu.id, hour=hour) for hour in hours]
@@ -233,7 +212,7 @@ def test_the_team_page_reads_lent_busy_seconds_from_the_rollups_as_exact(db, clo
     world.reserve(NOW - 30 * H, NOW + 5 * H)
     world.lend(NOW - 3 * H - 20 * M)
     world.busy(NOW - 3 * H, 150, "bob")  # a borrower's job, into the open hour
-    _sweep()
+    sweep()
     context = team_month_context(team=world.vision, month=Period.month(2026, 11), now=NOW)
     usage = context["reservation_usage"]
     assert usage == team_reservations_utilization(team=world.vision,
