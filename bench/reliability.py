@@ -167,6 +167,12 @@ def _scores(work, last: dict, false_per_day: list) -> dict:
             "by_multiple": dict(by_multiple), "flagged": len(flagged)}
 
 
+def found_by_multiple(scores: dict) -> str:
+    """`_scores`' lemons found per planted multiple, as the DETAIL lines print them."""
+    return " ".join(f"{m}x={f}/{t}" if m != "node" else f"node={f}/{t}"
+                    for m, (f, t) in sorted(scores["by_multiple"].items(), key=str))
+
+
 def app_xids_counted(work) -> tuple[int, int]:
     """(application XIDs inside a counted incident, hardware failures counted)."""
     from gpuquota.ingest.taxonomy import APPLICATION_XIDS
@@ -206,8 +212,7 @@ def main() -> None:
     counted, failures = app_xids_counted(work)
     for mode in ("incidents", "jobs"):
         scores = result["modes"][mode]
-        found = " ".join(f"{m}x={f}/{t}" if m != "node" else f"node={f}/{t}"
-                         for m, (f, t) in sorted(scores["by_multiple"].items(), key=str))
+        found = found_by_multiple(scores)
         print(f"DETAIL signal={mode} lemon_recall={scores['recall']:.1f} lemon_precision="
               f"{scores['precision']:.1f} false_flags_per_day="
               f"{scores['false_flags_per_day']:.2f} false_flags_max_day="

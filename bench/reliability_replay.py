@@ -21,7 +21,15 @@ import time
 from collections import defaultdict
 from datetime import timedelta
 
-from bench.reliability import FIRST_EVAL_DAY, MODES, T0, _scores, gpu_uuid, truth
+from bench.reliability import (
+    FIRST_EVAL_DAY,
+    MODES,
+    T0,
+    _scores,
+    found_by_multiple,
+    gpu_uuid,
+    truth,
+)
 from bench.reliability_fleet import workload
 
 
@@ -171,8 +179,7 @@ def _report(seed: int, args, replay: Replay) -> None:
         print(f"seed {seed}: {line}")
     for mode in ("incidents", "jobs"):
         s = result["scores"][mode]
-        found = " ".join(f"{m}x={f}/{t}" if m != "node" else f"node={f}/{t}"
-                         for m, (f, t) in sorted(s["by_multiple"].items(), key=str))
+        found = found_by_multiple(s)
         print(f"seed {seed}: signal={mode} recall={s['recall']:.1f} precision="
               f"{s['precision']:.1f} false_flags_per_day={s['false_flags_per_day']:.2f} "
               f"max={s['false_flags_max']} {found}")
