@@ -30,13 +30,14 @@ from tests.ingest.factories import (
 pytestmark = pytest.mark.django_db
 
 @pytest.mark.postgres
-def test_a_steady_state_batch_takes_eight_statements():
+def test_a_steady_state_batch_takes_eight_statements(clock):
     agent, gpus = Agent(enrolled().key, Client()), [new_gpu_uuid() for _ in range(8)]
     listed = [gpu_entry(gpu, index=i) for i, gpu in enumerate(gpus)]
     minute = recent_minute(5)
     body = batch(gpus=listed, samples=[sample(gpu, minute) for gpu in gpus])
     agent.post(body)  # the first batch registers the GPUs and the boot, makes the partition
     minute += timedelta(minutes=1)
+    clock.shift(timedelta(seconds=30))  # the next batch: its GPUs seen at a later instant
     statements = []
 
     def count(execute, sql, params, many, context):
