@@ -168,8 +168,9 @@ def gpu_slice(node: str, gpus: list[tuple[int, str]]) -> dict:
 
 
 def gpu_claim(name: str, namespace: str, node: str, gpus: int, *, pod: str) -> dict:
-    """A pod's ResourceClaim (from its team's claim template) allocated `gpus` devices of
-    `node`, reserved for the pod, as the scheduler leaves it."""
+    """A pod's ResourceClaim (from its team's claim template: it tolerates the team's
+    `gpuquota.io/reserved` taint) allocated `gpus` devices of `node`, reserved for the pod,
+    as the scheduler leaves it."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -183,6 +184,13 @@ def gpu_claim(name: str, namespace: str, node: str, gpus: int, *, pod: str) -> d
                             "deviceClassName": "gpu.nvidia.com",
                             "allocationMode": "ExactCount",
                             "count": gpus,
+                            "tolerations": [
+                                {
+                                    "key": "gpuquota.io/reserved",
+                                    "operator": "Equal",
+                                    "value": namespace,
+                                }
+                            ],
                         },
                     }
                 ]
