@@ -15,6 +15,12 @@ size:
 Every team has a namespace named after its slug on every cluster (as it has a Slurm account
 in `bench.fleet_scale_slurm`); one open loan in 20 is marked returned five minutes ago (the
 Workloads' reclamations free it).
+
+With `Site(dra=True)` the servers are Kubernetes 1.37 (DRA and DeviceTaintRules in
+`resource.k8s.io/v1`), every backend runs in the exact-GPU mode (`exact_gpus`), and each
+server also holds, as the NVIDIA DRA driver and the scheduler leave them, a ResourceSlice per
+node (its 8 GPUs, `gpu-<index>` with their UUIDs) and, for each reserved node's pod, the
+ResourceClaim allocated that node's 8 GPUs (the returns read these).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import secrets
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from bench.fleet_scale_kube_objects import pod, stamp, workload
+from bench.fleet_scale_kube_objects import gpu_claim, gpu_slice, pod, stamp, workload
 from bench.table_stats import TICK
 
 
@@ -35,14 +41,16 @@ class Site:
     lose)."""
 
     fork: bool = True
+    dra: bool = False  # Kubernetes 1.37, the NVIDIA DRA driver, the exact-GPU mode
     servers: dict[str, tuple[object, object, str]] = field(default_factory=dict)
     seeded: set[str] = field(default_factory=set)  # the hostnames whose pods were put
     loans_after: int = 0  # the loans up to this id were looked at for returns
 
     def start(self, slug: str, token: str, objects: list[dict]) -> str:
         """A server for cluster `slug` holding `objects`; its URL."""
+        version = DRA_VERSION if self.dra else PLAIN_VERSION
         if not self.fork:
-            server = _server(token)
+            server = _server(token, version)
             for obj in objects:
                 server.put(obj)
             self.servers[slug] = (server, None, server.url)
@@ -52,7 +60,7 @@ class Site:
         connections.close_all()  # the child never uses the parent's connection
         ours, theirs = multiprocessing.get_context("fork").Pipe()
         process = multiprocessing.get_context("fork").Process(
-            target=_serve, args=(theirs, token, objects), daemon=True
+            target=_serve, args=(theirs, token, objects, version), daemon=True
         )
         process.start()
         self.servers[slug] = (process, ours, ours.recv())
@@ -89,19 +97,24 @@ class Site:
         self.servers.clear()
 
 
-def _server(token: str):
-    """A started fake API server limited by the shipped ClusterRole and Role."""
+PLAIN_VERSION, DRA_VERSION = "v1.34.2", "v1.37.0"
+
+
+def _server(token: str, version: str):
+    """A started fake of Kubernetes `version` limited by the shipped ClusterRole and Role."""
     from tests.kubernetes.conftest import shipped_roles, shipped_rules
     from tests.kubernetes.fake_apiserver import FakeApiServer
 
-    server = FakeApiServer(token=token, rbac_rules=shipped_rules(), rbac_roles=shipped_roles())
+    server = FakeApiServer(
+        token=token, rbac_rules=shipped_rules(), rbac_roles=shipped_roles(), version=version
+    )
     server.requests = _Forgetful()  # a bench's thousands of requests are not kept
     return server.start()
 
 
-def _serve(conn, token: str, objects: list[dict]) -> None:
+def _serve(conn, token: str, objects: list[dict], version: str) -> None:
     """In the forked process: the fake API server holding `objects`, until told to stop."""
-    server = _server(token)
+    server = _server(token, version)
     while isinstance(objects, list):  # then the objects of the cluster's new nodes
         for obj in objects:
             server.put(obj)
@@ -118,9 +131,25 @@ class _Forgetful(list):
         pass
 
 
-def _cluster_objects(cluster, now, seeded: set[str]) -> tuple[list[dict], int, int]:
-    """The pods and Workloads of `cluster`'s nodes not in `seeded` (added to it) at `now`;
-    (objects, pods, workloads)."""
+def _gpus_by_node(cluster) -> dict[str, list[tuple[int, str]]]:
+    """(index, UUID) of each node's GPUs on `cluster`, by hostname."""
+    from gpuquota.inventory.models import Gpu
+
+    found: dict[str, list[tuple[int, str]]] = {}
+    for host, index, uuid in (
+        Gpu.objects.filter(node__cluster=cluster)
+        .order_by("node_id", "index")
+        .values_list("node__hostname", "index", "uuid")
+    ):
+        found.setdefault(host, []).append((index, uuid))
+    return found
+
+
+def _cluster_objects(
+    cluster, now, seeded: set[str], dra: bool = False
+) -> tuple[list[dict], int, int]:
+    """The pods and Workloads (with `dra`, the ResourceSlices and claims too) of `cluster`'s
+    nodes not in `seeded` (added to it) at `now`; (objects, pods, workloads)."""
     from gpuquota.inventory.models import Node
     from gpuquota.reservations.models import Assignment
 
@@ -132,10 +161,13 @@ def _cluster_objects(cluster, now, seeded: set[str]) -> tuple[list[dict], int, i
     objects, pods, workloads = [], 0, 0
     started = now - timedelta(hours=1)
     hosts = Node.objects.filter(cluster=cluster).order_by("id").values_list("id", "hostname")
+    gpus = _gpus_by_node(cluster) if dra else {}
     for position, (k, host) in enumerate(hosts):  # which nodes: by position, not id
         if host in seeded:
             continue
         seeded.add(host)
+        if dra:
+            objects.append(gpu_slice(host, gpus.get(host, [])))
         objects.append(
             pod(
                 f"dcgm-exporter-{k}",
@@ -160,6 +192,8 @@ def _cluster_objects(cluster, now, seeded: set[str]) -> tuple[list[dict], int, i
                     labels={"kueue.x-k8s.io/queue-name": f"gq-{team}", "job-name": f"train-{k}"},
                 )
             )
+            if dra:
+                objects.append(gpu_claim(f"train-{k}-0-gpus", team, host, 8, pod=name))
             objects.append(
                 workload(
                     f"train-{k}",
@@ -228,7 +262,7 @@ def kube_fake_install(site: Site, now) -> dict:
     counts = {"clusters": 0, "pods": 0, "workloads": 0, "namespaces": 0, "returned": 0}
     teams = list(Team.objects.order_by("id").values_list("id", "slug"))
     for cluster in Cluster.objects.order_by("id"):
-        objects, pods, workloads = _cluster_objects(cluster, now, site.seeded)
+        objects, pods, workloads = _cluster_objects(cluster, now, site.seeded, site.dra)
         counts["pods"] += pods
         counts["workloads"] += workloads
         if cluster.slug in site.servers:
@@ -242,7 +276,7 @@ def kube_fake_install(site: Site, now) -> dict:
                     "mode": BackendConfig.Mode.WRITE,
                     "api_url": url,
                     "token_encrypted": secret_encrypt(token),
-                    "options": {},
+                    "options": {"exact_gpus": True} if site.dra else {},
                     "command_timeout_s": 600,
                 },
             )

@@ -130,3 +130,95 @@ def workload(name: str, namespace: str, queue: str, *, admitted, preempted=None)
             "admission": {"clusterQueue": queue, "podSetAssignments": []},
         },
     }
+
+
+def gpu_slice(node: str, gpus: list[tuple[int, str]]) -> dict:
+    """The ResourceSlice the NVIDIA DRA driver (`gpu.nvidia.com`) publishes for `node`: its
+    GPUs (index, NVML UUID) as devices `gpu-<index>` in the pool named after the node, with
+    the attributes the driver sets (as `tests.kubernetes.conftest.gpu_slice`, and more)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com-{secrets.token_hex(3)}"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{index}",
+                    "attributes": {
+                        "type": {"string": "gpu"},
+                        "uuid": {"string": uuid},
+                        "index": {"int": index},
+                        "minor": {"int": index},
+                        "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                        "brand": {"string": "Nvidia"},
+                        "architecture": {"string": "Hopper"},
+                        "cudaComputeCapability": {"version": "9.0.0"},
+                        "driverVersion": {"version": "580.65.6"},
+                        "cudaDriverVersion": {"version": "13.0.0"},
+                    },
+                    "capacity": {"memory": {"value": "80Gi"}},
+                }
+                for index, uuid in gpus
+            ],
+        },
+    }
+
+
+def gpu_claim(name: str, namespace: str, node: str, gpus: int, *, pod: str) -> dict:
+    """A pod's ResourceClaim (from its team's claim template: it tolerates the team's
+    `gpuquota.io/reserved` taint) allocated `gpus` devices of `node`, reserved for the pod,
+    as the scheduler leaves it."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": secrets.token_hex(16)},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "exactly": {
+                            "deviceClassName": "gpu.nvidia.com",
+                            "allocationMode": "ExactCount",
+                            "count": gpus,
+                            "tolerations": [
+                                {
+                                    "key": "gpuquota.io/reserved",
+                                    "operator": "Equal",
+                                    "value": namespace,
+                                }
+                            ],
+                        },
+                    }
+                ]
+            }
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpus",
+                            "driver": "gpu.nvidia.com",
+                            "pool": node,
+                            "device": f"gpu-{i}",
+                        }
+                        for i in range(gpus)
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node]}
+                            ]
+                        }
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": pod, "uid": secrets.token_hex(16)}],
+        },
+    }

@@ -2,7 +2,7 @@
 observe loops against fake API servers holding what such clusters hold.
 
     .venv/bin/python -m bench.fleet_scale_kueue [--gpus 1000 --gpus 10000 ...] [--runs 2]
-        [--database gq_bench_fleet_kueue]
+        [--database gq_bench_fleet_kueue] [--dra]
 
 It recreates its database and grows `bench.fleet_scale`'s fleet through the sizes
 (`bench.fleet_scale_seed`: clusters of up to 10,000 GPUs, a team per 50 GPUs, 70 % of the
@@ -34,6 +34,13 @@ the fake API servers' (not counted in the share: the cluster's own API server pa
 api_calls the requests the Kubernetes client sent (api_writes those other than GET) and
 period_share = (cpu_s + pg_cpu_s) / period; after the last size, `RESULT growth` lines as
 `bench.fleet_scale` prints them. It is not a test.
+
+With `--dra` the clusters are Kubernetes 1.37 with the NVIDIA DRA driver publishing a
+ResourceSlice per node and every backend in the exact-GPU mode (`bench.fleet_scale_kube`):
+the reconcile also writes a claim template per held reservation and namespace and a
+DeviceTaintRule per reserved GPU not on loan, so one team's lent GPU is three writes (its
+ClusterQueue and its claim template patched, the GPU's DeviceTaintRule deleted: checked),
+and the returns read the ResourceClaims. Each RESULT line then says `mode=dra`.
 """
 
 import argparse
@@ -126,11 +133,12 @@ def one_loan_lend() -> str:
     return assignment.reservation.team.slug
 
 
-def result_print(name: str, size: int, run: dict, period: float) -> None:
+def result_print(name: str, size: int, run: dict, period: float, dra: bool = False) -> None:
     share = (run["cpu"] + run["pg"]) / period
     api = ",".join(f"{m}:{n}" for m, n in sorted(run["api"].items())) or "-"
+    mode = " mode=dra" if dra else ""
     print(
-        f"RESULT loop={name} gpus={size} wall_s={run['wall']:.3f} cpu_s={run['cpu']:.3f} "
+        f"RESULT loop={name} gpus={size}{mode} wall_s={run['wall']:.3f} cpu_s={run['cpu']:.3f} "
         f"pg_cpu_s={run['pg']:.3f} apiserver_cpu_s={run['server_cpu']:.3f} "
         f"queries={run['queries']} api_calls={sum(run['api'].values())} "
         f"api_writes={run['writes']} api={api} period_s={period:.0f} "
@@ -172,11 +180,17 @@ ON CONFLICT DO NOTHING
 """
 
 
+#: The writes of one team's GPU lent: its ClusterQueue (and in the DRA mode its claim
+#: template, the team having one namespace per cluster) patched, the GPU's taint rule deleted.
+ONE_TEAM_WRITES = {False: {"PATCH": 1}, True: {"PATCH": 2, "DELETE": 1}}
+
+
 def size_measure(
     app, entries: dict, site, size: int, runs: int, pods: bool = False
 ) -> dict[str, dict]:
     """Every loop of the module's docstring at the fleet's current size; with `pods`, the
     pods' process records of the last hour are stored and `jobs-refresh` timed too."""
+    dra = getattr(site, "dra", False)
     measured = {}
     reconcile = entries[RECONCILE]
     measured["kueue-reconcile-first"] = timed(app, reconcile, site)
@@ -187,7 +201,8 @@ def size_measure(
     measured["kueue-reconcile-steady"] = steady
     team = one_loan_lend()
     changed = timed(app, reconcile, site)
-    if changed["api"].get("PATCH") != 1 or changed["writes"] != 1:
+    writes = {m: n for m, n in changed["api"].items() if m != "GET"}
+    if writes != ONE_TEAM_WRITES[dra]:
         raise RuntimeError(f"one team ({team}) changed, the reconcile sent {changed['api']}")
     measured["kueue-reconcile-one-team"] = changed
     loops = list(OBSERVE)
@@ -206,7 +221,7 @@ def size_measure(
     for name, run in measured.items():
         entry = entries[name.removesuffix("-first")] if name.startswith(tuple(loops)) else reconcile
         found[name] = {**run, "period": period_s(entry["schedule"])}
-        result_print(name, size, run, found[name]["period"])
+        result_print(name, size, run, found[name]["period"], dra)
     return found
 
 
@@ -215,6 +230,7 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, action="append")
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--database", default=DATABASE)
+    parser.add_argument("--dra", action="store_true", help="the exact-GPU (DRA) mode")
     args = parser.parse_args()
     sizes = sorted(args.gpus or [1000, 10000])
     database_create(args.database)
@@ -232,8 +248,11 @@ def main() -> None:
     # At the hour: the seed writes no samples (these loops do not read them).
     now = timezone.now().replace(minute=0, second=0, microsecond=0)
     entries = collect_beat_schedule()
-    print(f"setup: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; sizes {sizes}")
-    site = Site()
+    print(
+        f"setup: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; sizes {sizes}"
+        f"{'; DRA exact-GPU mode' if args.dra else ''}"
+    )
+    site = Site(dra=args.dra)
     measured: dict[int, dict[str, dict]] = {}
     try:
         for size in sizes:

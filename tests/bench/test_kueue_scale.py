@@ -3,7 +3,10 @@ bench.fleet_scale_kueue (every cluster Kubernetes with Kueue behind the fake API
 in a thread; pods, Workloads, evicted pods, returned loans) at 64 and 128 GPUs. A steady
 reconcile sends no write, one team changed sends one PATCH (the bench checks both), and no
 loop's queries or API calls grow with the fleet: a GET per object where a LIST would do, or
-a query per team, queue or loan, is what this catches. The large sizes are the bench."""
+a query per team, queue or loan, is what this catches. The same in the exact-GPU (DRA) mode
+(`--dra`: Kubernetes 1.37, a ResourceSlice per node, the pods' claims; a claim template per
+reservation and a DeviceTaintRule per reserved GPU written): no call nor query per GPU,
+claim or slice. The large sizes are the bench."""
 
 from datetime import UTC, datetime
 
@@ -20,11 +23,12 @@ NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)  # at the hour: the seed writes n
 @pytest.mark.postgres
 @pytest.mark.kubernetes
 @pytest.mark.django_db(transaction=False)
-def test_kueue_loops_send_no_more_calls_nor_queries_on_a_larger_fleet():
+@pytest.mark.parametrize(("dra", "steady_gets"), [(False, 9), (True, 12)])
+def test_kueue_loops_send_no_more_calls_nor_queries_on_a_larger_fleet(dra, steady_gets):
     from gpuquota.celery import app, collect_beat_schedule
 
     entries = collect_beat_schedule()
-    site = Site(fork=False)
+    site = Site(fork=False, dra=dra)
     measured: dict[int, dict[str, dict]] = {}
     try:
         with time_machine.travel(NOW, tick=False):
@@ -47,5 +51,6 @@ def test_kueue_loops_send_no_more_calls_nor_queries_on_a_larger_fleet():
     }
     assert grew == {}, f"grew with the fleet (64 -> 128 GPUs): {grew}"
     # 9: the capabilities' one LIST of ResourceSlices (a GPU drain by DeviceTaintRule or the
-    # node's) is per cluster, not per object
-    assert measured[128]["kueue-reconcile-steady"]["api"] == {"GET": 9}
+    # node's) is per cluster, not per object; in the DRA mode 3 more: the DeviceTaintRules'
+    # discovery and the LISTs of claim templates and DeviceTaintRules
+    assert measured[128]["kueue-reconcile-steady"]["api"] == {"GET": steady_gets}

@@ -5,9 +5,9 @@ objects, so the backend's reads see a cluster that moves:
   that match the claim's CEL selectors (evaluated with cel-python over the device's
   attributes), are not allocated to another claim, and whose taints (DeviceTaintRules) the
   claim tolerates;
-- `taints_evict`: the device taint eviction controller: a pod whose claim holds a device
-  with a NoExecute taint it does not tolerate gets the condition DisruptionTarget (reason
-  DeletionByDeviceTaintManager) and its deletionTimestamp;
+- `taints_evict`: the device taint eviction controller, on each DeviceTaintRule written: a
+  pod whose claim holds a device with its NoExecute taint, not tolerated, gets the condition
+  DisruptionTarget (reason DeletionByDeviceTaintManager) and its deletionTimestamp;
 - `settle`: the kubelet and the resource claim controller: such a pod is gone once its
   grace period has passed, and its claims' allocations are released.
 
@@ -99,17 +99,22 @@ def allocate(server, namespace: str, name: str, *, pod: str) -> bool:
         return True
 
 
-def taints_evict(server) -> None:
-    """Mark for eviction every pod whose claim holds a device with a NoExecute taint the
-    claim does not tolerate."""
+def taints_evict(server, rule: dict) -> None:
+    """Mark for eviction every pod whose claim holds a device with the NoExecute taint of
+    `rule` (a DeviceTaintRule just written) that the claim does not tolerate. The other rules
+    were applied when they were written: a rule's write costs one pass over the claims, not
+    one per rule (a fleet's bench writes thousands)."""
     now = datetime.now(UTC)
     pods = server.objects.get(PODS, {})
+    selector, taint = rule["spec"].get("deviceSelector") or {}, rule["spec"]["taint"]
+    if taint["effect"] != "NoExecute":
+        return
     for (namespace, _), claim in server.objects.get(GROUP, {}).items():
         results = ((claim.get("status") or {}).get("allocation") or {}).get(
             "devices", {}).get("results", [])
-        if not any(_untolerated(server, _request(claim).get("tolerations", []), r["driver"],
-                                r["pool"], r["device"], effects=("NoExecute",))
-                   for r in results):
+        tolerations = _request(claim).get("tolerations", [])
+        if _tolerates(tolerations, taint) or not any(
+                _matches(selector, r["driver"], r["pool"], r["device"]) for r in results):
             continue
         for user in claim["status"].get("reservedFor", []):
             pod = pods.get((namespace, user["name"]))

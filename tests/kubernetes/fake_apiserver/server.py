@@ -228,8 +228,8 @@ class FakeApiServer:
         with self.lock:
             dra.settle(self)
             answer = self._serve(resource, version, namespace, name, method, query, body)
-            if resource.kind == "DeviceTaintRule" and method != "GET":
-                dra.taints_evict(self)
+            if resource.kind == "DeviceTaintRule" and method not in ("GET", "DELETE"):
+                dra.taints_evict(self, rule=answer[1])
             return answer
 
     def _serve(self, resource, version, namespace, name, method, query, body):
