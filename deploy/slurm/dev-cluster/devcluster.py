@@ -128,7 +128,7 @@ class DevCluster:
                                        "already running?")
         if self.root.exists():
             shutil.rmtree(self.root)
-        for sub in ("etc", "log", "run", "state", "munge", "mysql", "gpu-jobs",
+        for sub in ("etc", "log", "run", "state", "munge", "mysql", "mysql-tmp", "gpu-jobs",
                     *(f"spool/{n}" for n in NODES), *(f"dev/{n}" for n in NODES)):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o755)
@@ -195,11 +195,15 @@ class DevCluster:
             if munged.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("munged did not start: see " + str(r / "log/munged.out"))
             time.sleep(0.05)
+        # MariaDB's temporary tables in the cluster's own directory, not the shared /tmp: a
+        # bootstrap whose `#sql-temptable-*` file vanished under it aborts ("Unknown table
+        # 'mysql.tmp_user_sys'"), which failed a CI run.
         self._run(["mariadb-install-db", "--no-defaults", f"--datadir={r}/mysql",
-                   "--user=root", "--auth-root-authentication-method=normal",
-                   "--skip-test-db"], timeout_s=120)
+                   f"--tmpdir={r}/mysql-tmp", "--user=root",
+                   "--auth-root-authentication-method=normal", "--skip-test-db"], timeout_s=120)
         mariadb = self._spawn("mariadb", [
-            "mariadbd", "--no-defaults", f"--datadir={r}/mysql", "--user=root",
+            "mariadbd", "--no-defaults", f"--datadir={r}/mysql", f"--tmpdir={r}/mysql-tmp",
+            "--user=root",
             f"--port={PORTS['mariadb']}", "--bind-address=127.0.0.1",
             f"--socket={r}/run/mysql.sock", f"--pid-file={r}/run/mysql.pid",
             "--skip-grant-tables", "--innodb-buffer-pool-size=32M", "--skip-log-bin",
