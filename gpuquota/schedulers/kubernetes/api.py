@@ -49,8 +49,11 @@ KINDS = {k.kind: k for k in (
     # the DRADeviceTaints feature gate and --runtime-config=resource.k8s.io/v1alpha3=true).
     Kind("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules", False,
          older=("v1beta2", "v1alpha3")),
-    Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
-    Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True),
+    # v1 from Kubernetes 1.34, v1beta2 from 1.33, v1beta1 from 1.32 (slices.py reads each).
+    Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False,
+         older=("v1beta2", "v1beta1")),
+    Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True,
+         older=("v1beta2", "v1beta1")),
     Kind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads", True),
     # Read only, one object: Kueue's controller, for its release (capabilities).
     Kind("Deployment", "apps", "v1", "deployments", True, rbac_file=KUEUE_RBAC_FILE),
@@ -115,6 +118,7 @@ class Api:
         self.custom = k8s.CustomObjectsApi(api)
         self.timeout = api.timeout_s
         self._versions: dict[str, str] = {}
+        self.discovered: set[str] = set()  # the kinds whose served version was discovered
 
     def kind(self, name: str) -> Kind:
         """`KINDS[name]` in the version this cluster serves it in (`use`)."""
