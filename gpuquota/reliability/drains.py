@@ -25,11 +25,10 @@ from gpuquota.ingest.taxonomy import (
     Severity,
     classify,
 )
-from gpuquota.inventory.models import GpuHealthInterval, Node
+from gpuquota.inventory.models import GpuHealthInterval
+from gpuquota.reliability.drainwrite import backend_of, drain_plan, drain_write
 from gpuquota.reliability.models import Drain
-from gpuquota.reliability.told import drain_tell
-from gpuquota.schedulers.backend import BackendError, backend_for
-from gpuquota.schedulers.models import BackendConfig
+from gpuquota.schedulers.backend import BackendError
 from gpuquota.schedulers.services import managed_object_written
 
 AUTO_RETURN = {Action.RESET_GPU.value, Action.REBOOT.value}
@@ -39,7 +38,6 @@ LESSER_XIDS = frozenset(x for x, e in XIDS.items()
                         if e.severity == Severity.WARNING and e.action in DRAINING_ACTIONS)
 LESSER_EVENT_TYPES = frozenset(t for t, e in EVENTS.items()
                                if e.severity == Severity.WARNING and e.action in DRAINING_ACTIONS)
-AFTER_JOBS = ", after running jobs"
 FIXES = {  # the fixes an admin may name, per what the failure needs
     Action.RESET_GPU.value: {"reset", "reboot", "diagnostic", "replaced", "admin"},
     Action.REBOOT.value: {"reboot", "diagnostic", "replaced", "admin"},
@@ -47,45 +45,10 @@ FIXES = {  # the fixes an admin may name, per what the failure needs
 }
 
 
-def _backend(node: Node):
-    config = BackendConfig.objects.filter(cluster=node.cluster,
-                                          mode=BackendConfig.Mode.WRITE).first()
-    return backend_for(node.cluster, config) if config is not None else None
-
-
-def _drain_gpu(backend, drain: Drain) -> bool:
-    """Drain the failed GPU alone where the scheduler can name it (Kubernetes with DRA device
-    taints); whether it did. The rule written is recorded as a managed object."""
-    gpu = drain.gpu
-    if gpu.index is None or drain.scope == Drain.Scope.NODE and drain.pk is not None:
-        return False  # a node drain stays one: its node's work is held already
-    written = backend.gpu_drain(hostname=drain.node.hostname, index=gpu.index, uuid=gpu.uuid,
-                                reason=drain.reason, at_once=not drain.after_jobs)
-    if written is None:
-        return False
-    drain.scope = Drain.Scope.GPU
-    managed_object_written(cluster=drain.node.cluster, obj=written, at=drain.drained_at)
-    return True
-
-
-def _drain_node(drain: Drain) -> None:
-    backend = _backend(drain.node)
-    if backend is None:
-        drain.state = Drain.State.RECORDED
-        return
-    try:
-        if not _drain_gpu(backend, drain):
-            backend.node_drain(hostname=drain.node.hostname,
-                               reason=drain.reason + (AFTER_JOBS if drain.after_jobs else ""))
-            drain.scope = Drain.Scope.NODE
-        drain.state = Drain.State.DRAINED
-    except BackendError as exc:
-        drain.state, drain.error = Drain.State.REFUSED, str(exc)[:2000]
-
-
-def _escalate(drain: Drain, event, entry, now: datetime) -> Drain | None:
+def _escalate(drain: Drain, event, entry, now: datetime) -> dict | None:
     """A critical failure on a node (or GPU) draining after its jobs for a lesser event: the
-    drain becomes the critical one's (at once, its reason and fix), written again."""
+    drain becomes the critical one's (at once, its reason and fix), to be written again;
+    what it was (None: no escalation)."""
     if not drain.after_jobs or entry.severity != Severity.CRITICAL or drain.event_at >= event.ts:
         return None
     before = {"reason": drain.reason, "needs": drain.needs}
@@ -94,12 +57,22 @@ def _escalate(drain: Drain, event, entry, now: datetime) -> Drain | None:
     drain.reason = f"xid {event.xid}" if event.type == EventType.XID else event.type
     order = [a.value for a in DRAINING_ACTIONS]
     drain.needs = max(drain.needs, entry.action.value, key=order.index)
-    _drain_node(drain)
-    drain.save()
-    audit_record(actor=None, action="node_drain", obj=drain, reason=drain.reason, changes={
-        "escalated_from": before, "needs": drain.needs, "state": drain.state,
-        "scope": drain.scope})
-    return drain
+    return before
+
+
+def _commit_then_write(drain: Drain, *, changes: dict | None = None,
+                       tell: bool = True) -> Drain:
+    """Plan (reads), commit the drain `pending` with its scope, then write it
+    (drainwrite.py: no API call inside the transaction)."""
+    backend = backend_of(drain.node)
+    planned, refused = drain_plan(backend, drain)
+    with transaction.atomic():
+        drain.state = Drain.State.PENDING
+        if planned is not None:
+            drain.scope = Drain.Scope.GPU
+        drain.save()
+    return drain_write(drain, backend=backend, planned=planned, refused=refused,
+                       changes=changes, tell=tell)
 
 
 def _covering(event) -> Q:
@@ -111,37 +84,34 @@ def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
     """Drain the GPU (where the scheduler can name one GPU) or else the node of every
     critical failure or lesser event received in [since, now] that no open drain holds and
     no drain for it or a later failure held; idempotent (one open drain per node, or per
-    GPU where drained alone; a failure that was drained and returned never drains again)."""
+    GPU where drained alone; a failure that was drained and returned never drains again).
+    Each drain's row is committed before its scheduler is written (drainwrite.py): call it
+    outside a transaction."""
     draining = (Q(type__in=CRITICAL_EVENT_TYPES | LESSER_EVENT_TYPES)
                 | Q(type=EventType.XID, xid__in=CRITICAL_XIDS | LESSER_XIDS))
     events = (GpuEvent.objects.filter(draining, gpu__isnull=False, received_at__gte=since,
                                       received_at__lte=now)
               .select_related("gpu", "node", "node__cluster").order_by("ts"))
-    made = []
+    made = [_commit_then_write(drain) for drain in Drain.objects.filter(
+        state=Drain.State.PENDING, released_at__isnull=True).select_related(
+        "node__cluster", "gpu")]  # left pending by a pass that died before writing them
     for event in events:
         entry = classify(type=event.type, xid=event.xid)
         drained = Drain.objects.filter(_covering(event))
         open_drain = drained.filter(released_at__isnull=True).order_by("-scope").first()
         if open_drain is not None:  # the node's drain first ("node" > "gpu")
-            with transaction.atomic():
-                if _escalate(open_drain, event, entry, now) is not None:
-                    made.append(open_drain)
+            before = _escalate(open_drain, event, entry, now)
+            if before is not None:
+                made.append(_commit_then_write(open_drain, changes={"escalated_from": before},
+                                               tell=False))
             continue
         if drained.filter(event_at__gte=event.ts).exists():
             continue  # drained for this failure or a later one already
         reason = f"xid {event.xid}" if event.type == EventType.XID else event.type
-        with transaction.atomic():
-            drain = Drain(node=event.node, gpu=event.gpu.parent or event.gpu, reason=reason,
-                          needs=entry.action.value, event_at=event.ts, drained_at=now,
-                          after_jobs=entry.severity != Severity.CRITICAL)
-            _drain_node(drain)
-            drain.save()
-            audit_record(actor=None, action="node_drain", obj=drain, reason=reason, changes={
-                "node": str(event.node), "gpu": drain.gpu.uuid, "needs": drain.needs,
-                "after_jobs": drain.after_jobs, "state": drain.state, "scope": drain.scope,
-                "error": drain.error})
-            drain_tell(drain)
-        made.append(drain)
+        made.append(_commit_then_write(Drain(
+            node=event.node, gpu=event.gpu.parent or event.gpu, reason=reason,
+            needs=entry.action.value, event_at=event.ts, drained_at=now,
+            after_jobs=entry.severity != Severity.CRITICAL)))
     return made
 
 
@@ -160,7 +130,7 @@ def drains_observe(*, now: datetime) -> list[Drain]:
     changed = []
     for drain in Drain.objects.filter(released_at__isnull=True, state=Drain.State.DRAINED
                                       ).select_related("node__cluster", "gpu"):
-        backend = _backend(drain.node)
+        backend = backend_of(drain.node)
         try:
             progress = _progress(backend, drain) if backend else ""
         except BackendError:
@@ -173,8 +143,8 @@ def drains_observe(*, now: datetime) -> list[Drain]:
 
 
 def _release(drain: Drain, *, at: datetime, by, fix: str) -> Drain:
-    backend = _backend(drain.node)
-    if backend is not None and drain.state == Drain.State.DRAINED:
+    backend = backend_of(drain.node)
+    if backend is not None and drain.state in (Drain.State.DRAINED, Drain.State.PENDING):
         # a refusal stays a BackendError
         if drain.scope == Drain.Scope.GPU:
             removed = backend.gpu_resume(hostname=drain.node.hostname, index=drain.gpu.index,

@@ -210,12 +210,17 @@ class Backend(ABC):
         """Undo gpuquota's own drain of the node (never the site's); whether it did."""
         raise BackendError(f"The {self.scheduler} backend cannot resume nodes yet.")
 
-    def gpu_drain(self, *, hostname: str, index: int, uuid: str, reason: str,
-                  at_once: bool) -> SchedulerObject | None:
-        """Keep new work off one GPU of a node for a failure, its running work evicted too
-        when `at_once`; read back. The object written (recorded as managed, so drift on it
-        shows), or None where the scheduler cannot name one GPU: the caller drains the node."""
+    def gpu_drain_plan(self, *, hostname: str, index: int, uuid: str, reason: str,
+                       at_once: bool) -> SchedulerObject | None:
+        """The object that would keep new work off one GPU of a node for a failure (its
+        running work evicted too when `at_once`), or None where the scheduler cannot name one
+        GPU: the caller drains the node. Reads only; a refusal is a BackendError."""
         return None
+
+    def gpu_drain(self, *, obj: SchedulerObject) -> None:
+        """Write the object `gpu_drain_plan` gave, read back (the caller records it as
+        managed, so drift on it shows)."""
+        raise BackendError(f"The {self.scheduler} backend cannot drain one GPU.")
 
     def gpu_resume(self, *, hostname: str, index: int, uuid: str) -> SchedulerObject:
         """Undo gpuquota's own drain of one GPU, read back; the object that held it (absent

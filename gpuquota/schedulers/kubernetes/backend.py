@@ -117,8 +117,8 @@ class KubernetesBackend(Backend):
     def node_drain_progress(self, *, hostname: str) -> str:
         return device_drain.node_progress(self.api, hostname)
 
-    def gpu_drain(self, *, hostname: str, index: int, uuid: str, reason: str,
-                  at_once: bool) -> SchedulerObject | None:
+    def gpu_drain_plan(self, *, hostname: str, index: int, uuid: str, reason: str,
+                       at_once: bool) -> SchedulerObject | None:
         """A DeviceTaintRule on the GPU's DRA device, where the cluster has them."""
         driver = self.options.dra_driver
         version = device_drain.taints_version(self.api, driver=driver, hostname=hostname,
@@ -132,8 +132,10 @@ class KubernetesBackend(Backend):
         refused = manifest_refusal(manifest)
         if refused:
             raise BackendError(refused)
-        device_drain.rule_write(self.api, manifest)
         return device_drain.as_object(manifest)
+
+    def gpu_drain(self, *, obj: SchedulerObject) -> None:
+        device_drain.rule_write(self.api, self._manifest(obj))
 
     def gpu_resume(self, *, hostname: str, index: int, uuid: str) -> SchedulerObject:
         name = device_drain.rule_name(hostname, index)
