@@ -8,6 +8,7 @@ reboot and the GPU's failed interval closed after it (a new boot with a good sam
 otherwise by an admin naming the fix. Every drain and return is audited, and every new
 drain told to the admins' channels (`told.py`)."""
 
+from collections import defaultdict
 from datetime import datetime
 
 from django.db import transaction
@@ -115,30 +116,45 @@ def drains_apply(*, since: datetime, now: datetime) -> list[Drain]:
     return made
 
 
-def _progress(backend, drain: Drain) -> str:
+def _key(drain: Drain) -> tuple:
     if drain.scope == Drain.Scope.GPU:
-        return backend.gpu_drain_progress(hostname=drain.node.hostname, index=drain.gpu.index,
-                                          uuid=drain.gpu.uuid)
-    return backend.node_drain_progress(hostname=drain.node.hostname)
+        return ("gpu", drain.node.hostname, drain.gpu.index)
+    return ("node", drain.node.hostname)
+
+
+def _cluster_progress(cluster_drains: list[Drain]) -> dict[tuple, str]:
+    """One cluster's drains read back in one pass (its backend lists what it reads once);
+    empty where no backend writes for it or it fails to answer."""
+    backend = backend_of(cluster_drains[0].node)
+    if backend is None:
+        return {}
+    keys = {_key(d) for d in cluster_drains}
+    try:
+        return backend.drains_progress(
+            nodes=sorted(k[1] for k in keys if k[0] == "node"),
+            gpus=sorted(k[1:] for k in keys if k[0] == "gpu"))
+    except BackendError:
+        return {}
 
 
 def drains_observe(*, now: datetime) -> list[Drain]:
     """Read back each open drain written to a scheduler: is work still running on the node
-    (or, for a GPU drained alone, on that GPU): draining, or none left: drained? The drains
-    whose progress changed; a backend that cannot tell, or fails to answer, leaves the last
-    reading."""
-    changed = []
+    (or, for a GPU drained alone, on that GPU): draining, or none left: drained? One pass per
+    cluster, whatever the number of its drains. The drains whose progress changed; a backend
+    that cannot tell, or fails to answer, leaves the last reading."""
+    by_cluster: dict[int, list[Drain]] = defaultdict(list)
     for drain in Drain.objects.filter(released_at__isnull=True, state=Drain.State.DRAINED
                                       ).select_related("node__cluster", "gpu"):
-        backend = backend_of(drain.node)
-        try:
-            progress = _progress(backend, drain) if backend else ""
-        except BackendError:
-            continue
-        if progress and progress != drain.progress:
-            drain.progress, drain.progress_at = progress, now
-            drain.save(update_fields=["progress", "progress_at"])
-            changed.append(drain)
+        by_cluster[drain.node.cluster_id].append(drain)
+    changed = []
+    for cluster_drains in by_cluster.values():
+        progress = _cluster_progress(cluster_drains)
+        for drain in cluster_drains:
+            found = progress.get(_key(drain), "")
+            if found and found != drain.progress:
+                drain.progress, drain.progress_at = found, now
+                drain.save(update_fields=["progress", "progress_at"])
+                changed.append(drain)
     return changed
 
 

@@ -227,9 +227,6 @@ class Backend(ABC):
         now: deleted, or gone already)."""
         raise BackendError(f"The {self.scheduler} backend cannot drain one GPU.")
 
-    def gpu_drain_progress(self, *, hostname: str, index: int, uuid: str) -> str:
-        """As `node_drain_progress`, for the work using one drained GPU."""
-        return ""
 
     def job_stop(self, *, job_id: str, namespace: str = "", requeue: bool = False,
                  started_at: datetime | None = None) -> JobStopped:
@@ -242,6 +239,14 @@ class Backend(ABC):
         """"draining" (jobs still run on the drained node), "drained" (it is empty), ""
         (not drained, or the backend cannot tell)."""
         return ""
+
+    def drains_progress(self, *, nodes: list[str],
+                        gpus: list[tuple[str, int]]) -> dict[tuple, str]:
+        """How far the cluster's drains got, in one pass: ("node", hostname) and ("gpu",
+        hostname, index) -> as `node_drain_progress`, for a drained node or the work using
+        one drained GPU. By default each node is read by itself; no GPU drained alone."""
+        return {("node", hostname): self.node_drain_progress(hostname=hostname)
+                for hostname in nodes}
 
     @classmethod
     def foreign_use(cls, *, clusters, period, team=None) -> list[ForeignUse]:

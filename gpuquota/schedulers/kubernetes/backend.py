@@ -25,7 +25,7 @@ from gpuquota.schedulers.backend import (
     Plan,
     SchedulerObject,
 )
-from gpuquota.schedulers.kubernetes import device_drain, drain, jobstop
+from gpuquota.schedulers.kubernetes import device_drain, drain, drain_progress, jobstop
 from gpuquota.schedulers.kubernetes.admission import admission_objects
 from gpuquota.schedulers.kubernetes.api import Api, api_client
 from gpuquota.schedulers.kubernetes.capabilities import detect, taint_rules_version
@@ -114,8 +114,10 @@ class KubernetesBackend(Backend):
     def node_resume(self, *, hostname: str) -> bool:
         return drain.node_resume(self.api, hostname)
 
-    def node_drain_progress(self, *, hostname: str) -> str:
-        return device_drain.node_progress(self.api, hostname)
+    def drains_progress(self, *, nodes: list[str],
+                        gpus: list[tuple[str, int]]) -> dict[tuple, str]:
+        return drain_progress.drains_progress(self.api, driver=self.options.dra_driver,
+                                              nodes=nodes, gpus=gpus)
 
     def gpu_drain_plan(self, *, hostname: str, index: int, uuid: str, reason: str,
                        at_once: bool) -> SchedulerObject | None:
@@ -142,12 +144,6 @@ class KubernetesBackend(Backend):
         if taint_rules_version(self.api, self.api.groups()):  # else no rule can hold it now
             device_drain.rule_delete(self.api, name)
         return SchedulerObject("DeviceTaintRule", name)
-
-    def gpu_drain_progress(self, *, hostname: str, index: int, uuid: str) -> str:
-        if not taint_rules_version(self.api, self.api.groups()):
-            return ""
-        return device_drain.gpu_progress(self.api, driver=self.options.dra_driver,
-                                         hostname=hostname, index=index)
 
     def job_stop(self, *, job_id: str, namespace: str = "", requeue: bool = False,
                  started_at=None) -> JobStopped:
