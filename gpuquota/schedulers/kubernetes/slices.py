@@ -30,11 +30,14 @@ class Device:
 
 def served_version(api: Api, groups: dict, name: str) -> str:
     """The newest version in which the cluster serves kind `name` ("" for none); the Api
-    talks to it in that version from now on. Found by discovery, which needs no RBAC rule."""
+    talks to it in that version from now on. Found by discovery, which needs no RBAC rule:
+    the group's versions, and for a kind a feature gate may leave out of a served version
+    (DeviceTaintRules) that version's resources too; every version of resource.k8s.io read
+    for `DRA_KINDS` serves them."""
     kind = KINDS[name]
     for version in (kind.version, *kind.older):
-        if version in groups.get(kind.group, []) and kind.plural in api.resources(
-                kind.group, version):
+        if version in groups.get(kind.group, []) and (name in DRA_KINDS or kind.plural in (
+                api.resources(kind.group, version))):
             api.use(kind.kind, version)
             return version
     return ""
