@@ -28,7 +28,7 @@ from gpuquota.ingest.taxonomy import (
 )
 from gpuquota.inventory.models import GpuHealthInterval
 from gpuquota.reliability.drainwrite import backend_of, drain_plan, drain_write
-from gpuquota.reliability.models import Drain
+from gpuquota.reliability.models import HOLDING_STATES, Drain
 from gpuquota.schedulers.backend import BackendError
 from gpuquota.schedulers.services import managed_object_written
 
@@ -159,23 +159,27 @@ def drains_observe(*, now: datetime) -> list[Drain]:
 
 
 def _release(drain: Drain, *, at: datetime, by, fix: str) -> Drain:
+    """Undo the drain on the scheduler (outside any transaction: a refusal stays a
+    BackendError and the drain stays open), then record the return in one transaction (a
+    failure there leaves the drain open: the reconcile loop writes its rule again)."""
     backend = backend_of(drain.node)
-    if backend is not None and drain.state in (Drain.State.DRAINED, Drain.State.PENDING):
-        # a refusal stays a BackendError
+    removed = None
+    if backend is not None and drain.state in HOLDING_STATES:
         if drain.scope == Drain.Scope.GPU:
             removed = backend.gpu_resume(hostname=drain.node.hostname, index=drain.gpu.index,
                                          uuid=drain.gpu.uuid)
-            managed_object_written(cluster=drain.node.cluster, obj=removed, removed=True, at=at)
         else:
             backend.node_resume(hostname=drain.node.hostname)
-    drain.released_at, drain.released_by, drain.release_fix = at, by, fix[:120]
-    drain.save(update_fields=["released_at", "released_by", "release_fix"])
-    audit_record(actor=by, action="node_resume", obj=drain, reason=fix,
-                 changes={"node": str(drain.node), "needs": drain.needs, "scope": drain.scope})
+    with transaction.atomic():
+        if removed is not None:
+            managed_object_written(cluster=drain.node.cluster, obj=removed, removed=True, at=at)
+        drain.released_at, drain.released_by, drain.release_fix = at, by, fix[:120]
+        drain.save(update_fields=["released_at", "released_by", "release_fix"])
+        audit_record(actor=by, action="node_resume", obj=drain, reason=fix, changes={
+            "node": str(drain.node), "needs": drain.needs, "scope": drain.scope})
     return drain
 
 
-@transaction.atomic
 def drain_release(*, drain: Drain, by, fix: str, at: datetime) -> Drain:
     """An admin returns a drained node to service, naming the fix done; refused when that
     fix is not one the failure needs (a replacement is not undone by a reset)."""
@@ -205,7 +209,6 @@ def drains_auto_release(*, now: datetime) -> list[Drain]:
             .first())
         if interval is None or interval.valid_until is None or interval.valid_until > now:
             continue
-        with transaction.atomic():
-            released.append(_release(drain, at=now, by=None,
-                                     fix=interval.closed_reason or "recovered"))
+        released.append(_release(drain, at=now, by=None,
+                                 fix=interval.closed_reason or "recovered"))
     return released

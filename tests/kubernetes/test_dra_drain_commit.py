@@ -1,7 +1,8 @@
 """A drain is committed before its scheduler is written (gpuquota/reliability/drainwrite.py):
 a transaction rolled back leaves no DeviceTaintRule behind, no database transaction is open
-while the API is called, a drain left pending is written by the next pass, and a reconcile
-running while the rule is written keeps it (the pending drain is planned)."""
+while the API is called (to drain or to return), a drain left pending is written by the next
+pass, and a reconcile running while the rule is written keeps it (the pending drain is
+planned)."""
 
 import threading
 import uuid
@@ -12,7 +13,7 @@ import time_machine
 from django.db import connection, transaction
 
 from gpuquota.ingest.models import GpuEvent
-from gpuquota.reliability.drains import drains_apply
+from gpuquota.reliability.drains import drain_release, drains_apply
 from gpuquota.reliability.models import Drain
 from gpuquota.schedulers.kubernetes.backend import KubernetesBackend
 from gpuquota.schedulers.reconcile import cluster_reconcile
@@ -76,12 +77,22 @@ def test_the_rule_is_written_after_the_drain_committed_pending(monkeypatch):
         reader.join()
         write(self, obj=obj)
 
+    resume = KubernetesBackend.gpu_resume
+
+    def watched_resume(self, **kwargs):
+        seen["resume_in_transaction"] = connection.in_atomic_block
+        return resume(self, **kwargs)
+
     monkeypatch.setattr(KubernetesBackend, "gpu_drain", watched)
+    monkeypatch.setattr(KubernetesBackend, "gpu_resume", watched_resume)
     try:
         [drain] = _fail(kube.gpus["gpu-a"][2])
         rule = server.get("DeviceTaintRule", RULE)
+        drain_release(drain=drain, by=kube.admin, fix="replaced", at=NOW + timedelta(hours=1))
+        gone = server.get("DeviceTaintRule", RULE)
     finally:
         server.stop()
+    assert gone is None and seen.pop("resume_in_transaction") is False
     assert seen == {"in_transaction": False, "committed": [("pending", "gpu")]}
     assert (drain.state, drain.scope) == ("drained", "gpu")
     assert rule["spec"]["taint"]["effect"] == "NoExecute"
