@@ -6,8 +6,9 @@ test read them (docs/reliability.md#jobs-that-failed-on-it), beside the Slurm ru
   backend: evicted, deleted for a NoExecute node or device taint), with the GPUs their
   processes ran on (the agents' records, by pod name and namespace) and their start (the
   first record): jobs killed, and failed jobs of the lemon test (state `POD_KILLED`);
-- every other pod the jobs app collected from the same records (`Job`, source kubernetes,
-  with the GPUs it held): their job-days, the lemon test's exposure. Kubernetes keeps no
+- every other pod the jobs app collected from the same records (core's POD_RUNS: the jobs
+  app sits above this one), with the GPUs it held: their job-days, the lemon test's
+  exposure. Kubernetes keeps no
   exit state gpuquota reads, so such a pod never counts as failed.
 
 Replayed at `as_of` like the Slurm runs: a pod still running then has not ended."""
@@ -16,10 +17,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Min, Q
+from django.db.models import Min
 
+from gpuquota.core.contributions import hooks_call
 from gpuquota.ingest.models import ProcessRecord
-from gpuquota.jobs.models import Job, JobGpu
 from gpuquota.reliability.jobruns import POD_KILLED, JobRun, KilledJob
 from gpuquota.schedulers.models import PodKilled
 
@@ -84,25 +85,22 @@ def _killed_run(killed_ends: list[datetime], started: datetime, ended: datetime 
 def pod_runs(gpus: dict, *, since: datetime | None, as_of: datetime,
              killed: dict[tuple[int, str], list[datetime]]) -> list[JobRun]:
     """The other pods (not those `killed` ended) that started by `as_of` and ran after
-    `since` on GPUs of `gpus`, as the jobs app collected them (one query)."""
-    held = JobGpu.objects.filter(job__source=Job.Source.KUBERNETES, job__started_at__lte=as_of)
-    if since is not None:
-        held = held.filter(Q(job__ended_at__isnull=True) | Q(job__ended_at__gte=since))
-    found: dict[int, JobRun] = {}
+    `since` on GPUs of `gpus`, as the jobs app collected them (core's POD_RUNS)."""
+    found: dict[tuple, JobRun] = {}
     as_of_s = as_of.timestamp()
-    for job_pk, cluster_id, namespace, name, started, ended, gpu_id, parent in \
-            held.values_list("job_id", "job__cluster_id", "job__account", "job__job_id",
-                             "job__started_at", "job__ended_at", "gpu_id", "gpu__parent_id"):
-        physical = parent or gpu_id
-        job_id = f"{namespace}/{name}"
-        if physical not in gpus or _killed_run(killed.get((cluster_id, job_id), []),
-                                               started, ended):
-            continue
-        run = found.get(job_pk)
-        if run is None:
-            ended_s = None if ended is None or ended.timestamp() > as_of_s else ended.timestamp()
-            run = found[job_pk] = JobRun(job_id, frozenset(), started.timestamp(), ended_s,
-                                         "" if ended_s is None else "ENDED", 0)
-        run.gpu_ids = run.gpu_ids | {physical}
-        run.gpus = len(run.gpu_ids)
+    for rows in hooks_call("POD_RUNS", since=since, as_of=as_of):
+        for cluster_id, namespace, name, started, ended, gpu_id in rows:
+            job_id = f"{namespace}/{name}"
+            if gpu_id not in gpus or _killed_run(killed.get((cluster_id, job_id), []),
+                                                 started, ended):
+                continue
+            run = found.get((cluster_id, job_id, started))
+            if run is None:
+                ended_s = None if ended is None or ended.timestamp() > as_of_s \
+                    else ended.timestamp()
+                run = found[cluster_id, job_id, started] = JobRun(
+                    job_id, frozenset(), started.timestamp(), ended_s,
+                    "" if ended_s is None else "ENDED", 0)
+            run.gpu_ids = run.gpu_ids | {gpu_id}
+            run.gpus = len(run.gpu_ids)
     return list(found.values())
