@@ -43,6 +43,11 @@ An app contributes by declaring lists in a module `<app>/contributions.py`:
   at_once)` rows: the GPUs of the cluster drained one by one on the scheduler now
   (reliability: a DRA DeviceTaintRule each), which the scheduler backends keep in their
   plan so that the reconcile loop shows, keeps and repairs them like its other objects.
+- `POD_RUNS`: functions `hook(*, since, as_of)` returning `(cluster_id, namespace, pod,
+  started_at, ended_at or None, gpu_id)` rows, one per pod run and GPU it held (a MIG
+  device as its physical GPU), of the Kubernetes pods that started by `as_of` and ran after
+  `since` (None: all): the jobs app's collected pods, which reliability's lemon test reads
+  for the job-days its killed pods are set against.
 - `TEAM_EVENT`: functions `hook(*, team_id, key, message)` that an app calls (through
   `team_event`), in the transaction of the change, when something happened that the team
   should hear of where it reads (approvals, loans, reclaim notices, drains, statements):
@@ -77,6 +82,7 @@ MODULE = "contributions"
 KINDS = ("PAGE_SECTIONS", "METRICS_COLLECTORS", "DEMO_SEEDS", "ATTENTION",
          "ASSIGNMENT_ENDING", "RESERVATIONS_CHANGED", "RESERVATION_REQUESTED", "LOAN_OWNER_JOB",
          "RECOMPUTE_HORIZON", "RATE_CARD_CHANGED", "GPUS_HELD_OUT", "GPUS_DRAINED",
+         "POD_RUNS",
          "TEAM_EVENT", "ADMIN_EVENT", "USER_EVENT")
 
 

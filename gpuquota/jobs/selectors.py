@@ -11,7 +11,7 @@ from django.db.models import Count, F, Q, QuerySet, Sum
 
 from accounts.permissions import can_view_team, is_admin
 from accounts.selectors import teams_visible
-from gpuquota.jobs.models import Job, JobNote
+from gpuquota.jobs.models import Job, JobGpu, JobNote
 
 WORST_FIRST = [F("wasted_gpu_s").desc(nulls_last=True), "-started_at", "-pk"]
 
@@ -119,3 +119,16 @@ def fleet_waste(*, since: datetime, until: datetime) -> dict:
     return {"by_team": hours(by_team), "by_code": hours(by_code),
             "total": jobs_efficiency(jobs=Job.objects.filter(started_at__gte=since,
                                                              started_at__lt=until))}
+
+
+def pod_runs_held(*, since: datetime | None, as_of: datetime) -> list[tuple]:
+    """(cluster_id, namespace, pod, started_at, ended_at or None, physical GPU id) of each
+    Kubernetes pod run collected that started by `as_of` and ran after `since`, once per GPU
+    it held (core's POD_RUNS: reliability's job-days; one query)."""
+    held = JobGpu.objects.filter(job__source=Job.Source.KUBERNETES, job__started_at__lte=as_of)
+    if since is not None:
+        held = held.filter(Q(job__ended_at__isnull=True) | Q(job__ended_at__gte=since))
+    return [(cluster_id, namespace, pod, started, ended, parent or gpu_id)
+            for cluster_id, namespace, pod, started, ended, gpu_id, parent in held.values_list(
+                "job__cluster_id", "job__account", "job__job_id", "job__started_at",
+                "job__ended_at", "gpu_id", "gpu__parent_id")]

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from django.db.models import F, Q
 
 from gpuquota.inventory.models import Gpu
-from gpuquota.reliability.models import Drain
+from gpuquota.reliability.models import HOLDING_STATES, Drain
 
 
 def drained_spans(*, gpu_ids, start: datetime, end: datetime,
@@ -31,7 +31,7 @@ def drained_spans(*, gpu_ids, start: datetime, end: datetime,
         return list(own)
     node = (Gpu.objects.filter(Q(node__drains__released_at__isnull=True)
                                | Q(node__drains__released_at__gt=start), id__in=ids,
-                               node__drains__state=Drain.State.DRAINED,
+                               node__drains__state__in=HOLDING_STATES,
                                node__drains__scope=Drain.Scope.NODE,
                                node__drains__event_at__lt=end)
             .order_by()  # SQLite refuses an ORDER BY inside a UNION's parts
@@ -51,9 +51,10 @@ _SECOND = timedelta(seconds=1)
 
 def gpus_drained_alone(*, cluster_id: int) -> list[tuple[str, int, str, bool]]:
     """(hostname, index, reason, at once) of the cluster's GPUs drained alone on the
-    scheduler now (core's GPUS_DRAINED: the backends keep their objects in the plan)."""
+    scheduler now, or being drained (core's GPUS_DRAINED: the backends keep their objects in
+    the plan; a pending drain's rule too, so a reconcile while it is written keeps it)."""
     return [(hostname, index, reason, not after_jobs) for hostname, index, reason, after_jobs in
-            Drain.objects.filter(released_at__isnull=True, state=Drain.State.DRAINED,
+            Drain.objects.filter(released_at__isnull=True, state__in=HOLDING_STATES,
                                  scope=Drain.Scope.GPU, node__cluster_id=cluster_id)
             .order_by("node__hostname", "gpu__index")
             .values_list("node__hostname", "gpu__index", "reason", "after_jobs")]

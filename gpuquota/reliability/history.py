@@ -8,9 +8,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Min, Q
+from django.db.models import Q
 
-from gpuquota.ingest.models import EventType, GpuEvent, ProcessRecord
+from gpuquota.ingest.models import EventType, GpuEvent
 from gpuquota.ingest.taxonomy import (
     HARDWARE_EVENT_TYPES,
     HARDWARE_XIDS,
@@ -20,7 +20,7 @@ from gpuquota.ingest.taxonomy import (
 )
 from gpuquota.inventory.models import Gpu, GpuHealthInterval
 from gpuquota.reliability.jobruns import JobRun, KilledJob, job_runs, killed_jobs
-from gpuquota.schedulers.models import PodKilled
+from gpuquota.reliability.podruns import pod_runs, pods_killed
 
 INCIDENT_GAP = timedelta(minutes=10)
 DAY_S = 86400.0
@@ -75,7 +75,7 @@ class History:
     incidents: list[Incident]  # in time order
     failed: list[Failed]
     killed: list[KilledJob] = field(default_factory=list)
-    runs: list[JobRun] = field(default_factory=list)  # the Slurm jobs on its GPUs
+    runs: list[JobRun] = field(default_factory=list)  # the Slurm jobs and pods on its GPUs
     units: dict = field(default_factory=dict)  # the lemon test's units by kind, once built
 
     def failures(self) -> list[Incident]:
@@ -151,9 +151,11 @@ def fleet_history(*, as_of: datetime, since: datetime | None = None,
                                                               "valid_until")]
     incidents = _incidents(rows, gpus)
     runs = job_runs(gpus, since=since, as_of=as_of)
-    return History(as_of, gpus, incidents, failed,
-                   killed_jobs(runs, failures_s(incidents), gap_s=INCIDENT_GAP.total_seconds())
-                   + _pods_killed(gpus, since=since, as_of=as_of), runs)
+    pods = pods_killed(gpus, since=since, as_of=as_of)
+    killed = killed_jobs(runs, failures_s(incidents), gap_s=INCIDENT_GAP.total_seconds())
+    return History(as_of, gpus, incidents, failed, killed + pods.killed,
+                   runs + pods.runs + pod_runs(gpus, since=since, as_of=as_of,
+                                               killed=pods.ends))
 
 
 def failures_s(incidents: list[Incident]) -> dict[int, list]:
@@ -163,40 +165,3 @@ def failures_s(incidents: list[Incident]) -> dict[int, list]:
         if incident.is_failure:
             found[incident.gpu_id].append(incident.at.timestamp())
     return found
-
-
-#: How far before its end a killed pod's process records are read for its GPUs and start.
-POD_LOOKBACK = timedelta(days=7)
-
-
-def _pods_killed(gpus: dict[int, GpuLife], *, since: datetime | None,
-                 as_of: datetime) -> list[KilledJob]:
-    """The pods a node's trouble ended, with the GPUs their processes ran on (the agents'
-    records, by pod name and namespace) and their GPU-hours from the first record."""
-    pods = PodKilled.objects.filter(ended_at__lte=as_of)
-    if since is not None:
-        pods = pods.filter(ended_at__gte=since)
-    pods = list(pods.values("cluster_id", "namespace", "name", "ended_at"))
-    if not pods:
-        return []
-    records = ProcessRecord.objects.filter(
-        job_source="kubernetes", job_id__in={p["name"] for p in pods},
-        window_start__gte=min(p["ended_at"] for p in pods) - POD_LOOKBACK,
-        window_start__lte=max(p["ended_at"] for p in pods),
-    ).values("gpu__node__cluster_id", "job_account", "job_id", "gpu_id", "gpu__parent_id",
-             ).annotate(first=Min("window_start"))
-    seen: dict[tuple, list] = defaultdict(list)
-    for r in records.values_list("gpu__node__cluster_id", "job_account", "job_id", "gpu_id",
-                                 "gpu__parent_id", "first"):
-        seen[r[:3]].append(r[3:])
-    killed = []
-    for pod in pods:
-        rows = [(parent or gpu_id, first) for gpu_id, parent, first in seen.get(
-            (pod["cluster_id"], pod["namespace"], pod["name"]), ())
-            if first <= pod["ended_at"] and (parent or gpu_id) in gpus]
-        if rows:
-            held = {gpu_id for gpu_id, _ in rows}
-            run_s = (pod["ended_at"] - min(first for _, first in rows)).total_seconds()
-            killed.append(KilledJob(min(held), f"{pod['namespace']}/{pod['name']}",
-                                    pod["ended_at"], len(held) * run_s / 3600))
-    return killed

@@ -18,9 +18,11 @@ from gpuquota.schedulers.models import SlurmJob, SlurmJobGpu
 
 #: States of a run that ended unfinished (a failure may have ended it).
 UNFINISHED = ("NODE_FAIL", "FAILED", "CANCELLED", "PREEMPTED", "REQUEUED", "TIMEOUT")
+#: A Kubernetes pod's run that a node's or device's trouble ended (`podruns`).
+POD_KILLED = "POD_KILLED"
 #: States of a run that failed (not cancelled, preempted or out of time): the user's
-#: program's exit code, or the node's (NODE_FAIL).
-FAILED = ("FAILED", "NODE_FAIL")
+#: program's exit code, or the node's (NODE_FAIL, a pod killed).
+FAILED = ("FAILED", "NODE_FAIL", POD_KILLED)
 
 
 @dataclass

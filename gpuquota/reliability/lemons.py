@@ -304,9 +304,9 @@ def _evidence(unit: Unit, tested: _Tested, as_of: datetime, killed: list) -> lis
         lines.append(f"{len(jobs)} job{'s' if len(jobs) > 1 else ''} failed on it "
                      f"({sum(j.gpu_hours for j in jobs):.1f} GPU-hours lost)")
     if tested.jobs_expected is not None:
-        lines.append(f"{tested.jobs_failed} of its jobs failed (FAILED or NODE_FAIL) with no "
-                     f"hardware failure behind them where its class's rate per job-day "
-                     f"would give {tested.jobs_expected:.2f}")
+        lines.append(f"{tested.jobs_failed} of its jobs failed (FAILED, NODE_FAIL or a pod "
+                     "killed) with no hardware failure behind them where its class's rate per "
+                     f"job-day would give {tested.jobs_expected:.2f}")
     if warnings:
         causes = ", ".join(f"{label} x{c}" for label, c in
                            Counter(i.label for i in warnings).most_common())

@@ -14,6 +14,7 @@ class Drain(models.Model):
         DRAINED = "drained", "Drained on the scheduler"
         RECORDED = "recorded", "Recorded (no scheduler backend writes for the cluster)"
         REFUSED = "refused", "The scheduler refused the drain"
+        PENDING = "pending", "Being written to the scheduler"
 
     class Scope(models.TextChoices):
         NODE = "node", "The node (Slurm State=DRAIN, a Kubernetes cordon)"
@@ -60,8 +61,9 @@ class Drain(models.Model):
                                     name="drain_one_open_per_gpu"),
             models.CheckConstraint(condition=Q(scope__in=["node", "gpu"]),
                                    name="drain_scope_valid"),
-            models.CheckConstraint(condition=Q(state__in=["drained", "recorded", "refused"]),
-                                   name="drain_state_valid"),
+            models.CheckConstraint(
+                condition=Q(state__in=["drained", "recorded", "refused", "pending"]),
+                name="drain_state_valid"),
             models.CheckConstraint(condition=Q(progress__in=["", "draining", "drained"]),
                                    name="drain_progress_valid"),
         ]
@@ -72,8 +74,13 @@ class Drain(models.Model):
 
     @property
     def node_wide(self) -> bool:
-        """Whether the scheduler keeps the whole node from new work (every GPU held out)."""
-        return self.state == self.State.DRAINED and self.scope == self.Scope.NODE
+        """Whether the scheduler keeps the whole node from new work (every GPU held out):
+        written, or being written (drainwrite.py)."""
+        return self.state in HOLDING_STATES and self.scope == self.Scope.NODE
+
+
+#: The states of a drain the scheduler holds, or is being written to hold (drainwrite.py).
+HOLDING_STATES = (Drain.State.DRAINED, Drain.State.PENDING)
 
 
 class Rma(models.Model):

@@ -37,7 +37,8 @@ class ReliabilityFlagSerializer(serializers.Serializer):
                                       "class's rate would give it")
     jobs_failed = serializers.IntegerField(help_text="Its jobs (the one-GPU jobs of a GPU, "
                                            "the one-node jobs of a node) that failed, "
-                                           "FAILED or NODE_FAIL, with no hardware failure "
+                                           "FAILED or NODE_FAIL, or pods killed by a node's or "
+                                           "device's trouble, with no hardware failure "
                                            "behind them, in the last 180 days")
     jobs_expected = serializers.FloatField(allow_null=True, help_text="The failed jobs its "
                                            "class's rate per job-day would give its job-days "

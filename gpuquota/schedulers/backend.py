@@ -210,21 +210,23 @@ class Backend(ABC):
         """Undo gpuquota's own drain of the node (never the site's); whether it did."""
         raise BackendError(f"The {self.scheduler} backend cannot resume nodes yet.")
 
-    def gpu_drain(self, *, hostname: str, index: int, uuid: str, reason: str,
-                  at_once: bool) -> SchedulerObject | None:
-        """Keep new work off one GPU of a node for a failure, its running work evicted too
-        when `at_once`; read back. The object written (recorded as managed, so drift on it
-        shows), or None where the scheduler cannot name one GPU: the caller drains the node."""
+    def gpu_drain_plan(self, *, hostname: str, index: int, uuid: str, reason: str,
+                       at_once: bool) -> SchedulerObject | None:
+        """The object that would keep new work off one GPU of a node for a failure (its
+        running work evicted too when `at_once`), or None where the scheduler cannot name one
+        GPU: the caller drains the node. Reads only; a refusal is a BackendError."""
         return None
+
+    def gpu_drain(self, *, obj: SchedulerObject) -> None:
+        """Write the object `gpu_drain_plan` gave, read back (the caller records it as
+        managed, so drift on it shows)."""
+        raise BackendError(f"The {self.scheduler} backend cannot drain one GPU.")
 
     def gpu_resume(self, *, hostname: str, index: int, uuid: str) -> SchedulerObject:
         """Undo gpuquota's own drain of one GPU, read back; the object that held it (absent
         now: deleted, or gone already)."""
         raise BackendError(f"The {self.scheduler} backend cannot drain one GPU.")
 
-    def gpu_drain_progress(self, *, hostname: str, index: int, uuid: str) -> str:
-        """As `node_drain_progress`, for the work using one drained GPU."""
-        return ""
 
     def job_stop(self, *, job_id: str, namespace: str = "", requeue: bool = False,
                  started_at: datetime | None = None) -> JobStopped:
@@ -237,6 +239,14 @@ class Backend(ABC):
         """"draining" (jobs still run on the drained node), "drained" (it is empty), ""
         (not drained, or the backend cannot tell)."""
         return ""
+
+    def drains_progress(self, *, nodes: list[str],
+                        gpus: list[tuple[str, int]]) -> dict[tuple, str]:
+        """How far the cluster's drains got, in one pass: ("node", hostname) and ("gpu",
+        hostname, index) -> as `node_drain_progress`, for a drained node or the work using
+        one drained GPU. By default each node is read by itself; no GPU drained alone."""
+        return {("node", hostname): self.node_drain_progress(hostname=hostname)
+                for hostname in nodes}
 
     @classmethod
     def foreign_use(cls, *, clusters, period, team=None) -> list[ForeignUse]:

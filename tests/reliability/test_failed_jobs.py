@@ -52,8 +52,8 @@ def test_users_failed_jobs_on_healthy_gpus_flag_no_one(fleet):
     assert [f.key for f in flags] == [fleet["lemon"].uuid]  # the XID lemon only
     (flag,) = flags
     assert flag.jobs_failed == 12 and 11 < flag.jobs_expected < 13.5
-    assert any(line.startswith("12 of its jobs failed (FAILED or NODE_FAIL) with no hardware")
-               for line in flag.evidence)
+    assert any(line.startswith("12 of its jobs failed (FAILED, NODE_FAIL or a pod killed) "
+                               "with no hardware") for line in flag.evidence)
     assert [f.key for f in lemons(as_of=AS_OF, kind="node")] == [
         f"{fleet['lemon'].node.cluster.slug}/n01"]
 

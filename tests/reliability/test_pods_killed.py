@@ -102,3 +102,69 @@ def test_evicted_and_taint_deleted_pods_are_jobs_killed(db):
     assert (by_key[gpus[0].uuid]["jobs_killed"], by_key[gpus[0].uuid]["gpu_hours_lost"]) == (
         1, 4.0)
     assert by_key[gpus[3].uuid]["jobs_killed"] == 0
+
+
+def _claim(name: str, device: str, pod: str) -> dict:
+    """A claim of `pod` allocated GPU `device` of gpu-a (as the scheduler leaves it)."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "vision", "uid": f"uid-{name}"},
+            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": "gpu.nvidia.com"}}]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": "gpu.nvidia.com", "pool": "gpu-a",
+                 "device": device}]}},
+                "reservedFor": [{"resource": "pods", "name": pod, "uid": f"uid-{pod}"}]}}
+
+
+def _rule(name: str, device: str, *, ours: bool) -> dict:
+    labels = ({"app.kubernetes.io/managed-by": "gpuquota", "gpuquota.io/cluster": "kube",
+               "gpuquota.io/drain": "gpu-failure"} if ours else {"team": "site-ops"})
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "gpu-a",
+                                        "device": device},
+                     "taint": {"key": "gpuquota.io/gpu-failure" if ours else "maintenance",
+                               "value": "xid-79" if ours else "firmware",
+                               "effect": "NoExecute"}}}
+
+
+def test_pods_the_device_taint_manager_deleted_count_only_for_a_failures_taint(db):
+    """DRA (Kubernetes 1.37): the device taint eviction controller writes the condition
+    DisruptionTarget, reason DeletionByDeviceTaintManager, whoever tainted the device. A
+    pod on a device gpuquota drained for a failure, or one the driver tainted itself, was
+    killed by a failure; one on a device the site tainted for maintenance was not."""
+    cluster = ClusterFactory(slug="kube", scheduler=Cluster.Scheduler.KUBERNETES)
+    make_gpu(node=NodeFactory(cluster=cluster, hostname="gpu-a"),
+             gpu_class=GpuClassFactory(name="H100-80GB"), index=0,
+             at=ENDED - timedelta(days=30))
+    slice_ = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+              "metadata": {"name": "gpu-a-gpu.nvidia.com"},
+              "spec": {"driver": "gpu.nvidia.com", "nodeName": "gpu-a",
+                       "pool": {"name": "gpu-a", "generation": 1, "resourceSliceCount": 1},
+                       "devices": [{"name": f"gpu-{i}", "attributes": {
+                           "uuid": {"string": f"GPU-{i}"}}} for i in range(4)]}}
+    slice_["spec"]["devices"][3]["taints"] = [{"key": "gpu.nvidia.com/unhealthy",
+                                               "value": "xid-79", "effect": "NoExecute"}]
+    objects = [slice_, _rule("gq-drain-gpu-a-gpu0", "gpu-0", ours=True),
+               _rule("site-maintenance", "gpu-1", ours=False),
+               _claim("c-drained", "gpu-0", "drained-gpu"),
+               _claim("c-maintained", "gpu-1", "maintained-gpu"),
+               _claim("c-healthy", "gpu-2", "healthy-gpu"),
+               _claim("c-unhealthy", "gpu-3", "unhealthy-gpu")]
+    for name in ("drained-gpu", "maintained-gpu", "unhealthy-gpu"):
+        objects.append(_pod(name, target="DeletionByDeviceTaintManager"))
+    objects.append(_pod("healthy-gpu"))
+    server = FakeApiServer(token=TOKEN, rbac_rules=shipped_rules(), rbac_roles=shipped_roles(),
+                           version="v1.37.0").start()
+    try:
+        backend_config_update(cluster=cluster, actor=AdminFactory(), token=server.token,
+                              api_url=server.url)
+        for obj in objects:
+            kubernetes_validate.validate(obj, "1.37.0", strict=True)
+            server.put(obj)
+        assert clusters_pods_killed_observe() == {"kube": 2}
+    finally:
+        server.stop()
+    assert {(p.name, p.reason) for p in PodKilled.objects.all()} == {
+        ("drained-gpu", "DeletionByDeviceTaintManager"),
+        ("unhealthy-gpu", "DeletionByDeviceTaintManager")}

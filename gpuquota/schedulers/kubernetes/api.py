@@ -49,8 +49,11 @@ KINDS = {k.kind: k for k in (
     # the DRADeviceTaints feature gate and --runtime-config=resource.k8s.io/v1alpha3=true).
     Kind("DeviceTaintRule", "resource.k8s.io", "v1", "devicetaintrules", False,
          older=("v1beta2", "v1alpha3")),
-    Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False),
-    Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True),
+    # v1 from Kubernetes 1.34, v1beta2 from 1.33, v1beta1 from 1.32 (slices.py reads each).
+    Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", False,
+         older=("v1beta2", "v1beta1")),
+    Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", True,
+         older=("v1beta2", "v1beta1")),
     Kind("Workload", "kueue.x-k8s.io", "v1beta1", "workloads", True),
     # Read only, one object: Kueue's controller, for its release (capabilities).
     Kind("Deployment", "apps", "v1", "deployments", True, rbac_file=KUEUE_RBAC_FILE),
@@ -115,6 +118,9 @@ class Api:
         self.custom = k8s.CustomObjectsApi(api)
         self.timeout = api.timeout_s
         self._versions: dict[str, str] = {}
+        self.discovered: set[str] = set()  # the kinds whose served version was discovered
+        self._groups: dict[str, list[str]] | None = None
+        self._resources: dict[tuple[str, str], set[str]] = {}
 
     def kind(self, name: str) -> Kind:
         """`KINDS[name]` in the version this cluster serves it in (`use`)."""
@@ -139,12 +145,17 @@ class Api:
         return self._call("read the version", k8s.VersionApi(self.api).get_code).git_version
 
     def groups(self) -> dict[str, list[str]]:
-        found = self._call("discover the API groups", k8s.ApisApi(self.api).get_api_versions)
-        return {g.name: [v.version for v in g.versions] for g in found.groups}
+        """The API groups and their versions (discovery, read once per Api: one pass)."""
+        if self._groups is None:
+            found = self._call("discover the API groups",
+                               k8s.ApisApi(self.api).get_api_versions)
+            self._groups = {g.name: [v.version for v in g.versions] for g in found.groups}
+        return self._groups
 
     def resources(self, group: str, version: str) -> set[str]:
         """The resources (plurals) `group/version` serves; empty when it is not served.
-        Discovery: every authenticated client may read it (system:discovery)."""
+        Discovery: every authenticated client may read it (system:discovery); read once per
+        Api."""
         def read():
             try:
                 return self.api.call_api(f"/apis/{group}/{version}", "GET",
@@ -157,13 +168,23 @@ class Api:
                     return {}
                 raise
 
-        found = self._call(f"discover {group}/{version}", lambda **_: read())
-        return {r.get("name", "") for r in (found or {}).get("resources", [])}
+        if (group, version) not in self._resources:
+            found = self._call(f"discover {group}/{version}", lambda **_: read())
+            self._resources[group, version] = {
+                r.get("name", "") for r in (found or {}).get("resources", [])}
+        return self._resources[group, version]
 
-    def list(self, kind: Kind, selector: str = MANAGED_SELECTOR) -> list[dict]:
-        """Every object of `kind` (in every namespace) matching `selector`."""
+    def list(self, kind: Kind, selector: str = MANAGED_SELECTOR, *, fields: str = "",
+             limit: int = 0) -> list[dict]:
+        """Every object of `kind` (in every namespace) matching `selector` and the field
+        selector `fields`; with `limit`, the first page of at most that many (enough to tell
+        whether there is one)."""
+        extra = {"field_selector": fields} if fields else {}
+        if limit:
+            extra["limit"] = limit
         found = self._call(f"list {kind.plural}", self.custom.list_cluster_custom_object,
-                           kind.group, kind.version, kind.plural, label_selector=selector)
+                           kind.group, kind.version, kind.plural, label_selector=selector,
+                           **extra)
         return found.get("items", [])
 
     def get(self, kind: Kind, name: str, namespace: str) -> dict | None:
@@ -205,6 +226,14 @@ class Api:
                            field_selector=f"metadata.name={name}")
         items = self.api.sanitize_for_serialization(found).get("items", [])
         return next((n for n in items if n["metadata"]["name"] == name), None)
+
+    def nodes_list(self) -> list[dict]:
+        """Every Node as plain JSON (one LIST: drain_progress.py)."""
+        def call(**extra):
+            answer = k8s.CoreV1Api(self.api).list_node(_preload_content=False, **extra)
+            return json.loads(answer.data or b"{}")
+
+        return self._call("list nodes", call).get("items") or []
 
     def node_patch(self, name: str, patch: dict) -> None:
         self._call(f"patch node {name}", k8s.CoreV1Api(self.api).patch_node, name, patch)

@@ -25,7 +25,7 @@ from gpuquota.schedulers.backend import (
     Plan,
     SchedulerObject,
 )
-from gpuquota.schedulers.kubernetes import device_drain, drain, jobstop
+from gpuquota.schedulers.kubernetes import device_drain, drain, drain_progress, jobstop
 from gpuquota.schedulers.kubernetes.admission import admission_objects
 from gpuquota.schedulers.kubernetes.api import Api, api_client
 from gpuquota.schedulers.kubernetes.capabilities import detect, taint_rules_version
@@ -114,11 +114,13 @@ class KubernetesBackend(Backend):
     def node_resume(self, *, hostname: str) -> bool:
         return drain.node_resume(self.api, hostname)
 
-    def node_drain_progress(self, *, hostname: str) -> str:
-        return device_drain.node_progress(self.api, hostname)
+    def drains_progress(self, *, nodes: list[str],
+                        gpus: list[tuple[str, int]]) -> dict[tuple, str]:
+        return drain_progress.drains_progress(self.api, driver=self.options.dra_driver,
+                                              nodes=nodes, gpus=gpus)
 
-    def gpu_drain(self, *, hostname: str, index: int, uuid: str, reason: str,
-                  at_once: bool) -> SchedulerObject | None:
+    def gpu_drain_plan(self, *, hostname: str, index: int, uuid: str, reason: str,
+                       at_once: bool) -> SchedulerObject | None:
         """A DeviceTaintRule on the GPU's DRA device, where the cluster has them."""
         driver = self.options.dra_driver
         version = device_drain.taints_version(self.api, driver=driver, hostname=hostname,
@@ -132,20 +134,16 @@ class KubernetesBackend(Backend):
         refused = manifest_refusal(manifest)
         if refused:
             raise BackendError(refused)
-        device_drain.rule_write(self.api, manifest)
         return device_drain.as_object(manifest)
+
+    def gpu_drain(self, *, obj: SchedulerObject) -> None:
+        device_drain.rule_write(self.api, self._manifest(obj))
 
     def gpu_resume(self, *, hostname: str, index: int, uuid: str) -> SchedulerObject:
         name = device_drain.rule_name(hostname, index)
         if taint_rules_version(self.api, self.api.groups()):  # else no rule can hold it now
             device_drain.rule_delete(self.api, name)
         return SchedulerObject("DeviceTaintRule", name)
-
-    def gpu_drain_progress(self, *, hostname: str, index: int, uuid: str) -> str:
-        if not taint_rules_version(self.api, self.api.groups()):
-            return ""
-        return device_drain.gpu_progress(self.api, driver=self.options.dra_driver,
-                                         hostname=hostname, index=index)
 
     def job_stop(self, *, job_id: str, namespace: str = "", requeue: bool = False,
                  started_at=None) -> JobStopped:

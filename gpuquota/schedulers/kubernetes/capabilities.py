@@ -1,8 +1,9 @@
 """What a Kubernetes cluster can hold (kubernetes.md#capabilities): its version, whether
 Kueue's v1beta1 API is served and Kueue's release can hold what gpuquota writes, whether DRA
-is (resource.k8s.io/v1, Kubernetes >= 1.34) with the NVIDIA driver publishing devices, and
+is GA (resource.k8s.io/v1, Kubernetes >= 1.34: the exact-GPU mode), whether the NVIDIA driver
+publishes devices (ResourceSlices in any served version: v1beta1 from 1.32), and
 DeviceTaintRules in the version the cluster serves them (or what the DRA mode cannot do):
-with both, a GPU failure drains that GPU alone (`gpu_drains`), else its node."""
+with a driver and rules, a GPU failure drains that GPU alone (`gpu_drains`), else its node."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gpuquota.schedulers.backend import BackendError, CapabilityReport
 from gpuquota.schedulers.kubernetes.api import KINDS, Api
 from gpuquota.schedulers.kubernetes.kueue_release import kueue_release, release_notes
 from gpuquota.schedulers.kubernetes.options import KubernetesOptions
+from gpuquota.schedulers.kubernetes.slices import served_version
 from gpuquota.schedulers.kubernetes.stored import stored_version
 from gpuquota.schedulers.models import BindingLevel
 
@@ -56,13 +58,7 @@ def _kueue(api: Api, groups: dict, options: KubernetesOptions) -> tuple[dict, li
 def taint_rules_version(api: Api, groups: dict) -> str:
     """The newest version in which the cluster serves DeviceTaintRules ("" for none); the
     Api talks to them in it from now on. Found by discovery, which needs no RBAC rule."""
-    kind = KINDS["DeviceTaintRule"]
-    for version in (kind.version, *kind.older):
-        if version in groups.get(kind.group, []) and kind.plural in api.resources(
-                kind.group, version):
-            api.use(kind.kind, version)
-            return version
-    return ""
+    return served_version(api, groups, "DeviceTaintRule")
 
 
 def _no_taints_why(version: str) -> str:
@@ -92,10 +88,15 @@ def _no_taints_note(version: str) -> str:
             "queues).")
 
 
-def _dra_driver(api: Api, options: KubernetesOptions) -> bool:
-    """Whether the DRA driver publishes devices (a ResourceSlice of `options.dra_driver`)."""
-    return any(s.get("spec", {}).get("driver") == options.dra_driver
-               for s in api.list(KINDS["ResourceSlice"], selector=""))
+def _dra_driver(api: Api, groups: dict, options: KubernetesOptions) -> bool:
+    """Whether the DRA driver publishes devices: a ResourceSlice of `options.dra_driver`, in
+    whichever version the cluster serves them (v1beta1 from 1.32), asked for one (the API
+    server selects by `spec.driver`: the cluster's other slices are not read)."""
+    if not served_version(api, groups, "ResourceSlice"):
+        return False
+    api.discovered.add("ResourceSlice")
+    return bool(api.list(api.kind("ResourceSlice"), selector="",
+                         fields=f"spec.driver={options.dra_driver}", limit=1))
 
 
 def _drains_note(version: str, taints: str) -> str:
@@ -123,7 +124,7 @@ def detect(api: Api, *, options: KubernetesOptions) -> CapabilityReport:
     facts.update(kubernetes=version, dra_api=dra_api, exact_gpus_requested=options.exact_gpus)
     best = BindingLevel.QUOTA if kueue else BindingLevel.ADVISORY
     try:
-        driver = dra_api and _dra_driver(api, options)
+        driver = _dra_driver(api, groups, options)
     except BackendError:
         if options.exact_gpus:
             raise
@@ -137,7 +138,7 @@ def detect(api: Api, *, options: KubernetesOptions) -> CapabilityReport:
     if taints:
         served.append("DeviceTaintRule")
     if options.exact_gpus:
-        if driver:
+        if driver and dra_api:
             if not taints:
                 notes.append(_no_taints_note(version))
             served.append("ResourceClaimTemplate")

@@ -9,7 +9,9 @@ objects, so the backend's reads see a cluster that moves:
   pod whose claim holds a device with its NoExecute taint, not tolerated, gets the condition
   DisruptionTarget (reason DeletionByDeviceTaintManager) and its deletionTimestamp;
 - `settle`: the kubelet and the resource claim controller: such a pod is gone once its
-  grace period has passed, and its claims' allocations are released.
+  grace period has passed, and its claims' allocations are released;
+- `slice_as`: the API server's conversion of a ResourceSlice between its versions (v1beta1
+  nests a device's attributes, capacity and taints under `basic`; v1beta2 and v1 do not).
 
 The clock is `datetime.now(UTC)`, which tests move with time_machine."""
 
@@ -64,7 +66,8 @@ def _held(server) -> set[tuple[str, str, str]]:
 
 def _selected(request: dict, driver: str, device: dict) -> bool:
     env = celpy.Environment()
-    attributes = {k: next(iter(v.values())) for k, v in device.get("attributes", {}).items()}
+    flat = slice_as({"spec": {"devices": [device]}}, "v1")["spec"]["devices"][0]
+    attributes = {k: next(iter(v.values())) for k, v in flat.get("attributes", {}).items()}
     activation = {"device": celpy.json_to_cel({"driver": driver,
                                                 "attributes": {driver: attributes}})}
     return all(bool(env.program(env.compile(s["cel"]["expression"])).evaluate(activation))
@@ -143,3 +146,25 @@ def settle(server) -> None:
                 users = (claim.get("status") or {}).get("reservedFor", [])
                 if namespace == key[0] and any(u["name"] == key[1] for u in users):
                     claim["status"] = {}
+
+
+#: A device's fields that v1beta1 nests under `basic` (its BasicDevice).
+_BASIC = ("attributes", "capacity", "taints", "consumesCounters", "nodeName", "nodeSelector",
+          "allNodes", "bindsToNode", "bindingConditions", "bindingFailureConditions",
+          "allowMultipleAllocations")
+
+
+def slice_as(obj: dict, version: str) -> dict:
+    """The ResourceSlice `obj` (of any version's shape) in `version`'s shape."""
+    devices = (obj.get("spec") or {}).get("devices")
+    if not devices:
+        return obj
+    converted = []
+    for device in devices:
+        flat = {k: v for k, v in device.items() if k != "basic"}
+        flat.update(device.get("basic") or {})
+        if version == "v1beta1":
+            basic = {k: flat.pop(k) for k in _BASIC if k in flat}
+            flat["basic"] = basic
+        converted.append(flat)
+    return {**obj, "spec": {**obj["spec"], "devices": converted}}

@@ -3,8 +3,10 @@ it claims serve, and how it validates and converts what is written to them.
 
 Kubernetes: a kind is served in a version when kubernetes-validate ships that release's
 schema for it (the release's own OpenAPI); alpha versions only where `runtime_config` turns
-them on, as `--runtime-config=<group>/<version>=true` does. Kueue: `kueue_api` (the release's
-served and storage versions and its conversions, from Kueue's conversion code)."""
+them on, as `--runtime-config=<group>/<version>=true` does, and not those it turns off
+(`<group>/<version>=false`, e.g. a 1.33 cluster serving DRA's v1beta1 only). Kueue:
+`kueue_api` (the release's served and storage versions and its conversions, from Kueue's
+conversion code)."""
 
 from __future__ import annotations
 
@@ -90,7 +92,8 @@ def served_resources(*, release: str, kueue: KueueApi | None, groups: set[str] |
             versions = kueue.versions
         else:
             versions = tuple(v for v in kubernetes_versions(release, group, kind)
-                             if "alpha" not in v or f"{group}/{v}" in runtime_config)
+                             if ("alpha" not in v or f"{group}/{v}" in runtime_config)
+                             and f"{group}/{v}=false" not in runtime_config)
         if versions:
             resources.append(Resource(group, plural, kind, namespaced, versions))
     return resources

@@ -77,6 +77,41 @@ def _selected(obj: dict, selector: str) -> bool:
     return True
 
 
+#: The field selectors the real API server accepts per kind (besides metadata.name and
+#: metadata.namespace, which every kind has); any other is a 400, as there.
+FIELD_SELECTORS = {"ResourceSlice": ("spec.driver", "spec.nodeName"),
+                   "Pod": ("spec.nodeName", "status.phase"),
+                   "Node": ("spec.unschedulable",)}
+
+
+def _fields_selected(resource, obj: dict, selector: str) -> bool:
+    for term in filter(None, selector.split(",")):
+        path, _, value = term.partition("=")
+        allowed = ("metadata.name", "metadata.namespace", *FIELD_SELECTORS.get(resource.kind, ()))
+        if path not in allowed:
+            raise ApiError(400, "BadRequest", f'"{path}" is not a known field selector: only '
+                           f'"{", ".join(allowed)}"')
+        found = obj
+        for part in path.split("."):
+            found = (found or {}).get(part) if isinstance(found, dict) else None
+        if (found or "") != value:
+            return False
+    return True
+
+
+def _page(items: list, meta: dict, asked: dict) -> tuple[list, dict]:
+    """`limit` and `continue` as the API server pages a LIST (the token: the next offset)."""
+    start = int(asked.get("continue", ["0"])[0] or 0)
+    limit = int(asked.get("limit", ["0"])[0] or 0)
+    if not limit:
+        return items[start:], meta
+    page = items[start:start + limit]
+    if start + limit < len(items):
+        meta = {**meta, "continue": str(start + limit),
+                "remainingItemCount": len(items) - start - limit}
+    return page, meta
+
+
 class FakeApiServer:
     """Start with `start()`; `url`, `token`, `requests`. `version` is the Kubernetes release it
     claims (the API versions it serves follow it; `runtime_config` turns alpha ones on, e.g.
@@ -158,11 +193,15 @@ class FakeApiServer:
     def _stored_form(self, resource: Resource, obj: dict) -> dict:
         if resource.group == KUEUE_GROUP:
             return self.kueue.to_storage(obj)
+        if resource.kind == "ResourceSlice":
+            obj = dra.slice_as(obj, resource.storage_version)
         return {**obj, "apiVersion": resource.api_version()}
 
     def _present(self, resource: Resource, obj: dict, version: str) -> dict:
         if resource.group == KUEUE_GROUP:
             return self.kueue.present(obj, version)
+        if resource.kind == "ResourceSlice":
+            obj = dra.slice_as(obj, version)
         return {**copy.deepcopy(obj), "apiVersion": resource.api_version(version)}
 
     def _store(self, resource: Resource, obj: dict) -> dict:
@@ -235,12 +274,16 @@ class FakeApiServer:
     def _serve(self, resource, version, namespace, name, method, query, body):
         bucket = self.objects.setdefault((resource.group, resource.plural), {})
         if method == "GET" and not name:
-            selector = parse_qs(query).get("labelSelector", [""])[0]
+            asked = parse_qs(query)
+            selector = asked.get("labelSelector", [""])[0]
+            fields = asked.get("fieldSelector", [""])[0]
             items = [self._present(resource, o, version) for (ns, _), o in sorted(bucket.items())
-                     if (not namespace or ns == namespace) and _selected(o, selector)]
+                     if (not namespace or ns == namespace) and _selected(o, selector)
+                     and _fields_selected(resource, o, fields)]
+            meta = {"resourceVersion": str(next(self._rv))}
+            items, meta = _page(items, meta, asked)
             return 200, {"apiVersion": resource.api_version(version),
-                         "kind": f"{resource.kind}List",
-                         "metadata": {"resourceVersion": str(next(self._rv))}, "items": items}
+                         "kind": f"{resource.kind}List", "metadata": meta, "items": items}
         if method == "POST":
             return self._create(resource, version, namespace, body, bucket)
         key = (namespace, name)
