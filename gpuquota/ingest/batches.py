@@ -4,6 +4,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from operator import itemgetter
 
 from django.db import connection, transaction
@@ -38,8 +39,8 @@ class BatchResult:
 def batch_days(body: dict, *, now: datetime, check_age: bool) -> set:
     """The UTC days of the windows that may be stored: a window beyond the protocol's
     bounds is rejected later anyway, and must not create a partition (year 7898...)."""
-    texts = {r.get("window_start")
-             for kind in ("samples", "processes") for r in body.get(kind) or ()}
+    texts = set().union(*(map(dict.get, body.get(kind) or (), repeat("window_start"))
+                          for kind in ("samples", "processes")))
     latest = now + timedelta(seconds=conf.MAX_FUTURE_S)
     earliest = now - timedelta(seconds=conf.MAX_AGE_S + conf.MAX_WINDOW_S) if check_age else None
     days = set()

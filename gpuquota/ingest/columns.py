@@ -16,6 +16,7 @@ from functools import partial
 from itertools import groupby, repeat
 from operator import is_not, itemgetter, le
 
+from gpuquota.ingest.parsing import fields_of
 from gpuquota.ingest.records import INT32, INT64, PROFILING, GpuRef, Judge, Outcome
 
 SAMPLE_FIELDS = (
@@ -150,7 +151,7 @@ def samples_judge(judge: Judge, records: list, received_at) -> None:
     records' order: `judge.sample` of each, asked only for those that are not plain."""
     if not records:
         return
-    columns = [list(map(dict.get, records, repeat(name))) for name in SAMPLE_FIELDS]
+    columns = fields_of(records, SAMPLE_FIELDS)
     uuids, starts, ends = columns[:3]
     gpus = {uuid: judge.gpu(uuid) for uuid in set(uuids)}
     windows = {pair: judge.window_check(*pair) for pair in set(zip(starts, ends, strict=True))}
@@ -167,7 +168,7 @@ def samples_judge(judge: Judge, records: list, received_at) -> None:
         repeat(judge.receipt_pk),
     )
     out = judge.out.samples
-    if all(plain.values()) and all(len(b) == 3 for b in bounds):
+    if all(plain.values()) and all(len(w) == 3 for w in windows.values()):
         out.extend(rows)
         return
     for index, (row, uuid, window) in enumerate(zip(rows, uuids, bounds, strict=True)):

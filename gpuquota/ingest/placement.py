@@ -9,6 +9,7 @@ admins are alerted (an audit entry, at most one an hour per GPU, and a log line)
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from operator import itemgetter
 
 from django.db import IntegrityError, connection, transaction
 
@@ -26,7 +27,8 @@ CONTESTED = "GPU belongs to another live node"
 
 
 def _referenced(body: dict) -> set[str]:
-    raw = {r["gpu_uuid"] for kind in ("samples", "processes") for r in body.get(kind) or ()}
+    raw = set().union(*(map(itemgetter("gpu_uuid"), body.get(kind) or ())
+                        for kind in ("samples", "processes")))
     raw |= {r["gpu_uuid"] for r in body.get("events") or () if r.get("gpu_uuid")}
     return {n for n in map(uuid_normal, raw) if n}
 
@@ -128,17 +130,34 @@ _KNOWN_FIELDS = ("uuid", "id", "node_id", "parent_id", "memory_total_bytes", "po
                  "index", "last_seen_at", "serial", "board_part_number")
 
 
-def gpus_known_read(uuids: Iterable[str]) -> dict[str, tuple]:
+def gpus_known_read(uuids: Iterable[str], *, seen_by: tuple[int, datetime] | None = None
+                    ) -> dict[str, tuple]:
     """The registered GPUs among `uuids` as `_KNOWN_FIELDS` rows by UUID, read without model
-    instances (every batch asks)."""
+    instances (every batch asks). With `seen_by` (a node's id, an instant), those of that
+    node are seen then (last_seen_at), on PostgreSQL in the same statement: the rows read are
+    as they were before."""
     uuids = list(uuids)
     if not uuids:
         return {}
     table, quote = Gpu._meta.db_table, connection.ops.quote_name
+    read = (f"SELECT {', '.join(map(quote, _KNOWN_FIELDS))} FROM {table} "
+            f"WHERE uuid IN ({', '.join(['%s'] * len(uuids))})")
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(map(quote, _KNOWN_FIELDS))} FROM {table} "
-                       f"WHERE uuid IN ({', '.join(['%s'] * len(uuids))})", uuids)
-        return {row[0]: row for row in cursor.fetchall()}
+        if seen_by is None:
+            cursor.execute(read, uuids)
+            return {row[0]: row for row in cursor.fetchall()}
+        node_id, now = seen_by
+        at = connection.ops.adapt_datetimefield_value(now)
+        seen = (f"UPDATE {table} SET last_seen_at = %s WHERE id IN (SELECT id FROM known "
+                "WHERE node_id = %s AND (last_seen_at IS NULL OR last_seen_at <> %s))")
+        if connection.vendor == "postgresql":
+            cursor.execute(f"WITH known AS ({read}), seen AS ({seen}) SELECT * FROM known",
+                           [*uuids, at, node_id, at])
+            return {row[0]: row for row in cursor.fetchall()}
+        cursor.execute(read, uuids)
+        known = {row[0]: row for row in cursor.fetchall()}
+        cursor.execute(f"WITH known AS ({read}) {seen}", [*uuids, at, node_id, at])
+        return known
 
 
 def known_here(*, listed: dict, wanted: set, node: Node, known: dict[str, tuple],
@@ -203,10 +222,10 @@ def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled:
     listed, wanted, listing_rejected, listing_nulled = gpus_listed(body, also=also)
     rejected += listing_rejected
     nulled += listing_nulled
-    found = known_here(listed=listed, wanted=wanted, node=node, known=gpus_known_read(wanted),
-                       now=now) if wanted else ({}, [])
+    # This node's GPUs are seen now whatever follows: the rest marks them too.
+    known = gpus_known_read(wanted, seen_by=(node.pk, now))
+    found = known_here(listed=listed, wanted=wanted, node=node, known=known, now=now)
     if found is not None:
-        gpus_seen_mark(ids=found[1], now=now)
         return found[0]
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(uuid__in=wanted)}
     placed: dict = {}

@@ -18,7 +18,7 @@ import orjson
 
 from agent import __version__ as RELEASE
 from gpuquota.ingest import conf
-from gpuquota.ingest.parsing import instant_parse, release_parse, uuid_parse
+from gpuquota.ingest.parsing import fields_of, instant_parse, release_parse, uuid_parse
 
 MAX_LISTED_ERRORS = 200
 INT64 = 2**63 - 1
@@ -171,8 +171,10 @@ def _fit_at_once(records: list, shape: dict) -> bool:
     each record is checked on its own for the errors to list."""
     if set(map(type, records)) != {dict}:
         return False
-    for name, fast, _, required in _COMPILED[id(shape)]:
-        found = set(map(type, map(dict.get, records, repeat(name))))
+    compiled = _COMPILED[id(shape)]
+    for (_, fast, _, required), column in zip(
+            compiled, fields_of(records, tuple(c[0] for c in compiled)), strict=True):
+        found = set(map(type, column))
         if not required:
             found.discard(NoneType)
         if not found <= fast:

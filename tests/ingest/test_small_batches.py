@@ -1,7 +1,6 @@
 """An agent's steady-state batch (a window of a node's GPUs) in few statements: the
-receipt, the node's row and the boot's lookup in one (`batches._batch_claim`), the GPUs'
-last_seen_at set in one statement after they are read (`placement.known_here`, which the
-telemetry's bulk path shares), the token's node read
+receipt, the node's row and the boot's lookup in one (`batches._batch_claim`), the GPUs
+read and their last_seen_at set in one (`placement.gpus_known_read`), the token's node read
 without a query set (`selectors.node_for_token`), and the node's rate counted in one
 round trip to Redis (`ratelimit._count`)."""
 
@@ -14,7 +13,7 @@ from django.db import connection
 from django.test import Client
 
 from gpuquota.ingest.models import NodeBoot, Sample
-from gpuquota.ingest.ratelimit import node_batch_wait_s
+from gpuquota.ingest.ratelimit import _redis, node_batch_wait_s
 from gpuquota.ingest.selectors import node_for_token
 from gpuquota.inventory.models import Gpu, Node
 from tests.ingest.factories import (
@@ -30,7 +29,7 @@ from tests.ingest.factories import (
 pytestmark = pytest.mark.django_db
 
 @pytest.mark.postgres
-def test_a_steady_state_batch_takes_eight_statements(clock):
+def test_a_steady_state_batch_takes_seven_statements(clock):
     agent, gpus = Agent(enrolled().key, Client()), [new_gpu_uuid() for _ in range(8)]
     listed = [gpu_entry(gpu, index=i) for i, gpu in enumerate(gpus)]
     minute = recent_minute(5)
@@ -49,10 +48,10 @@ def test_a_steady_state_batch_takes_eight_statements(clock):
     with connection.execute_wrapper(count):
         answer = agent.post(again)
     assert answer.status_code == 202 and answer.json()["samples"]["stored"] == 8
-    # token; receipt + node + boot; the GPUs read, then seen; the samples' COPY (not
+    # token; receipt + node + boot; the GPUs read and seen; the samples' COPY (not
     # counted) at a savepoint; outbox marks; the answer kept for a replay. (The batch's
     # transaction is a savepoint too inside the test's.)
-    assert statements == ["SELECT", "SAVEPOINT", "WITH", "SELECT", "UPDATE", "SAVEPOINT",
+    assert statements == ["SELECT", "SAVEPOINT", "WITH", "WITH", "SAVEPOINT",
                           "RELEASE", "INSERT", "UPDATE", "RELEASE"]
     assert Sample.objects.filter(gpu__uuid__in=gpus).count() == 16
 
@@ -121,7 +120,7 @@ def test_a_nodes_rate_is_one_redis_key_that_expires_after_its_window(settings):
     cache.delete(name)
     assert node_batch_wait_s(node_id=977, now=start) is None
     key = backend.make_and_validate_key(name)
-    assert 110 <= backend._cache.get_client(key).ttl(key) <= 120 and cache.get(name) == 1
+    assert 110 <= _redis(settings.CACHES["default"]).ttl(key) <= 120 and cache.get(name) == 1
     assert node_batch_wait_s(node_id=977, now=start + 1) is None
     assert node_batch_wait_s(node_id=977, now=start + 2) == 58
     assert cache.get(name) == 3
