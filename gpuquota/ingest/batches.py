@@ -1,5 +1,6 @@
 """Storing one structurally valid batch from one node, exactly once (agent-protocol.md)."""
 
+import json
 import logging
 import uuid
 from dataclasses import dataclass
@@ -76,6 +77,16 @@ RECEIPT_COLUMNS = ("node_id", "batch_id", "agent_instance_id", "boot_id", "seq_f
                    "seq_last", "sent_at", "received_at", "clock_skew_s", "response_body")
 
 
+def receipts_insert_sql(count: int, *, returning: str) -> str:
+    """The INSERT of `count` receipts (`receipt_values`, one after the other): a receipt
+    stored already (a replay's) is left as it is and returns nothing."""
+    row = f"({', '.join(['%s'] * len(RECEIPT_COLUMNS))})"
+    return (f"INSERT INTO {AgentBatch._meta.db_table} "
+            f"({', '.join(map(connection.ops.quote_name, RECEIPT_COLUMNS))}) "
+            f"VALUES {', '.join([row] * count)} "
+            f"ON CONFLICT (node_id, batch_id) DO NOTHING RETURNING {returning}")
+
+
 def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
                  sent_at: datetime | None, seen: dict) -> tuple[int | None, int | None]:
     """Insert the batch receipt first: a concurrent duplicate waits on the unique index and
@@ -86,9 +97,7 @@ def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
     On PostgreSQL all three are one statement (one round trip: every batch makes it)."""
     quote = connection.ops.quote_name
     seen = {**seen, "last_seen_at": connection.ops.adapt_datetimefield_value(now)}
-    insert = (f"INSERT INTO {AgentBatch._meta.db_table} ({', '.join(map(quote, RECEIPT_COLUMNS))}) "
-              f"VALUES ({', '.join(['%s'] * len(RECEIPT_COLUMNS))}) "
-              "ON CONFLICT (node_id, batch_id) DO NOTHING RETURNING id")
+    insert = receipts_insert_sql(1, returning="id")
     insert_params = receipt_values(node=node, body=body, now=now, skew_s=skew_s,
                                    sent_at=sent_at)
     update = (f"UPDATE {Node._meta.db_table} SET "
@@ -207,5 +216,7 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
         response = {"batch_id": body["batch_id"],
                     **{name: result.counts() for name, result in results.items()},
                     "rejected": rejected + outcome.rejected, "nulled": nulled + outcome.nulled}
-        AgentBatch.objects.filter(pk=receipt_pk).update(response_body=response)
+        with connection.cursor() as cursor:  # kept for a replay
+            cursor.execute(f"UPDATE {AgentBatch._meta.db_table} SET response_body = %s "
+                           "WHERE id = %s", [json.dumps(response), receipt_pk])
     return BatchResult(202, response)

@@ -63,7 +63,8 @@ def fields_of(records: list[dict], names: tuple[str, ...]) -> list:
     keys = tuple(records[0]) if records else ()
     if len(keys) > 1 and set(map(len, records)) == {len(keys)}:
         try:  # records of the first's size that hold all of its keys hold just those
-            columns = dict(zip(keys, zip(*map(itemgetter(*keys), records), strict=True)))
+            columns = dict(zip(keys, zip(*map(itemgetter(*keys), records), strict=True),
+                               strict=True))
         except KeyError:
             pass
         else:
