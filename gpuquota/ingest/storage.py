@@ -169,10 +169,11 @@ def _hours_touched(table: Table, rows: list[tuple]) -> list[tuple[int, datetime]
     window = itemgetter(table.columns.index(table.start_column),
                         table.columns.index(table.end_column or table.start_column))
     last_s = 1 if table.end_column else 0  # a window's last second is in its last hour
+    windows = list(map(window, rows))
     hours = {bounds: frozenset({int(bounds[0].timestamp()) // 3600,
                                 (int(bounds[1].timestamp()) - last_s) // 3600})
-             for bounds in set(map(window, rows))}
-    pairs = set(zip(map(gpu, rows), map(hours.__getitem__, map(window, rows)), strict=True))
+             for bounds in set(windows)}
+    pairs = set(zip(map(gpu, rows), map(hours.__getitem__, windows), strict=True))
     return sorted((gpu_id, datetime.fromtimestamp(3600 * hour, UTC))
                   for gpu_id, hour in {(gpu_id, hour) for gpu_id, found in pairs
                                        if gpu_id is not None for hour in found})
