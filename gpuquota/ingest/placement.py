@@ -130,6 +130,21 @@ _KNOWN_FIELDS = ("uuid", "id", "node_id", "parent_id", "memory_total_bytes", "po
                  "index", "last_seen_at", "serial", "board_part_number")
 
 
+def gpus_known_ctes(uuids: list[str], *, node_id: int, now: datetime, if_exists: str = ""
+                    ) -> tuple[str, list]:
+    """Two common table expressions and their parameters: `known`, the registered GPUs
+    among `uuids` as `_KNOWN_FIELDS` rows, and `gpus_seen`, those of node `node_id` seen
+    at `now` (last_seen_at; only if the table `if_exists` names has a row, when given)."""
+    table, quote = Gpu._meta.db_table, connection.ops.quote_name
+    at = connection.ops.adapt_datetimefield_value(now)
+    guard = f" AND EXISTS (SELECT 1 FROM {if_exists})" if if_exists else ""
+    return (f"known AS (SELECT {', '.join(map(quote, _KNOWN_FIELDS))} FROM {table} "
+            f"WHERE uuid IN ({', '.join(['%s'] * len(uuids))})), "
+            f"gpus_seen AS (UPDATE {table} SET last_seen_at = %s WHERE id IN (SELECT id FROM "
+            f"known WHERE node_id = %s AND (last_seen_at IS NULL OR last_seen_at <> %s)){guard})",
+            [*uuids, at, node_id, at])
+
+
 def gpus_known_read(uuids: Iterable[str], *, seen_by: tuple[int, datetime] | None = None
                     ) -> dict[str, tuple]:
     """The registered GPUs among `uuids` as `_KNOWN_FIELDS` rows by UUID, read without model
@@ -146,17 +161,16 @@ def gpus_known_read(uuids: Iterable[str], *, seen_by: tuple[int, datetime] | Non
         if seen_by is None:
             cursor.execute(read, uuids)
             return {row[0]: row for row in cursor.fetchall()}
-        node_id, now = seen_by
-        at = connection.ops.adapt_datetimefield_value(now)
-        seen = (f"UPDATE {table} SET last_seen_at = %s WHERE id IN (SELECT id FROM known "
-                "WHERE node_id = %s AND (last_seen_at IS NULL OR last_seen_at <> %s))")
+        ctes, params = gpus_known_ctes(uuids, node_id=seen_by[0], now=seen_by[1])
         if connection.vendor == "postgresql":
-            cursor.execute(f"WITH known AS ({read}), seen AS ({seen}) SELECT * FROM known",
-                           [*uuids, at, node_id, at])
+            cursor.execute(f"WITH {ctes} SELECT * FROM known", params)
             return {row[0]: row for row in cursor.fetchall()}
-        cursor.execute(read, uuids)
+        cursor.execute(read, uuids)  # SQLite: an UPDATE in a WITH clause is not allowed
         known = {row[0]: row for row in cursor.fetchall()}
-        cursor.execute(f"WITH known AS ({read}) {seen}", [*uuids, at, node_id, at])
+        at = connection.ops.adapt_datetimefield_value(seen_by[1])
+        cursor.execute(f"UPDATE {table} SET last_seen_at = %s WHERE node_id = %s AND uuid IN "
+                       f"({', '.join(['%s'] * len(uuids))}) AND (last_seen_at IS NULL OR "
+                       "last_seen_at <> %s)", [at, seen_by[0], *uuids, at])
         return known
 
 
@@ -214,16 +228,20 @@ def gpus_listed(body: dict, *, also: Iterable[str] = ()) -> tuple[dict, set, lis
 
 
 def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled: list,
-               also: Iterable[str] = ()) -> dict:
+               also: Iterable[str] = (), listing: tuple | None = None,
+               known: dict[str, tuple] | None = None) -> dict:
     """Map every GPU the batch names (its records', and `also`: its rows') to a GpuRef this
     node may write, or to why not.
 
-    Registers new listed GPUs, moves silent ones here, refreshes last_seen_at."""
-    listed, wanted, listing_rejected, listing_nulled = gpus_listed(body, also=also)
+    Registers new listed GPUs, moves silent ones here, refreshes last_seen_at. `listing`
+    (`gpus_listed`'s) and `known` (`gpus_known_read`'s with `seen_by` this node and `now`)
+    when the caller read them already."""
+    listed, wanted, listing_rejected, listing_nulled = listing or gpus_listed(body, also=also)
     rejected += listing_rejected
     nulled += listing_nulled
     # This node's GPUs are seen now whatever follows: the rest marks them too.
-    known = gpus_known_read(wanted, seen_by=(node.pk, now))
+    if known is None:
+        known = gpus_known_read(wanted, seen_by=(node.pk, now))
     found = known_here(listed=listed, wanted=wanted, node=node, known=known, now=now)
     if found is not None:
         return found[0]

@@ -10,6 +10,7 @@ RETURNING`; a second query counts conflicts only when some rows were not stored.
 """
 
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -154,8 +155,7 @@ def _copied(table: Table, rows: list[tuple]) -> bool:
             cursor.adapters.register_dumper(None, PercentBinaryDumper)
             with cursor.copy(sql) as copy:
                 copy.set_types(types)
-                for row in rows:
-                    copy.write_row(row)
+                deque(map(copy.write_row, rows), maxlen=0)  # the loop in C
     except UniqueViolation:
         return False
     return True

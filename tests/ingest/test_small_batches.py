@@ -1,6 +1,6 @@
 """An agent's steady-state batch (a window of a node's GPUs) in few statements: the
-receipt, the node's row and the boot's lookup in one (`batches._batch_claim`), the GPUs
-read and their last_seen_at set in one (`placement.gpus_known_read`), the token's node read
+receipt, the node's row, the boot's lookup, the GPUs' read and their last_seen_at in one
+(`batches._batch_claim`), the token's node read
 without a query set (`selectors.node_for_token`), and the node's rate counted in one
 round trip to Redis (`ratelimit._count`)."""
 
@@ -29,7 +29,7 @@ from tests.ingest.factories import (
 pytestmark = pytest.mark.django_db
 
 @pytest.mark.postgres
-def test_a_steady_state_batch_takes_seven_statements(clock):
+def test_a_steady_state_batch_takes_six_statements(clock):
     agent, gpus = Agent(enrolled().key, Client()), [new_gpu_uuid() for _ in range(8)]
     listed = [gpu_entry(gpu, index=i) for i, gpu in enumerate(gpus)]
     minute = recent_minute(5)
@@ -48,11 +48,11 @@ def test_a_steady_state_batch_takes_seven_statements(clock):
     with connection.execute_wrapper(count):
         answer = agent.post(again)
     assert answer.status_code == 202 and answer.json()["samples"]["stored"] == 8
-    # token; receipt + node + boot; the GPUs read and seen; the samples' COPY (not
+    # token; receipt + node + boot + the GPUs read and seen; the samples' COPY (not
     # counted) at a savepoint; outbox marks; the answer kept for a replay. (The batch's
     # transaction is a savepoint too inside the test's.)
-    assert statements == ["SELECT", "SAVEPOINT", "WITH", "WITH", "SAVEPOINT",
-                          "RELEASE", "INSERT", "UPDATE", "RELEASE"]
+    assert statements == ["SELECT", "SAVEPOINT", "WITH", "SAVEPOINT", "RELEASE", "INSERT",
+                          "UPDATE", "RELEASE"]
     assert Sample.objects.filter(gpu__uuid__in=gpus).count() == 16
 
 
