@@ -185,7 +185,7 @@ def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
         at = table.columns.index(table.start_column)
         # a batch's windows repeat for every GPU: each instant converted once
         partitions_ensure(days={instant.astimezone(UTC).date()
-                                for instant in {row[at] for row in rows}})
+                                for instant in set(map(itemgetter(at), rows))})
     return _copy_new(table, rows) or _staged_store(table, rows)
 
 
@@ -295,7 +295,7 @@ def records_store_parts(*, table: Table, parts: list[list[tuple]]) -> list[Store
         if table.model in PARTITIONED:
             at = table.columns.index(table.start_column)
             partitions_ensure(days={instant.astimezone(UTC).date()
-                                    for instant in {row[at] for row in rows}})
+                                    for instant in set(map(itemgetter(at), rows))})
         if _copied(table, rows):
             return [Stored(len(part), 0, 0, _hours_touched(table, part) if part else [])
                     for part in parts]
