@@ -11,6 +11,7 @@ from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
 from django.db import connection
 from django.test import Client
+from django.urls import reverse
 
 from gpuquota.ingest.models import NodeBoot, Sample
 from gpuquota.ingest.ratelimit import _redis, node_batch_wait_s
@@ -135,3 +136,22 @@ def test_a_node_is_let_through_when_redis_cannot_count(settings):
         "OPTIONS": {"socket_connect_timeout": 0.2, "socket_timeout": 0.2}}}
     assert isinstance(caches["default"], RedisCache)
     assert [node_batch_wait_s(node_id=978, now=1.0) for _ in range(3)] == [None] * 3
+
+
+def test_the_endpoint_skips_the_browsers_middleware_and_its_500_is_still_json(
+        settings, monkeypatch):
+    settings.DEBUG = False
+    issued, gpu = enrolled(), new_gpu_uuid()
+    agent = Agent(issued.key, Client(raise_request_exception=False))
+    answer = agent.post(batch(gpus=[gpu_entry(gpu)], samples=[sample(gpu, recent_minute(2))]))
+    assert answer.status_code == 202
+    assert "Content-Security-Policy" not in answer and "Set-Cookie" not in answer
+    assert "Content-Security-Policy" in Client().get(reverse("login"))  # pages keep theirs
+
+    def broken(**kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("gpuquota.ingest.views.batch_ingest", broken)
+    failed = agent.post(batch(gpus=[gpu_entry(gpu)], samples=[sample(gpu, recent_minute(1))]))
+    assert failed.status_code == 500 and failed.json()["code"] == "server_error"
+    assert "a bug" not in failed.content.decode()
