@@ -126,8 +126,10 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "gpuquota.core.dispatch.TasksAfterResponseMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",
     "gpuquota.core.middleware.ApiErrorMiddleware",
+    # The agents' batches (node tokens, JSON) skip everything below: sessions, CSRF, CSP...
+    "gpuquota.ingest.middleware.AgentEndpointMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -1,9 +1,11 @@
 """Storing one structurally valid batch from one node, exactly once (agent-protocol.md)."""
 
+import json
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from itertools import repeat
 from operator import itemgetter
 
 from django.db import connection, transaction
@@ -15,7 +17,7 @@ from gpuquota.ingest.columns import records_judge
 from gpuquota.ingest.models import AgentBatch, EventType, NodeBoot
 from gpuquota.ingest.parsing import instant_parse
 from gpuquota.ingest.partitions import partitions_ensure
-from gpuquota.ingest.placement import gpus_place
+from gpuquota.ingest.placement import gpus_known_ctes, gpus_known_read, gpus_listed, gpus_place
 from gpuquota.ingest.records import GpuRef, Judge
 from gpuquota.ingest.rows import Rows, rows_days, rows_judge
 from gpuquota.ingest.storage import EVENTS, PROCESSES, SAMPLES, records_store
@@ -38,8 +40,8 @@ class BatchResult:
 def batch_days(body: dict, *, now: datetime, check_age: bool) -> set:
     """The UTC days of the windows that may be stored: a window beyond the protocol's
     bounds is rejected later anyway, and must not create a partition (year 7898...)."""
-    texts = {r.get("window_start")
-             for kind in ("samples", "processes") for r in body.get(kind) or ()}
+    texts = set().union(*(map(dict.get, body.get(kind) or (), repeat("window_start"))
+                          for kind in ("samples", "processes")))
     latest = now + timedelta(seconds=conf.MAX_FUTURE_S)
     earliest = now - timedelta(seconds=conf.MAX_AGE_S + conf.MAX_WINDOW_S) if check_age else None
     days = set()
@@ -75,19 +77,37 @@ RECEIPT_COLUMNS = ("node_id", "batch_id", "agent_instance_id", "boot_id", "seq_f
                    "seq_last", "sent_at", "received_at", "clock_skew_s", "response_body")
 
 
+def receipts_insert_sql(count: int, *, returning: str) -> str:
+    """The INSERT of `count` receipts (`receipt_values`, one after the other): a receipt
+    stored already (a replay's) is left as it is and returns nothing."""
+    row = f"({', '.join(['%s'] * len(RECEIPT_COLUMNS))})"
+    return (f"INSERT INTO {AgentBatch._meta.db_table} "
+            f"({', '.join(map(connection.ops.quote_name, RECEIPT_COLUMNS))}) "
+            f"VALUES {', '.join([row] * count)} "
+            f"ON CONFLICT (node_id, batch_id) DO NOTHING RETURNING {returning}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What claiming a batch found: its new receipt's id (None for a replay), the id of its
+    boot when stored already, and the registered GPUs among those it names (this node's
+    seen now), as `placement.gpus_known_read` gives them."""
+
+    receipt_pk: int | None
+    boot_pk: int | None = None
+    known: dict = field(default_factory=dict)
+
+
 def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
-                 sent_at: datetime | None, seen: dict) -> tuple[int | None, int | None]:
+                 sent_at: datetime | None, seen: dict, uuids: list[str]) -> Claim:
     """Insert the batch receipt first: a concurrent duplicate waits on the unique index and
     then finds nothing to insert. When it is new, the node's row takes `seen` (its
-    `node_changes`). Returns the new receipt's id (None for a replay) and the id of the
-    batch's boot when it is stored already (None also when the agent sent no boot_id).
+    `node_changes`) and the GPUs among `uuids` are read (this node's seen now).
 
-    On PostgreSQL all three are one statement (one round trip: every batch makes it)."""
+    On PostgreSQL all of it is one statement (one round trip: every batch makes it)."""
     quote = connection.ops.quote_name
     seen = {**seen, "last_seen_at": connection.ops.adapt_datetimefield_value(now)}
-    insert = (f"INSERT INTO {AgentBatch._meta.db_table} ({', '.join(map(quote, RECEIPT_COLUMNS))}) "
-              f"VALUES ({', '.join(['%s'] * len(RECEIPT_COLUMNS))}) "
-              "ON CONFLICT (node_id, batch_id) DO NOTHING RETURNING id")
+    insert = receipts_insert_sql(1, returning="id")
     insert_params = receipt_values(node=node, body=body, now=now, skew_s=skew_s,
                                    sent_at=sent_at)
     update = (f"UPDATE {Node._meta.db_table} SET "
@@ -97,17 +117,24 @@ def _batch_claim(*, node: Node, body: dict, now: datetime, skew_s: float | None,
     boot_params = [node.pk, boot_text(body)]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
+            gpus, gpus_params = gpus_known_ctes(  # "" (no GPU's) where the batch names none
+                uuids or [""], node_id=node.pk, now=now, if_exists="claim")
             cursor.execute(f"WITH claim AS ({insert}), seen AS ({update} AND EXISTS "
-                           f"(SELECT 1 FROM claim)) SELECT id, ({boot}) FROM claim",
-                           insert_params + update_params + boot_params)
-            return cursor.fetchone() or (None, None)
+                           f"(SELECT 1 FROM claim)), {gpus} SELECT claim.id, ({boot}), known.* "
+                           "FROM claim LEFT JOIN known ON true",
+                           insert_params + update_params + gpus_params + boot_params)
+            rows = cursor.fetchall()
+            if not rows:
+                return Claim(None)
+            return Claim(rows[0][0], rows[0][1], {r[2]: r[2:] for r in rows if r[2] is not None})
         cursor.execute(insert, insert_params)
         if (row := cursor.fetchone()) is None:
-            return None, None
+            return Claim(None)
         cursor.execute(update, update_params)
         cursor.execute(boot, boot_params)
         found = cursor.fetchone()
-    return row[0], found and found[0]
+    return Claim(row[0], found and found[0],
+                 gpus_known_read(uuids, seen_by=(node.pk, now)))
 
 
 def _boot_of(*, node: Node, body: dict, now: datetime, found: int | None) -> int | None:
@@ -174,19 +201,22 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
     partitions_ensure(days=days)
     sent_at = instant_parse(body["sent_at"])
     skew_s = round((now - sent_at).total_seconds(), 3) if sent_at else None
+    listing = gpus_listed(body, also=rows.gpu_uuids() if rows is not None else ())
     with transaction.atomic():
         nulled: list = []
-        receipt_pk, boot_found = _batch_claim(
+        claim = _batch_claim(
             node=node, body=body, now=now, skew_s=skew_s, sent_at=sent_at,
-            seen=node_changes(body=body, now=now, skew_s=skew_s, nulled=nulled))
+            seen=node_changes(body=body, now=now, skew_s=skew_s, nulled=nulled),
+            uuids=sorted(listing[1]))
+        receipt_pk = claim.receipt_pk
         if receipt_pk is None:
             return _replay(node=node, batch_id=body["batch_id"])
         if skew_s is not None and abs(skew_s) > conf.CLOCK_SKEW_THRESHOLD_S:
             logger.warning("node %s clock skew %.1f s (received_at - sent_at)", node, skew_s)
         rejected: list = []
         placed = gpus_place(body=body, node=node, now=now, rejected=rejected, nulled=nulled,
-                            also=rows.gpu_uuids() if rows is not None else ())
-        boot_pk = _boot_of(node=node, body=body, now=now, found=boot_found)
+                            listing=listing, known=claim.known)
+        boot_pk = _boot_of(node=node, body=body, now=now, found=claim.boot_pk)
         if rows is None:
             outcome = records_judge(body=body, gpus=placed, node_id=node.pk, now=now,
                                     check_age=check_age, boot_pk=boot_pk,
@@ -206,5 +236,7 @@ def batch_ingest(*, node: Node, body: dict, now: datetime, check_age: bool = Tru
         response = {"batch_id": body["batch_id"],
                     **{name: result.counts() for name, result in results.items()},
                     "rejected": rejected + outcome.rejected, "nulled": nulled + outcome.nulled}
-        AgentBatch.objects.filter(pk=receipt_pk).update(response_body=response)
+        with connection.cursor() as cursor:  # kept for a replay
+            cursor.execute(f"UPDATE {AgentBatch._meta.db_table} SET response_body = %s "
+                           "WHERE id = %s", [json.dumps(response), receipt_pk])
     return BatchResult(202, response)

@@ -18,7 +18,6 @@ from django.db import connection, transaction
 
 from gpuquota.ingest import conf
 from gpuquota.ingest.batches import (
-    RECEIPT_COLUMNS,
     BatchResult,
     batch_days,
     batch_ingest,
@@ -26,6 +25,7 @@ from gpuquota.ingest.batches import (
     node_changes,
     nvml_state_update,
     receipt_values,
+    receipts_insert_sql,
 )
 from gpuquota.ingest.models import AgentBatch, NodeBoot
 from gpuquota.ingest.parsing import instant_parse
@@ -89,8 +89,6 @@ def _common(deliveries: list[Delivery], *, now: datetime) -> list[int]:
 
 def _claim(deliveries: list[Delivery], *, now: datetime) -> None:
     """Insert the receipts (a replay's is there already: its `receipt_pk` stays None)."""
-    quote = connection.ops.quote_name
-    marks = f"({', '.join(['%s'] * len(RECEIPT_COLUMNS))})"
     by_key = {d.key: d for d in deliveries}
     for chunk in _in_chunks(deliveries):
         params = []
@@ -100,12 +98,8 @@ def _claim(deliveries: list[Delivery], *, now: datetime) -> None:
             params += receipt_values(node=d.node, body=d.body, now=now, skew_s=skew_s,
                                      sent_at=sent_at)
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {AgentBatch._meta.db_table} "
-                f"({', '.join(map(quote, RECEIPT_COLUMNS))}) VALUES "
-                f"{', '.join([marks] * len(chunk))} "
-                "ON CONFLICT (node_id, batch_id) DO NOTHING RETURNING node_id, batch_id, id",
-                params)
+            cursor.execute(receipts_insert_sql(len(chunk), returning="node_id, batch_id, id"),
+                           params)
             for node_id, batch_id, pk in cursor.fetchall():
                 by_key[(node_id, batch_id)].receipt_pk = pk
 

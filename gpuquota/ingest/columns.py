@@ -16,6 +16,8 @@ from functools import partial
 from itertools import groupby, repeat
 from operator import is_not, itemgetter, le
 
+from gpuquota.ingest.parsing import fields_of
+from gpuquota.ingest.protocol import CheckedRecords
 from gpuquota.ingest.records import INT32, INT64, PROFILING, GpuRef, Judge, Outcome
 
 SAMPLE_FIELDS = (
@@ -45,12 +47,13 @@ _PRESENT = partial(is_not, None)
 
 
 def column_plain(
-    values, kinds: frozenset, low: float, high: float, *, nullable: bool = True
+    values, kinds: frozenset, low: float, high: float, *, nullable: bool = True,
+    found: frozenset | None = None,
 ) -> bool:
     """Whether every value of a column is None (where `nullable`) or of a type in `kinds` in
     [low, high] (NaN never is: a sum with one is NaN). Within the bounds no integer is too
-    large for a float sum."""
-    found = set(map(type, values))
+    large for a float sum. `found`: the column's types when the structure check read them."""
+    found = set(map(type, values)) if found is None else set(found)
     if nullable and _NONE in found:
         found.discard(_NONE)
         if not found:
@@ -74,62 +77,52 @@ def ordered(lows, highs) -> bool:
     return all(map(le, lows, highs))
 
 
-def _gpu_plain(gpu, columns: list, windows: dict) -> bool:
-    """Whether the judge takes every value of one GPU's samples as it is (`columns`: theirs,
-    in `SAMPLE_FIELDS` order). Energy's bound is the shortest valid window's, which no
-    sample's own exceeds; a sample whose window is refused is judged on its own anyway."""
-    if type(gpu) is not GpuRef:
-        return False
-    (
-        _,
-        starts,
-        ends,
-        readings,
-        util_avg,
-        util_max,
-        util_mem,
-        mem_avg,
-        mem_max,
-        power,
-        energy,
-        temp,
-        clock_reasons,
-        ecc_uncorrected,
-        ecc_corrected,
-        *profiling,
-    ) = columns
-    lengths = [w[2] for pair in set(zip(starts, ends, strict=True)) if len(w := windows[pair]) == 3]
-    if not lengths:
-        return False
+def _bounds(gpu: GpuRef, lengths: list) -> list[tuple[int, frozenset, float, float, bool]]:
+    """(column in `SAMPLE_FIELDS`, types kept, low, high, nullable) of every value the judge
+    bounds, for one GPU's samples. Energy's bound is the shortest valid window's, which no
+    sample's own exceeds."""
     memory_high = gpu.memory_total_bytes if gpu.memory_total_bytes is not None else INT64
     power_high = 3 * gpu.power_limit_w if gpu.power_limit_w else FLOAT_MAX
     energy_high = power_high * min(lengths) if gpu.power_limit_w else FLOAT_MAX
-    return (
-        column_plain(readings, INTS, 0, INT32, nullable=False)
-        and all(
-            column_plain(c, NUMBERS, 0, 100) for c in (util_avg, util_max, util_mem, *profiling)
-        )
-        and ordered(util_avg, util_max)
-        and column_plain(mem_avg, INTS, 0, memory_high)
-        and column_plain(mem_max, INTS, 0, memory_high)
-        and ordered(mem_avg, mem_max)
-        and column_plain(power, NUMBERS, 0, power_high)
-        and column_plain(energy, NUMBERS, 0, energy_high)
-        and column_plain(temp, INTS, -40, 150)
-        and all(
-            column_plain(c, INTS, 0, INT64) for c in (clock_reasons, ecc_uncorrected, ecc_corrected)
-        )
-    )
+    return [
+        (3, INTS, 0, INT32, False),  # readings
+        *((at, NUMBERS, 0, 100, True) for at in (4, 5, 6, 15, 16, 17, 18)),  # percentages
+        (7, INTS, 0, memory_high, True),
+        (8, INTS, 0, memory_high, True),
+        (9, NUMBERS, 0, power_high, True),
+        (10, NUMBERS, 0, energy_high, True),
+        (11, INTS, -40, 150, True),  # temperature
+        *((at, INTS, 0, INT64, True) for at in (12, 13, 14)),  # clock reasons, ECC counts
+    ]
 
 
-def _plain_gpus(columns: list, gpus: dict, windows: dict) -> dict:
+def _gpu_plain(gpu, columns: list, windows: dict, *, types: list | None = None,
+               pairs=None) -> bool:
+    """Whether the judge takes every value of one GPU's samples as it is (`columns`: theirs,
+    in `SAMPLE_FIELDS` order; `types`: their types where known; `pairs`: their distinct
+    windows where known). A sample whose window is refused is judged on its own anyway."""
+    if type(gpu) is not GpuRef:
+        return False
+    if pairs is None:
+        pairs = set(zip(columns[1], columns[2], strict=True))
+    lengths = [w[2] for pair in pairs if len(w := windows[pair]) == 3]
+    if not lengths:
+        return False
+    types = types or [None] * len(columns)
+    return all(
+        column_plain(columns[at], kinds, low, high, nullable=nullable, found=types[at])
+        for at, kinds, low, high, nullable in _bounds(gpu, lengths)
+    ) and ordered(columns[4], columns[5]) and ordered(columns[7], columns[8])  # avg <= max
+
+
+def _plain_gpus(columns: list, gpus: dict, windows: dict, types: list | None) -> dict:
     """GPU UUID (as sent) -> whether its samples are all plain. Tested over the whole batch
     where its GPUs share their bounds (a node of one model: the common case), else GPU by
     GPU, the samples sorted by GPU (stably, in C) so that each GPU's values are one slice of
     each column."""
     refs = list(gpus.values())
     bounds = {(g.memory_total_bytes, g.power_limit_w) if type(g) is GpuRef else g for g in refs}
-    if len(bounds) == 1 and _gpu_plain(refs[0], columns, windows):
+    if len(bounds) == 1 and _gpu_plain(refs[0], columns, windows, types=types, pairs=windows):
         return dict.fromkeys(gpus, True)
     uuids = columns[0]
     if len(uuids) == 1:
@@ -150,11 +143,15 @@ def samples_judge(judge: Judge, records: list, received_at) -> None:
     records' order: `judge.sample` of each, asked only for those that are not plain."""
     if not records:
         return
-    columns = [list(map(dict.get, records, repeat(name))) for name in SAMPLE_FIELDS]
+    if type(records) is CheckedRecords:  # read by the structure check
+        columns = [records.columns[name] for name in SAMPLE_FIELDS]
+        types = [records.types[name] for name in SAMPLE_FIELDS]
+    else:
+        columns, types = fields_of(records, SAMPLE_FIELDS), None
     uuids, starts, ends = columns[:3]
     gpus = {uuid: judge.gpu(uuid) for uuid in set(uuids)}
     windows = {pair: judge.window_check(*pair) for pair in set(zip(starts, ends, strict=True))}
-    plain = _plain_gpus(columns, gpus, windows)
+    plain = _plain_gpus(columns, gpus, windows, types)
     bounds = list(map(windows.__getitem__, zip(starts, ends, strict=True)))
     ids = [gpu.id if type(gpu) is GpuRef else None for gpu in map(gpus.__getitem__, uuids)]
     rows = zip(
@@ -167,7 +164,7 @@ def samples_judge(judge: Judge, records: list, received_at) -> None:
         repeat(judge.receipt_pk),
     )
     out = judge.out.samples
-    if all(plain.values()) and all(len(b) == 3 for b in bounds):
+    if all(plain.values()) and all(len(w) == 3 for w in windows.values()):
         out.extend(rows)
         return
     for index, (row, uuid, window) in enumerate(zip(rows, uuids, bounds, strict=True)):

@@ -7,6 +7,8 @@ import re
 import uuid
 from datetime import UTC, datetime
 from functools import lru_cache
+from itertools import repeat
+from operator import itemgetter
 
 from gpuquota.inventory.models import GPU_UUID_RE
 
@@ -52,3 +54,20 @@ def release_parse(text: object) -> tuple[int, int, int] | None:
     text of another shape (another source that speaks the protocol names itself freely)."""
     match = re.match(r"^(\d+)\.(\d+)\.(\d+)", text) if isinstance(text, str) else None
     return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def fields_of(records: list[dict], names: tuple[str, ...]) -> list:
+    """Each named field of every record (dicts), a column a name, None where a record lacks
+    it. When the records share one set of keys (an agent's samples do) they are read at
+    once, a record a call in C, and turned into columns by `zip`; else a field at a time."""
+    keys = tuple(records[0]) if records else ()
+    if len(keys) > 1 and set(map(len, records)) == {len(keys)}:
+        try:  # records of the first's size that hold all of its keys hold just those
+            columns = dict(zip(keys, zip(*map(itemgetter(*keys), records), strict=True),
+                               strict=True))
+        except KeyError:
+            pass
+        else:
+            absent = (None,) * len(records)
+            return [columns.get(name, absent) for name in names]
+    return [list(map(dict.get, records, repeat(name))) for name in names]

@@ -9,6 +9,7 @@ admins are alerted (an audit entry, at most one an hour per GPU, and a log line)
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from operator import itemgetter
 
 from django.db import IntegrityError, connection, transaction
 
@@ -26,7 +27,8 @@ CONTESTED = "GPU belongs to another live node"
 
 
 def _referenced(body: dict) -> set[str]:
-    raw = {r["gpu_uuid"] for kind in ("samples", "processes") for r in body.get(kind) or ()}
+    raw = set().union(*(map(itemgetter("gpu_uuid"), body.get(kind) or ())
+                        for kind in ("samples", "processes")))
     raw |= {r["gpu_uuid"] for r in body.get("events") or () if r.get("gpu_uuid")}
     return {n for n in map(uuid_normal, raw) if n}
 
@@ -128,17 +130,48 @@ _KNOWN_FIELDS = ("uuid", "id", "node_id", "parent_id", "memory_total_bytes", "po
                  "index", "last_seen_at", "serial", "board_part_number")
 
 
-def gpus_known_read(uuids: Iterable[str]) -> dict[str, tuple]:
+def gpus_known_ctes(uuids: list[str], *, node_id: int, now: datetime, if_exists: str = ""
+                    ) -> tuple[str, list]:
+    """Two common table expressions and their parameters: `known`, the registered GPUs
+    among `uuids` as `_KNOWN_FIELDS` rows, and `gpus_seen`, those of node `node_id` seen
+    at `now` (last_seen_at; only if the table `if_exists` names has a row, when given)."""
+    table, quote = Gpu._meta.db_table, connection.ops.quote_name
+    at = connection.ops.adapt_datetimefield_value(now)
+    guard = f" AND EXISTS (SELECT 1 FROM {if_exists})" if if_exists else ""
+    return (f"known AS (SELECT {', '.join(map(quote, _KNOWN_FIELDS))} FROM {table} "
+            f"WHERE uuid IN ({', '.join(['%s'] * len(uuids))})), "
+            f"gpus_seen AS (UPDATE {table} SET last_seen_at = %s WHERE id IN (SELECT id FROM "
+            f"known WHERE node_id = %s AND (last_seen_at IS NULL OR last_seen_at <> %s)){guard})",
+            [*uuids, at, node_id, at])
+
+
+def gpus_known_read(uuids: Iterable[str], *, seen_by: tuple[int, datetime] | None = None
+                    ) -> dict[str, tuple]:
     """The registered GPUs among `uuids` as `_KNOWN_FIELDS` rows by UUID, read without model
-    instances (every batch asks)."""
+    instances (every batch asks). With `seen_by` (a node's id, an instant), those of that
+    node are seen then (last_seen_at), on PostgreSQL in the same statement: the rows read are
+    as they were before."""
     uuids = list(uuids)
     if not uuids:
         return {}
     table, quote = Gpu._meta.db_table, connection.ops.quote_name
+    read = (f"SELECT {', '.join(map(quote, _KNOWN_FIELDS))} FROM {table} "
+            f"WHERE uuid IN ({', '.join(['%s'] * len(uuids))})")
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {', '.join(map(quote, _KNOWN_FIELDS))} FROM {table} "
-                       f"WHERE uuid IN ({', '.join(['%s'] * len(uuids))})", uuids)
-        return {row[0]: row for row in cursor.fetchall()}
+        if seen_by is None:
+            cursor.execute(read, uuids)
+            return {row[0]: row for row in cursor.fetchall()}
+        ctes, params = gpus_known_ctes(uuids, node_id=seen_by[0], now=seen_by[1])
+        if connection.vendor == "postgresql":
+            cursor.execute(f"WITH {ctes} SELECT * FROM known", params)
+            return {row[0]: row for row in cursor.fetchall()}
+        cursor.execute(read, uuids)  # SQLite: an UPDATE in a WITH clause is not allowed
+        known = {row[0]: row for row in cursor.fetchall()}
+        at = connection.ops.adapt_datetimefield_value(seen_by[1])
+        cursor.execute(f"UPDATE {table} SET last_seen_at = %s WHERE node_id = %s AND uuid IN "
+                       f"({', '.join(['%s'] * len(uuids))}) AND (last_seen_at IS NULL OR "
+                       "last_seen_at <> %s)", [at, seen_by[0], *uuids, at])
+        return known
 
 
 def known_here(*, listed: dict, wanted: set, node: Node, known: dict[str, tuple],
@@ -195,18 +228,22 @@ def gpus_listed(body: dict, *, also: Iterable[str] = ()) -> tuple[dict, set, lis
 
 
 def gpus_place(*, body: dict, node: Node, now: datetime, rejected: list, nulled: list,
-               also: Iterable[str] = ()) -> dict:
+               also: Iterable[str] = (), listing: tuple | None = None,
+               known: dict[str, tuple] | None = None) -> dict:
     """Map every GPU the batch names (its records', and `also`: its rows') to a GpuRef this
     node may write, or to why not.
 
-    Registers new listed GPUs, moves silent ones here, refreshes last_seen_at."""
-    listed, wanted, listing_rejected, listing_nulled = gpus_listed(body, also=also)
+    Registers new listed GPUs, moves silent ones here, refreshes last_seen_at. `listing`
+    (`gpus_listed`'s) and `known` (`gpus_known_read`'s with `seen_by` this node and `now`)
+    when the caller read them already."""
+    listed, wanted, listing_rejected, listing_nulled = listing or gpus_listed(body, also=also)
     rejected += listing_rejected
     nulled += listing_nulled
-    found = known_here(listed=listed, wanted=wanted, node=node, known=gpus_known_read(wanted),
-                       now=now) if wanted else ({}, [])
+    # This node's GPUs are seen now whatever follows: the rest marks them too.
+    if known is None:
+        known = gpus_known_read(wanted, seen_by=(node.pk, now))
+    found = known_here(listed=listed, wanted=wanted, node=node, known=known, now=now)
     if found is not None:
-        gpus_seen_mark(ids=found[1], now=now)
         return found[0]
     known = {g.uuid: g for g in Gpu.objects.select_related("node").filter(uuid__in=wanted)}
     placed: dict = {}

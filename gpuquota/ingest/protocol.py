@@ -18,7 +18,7 @@ import orjson
 
 from agent import __version__ as RELEASE
 from gpuquota.ingest import conf
-from gpuquota.ingest.parsing import instant_parse, release_parse, uuid_parse
+from gpuquota.ingest.parsing import fields_of, instant_parse, release_parse, uuid_parse
 
 MAX_LISTED_ERRORS = 200
 INT64 = 2**63 - 1
@@ -165,22 +165,41 @@ def _shape_errors(record: Any, shape: dict, path: str, errors: list) -> None:
         _shape_errors(record["job"], JOB_SHAPE, f"{path}.job", errors)
 
 
+class CheckedRecords(list):
+    """A kind's records whose structure was checked a field at a time: with each field of
+    their shape a column (`columns`, by name) and the types found in it, None included
+    (`types`), for the judge to use rather than read the records again. A checked batch is
+    not changed after its check (the judge relies on it anyway)."""
+
+    __slots__ = ("columns", "types")
+
+
 def _fit_at_once(records: list, shape: dict) -> bool:
     """Whether every record is an object with every field of its shape of a type taken at
     once (the common case, tested a field at a time over all the records, in C); where not,
     each record is checked on its own for the errors to list."""
+    return _fitting(records, shape) is not None
+
+
+def _fitting(records: list, shape: dict) -> CheckedRecords | None:
+    """`records` as `CheckedRecords` where `_fit_at_once`, else None."""
     if set(map(type, records)) != {dict}:
-        return False
-    for name, fast, _, required in _COMPILED[id(shape)]:
-        found = set(map(type, map(dict.get, records, repeat(name))))
+        return None
+    compiled = _COMPILED[id(shape)]
+    checked = CheckedRecords(records)
+    checked.columns, checked.types = {}, {}
+    for (name, fast, _, required), column in zip(
+            compiled, fields_of(records, tuple(c[0] for c in compiled)), strict=True):
+        found = set(map(type, column))
+        checked.columns[name], checked.types[name] = column, frozenset(found)
         if not required:
             found.discard(NoneType)
         if not found <= fast:
-            return False
+            return None
     if shape is PROCESS_SHAPE:
         jobs = [job for job in map(dict.get, records, repeat("job")) if job is not None]
-        return not jobs or _fit_at_once(jobs, JOB_SHAPE)
-    return True
+        return checked if not jobs or _fit_at_once(jobs, JOB_SHAPE) else None
+    return checked
 
 
 def schema_version_check(body: Any) -> list[tuple[str, str]]:
@@ -225,7 +244,7 @@ def size_check(body: dict) -> None:
     for kind, setting in LIMITS.items():
         records = body.get(kind)
         limit = getattr(conf, setting)
-        if type(records) is list and len(records) > limit:
+        if isinstance(records, list) and len(records) > limit:
             errors.append((kind, f"{len(records)} {kind}; at most {limit}"))
     if errors:
         raise ProtocolError(413, "too_large", "The batch holds too many records; split it.", errors)
@@ -234,7 +253,7 @@ def size_check(body: dict) -> None:
 def structure_check(body: dict, *, idempotency_key: str | None = None,
                     found: Iterable[tuple[str, str]] = ()) -> None:
     """Every structural error of a batch at once (with those `found` before), as one 400;
-    silent when there are none."""
+    silent when there are none. Samples that fit at once are left as `CheckedRecords`."""
     errors: list[tuple[str, str]] = list(found)
     for name in ("batch_id", "agent_instance_id"):
         if name not in body or body[name] is None:
@@ -261,10 +280,12 @@ def structure_check(body: dict, *, idempotency_key: str | None = None,
         records = body.get(kind)
         if records is None:
             continue
-        if type(records) is not list:
+        if type(records) is not list and type(records) is not CheckedRecords:
             errors.append((kind, "must be a list"))
             continue
-        if _fit_at_once(records, shape):
+        if (checked := _fitting(records, shape)) is not None:
+            if kind == "samples":  # what the judge reads of them
+                body[kind] = checked
             continue
         for index, record in enumerate(records):
             _shape_errors(record, shape, f"{kind}[{index}]", errors)

@@ -2,7 +2,9 @@
 default cache (Redis when REDIS_URL is set, so every web process counts together)."""
 
 import logging
+from functools import lru_cache
 
+from django.conf import settings
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
 from django.utils import timezone
@@ -39,9 +41,29 @@ def _count(key: str) -> int:
     backend = caches["default"]
     if isinstance(backend, RedisCache):
         key = backend.make_and_validate_key(key)
-        with backend._cache.get_client(key, write=True).pipeline(transaction=True) as pipe:
+        with _redis(settings.CACHES["default"]).pipeline(transaction=True) as pipe:
             pipe.set(key, 0, ex=2 * WINDOW_S, nx=True)
             pipe.incr(key)
             return pipe.execute()[1]
     cache.add(key, 0, timeout=2 * WINDOW_S)
     return cache.incr(key)
+
+
+def _redis(config: dict):
+    """A redis-py client of the default cache's server (the first of its locations, the one
+    Django's cache writes to), with its socket timeouts: one per process and configuration."""
+    location = config["LOCATION"]
+    if isinstance(location, str):
+        location = location.split(",")
+    options = config.get("OPTIONS") or {}
+    return _client(location[0], *(options.get(name) for name in SOCKET_OPTIONS))
+
+
+SOCKET_OPTIONS = ("socket_connect_timeout", "socket_timeout")
+
+
+@lru_cache(maxsize=8)
+def _client(url: str, *timeouts):
+    import redis  # only where the cache is Redis
+
+    return redis.Redis.from_url(url, **dict(zip(SOCKET_OPTIONS, timeouts, strict=True)))

@@ -127,7 +127,7 @@ class Judge:
             why = ("window_start", "not a whole-second ISO 8601 instant with a time zone")
         elif end is None:
             why = ("window_end", "not a whole-second ISO 8601 instant with a time zone")
-        elif not 1 <= (end - start).total_seconds() <= conf.MAX_WINDOW_S:
+        elif not 1 <= (length_s := (end - start).total_seconds()) <= conf.MAX_WINDOW_S:
             why = ("window_end", f"window length must be 1..{conf.MAX_WINDOW_S} s")
         elif end > self.latest:
             why = ("window_end", "more than 5 minutes after server time")
@@ -135,7 +135,7 @@ class Judge:
             why = ("window_start", "more than 8 days before server time")
         if why:
             return why
-        return start, end, (end - start).total_seconds()
+        return start, end, length_s
 
     def percent(self, record: dict, name: str, path: str):
         value = record.get(name)

@@ -10,6 +10,7 @@ RETURNING`; a second query counts conflicts only when some rows were not stored.
 """
 
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -154,8 +155,7 @@ def _copied(table: Table, rows: list[tuple]) -> bool:
             cursor.adapters.register_dumper(None, PercentBinaryDumper)
             with cursor.copy(sql) as copy:
                 copy.set_types(types)
-                for row in rows:
-                    copy.write_row(row)
+                deque(map(copy.write_row, rows), maxlen=0)  # the loop in C
     except UniqueViolation:
         return False
     return True
@@ -169,10 +169,11 @@ def _hours_touched(table: Table, rows: list[tuple]) -> list[tuple[int, datetime]
     window = itemgetter(table.columns.index(table.start_column),
                         table.columns.index(table.end_column or table.start_column))
     last_s = 1 if table.end_column else 0  # a window's last second is in its last hour
+    windows = list(map(window, rows))
     hours = {bounds: frozenset({int(bounds[0].timestamp()) // 3600,
                                 (int(bounds[1].timestamp()) - last_s) // 3600})
-             for bounds in set(map(window, rows))}
-    pairs = set(zip(map(gpu, rows), map(hours.__getitem__, map(window, rows)), strict=True))
+             for bounds in set(windows)}
+    pairs = set(zip(map(gpu, rows), map(hours.__getitem__, windows), strict=True))
     return sorted((gpu_id, datetime.fromtimestamp(3600 * hour, UTC))
                   for gpu_id, hour in {(gpu_id, hour) for gpu_id, found in pairs
                                        if gpu_id is not None for hour in found})
@@ -184,7 +185,7 @@ def _postgres_store(table: Table, rows: list[tuple]) -> Stored:
         at = table.columns.index(table.start_column)
         # a batch's windows repeat for every GPU: each instant converted once
         partitions_ensure(days={instant.astimezone(UTC).date()
-                                for instant in {row[at] for row in rows}})
+                                for instant in set(map(itemgetter(at), rows))})
     return _copy_new(table, rows) or _staged_store(table, rows)
 
 
@@ -294,7 +295,7 @@ def records_store_parts(*, table: Table, parts: list[list[tuple]]) -> list[Store
         if table.model in PARTITIONED:
             at = table.columns.index(table.start_column)
             partitions_ensure(days={instant.astimezone(UTC).date()
-                                    for instant in {row[at] for row in rows}})
+                                    for instant in set(map(itemgetter(at), rows))})
         if _copied(table, rows):
             return [Stored(len(part), 0, 0, _hours_touched(table, part) if part else [])
                     for part in parts]

@@ -2,8 +2,10 @@ from django.urls import path
 
 from gpuquota.ingest import views, views_enrol
 
+AGENT_BATCHES_PATH = "/api/v1/agent/batches"  # served by `middleware.AgentEndpointMiddleware`
+
 urlpatterns = [
-    path("api/v1/agent/batches", views.agent_batches, name="agent_batches"),
+    path(AGENT_BATCHES_PATH[1:], views.agent_batches, name="agent_batches"),
     path("api/v1/agent/enrol", views_enrol.agent_enrol, name="agent_enrol"),
     path("ingest/nodes/", views.nodes, name="ingest_nodes"),
     path("ingest/nodes/<int:pk>/rotate", views.node_rotate, name="ingest_node_rotate"),

@@ -59,12 +59,16 @@ MAX_WINDOW_S = 600
 _TABLE = DirtyGpuHour._meta.db_table
 _MARK_SQL = (
     f"INSERT INTO {_TABLE} (gpu_id, hour, generation, marked_at, due_at) "
-    "VALUES {values} ON CONFLICT (gpu_id, hour) DO UPDATE SET "
+    "{values} ON CONFLICT (gpu_id, hour) DO UPDATE SET "
     f"generation = {_TABLE}.generation + 1, "
     f"due_at = CASE WHEN EXCLUDED.due_at < {_TABLE}.due_at THEN EXCLUDED.due_at "
     f"ELSE {_TABLE}.due_at END "
     f"WHERE EXCLUDED.due_at < {_TABLE}.due_at OR {_TABLE}.due_at <= EXCLUDED.marked_at"
 )
+# On PostgreSQL the marks go as arrays: the statement's text is the same for any count.
+_MARK_ARRAYS_SQL = _MARK_SQL.format(values=(
+    "SELECT v.gpu_id, v.hour, 1, %s::timestamptz, v.due_at FROM "
+    "unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) AS v(gpu_id, hour, due_at)"))
 
 
 def mark_due_at(*, hour: datetime, now: datetime) -> datetime:
@@ -88,14 +92,20 @@ def gpu_hours_mark_dirty(*, marks: Iterable[tuple[int, datetime]]) -> int:
     marked_at = adapt(now)
     due = {hour: adapt(mark_due_at(hour=hour, now=now)) for hour in {h for _, h in pairs}}
     with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(_MARK_ARRAYS_SQL, [
+                marked_at, [gpu_id for gpu_id, _ in pairs], [adapt(hour) for _, hour in pairs],
+                [due[hour] for _, hour in pairs]])
+            return len(pairs)
         for offset in range(0, len(pairs), 500):
             chunk = pairs[offset : offset + 500]
             params: list = []
             for gpu_id, hour in chunk:
                 params += [gpu_id, adapt(hour), 1, marked_at, due[hour]]
-            values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
+            values = "VALUES " + ", ".join(["(%s, %s, %s, %s, %s)"] * len(chunk))
             cursor.execute(_MARK_SQL.format(values=values), params)
     return len(pairs)
+
 
 
 def gpu_interval_mark_dirty(*, gpu_ids: Iterable[int], start: datetime, end: datetime) -> int:

@@ -7,8 +7,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gpuquota.ingest import conf
 from gpuquota.ingest.columns import records_judge, samples_judge
-from gpuquota.ingest.protocol import SAMPLE_SHAPE, ProtocolError, _fit_at_once, batch_check
+from gpuquota.ingest.protocol import (
+    SAMPLE_SHAPE,
+    CheckedRecords,
+    ProtocolError,
+    _fit_at_once,
+    _fitting,
+    batch_check,
+)
 from gpuquota.ingest.records import GpuRef, Judge
 from tests.ingest.factories import batch, sample
 
@@ -74,7 +82,12 @@ class CountingJudge(Judge):
         super().sample(index, record, received_at)
 
 
-def _judges(records: list) -> tuple[Judge, CountingJudge]:
+def _judges(records: list, *, checked: bool = False) -> tuple[Judge, CountingJudge]:
+    """The per-record judge's outcome and the column judge's: of the records as a list, or
+    (`checked`) as the structure check leaves them when they fit at once, their columns and
+    types read already (an odd type that does not fit is judged from the list)."""
+    if checked:
+        records = _fitting(records, SAMPLE_SHAPE) or records
     by_record = Judge(gpus=REFS, now=NOW, boot_pk=5, receipt_pk=9)
     for index, record in enumerate(records):
         by_record.sample(index, record, NOW)
@@ -84,9 +97,11 @@ def _judges(records: list) -> tuple[Judge, CountingJudge]:
     return by_record, by_column
 
 
-def test_a_plain_batch_is_judged_at_once():
+@pytest.mark.parametrize("checked", [False, True])
+def test_a_plain_batch_is_judged_at_once(checked):
     records = _records()
-    by_record, by_column = _judges(records)
+    assert type(_fitting(records, SAMPLE_SHAPE)) is CheckedRecords
+    by_record, by_column = _judges(records, checked=checked)
     assert by_column.out == by_record.out
     assert len(by_column.out.samples) == len(records) and not by_column.out.nulled
     assert by_column.asked == []
@@ -116,11 +131,12 @@ def test_a_plain_batch_is_judged_at_once():
     )
 
 
+@pytest.mark.parametrize("checked", [False, True])
 @pytest.mark.parametrize("odd", ODD)
-def test_an_odd_sample_among_plain_ones_is_judged_as_the_agents(odd):
+def test_an_odd_sample_among_plain_ones_is_judged_as_the_agents(odd, checked):
     records = _records()
     records[13].update(odd)  # the fourth window's second GPU
-    by_record, by_column = _judges(records)
+    by_record, by_column = _judges(records, checked=checked)
     assert by_column.out == by_record.out
     if odd.keys() & set(PLACING):  # its GPU's other samples are plain
         assert by_column.asked == [13]
@@ -128,7 +144,8 @@ def test_an_odd_sample_among_plain_ones_is_judged_as_the_agents(odd):
         assert by_column.asked == list(range(1, len(records), len(GPUS)))
 
 
-def test_gpus_of_other_sizes_are_checked_one_by_one():
+@pytest.mark.parametrize("checked", [False, True])
+def test_gpus_of_other_sizes_are_checked_one_by_one(checked):
     """A MIG device's memory bound is its own: its samples and the others' are plain."""
     records = _records(gpus=[*GPUS, MIG])
     for record in records[4::5]:
@@ -139,7 +156,7 @@ def test_gpus_of_other_sizes_are_checked_one_by_one():
             energy_j=None,
         )
     records[9]["memory_used_bytes_max"] = 21 * 2**30  # above the MIG device's memory
-    by_record, by_column = _judges(records)
+    by_record, by_column = _judges(records, checked=checked)
     assert by_column.out == by_record.out
     assert by_column.asked == list(range(4, len(records), 5))
 
@@ -171,3 +188,17 @@ def test_the_structure_of_plain_records_is_checked_a_field_at_a_time():
     with pytest.raises(ProtocolError) as refused:
         batch_check(batch(samples=records))
     assert refused.value.errors == [("samples[7].util_gpu_avg", "must be a number")]
+
+
+def test_a_checked_batch_keeps_its_samples_columns_and_is_checked_alike_again(monkeypatch):
+    records = _records(windows=3)
+    body = batch_check(batch(samples=records))
+    checked = body["samples"]
+    assert type(checked) is CheckedRecords and checked == records
+    assert checked.columns["util_gpu_avg"] == tuple(r["util_gpu_avg"] for r in records)
+    assert checked.types["sm_active_avg"] == {type(None)}
+    assert batch_check(body)["samples"] == records  # a second check (an importer's) passes
+    monkeypatch.setattr(conf, "MAX_SAMPLES", 5)
+    with pytest.raises(ProtocolError) as refused:
+        batch_check(body)
+    assert refused.value.status == 413

@@ -1,7 +1,6 @@
 """An agent's steady-state batch (a window of a node's GPUs) in few statements: the
-receipt, the node's row and the boot's lookup in one (`batches._batch_claim`), the GPUs'
-last_seen_at set in one statement after they are read (`placement.known_here`, which the
-telemetry's bulk path shares), the token's node read
+receipt, the node's row, the boot's lookup, the GPUs' read and their last_seen_at in one
+(`batches._batch_claim`), the token's node read
 without a query set (`selectors.node_for_token`), and the node's rate counted in one
 round trip to Redis (`ratelimit._count`)."""
 
@@ -12,9 +11,10 @@ from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
 from django.db import connection
 from django.test import Client
+from django.urls import reverse
 
 from gpuquota.ingest.models import NodeBoot, Sample
-from gpuquota.ingest.ratelimit import node_batch_wait_s
+from gpuquota.ingest.ratelimit import _redis, node_batch_wait_s
 from gpuquota.ingest.selectors import node_for_token
 from gpuquota.inventory.models import Gpu, Node
 from tests.ingest.factories import (
@@ -30,7 +30,7 @@ from tests.ingest.factories import (
 pytestmark = pytest.mark.django_db
 
 @pytest.mark.postgres
-def test_a_steady_state_batch_takes_eight_statements(clock):
+def test_a_steady_state_batch_takes_six_statements(clock):
     agent, gpus = Agent(enrolled().key, Client()), [new_gpu_uuid() for _ in range(8)]
     listed = [gpu_entry(gpu, index=i) for i, gpu in enumerate(gpus)]
     minute = recent_minute(5)
@@ -49,11 +49,11 @@ def test_a_steady_state_batch_takes_eight_statements(clock):
     with connection.execute_wrapper(count):
         answer = agent.post(again)
     assert answer.status_code == 202 and answer.json()["samples"]["stored"] == 8
-    # token; receipt + node + boot; the GPUs read, then seen; the samples' COPY (not
+    # token; receipt + node + boot + the GPUs read and seen; the samples' COPY (not
     # counted) at a savepoint; outbox marks; the answer kept for a replay. (The batch's
     # transaction is a savepoint too inside the test's.)
-    assert statements == ["SELECT", "SAVEPOINT", "WITH", "SELECT", "UPDATE", "SAVEPOINT",
-                          "RELEASE", "INSERT", "UPDATE", "RELEASE"]
+    assert statements == ["SELECT", "SAVEPOINT", "WITH", "SAVEPOINT", "RELEASE", "INSERT",
+                          "UPDATE", "RELEASE"]
     assert Sample.objects.filter(gpu__uuid__in=gpus).count() == 16
 
 
@@ -121,7 +121,7 @@ def test_a_nodes_rate_is_one_redis_key_that_expires_after_its_window(settings):
     cache.delete(name)
     assert node_batch_wait_s(node_id=977, now=start) is None
     key = backend.make_and_validate_key(name)
-    assert 110 <= backend._cache.get_client(key).ttl(key) <= 120 and cache.get(name) == 1
+    assert 110 <= _redis(settings.CACHES["default"]).ttl(key) <= 120 and cache.get(name) == 1
     assert node_batch_wait_s(node_id=977, now=start + 1) is None
     assert node_batch_wait_s(node_id=977, now=start + 2) == 58
     assert cache.get(name) == 3
@@ -136,3 +136,22 @@ def test_a_node_is_let_through_when_redis_cannot_count(settings):
         "OPTIONS": {"socket_connect_timeout": 0.2, "socket_timeout": 0.2}}}
     assert isinstance(caches["default"], RedisCache)
     assert [node_batch_wait_s(node_id=978, now=1.0) for _ in range(3)] == [None] * 3
+
+
+def test_the_endpoint_skips_the_browsers_middleware_and_its_500_is_still_json(
+        settings, monkeypatch):
+    settings.DEBUG = False
+    issued, gpu = enrolled(), new_gpu_uuid()
+    agent = Agent(issued.key, Client(raise_request_exception=False))
+    answer = agent.post(batch(gpus=[gpu_entry(gpu)], samples=[sample(gpu, recent_minute(2))]))
+    assert answer.status_code == 202
+    assert "Content-Security-Policy" not in answer and "Set-Cookie" not in answer
+    assert "Content-Security-Policy" in Client().get(reverse("login"))  # pages keep theirs
+
+    def broken(**kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("gpuquota.ingest.views.batch_ingest", broken)
+    failed = agent.post(batch(gpus=[gpu_entry(gpu)], samples=[sample(gpu, recent_minute(1))]))
+    assert failed.status_code == 500 and failed.json()["code"] == "server_error"
+    assert "a bug" not in failed.content.decode()
