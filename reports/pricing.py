@@ -143,9 +143,8 @@ def _priced_lines(kind: str, rows: list[dict], seconds_key: str, rate_attr: str,
     return lines, missing
 
 
-def _gap_error(class_name: str, class_id: int, kind_label: str, seconds: Fraction,
-               period: Period) -> str:
-    gaps = rate_card_gaps(gpu_class_id=class_id, period=period)
+def _gap_error(class_name: str, gaps: list[tuple[datetime, datetime]], kind_label: str,
+               seconds: Fraction, period: Period) -> str:
     where = ", ".join(f"from {utc_label(a)} to {utc_label(b)}" for a, b in gaps) or \
         f"in {period.start:%Y-%m}"
     return (f"No rate card for {class_name} {where}: {round_half_up_int(seconds)} s of "
@@ -222,9 +221,13 @@ def team_drafts(*, period: Period, month: date, team_ids: list[int] | None = Non
                                                    chargeable.borrowed).items():
         draft = drafts.setdefault(team_id, TeamDraft(team_id))
         draft.lent_s, draft.lent_busy_s = lent_s, lent_busy_s
-    for team_id, kinds in by_team.items():
-        draft = drafts.setdefault(team_id, TeamDraft(team_id))
-        _price_team(draft, kinds, cards, names, period)
+    missing = {team_id: _price_team(drafts.setdefault(team_id, TeamDraft(team_id)), kinds,
+                                    cards, names) for team_id, kinds in by_team.items()}
+    # the periods no rate card covers, read once for every team's unpriced classes
+    gaps = rate_card_gaps(gpu_class_ids={class_id for by_class in missing.values()
+                                         for class_id in by_class}, period=period)
+    for team_id, by_class in missing.items():
+        _gap_errors(drafts[team_id], by_class, gaps, names, period)
     for adjustment in adjustments:
         drafts.setdefault(adjustment.team_id, TeamDraft(adjustment.team_id)).lines.append(
             DraftLine(kind=Kind.ADJUSTMENT, amount=adjustment.amount, reason=adjustment.reason,
@@ -244,8 +247,9 @@ _SPECS = {  # kind: (seconds field, rate field, sign, what the seconds are)
 _PRICED = [kind for kind in KIND_ORDER if kind in _SPECS]
 
 
-def _price_team(draft: TeamDraft, kinds: dict, cards: dict, names: dict,
-                period: Period) -> None:
+def _price_team(draft: TeamDraft, kinds: dict, cards: dict, names: dict
+                ) -> dict[int, list[tuple[str, Fraction]]]:
+    """The draft's priced lines; returns the seconds no rate card prices, per class."""
     missing_by_class: dict[int, list[tuple[str, Fraction]]] = defaultdict(list)
     for kind in _PRICED:
         seconds_key, rate_attr, sign, label = _SPECS[kind]
@@ -259,10 +263,15 @@ def _price_team(draft: TeamDraft, kinds: dict, cards: dict, names: dict,
         if kind not in (Kind.FAILURE_CREDIT, Kind.LENDING_CREDIT):
             for class_id, seconds in missing.items():
                 missing_by_class[class_id].append((label, seconds))
+    return missing_by_class
+
+
+def _gap_errors(draft: TeamDraft, missing_by_class: dict, gaps: dict, names: dict,
+                period: Period) -> None:
     for class_id, items in sorted(missing_by_class.items(), key=lambda i: names.get(i[0], "")):
         for label, seconds in items:
-            draft.errors.append(_gap_error(names.get(class_id, str(class_id)), class_id, label,
-                                           seconds, period))
+            draft.errors.append(_gap_error(names.get(class_id, str(class_id)), gaps[class_id],
+                                           label, seconds, period))
 
 
 def _check_currencies(draft: TeamDraft) -> None:

@@ -27,14 +27,10 @@ class Candidate:
     since: datetime
 
 
-def _process_team_id(resolver: OwnerResolver, cluster_id: int, row: dict) -> int | None:
+def _process_team_id(resolver: OwnerResolver, cluster_id: int, row) -> int | None:
     return resolver.team_id(
-        cluster_id=cluster_id, job_source=row["job_source"], job_account=row["job_account"],
-        user=row["user"], uid=row["uid"], at_s=int(row["window_start"].timestamp()))
-
-
-def _resolver(cluster_ids: set[int], start: datetime, end: datetime) -> OwnerResolver:
-    return OwnerResolver(cluster_ids=cluster_ids, start=start, end=end)
+        cluster_id=cluster_id, job_source=row.job_source, job_account=row.job_account,
+        user=row.user, uid=row.uid, at_s=int(row.window_start.timestamp()))
 
 
 def gpus_idle(*, candidates: list[Candidate], now: datetime) -> set[int]:
@@ -70,22 +66,25 @@ def gpus_idle(*, candidates: list[Candidate], now: datetime) -> set[int]:
 
 
 def _team_windows(candidates: list[Candidate], start: datetime, end: datetime, *, own: bool
-                  ) -> list[tuple[int, dict, int | None]]:
+                  ) -> list[tuple[int, object, int | None]]:
     """(gpu id, process row, owner team id) of the processes in [since, end) of each
     candidate whose owner is the reserving team (`own`) or anyone else, unattributed
-    included (not `own`)."""
+    included (not `own`). The owners are resolved with the mappings these processes name
+    only, not every account, namespace and user of the clusters (issue 34: 2,000 teams'
+    at 100,000 GPUs)."""
     by_gpu = {c.gpu_id: c for c in candidates}
     rows = ProcessRecord.objects.filter(gpu_id__in=by_gpu, window_end__gt=start,
                                         window_start__lt=end)
-    rows = list(rows.values("gpu_id", "window_start", "window_end", "job_source",
-                            "job_account", "user", "uid"))
+    rows = list(rows.values_list("gpu_id", "window_start", "window_end", "job_source",
+                                 "job_account", "user", "uid", named=True))
     if not rows:
         return []
-    resolver = _resolver({c.cluster_id for c in candidates}, start, end)
+    resolver = OwnerResolver(cluster_ids={c.cluster_id for c in candidates}, start=start,
+                             end=end, processes=rows)
     out = []
     for row in rows:
-        c = by_gpu[row["gpu_id"]]
-        if row["window_end"] <= c.since:
+        c = by_gpu[row.gpu_id]
+        if row.window_end <= c.since:
             continue
         team_id = _process_team_id(resolver, c.cluster_id, row)
         if (team_id == c.team_id) == own:
@@ -102,8 +101,8 @@ def owner_processes_seen(*, candidates: list[Candidate], now: datetime) -> dict[
     first: dict[int, datetime] = {}
     start = min(c.since for c in candidates)
     for gpu_id, row, _ in _team_windows(candidates, start, now, own=True):
-        if gpu_id not in first or row["window_start"] < first[gpu_id]:
-            first[gpu_id] = row["window_start"]
+        if gpu_id not in first or row.window_start < first[gpu_id]:
+            first[gpu_id] = row.window_start
     return first
 
 
@@ -131,7 +130,7 @@ def seen_free_at(*, candidate: Candidate, now: datetime) -> datetime | None:
     no such sample has arrived."""
     since = candidate.since
     borrower_windows = sorted(
-        (row["window_start"], row["window_end"])
+        (row.window_start, row.window_end)
         for _, row, _ in _team_windows([candidate], since, now, own=False))
     samples = Sample.objects.filter(gpu_id=candidate.gpu_id, window_end__gt=since,
                                     window_start__lt=now).order_by("window_start")

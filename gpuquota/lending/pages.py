@@ -21,10 +21,17 @@ OPEN = (Reservation.Status.SCHEDULED, Reservation.Status.ACTIVE)
 POOL_SHOWN = 200
 
 
-def optout_form(*, team: Team, data=None) -> OptOutForm:
-    """The opt-out form over the team's open reservations and their classes."""
-    reservations = list(Reservation.objects.filter(team=team, status__in=OPEN)
-                        .select_related("gpu_class").order_by("start", "pk"))
+def _open_reservations(team: Team) -> list[Reservation]:
+    return list(Reservation.objects.filter(team=team, status__in=OPEN)
+                .select_related("gpu_class").order_by("start", "pk"))
+
+
+def optout_form(*, team: Team, data=None,
+                reservations: list[Reservation] | None = None) -> OptOutForm:
+    """The opt-out form over the team's open reservations (given, or read) and their
+    classes."""
+    if reservations is None:
+        reservations = _open_reservations(team)
     classes = sorted({r.gpu_class for r in reservations}, key=lambda c: c.name)
     return OptOutForm(data, reservations=reservations, gpu_classes=classes)
 
@@ -33,13 +40,13 @@ def team_lending_context(*, team: Team, can_act: bool, now: datetime) -> dict | 
     """The team page's lending section; None when there is nothing to show or do."""
     loans = team_loans(team=team, now=now)
     optouts = list(optouts_list(teams=Team.objects.filter(pk=team.pk), live_only=True))
-    form = optout_form(team=team) if can_act else None
+    reservations = _open_reservations(team) if can_act else []
+    form = optout_form(team=team, reservations=reservations) if can_act else None
     has_choices = form is not None and bool(form.fields["target"].choices)
     if not (loans.lent or loans.borrowed or optouts or has_choices):
         return None
-    active = [] if not can_act else list(
-        Reservation.objects.filter(team=team, status=Reservation.Status.ACTIVE)
-        .select_related("gpu_class").order_by("start", "pk"))
+    # the active ones of the open reservations the form lists (one query for both)
+    active = [r for r in reservations if r.status == Reservation.Status.ACTIVE]
     return {"lending": {"lent": loans.lent, "borrowed": loans.borrowed, "optouts": optouts,
                         "active": active,
                         "form": form if has_choices else None, "enabled": lending_enabled(),

@@ -292,13 +292,24 @@ def _applied_record(run: ReconcileRun, cluster: Cluster, action: Action, at: dat
 
 
 def _bindings_store(plan: Plan, at: datetime) -> None:
-    """Each planned reservation's binding, written in one upsert per 1,000 (not two queries
-    per reservation: 10,000 GPUs hold about 900 reservations, reconciled every 5 minutes)."""
+    """Each planned reservation's binding, written where it is new or changed, in one
+    upsert per 1,000 (not two queries per reservation: 10,000 GPUs hold about 900
+    reservations, reconciled every 5 minutes); a steady reconcile reads them and writes
+    none (`updated_at`: when the binding last changed)."""
+    planned = {reservation_id: (binding.level, binding.why[:512], binding.scheduler_object)
+               for reservation_id, binding in plan.bindings.items()}
+    stored = {row[0]: row[1:] for row in ReservationBinding.objects.filter(
+        reservation_id__in=planned).values_list("reservation_id", "level", "why",
+                                                "scheduler_object")}
+    changed = sorted(reservation_id for reservation_id, fields in planned.items()
+                     if stored.get(reservation_id) != fields)
+    if not changed:
+        return
     ReservationBinding.objects.bulk_create([
-        ReservationBinding(reservation_id=reservation_id, level=binding.level,
-                           why=binding.why[:512], scheduler_object=binding.scheduler_object,
-                           updated_at=at)
-        for reservation_id, binding in sorted(plan.bindings.items())],
+        ReservationBinding(reservation_id=reservation_id, level=planned[reservation_id][0],
+                           why=planned[reservation_id][1],
+                           scheduler_object=planned[reservation_id][2], updated_at=at)
+        for reservation_id in changed],
         batch_size=1000, update_conflicts=True, unique_fields=["reservation"],
         update_fields=["level", "why", "scheduler_object", "updated_at"])
 

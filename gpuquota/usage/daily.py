@@ -13,7 +13,17 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
-from django.db.models import Case, DurationField, ExpressionWrapper, F, QuerySet, Sum, Value, When
+from django.db.models import (
+    Case,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
 from django.db.models.functions import Greatest, Least, TruncDate
 
 from accounts.models import Team
@@ -25,7 +35,7 @@ from gpuquota.usage.rollup import RESERVED
 from gpuquota.usage.seconds import reserved_in_class_qs, reserved_qs
 from gpuquota.usage.selectors import _assigned_gpu_ids, _split, usage_rows
 
-DAY = timedelta(days=1)
+DAY, SECOND = timedelta(days=1), timedelta(seconds=1)
 
 
 @dataclass
@@ -86,6 +96,63 @@ def seconds_by_window(queryset: QuerySet, windows: list, group: str | None = Non
     if group is None:
         return seconds(rows[0])
     return {row[group]: seconds(row) for row in rows}
+
+
+def seconds_by_day(queryset: QuerySet, windows: list, group: str | None = None) -> dict:
+    """`seconds_by_window` for the contiguous UTC days of `day_windows`, in one query
+    whose work does not grow with the days (issue 34: a month's last day summed 31
+    clipped intervals per row). The rows are grouped by the days their two ends fall on;
+    the seconds before an instant t are Σ min(_hi, t) − min(_lo, t), and Σ min(x, t) over
+    the ends is the sum of the ends on the days before t's plus t for each end after."""
+    if not windows:
+        return {}
+    origin = windows[0][1]
+
+    def since_origin(field: str) -> ExpressionWrapper:
+        return ExpressionWrapper(F(field) - Value(origin), output_field=DurationField())
+    rows = (queryset.annotate(lo_day=TruncDate("_lo", tzinfo=UTC),
+                              hi_day=TruncDate("_hi", tzinfo=UTC))
+            .values(*([group] if group else []), "lo_day", "hi_day")
+            .annotate(rows=Count("*"), lo_sum=Sum(since_origin("_lo")),
+                      hi_sum=Sum(since_origin("_hi"))).order_by())
+    index = {day: k for k, (day, _start, _end) in enumerate(windows)}
+    edges = [start - origin for _day, start, _end in windows] + [windows[-1][2] - origin]
+    ends: dict = {}
+    for row in rows:
+        lo, hi = ends.setdefault(row.get(group), (_Ends(len(edges)), _Ends(len(edges))))
+        lo.add(index.get(row["lo_day"], len(windows)), row["rows"], row["lo_sum"])
+        hi.add(index.get(row["hi_day"], len(windows)), row["rows"], row["hi_sum"])
+
+    def seconds(lo: _Ends, hi: _Ends) -> dict:
+        before = [hi_t - lo_t for hi_t, lo_t in zip(hi.below(edges), lo.below(edges),
+                                                     strict=True)]
+        return {day: (before[k + 1] - before[k]) // SECOND
+                for k, (day, _start, _end) in enumerate(windows)}
+    if group is None:
+        return seconds(*ends[None]) if ends else {day: 0 for day, _s, _e in windows}
+    return {key: seconds(lo, hi) for key, (lo, hi) in ends.items()}
+
+
+class _Ends:
+    """Interval ends (as time since the first day's start) counted and summed per day."""
+
+    def __init__(self, days: int) -> None:
+        self.count = [0] * days
+        self.total = [timedelta(0)] * days
+
+    def add(self, day: int, count: int, total: timedelta) -> None:
+        self.count[day] += count
+        self.total[day] += total
+
+    def below(self, edges: list[timedelta]) -> list[timedelta]:
+        """Σ min(end, edge) for each edge: the ends of the days before the edge's as they
+        are, the others as the edge."""
+        sums, before, after = [], timedelta(0), sum(self.count)
+        for k, edge in enumerate(edges):
+            sums.append(before + edge * after)
+            before += self.total[k]
+            after -= self.count[k]
+        return sums
 
 
 def _reserved_qs(period: Period, team: Team | None, gpu_class: GpuClass | None) -> QuerySet:

@@ -15,7 +15,7 @@ from accounts.models import Team
 from gpuquota.core.timeutil import Period
 from gpuquota.reservations.models import Assignment, Reservation
 from gpuquota.usage.charts import svg_reserved_busy_chart
-from gpuquota.usage.daily import day_windows, seconds_by_window
+from gpuquota.usage.daily import day_windows, seconds_by_day, seconds_by_window
 from gpuquota.usage.figures import Sums, UsageFigures, sums_by
 from gpuquota.usage.freshness import usage_freshness
 from gpuquota.usage.lent import lent_busy_fold, lent_gpu_ids, lent_seconds
@@ -117,8 +117,8 @@ def team_month_context(*, team: Team, month: Period, now: datetime | None = None
     for row in rows:
         busy[row["day"]] = busy.get(row["day"], Fraction(0)) + Fraction(row["busy_s"],
                                                                         row["split_ways"])
-    days = days_from(windows, seconds_by_window(reserved_qs(period, reservation__team=team),
-                                                windows), busy)
+    days = days_from(windows, seconds_by_day(reserved_qs(period, reservation__team=team),
+                                             windows), busy)
     trend = team_trend(team=team, last=month, now=now, last_figures=month_figures)
     return {
         "usage_month": month, "usage_period": period,

@@ -10,6 +10,7 @@ left out (accounting.md, Lending: failed seconds are neither borrowed nor credit
 """
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -157,10 +158,20 @@ def chargeable_seconds(*, period: Period, team_ids: list[int] | None = None
     )
 
 
-def rate_card_gaps(*, gpu_class_id: int, period: Period) -> list[tuple[datetime, datetime]]:
-    """The sub-intervals of `period` with no rate card for that class, in order."""
-    cards = (RateCard.objects.filter(_overlaps("", period), gpu_class_id=gpu_class_id)
-             .order_by("valid_from").values_list("valid_from", "valid_until"))
+def rate_card_gaps(*, gpu_class_ids: Iterable[int], period: Period
+                   ) -> dict[int, list[tuple[datetime, datetime]]]:
+    """The sub-intervals of `period` with no rate card, in order, for each class: one
+    query whatever the classes."""
+    cards: dict[int, list] = {class_id: [] for class_id in gpu_class_ids}
+    for class_id, valid_from, valid_until in (
+            RateCard.objects.filter(_overlaps("", period), gpu_class_id__in=cards)
+            .order_by("gpu_class_id", "valid_from")
+            .values_list("gpu_class_id", "valid_from", "valid_until")):
+        cards[class_id].append((valid_from, valid_until))
+    return {class_id: _gaps(class_cards, period) for class_id, class_cards in cards.items()}
+
+
+def _gaps(cards: list[tuple], period: Period) -> list[tuple[datetime, datetime]]:
     gaps, cursor = [], period.start
     for valid_from, valid_until in cards:
         if valid_from > cursor:

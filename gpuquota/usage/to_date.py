@@ -28,7 +28,7 @@ from django.db.models import Sum
 
 from gpuquota.core.timeutil import Period, hour_floor
 from gpuquota.inventory.models import GpuClass
-from gpuquota.usage.daily import DayUsage, day_windows, seconds_by_window
+from gpuquota.usage.daily import DayUsage, day_windows, seconds_by_day
 from gpuquota.usage.figures import FleetFigures, Sums, UsageFigures, sums_by
 from gpuquota.usage.models import FleetDayUsage, FleetHourUsage, GpuDayUsage, GpuHourUsage
 from gpuquota.usage.rollup import RESERVED, UNRESERVED
@@ -167,7 +167,7 @@ def utilization_overview(*, period: Period, unreserved: bool) -> UtilizationOver
     in_service = in_service_seconds_by_class(period=period)
     failed = failed_seconds_by_class(period=period)
     windows = day_windows(period)
-    reserved_days = seconds_by_window(reserved_by_class_qs(period), windows, CLASS_IN_FORCE)
+    reserved_days = seconds_by_day(reserved_by_class_qs(period), windows, CLASS_IN_FORCE)
     reserved = {class_id: sum(days.values()) for class_id, days in reserved_days.items()}
     failed_reserved = failed_reserved_seconds_by_class(period=period)
     busy_days = _busy_by(rows, lambda r: (r["gpu_class_id"], r["day"]))
@@ -192,7 +192,7 @@ def utilization_overview(*, period: Period, unreserved: bool) -> UtilizationOver
             failed_reserved_s=seconds_total(failed_reserved_qs(period)), sums=all_reserved))
     return UtilizationOverview(
         fleet=fleet, classes=classes,
-        fleet_days=days_from(windows, seconds_by_window(reserved_qs(period), windows),
+        fleet_days=days_from(windows, seconds_by_day(reserved_qs(period), windows),
                              _busy_by(rows, lambda r: r["day"])),
         class_days=[(klass, days_from(
             windows, reserved_days.get(klass.id, {}),

@@ -9,7 +9,17 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from gpuquota.lending.idle import Candidate, gpus_idle
-from tests.lending.factories import IDLE, MIN, NOW, OWNER_USER, World, held_gpus, samples
+from tests.lending.factories import (
+    BORROWER_USER,
+    IDLE,
+    MIN,
+    NOW,
+    OWNER_USER,
+    STRANGER,
+    World,
+    held_gpus,
+    samples,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -56,3 +66,34 @@ def test_queries_and_rows_do_not_grow_with_the_gpus_or_their_samples(world):
     large_queries, large_rows = cost(3)
     assert small_queries == large_queries
     assert (small_rows, large_rows) == (1, 3)  # not 90 and 270 samples
+
+
+def test_owners_are_resolved_with_the_mappings_the_processes_name_only(world):
+    """The idle check and the borrowers' read resolved owners with every account,
+    namespace and user mapping of the clusters (20,000 at 100,000 GPUs): only those the
+    processes name are read now, the same owners."""
+    from accounts.models import ClusterIdentity
+    from gpuquota.lending.idle import borrower_team_ids_by_gpu
+    from tests.factories import ClusterIdentityFactory, TeamFactory
+
+    for n in range(20):  # other teams' accounts on the cluster, which no process names
+        ClusterIdentityFactory(cluster=world.cluster, kind=ClusterIdentity.Kind.SLURM_ACCOUNT,
+                               key=f"unnamed-{n}", team=TeamFactory(slug=f"unnamed-{n}"),
+                               user=None)
+    owner, borrowed, stranger, quiet = held_gpus(world.reserve(count=4))
+    samples(owner, start=NOW - IDLE, end=NOW, util=0, users=(OWNER_USER,))
+    samples(borrowed, start=NOW - IDLE, end=NOW, util=90, users=(BORROWER_USER,))
+    samples(stranger, start=NOW - IDLE, end=NOW, util=90, users=(STRANGER,))
+    samples(quiet, start=NOW - IDLE, end=NOW, util=0)
+    gpus = [owner, borrowed, stranger, quiet]
+    found = [Candidate(g.id, world.cluster.id, world.team.id, NOW - IDLE) for g in gpus]
+    with CaptureQueriesContext(connection) as queries:
+        borrowers = borrower_team_ids_by_gpu(candidates=found, until=NOW)
+        idle = gpus_idle(candidates=found, now=NOW)
+    assert borrowers == {owner.id: set(), borrowed.id: {world.other_team.id},
+                         stranger.id: {None}, quiet.id: set()}
+    assert idle == {quiet.id}
+    mappings = [q["sql"] for q in queries if 'FROM "accounts_clusteridentity"' in q["sql"]]
+    assert len(mappings) == 2 and all("unnamed" not in sql and "'sam'" in sql
+                                      for sql in mappings)
+    assert all("'slurm_account'" not in sql for sql in mappings)  # no process of Slurm

@@ -164,6 +164,22 @@ def test_metrics(client, world, loan, settings):
     assert 'gpuquota_lending_time_to_return_seconds{quantile="0.99"} 120.0' in body
 
 
+def test_the_sections_reservations_are_read_once(world):
+    """The opt-out form's open reservations and the "lend now" buttons' active ones were
+    two reads of the team's reservations: one now, whatever the reservations."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from gpuquota.lending.pages import team_lending_context
+
+    reservations = [world.reserve(count=1, start=_now() - 60 * MIN, end=_now() + 600 * MIN)
+                    for _ in range(2)]
+    with CaptureQueriesContext(connection) as captured:
+        context = team_lending_context(team=world.team, can_act=True, now=timezone.now())
+    assert context["lending"]["active"] == reservations
+    assert context["lending"]["form"] is not None
+    assert sum('FROM "reservations_reservation"' in q["sql"] for q in captured) == 1
 
 
 @pytest.mark.parametrize("role", ROLES)

@@ -40,6 +40,15 @@ def test_bindings_follow_the_plan(memory):
     cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW)
     binding = ReservationBinding.objects.get(reservation=r)
     assert (binding.level, binding.updated_at) == ("quota", NOW)
-    cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW + timedelta(minutes=5))
+    with CaptureQueriesContext(connection) as queries:  # steady: nothing written
+        cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW + timedelta(minutes=5))
     binding.refresh_from_db()
-    assert binding.updated_at == NOW + timedelta(minutes=5)
+    assert (binding.level, binding.updated_at) == ("quota", NOW)
+    table = ReservationBinding._meta.db_table
+    assert [q["sql"] for q in queries if table in q["sql"]
+            and q["sql"].lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE"))] == []
+    ReservationBinding.objects.filter(pk=binding.pk).update(why="another plan's")
+    cluster_reconcile(cluster=memory.cluster, reason="test", at=NOW + timedelta(minutes=10))
+    binding.refresh_from_db()
+    assert (binding.why != "another plan's", binding.updated_at) == \
+        (True, NOW + timedelta(minutes=10))

@@ -5,6 +5,8 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from gpuquota.core.timeutil import Period
 from gpuquota.inventory.models import GpuHealthInterval
@@ -13,6 +15,7 @@ from gpuquota.outbox.services import gpu_interval_mark_dirty
 from gpuquota.usage.models import GpuHourUsage
 from gpuquota.usage.pricing import chargeable_seconds, rate_card_gaps
 from gpuquota.usage.sweep import dirty_hours_process
+from reports.pricing import team_drafts
 from tests.factories import EPOCH, GpuClassFactory, RateCardFactory, TeamFactory, make_gpu
 from tests.usage.factories import T0, add_processes, minute_samples, reserve, team_with_user
 
@@ -75,16 +78,16 @@ def test_class_change_prices_each_second_in_its_class_and_names_the_uncarded_sec
         {"team_id": team.id, "gpu_class_id": unpriced.id, "rate_card_id": None,
          "seconds": 2400},
     ]
-    assert rate_card_gaps(gpu_class_id=unpriced.id, period=PERIOD) == [(T0, T0 + 2 * H)]
-    assert rate_card_gaps(gpu_class_id=priced.id, period=PERIOD) == []
+    assert rate_card_gaps(gpu_class_ids=[unpriced.id, priced.id], period=PERIOD) == {
+        unpriced.id: [(T0, T0 + 2 * H)], priced.id: []}
 
 
 def test_rate_card_gaps_between_and_around_cards():
     klass = GpuClassFactory()
     RateCardFactory(gpu_class=klass, valid_from=T0 + 10 * M, valid_until=T0 + 20 * M)
     RateCardFactory(gpu_class=klass, valid_from=T0 + 30 * M, valid_until=T0 + H)
-    assert rate_card_gaps(gpu_class_id=klass.id, period=Period(T0, T0 + 90 * M)) == [
-        (T0, T0 + 10 * M), (T0 + 20 * M, T0 + 30 * M), (T0 + H, T0 + 90 * M)]
+    assert rate_card_gaps(gpu_class_ids=[klass.id], period=Period(T0, T0 + 90 * M)) == {
+        klass.id: [(T0, T0 + 10 * M), (T0 + 20 * M, T0 + 30 * M), (T0 + H, T0 + 90 * M)]}
 
 
 def test_failure_inside_a_reservation_approved_after_its_start():
@@ -129,3 +132,28 @@ def test_on_demand_split_between_teams_unattributed_and_failed_time_left_out():
     only_alpha = chargeable_seconds(period=PERIOD, team_ids=[alpha.id])
     assert sorted(r["split_ways"] for r in only_alpha.on_demand) == [1, 2]
     assert {r["team_id"] for r in only_alpha.on_demand} == {alpha.id}
+
+
+def _gap_queries(classes: int, teams: int) -> tuple[int, dict]:
+    for c in range(classes):
+        klass = GpuClassFactory(name=f"U{classes}-{c}")
+        RateCardFactory(gpu_class=klass, valid_from=T0 + H)  # the first hour unpriced
+        for t in range(teams):
+            reserve(TeamFactory(slug=f"t{classes}-{c}-{t}"), make_gpu(gpu_class=klass),
+                    T0, T0 + 2 * H)
+    with CaptureQueriesContext(connection) as captured:
+        drafts = team_drafts(period=PERIOD, month=PERIOD.start.date())
+    return sum("reports_ratecard" in q["sql"] for q in captured), drafts
+
+
+def test_the_periods_without_a_rate_card_are_read_once_for_every_team_and_class():
+    """A draft's rate-card gaps were a query per team, class and kind unpriced (the team
+    page's queries grew with the classes without cards, statements-refresh-open's with the
+    teams): one query now, the same errors."""
+    small, drafts = _gap_queries(1, 1)
+    large, more = _gap_queries(3, 2)
+    assert small == large
+    errors = sorted(e for d in more.values() for e in d.errors)
+    assert len(errors) == 7 and errors[-1] == (
+        f"No rate card for U3-2 from {T0:%Y-%m-%d %H:%M}Z to {T0 + H:%Y-%m-%d %H:%M}Z: "
+        "3600 s of reserved time cannot be priced.")
