@@ -89,13 +89,7 @@ class Replay:
 
 
 def _misses(replay: Replay, history, flagged: set, *, jobs: bool) -> list[str]:
-    from gpuquota.reliability.lemons import (
-        _leave_out_lemons,
-        _test,
-        classes_of,
-        units,
-        units_tested,
-    )
+    from gpuquota.reliability.lemons import _leave_out_lemons, _test, classes_of, units
 
     work, lines = replay.work, []
     _, _, lemon_gpus = truth(work)
@@ -103,7 +97,7 @@ def _misses(replay: Replay, history, flagged: set, *, jobs: bool) -> list[str]:
     multiple_of |= {f"bench/{work.nodes[n][0]}": 5 for n in work.lemon_nodes}
     for kind in ("gpu", "node"):
         all_units = units(history, kind)
-        classes = classes_of(all_units, with_warnings=True, tested=units_tested(history))
+        classes = classes_of(all_units, with_warnings=True)
         for klass in classes.values():
             _leave_out_lemons(klass, history.as_of, jobs=jobs)
         for unit in all_units:
@@ -114,7 +108,7 @@ def _misses(replay: Replay, history, flagged: set, *, jobs: bool) -> list[str]:
             lines.append(f"MISS {kind} {unit.gpu_class} x{multiple_of[unit.key]} incidents="
                          f"{t.incidents} expected={t.expected:.2f} jobs_failed={t.jobs_failed}"
                          f" jobs_expected={t.jobs_expected and round(t.jobs_expected, 2)} "
-                         f"p={t.p_value:.2e} p_units={t.p_value * peers.tested:.3f}")
+                         f"p={t.p_value:.2e} p_units={t.p_value * len(peers.units):.3f}")
     return lines
 
 
@@ -163,17 +157,17 @@ def main() -> None:
     parser.add_argument("--misses", action="store_true")
     parser.add_argument("--no-drift", action="store_true")
     parser.add_argument("--alphas", default="",
-                        help="ALPHA values to try, comma separated (calibration)")
+                        help="ALPHA:ALPHA_JOBS pairs to try, comma separated (calibration)")
     args = parser.parse_args()
     _setup()
     from gpuquota.reliability import lemons
 
-    alphas = [float(a) for a in args.alphas.split(",") if a]
+    pairs = [tuple(float(x) for x in p.split(":")) for p in args.alphas.split(",") if p]
     for seed in args.seed:
         replay = Replay(workload(days=180, seed=seed, scale=args.scale))
-        for alpha in alphas or [lemons.ALPHA]:
-            lemons.ALPHA = alpha
-            print(f"seed {seed}: ALPHA={alpha}")
+        for pair in pairs or [(lemons.ALPHA, lemons.ALPHA_JOBS)]:
+            lemons.ALPHA, lemons.ALPHA_JOBS = pair
+            print(f"seed {seed}: ALPHA={pair[0]} ALPHA_JOBS={pair[1]}")
             _report(seed, args, replay)
 
 

@@ -5,17 +5,14 @@ more than its class's. Over the `WINDOW` before `as_of`, its incidents are compa
 those its days in service would see at its class's rate (the class without it and without
 its lemons, found to a fixpoint: `_leave_out_lemons`), and its failed jobs with those its
 job-days would see at its class's rate of failed jobs (the users' own failures, which
-every GPU sees, explain themselves). The p-value is the incidents' Poisson tail
-randomized by the failed jobs' (P(X > n) + P(X = n) p_jobs): exact at its level, and the
-failed jobs decide among the units that show the same incidents, never outweigh one
-more. A unit is flagged below `ALPHA` divided by the units tested in the fleet (GPUs and
-nodes: each its equal share of the false flags), with at least `MIN_SIGNALS` incidents
-and failed jobs beyond the expected. `ALPHA` was calibrated on the benchmark's
-calibration seeds for at most one false flag per fleet-day
-(docs/benchmarks.md#reliability), not on the seeds it reports. The score is -log10(p);
-the evidence lists the failures by XID, repeats after a repair, the jobs a failure ended,
-the failed jobs counted, hardware warnings and the row-remap headroom. The first-flagged
-time is the signal since which the unit has been flagged at every signal up to `as_of`:
+every GPU sees, explain themselves): two Poisson upper tails,
+combined by Fisher's method, flagged below `ALPHA` divided by the units of the class and
+with at least `MIN_SIGNALS` incidents and failed jobs beyond the expected. `ALPHA` was
+calibrated on the benchmark's calibration seeds for at most one false flag per fleet-day
+(docs/benchmarks.md#reliability), not on the seeds it reports. The score is -log10(p); the
+evidence lists the failures by XID, repeats after a repair, the jobs a failure ended, the
+failed jobs counted, hardware warnings and the row-remap headroom. The first-flagged time
+is the signal since which the unit has been flagged at every signal up to `as_of`:
 replaying history gives the same answer."""
 
 import bisect
@@ -35,10 +32,11 @@ from gpuquota.reliability.history import (
     fleet_history,
 )
 from gpuquota.reliability.jobruns import FAILED, Busy
-from gpuquota.reliability.stats import poisson_sf, poisson_sf_randomized
+from gpuquota.reliability.stats import fisher_p, poisson_sf
 
 WINDOW = timedelta(days=180)
-ALPHA = 0.5  # healthy units flagged a fleet-day, expected (an equal share each unit)
+ALPHA = 0.25  # a unit tested on its incidents alone
+ALPHA_JOBS = 0.075  # on its incidents and failed jobs (less discrete: nearer its level)
 MIN_SIGNALS = 3
 OUTLIER_ROUNDS = 10  # rounds of leaving the flagged units out of their class's base rate
 REPEAT_WITHIN = timedelta(days=7)
@@ -170,7 +168,6 @@ class _Class:
     job_failed_times: list = field(default_factory=list)
     with_warnings: bool = False  # `times` are all hardware incidents, not failures only
     outliers: dict[str, Unit] = field(default_factory=dict)  # left out of its base rates
-    tested: int = 0  # the units tested in the fleet, GPUs and nodes (the level's share)
 
     @cached_property
     def busy(self) -> Busy:
@@ -215,11 +212,9 @@ class _Class:
         return count, job_days
 
 
-def classes_of(all_units: list[Unit], *, with_warnings: bool = False,
-               tested: int = 0) -> dict[str, _Class]:
+def classes_of(all_units: list[Unit], *, with_warnings: bool = False) -> dict[str, _Class]:
     """Each class's units and their failure instants (with warnings: all their hardware
-    incidents, the lemon test's signals; `tested`: the units the lemon test tests in the
-    fleet)."""
+    incidents, the lemon test's signals)."""
     grouped: dict[str, list[Unit]] = defaultdict(list)
     for unit in all_units:
         grouped[unit.gpu_class].append(unit)
@@ -227,7 +222,7 @@ def classes_of(all_units: list[Unit], *, with_warnings: bool = False,
         t for u in members
         for t in (u.signal_times if with_warnings else [i.at for i in u.failures])),
         job_failed_times=sorted(t for u in members for t in u.job_failed_times),
-        with_warnings=with_warnings, tested=tested)
+        with_warnings=with_warnings)
         for name, members in grouped.items()}
 
 
@@ -256,9 +251,10 @@ def _jobs_p(unit: Unit, peers: _Class, start: datetime, at: datetime
 
 def _test(unit: Unit, peers: _Class, at: datetime, *, jobs: bool = True) -> _Tested:
     """The unit over the window ending at `at`: its hardware incidents against its class's
-    rate (Poisson), randomized by its failed jobs against its class's (Poisson; with no
-    `jobs`, or none to test, the exact tail); flagged below ALPHA over the fleet's units,
-    with at least MIN_SIGNALS incidents and failed jobs beyond what its class explains."""
+    rate (Poisson), and with `jobs` its failed jobs against its class's (Poisson), the two
+    p-values combined by Fisher's method; flagged below ALPHA (ALPHA_JOBS with the jobs)
+    over the class's units, with at least MIN_SIGNALS incidents and failed jobs beyond
+    what its class explains."""
     start = at - WINDOW
     n, days = unit.signals(start, at), unit.days(start, at)
     rest_n, rest_days = peers.rest(unit, start, at)
@@ -267,11 +263,15 @@ def _test(unit: Unit, peers: _Class, at: datetime, *, jobs: bool = True) -> _Tes
     # the class's rate without the unit and its outliers; one pseudo-incident keeps a
     # spotless class testable
     expected = max(rest_n, 1) / rest_days * days
+    p = poisson_sf(n, expected)
     failed, jobs_expected, jobs_p = _jobs_p(unit, peers, start, at) if jobs else (0, None, 1)
-    p = poisson_sf_randomized(n, expected, jobs_p)
-    signals = n + (0.0 if jobs_expected is None else max(0.0, failed - jobs_expected))
-    return _Tested(signals >= MIN_SIGNALS and p <= ALPHA / max(1, peers.tested), p, n,
-                   expected, failed, jobs_expected)
+    signals = n
+    if jobs_expected is not None:
+        p = fisher_p([p, jobs_p])
+        signals += max(0.0, failed - jobs_expected)
+    alpha = ALPHA if jobs_expected is None else ALPHA_JOBS
+    return _Tested(signals >= MIN_SIGNALS and p <= alpha / len(peers.units), p, n, expected,
+                   failed, jobs_expected)
 
 
 def _first_flagged(unit: Unit, peers: _Class, as_of: datetime, *, jobs: bool) -> datetime:
@@ -337,17 +337,12 @@ def _leave_out_lemons(klass: _Class, as_of: datetime, *, jobs: bool) -> None:
         klass.outliers = {**klass.outliers, **found}
 
 
-def units_tested(history: History) -> int:
-    """The units the lemon test tests in the history's fleet: its GPUs and its nodes."""
-    return len(history.gpus) + len({(g.cluster, g.hostname) for g in history.gpus.values()})
-
-
 def lemons_from(history: History, *, kind: str, jobs: bool = True) -> list[Flag]:
     """The flagged GPUs (kind "gpu") or nodes ("node") as of the history's instant (`jobs`
     False: on hardware incidents alone, as before failed jobs counted)."""
     as_of = history.as_of
     all_units = units(history, kind)
-    classes = classes_of(all_units, with_warnings=True, tested=units_tested(history))
+    classes = classes_of(all_units, with_warnings=True)
     for klass in classes.values():
         _leave_out_lemons(klass, as_of, jobs=jobs)
     flags = []

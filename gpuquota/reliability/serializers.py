@@ -27,10 +27,10 @@ class ReliabilityFlagSerializer(serializers.Serializer):
     gpu_class = serializers.CharField()
     cluster = serializers.CharField()
     score = serializers.FloatField(help_text="-log10 of the p-value (higher: more surprising)")
-    p_value = serializers.FloatField(help_text="Poisson tail of its hardware incidents "
+    p_value = serializers.FloatField(help_text="Poisson upper tail of its hardware incidents "
                                      "(failures and warnings) against the class's rate, "
-                                     "randomized by that of its failed jobs when its class "
-                                     "ran jobs: P(X > n) + P(X = n) p_jobs")
+                                     "combined by Fisher's method with that of its failed "
+                                     "jobs when its class ran jobs")
     failures = serializers.IntegerField(help_text="Hardware failures in the last 180 days")
     warnings = serializers.IntegerField(help_text="Hardware warnings in the last 180 days")
     expected = serializers.FloatField(help_text="The incidents (failures and warnings) its "

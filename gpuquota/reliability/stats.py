@@ -1,6 +1,6 @@
 """Exact Poisson statistics without SciPy: the Garwood confidence interval of a rate, the
-upper tail of a count (exact, and randomized by an independent p-value) and the
-conditional (binomial) test of two rates."""
+upper tail of a count, the conditional (binomial) test of two rates and Fisher's
+combination of independent p-values."""
 
 import math
 from functools import lru_cache
@@ -44,17 +44,6 @@ def poisson_sf(k: int, mu: float) -> float:
     return max(0.0, 1.0 - poisson_cdf(k - 1, mu))
 
 
-def poisson_sf_randomized(k: int, mu: float, u: float) -> float:
-    """P(X > k) + u P(X = k) for X ~ Poisson(mu): the randomized p-value of seeing k where
-    mu is expected, with `u` in [0, 1] for the uniform draw. Under the null hypothesis and a
-    `u` independent of X that is uniform (or, as the p-value of another discrete test,
-    at least as likely to be large), it is uniform (or at least as likely to be large):
-    P(p <= a) <= a, with equality where `u` is uniform. So the test attains its level, which
-    the exact tail P(X >= k) (u = 1) of a small mu does not by far; and with `u` another
-    test's p-value, that test decides among the units that show the same count."""
-    return min(1.0, poisson_sf(k + 1, mu) + u * math.exp(_log_pmf(k, mu)))
-
-
 def _bisect(f, lo: float, hi: float) -> float:
     for _ in range(200):
         mid = (lo + hi) / 2
@@ -96,3 +85,18 @@ def rate_excess_p(*, k_recent: int, t_recent: float, k_base: int, t_base: float)
     if t_recent <= 0 or t_base <= 0:
         return 1.0
     return binomial_sf(k_recent, k_recent + k_base, t_recent / (t_recent + t_base))
+
+
+def fisher_p(p_values: list[float]) -> float:
+    """Fisher's combined p-value of independent tests: P(chi-square with 2k degrees of
+    freedom >= -2 sum(ln p)), in closed form q * sum((-ln q)^i / i!, i < k) with q the
+    product of the k p-values. Valid (conservative) for discrete p-values such as
+    Poisson tails, since each is then at least as likely to be large as a uniform one."""
+    q = math.prod(p_values)
+    if q <= 0:
+        return 0.0
+    x, term, total = -math.log(q), 1.0, 1.0
+    for i in range(1, len(p_values)):
+        term *= x / i
+        total += term
+    return min(1.0, q * total)

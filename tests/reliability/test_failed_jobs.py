@@ -1,7 +1,6 @@
 """Jobs that failed on a GPU with no hardware event behind them: counted against the class's
 rate of failed jobs per job-day (the users' own failures, which every GPU sees, explain
-nothing), the tie-break among units with the same hardware incidents (the incidents'
-Poisson tail randomized by the failed jobs' p-value)."""
+nothing), combined with the hardware incidents by Fisher's method."""
 
 import math
 from datetime import UTC, datetime, timedelta
@@ -11,39 +10,21 @@ import pytest
 from gpuquota.reliability.history import fleet_history
 from gpuquota.reliability.jobruns import Busy
 from gpuquota.reliability.lemons import lemons, lemons_from
-from gpuquota.reliability.stats import poisson_sf, poisson_sf_randomized
+from gpuquota.reliability.stats import fisher_p
 from tests.reliability.factories import fleet_build, jobs_run
 
 AS_OF = datetime(2026, 6, 1, tzinfo=UTC)
 START = AS_OF - timedelta(days=119)
 
 
-def test_the_randomized_tail():
-    """P(X > k) + u P(X = k): the exact tail at u = 1, the tail beyond k at u = 0; never
-    above the exact tail, so an unremarkable job count costs the incidents nothing."""
-    mu = 0.5
-    for k in range(6):
-        assert math.isclose(poisson_sf_randomized(k, mu, 1.0), poisson_sf(k, mu))
-        assert math.isclose(poisson_sf_randomized(k, mu, 0.0), poisson_sf(k + 1, mu))
-        assert poisson_sf_randomized(k, mu, 0.5) <= poisson_sf(k, mu)
-    # 4 incidents where 0.5 are expected, the jobs' p-value 0.1: between 5 and 4 exactly
-    p4 = math.exp(-mu) * mu**4 / 24
-    assert math.isclose(poisson_sf_randomized(4, mu, 0.1), poisson_sf(5, mu) + 0.1 * p4)
-
-
-def test_the_randomized_tail_attains_its_level():
-    """With u uniform, P(p <= a) = a exactly (the exact tail's level is far below a for a
-    small mean): the sum over the counts of P(X = k) P(u <= cutoff of k)."""
-    mu, a = 0.3, 1e-3
-    attained = 0.0
-    for k in range(40):
-        pk = math.exp(-mu) * mu**k / math.factorial(k)
-        above = poisson_sf(k + 1, mu)
-        attained += pk * min(1.0, max(0.0, (a - above) / pk))
-    assert math.isclose(attained, a, rel_tol=1e-9)
-    exact = sum(math.exp(-mu) * mu**k / math.factorial(k) for k in range(40)
-                if poisson_sf(k, mu) <= a)
-    assert exact < a / 3
+def test_fisher_combination():
+    assert fisher_p([0.3]) == 0.3 and fisher_p([1.0, 1.0]) == 1.0
+    # chi-square with 4 degrees of freedom at -2 ln(0.05 * 0.05) = 11.98: 0.0175
+    assert round(fisher_p([0.05, 0.05]), 4) == 0.0175
+    q = 1e-3 * 0.2
+    assert math.isclose(fisher_p([1e-3, 0.2]), q * (1 - math.log(q)))
+    assert fisher_p([1e-3, 0.5]) > 1e-3  # an unremarkable second test costs some evidence
+    assert fisher_p([1e-3, 0.01]) < 1e-3 and fisher_p([0.0, 0.5]) == 0.0
 
 
 def test_job_days_of_overlapping_runs():
