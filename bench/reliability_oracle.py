@@ -15,9 +15,10 @@ test the nodes and hold the budget on every day from day 90, so it cannot reach 
 
 Assumed as the generator plants them (bench/reliability_fleet.py, reliability_jobs.py):
 warnings at 1 per 1,000 GPU-days, a lemon's at its multiple; the H100 class's rate doubled
-for the last 60 days (its lemons' not); silent kills at twice a GPU's failure rate, its
-jobs running all the time; `--users-failed`: the users' failed jobs a GPU sees in 180 days
-(the benchmark's jobs_expected less the healthy silent kills: about 14.6)."""
+for the last 60 days (its lemons' not); silent kills at twice a GPU's failure rate (before
+the drift), its jobs running all the time; `--users-failed`: the users' failed jobs a GPU
+sees in 180 days (the benchmark's jobs_expected less the healthy silent kills: about
+14.6)."""
 
 import argparse
 import math
@@ -44,10 +45,10 @@ def _pmf(mu: float) -> list[float]:
 def _means(rate: float, multiple: int, drift: bool, users: float) -> tuple[float, float]:
     """(incidents, failed jobs) expected of a GPU in 180 days."""
     failures = rate * multiple * DAYS
+    silent = SILENT_KILLS_PER_FAILURE * failures  # at the class's rate before its drift
     if drift and multiple == 1:
         failures += rate * (DAYS - DRIFT_DAY)  # the class's rate doubled from DRIFT_DAY
-    return (failures + WARNING_RATE * multiple * DAYS,
-            users + SILENT_KILLS_PER_FAILURE * failures)
+    return failures + WARNING_RATE * multiple * DAYS, users + silent
 
 
 def cells(users: float, *, jobs: bool = True) -> list[tuple[float, float, float]]:
