@@ -21,7 +21,7 @@ from tests.factories import (
     TeamFactory,
     make_gpu,
 )
-from tests.kubernetes.fake_apiserver import FakeApiServer
+from tests.kubernetes.fake_apiserver import FakeApiServer, dra
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 TOKEN = "sa-token-for-tests"
@@ -117,3 +117,14 @@ def dra_server(*, version: str = "v1.37.0", runtime_config=frozenset(),
     for resource_slice in slices or [gpu_slice("gpu-a", [])]:
         server.put(resource_slice)
     return server
+
+
+def claim_on(server, gpu, name: str, pod: str) -> None:
+    """speech's claim for `gpu` (by UUID), allocated by the fake's allocator for `pod`."""
+    server.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": "speech"},
+                "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                    "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
+                    "count": 1, "selectors": [{"cel": {"expression": (
+                        f"device.attributes['gpu.nvidia.com'].uuid == '{gpu.uuid}'")}}]}}]}}})
+    assert dra.allocate(server, "speech", name, pod=pod)

@@ -10,8 +10,7 @@ import pytest
 from gpuquota.ingest.models import GpuEvent
 from gpuquota.reliability.drains import drains_apply, drains_observe
 from gpuquota.reliability.models import Drain
-from tests.kubernetes.conftest import NOW, dra_server, gpu_slice
-from tests.kubernetes.fake_apiserver import dra
+from tests.kubernetes.conftest import NOW, claim_on, dra_server, gpu_slice
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 
@@ -30,13 +29,7 @@ def _pod_with_claim(server, gpu, name: str) -> None:
                          "containers": [{"name": "main", "image": "train:1"}],
                          "resourceClaims": [{"name": "gpu", "resourceClaimName": name}]},
                 "status": {"phase": "Running"}})
-    server.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": "speech"},
-                "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
-                    "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
-                    "count": 1, "selectors": [{"cel": {"expression": (
-                        f"device.attributes['gpu.nvidia.com'].uuid == '{gpu.uuid}'")}}]}}]}}})
-    assert dra.allocate(server, "speech", name, pod=name)
+    claim_on(server, gpu, name, pod=name)
 
 
 def _observed(server) -> tuple[list[str], dict]:

@@ -20,12 +20,13 @@ from gpuquota.schedulers.reconcile import cluster_reconcile
 from tests.kubernetes.conftest import (
     NOW,
     TOKEN,
+    claim_on,
     dra_server,
     gpu_slice,
     shipped_roles,
     shipped_rules,
 )
-from tests.kubernetes.fake_apiserver import FakeApiServer, dra
+from tests.kubernetes.fake_apiserver import FakeApiServer
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.django_db]
 RULE = "gq-drain-gpu-a-gpu2"
@@ -53,17 +54,6 @@ def _pod_on(server, name: str, *, node: str = "gpu-a", claim: str | None = None,
         "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner, "name": f"{name}-o",
                              "uid": f"uid-{name}-o"}]},
         "spec": spec, "status": {"phase": phase}})
-
-
-def _claim_on(server, gpu, name: str, pod: str) -> None:
-    """speech's claim for `gpu` (by UUID), allocated by the fake's allocator for `pod`."""
-    server.put({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": "speech"},
-                "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
-                    "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount",
-                    "count": 1, "selectors": [{"cel": {"expression": (
-                        f"device.attributes['gpu.nvidia.com'].uuid == '{gpu.uuid}'")}}]}}]}}})
-    assert dra.allocate(server, "speech", name, pod=pod)
 
 
 def _reconcile(kube, **kwargs):
@@ -129,9 +119,9 @@ def test_a_lesser_event_lets_pods_finish_then_a_critical_one_evicts_them(kube):
         _node(server)
         kube.configure(server)
         _pod_on(server, "train")
-        _claim_on(server, gpus[2], "train-gpu", "train")
+        claim_on(server, gpus[2], "train-gpu", "train")
         _pod_on(server, "other")
-        _claim_on(server, gpus[0], "other-gpu", "other")
+        claim_on(server, gpus[0], "other-gpu", "other")
         with time_machine.travel(NOW, tick=False):
             [drain] = _fail(gpus[2], 63)  # row remapping recorded: after the jobs
             lesser = server.get("DeviceTaintRule", RULE)["spec"]["taint"]["effect"]
