@@ -195,7 +195,7 @@ def daily_usage(*, period: Period, team: Team | None = None,
     windows = day_windows(period)
     if not windows:
         return []
-    reserved = seconds_by_window(_reserved_qs(period, team, gpu_class), windows)
+    reserved = seconds_by_day(_reserved_qs(period, team, gpu_class), windows)
     busy = _busy_by_day(period, team, gpu_class)
     return [DayUsage(day=day, reserved_s=reserved[day], busy_s=busy.get(day, Fraction(0)))
             for day, _start, _end in windows]
