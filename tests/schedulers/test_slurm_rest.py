@@ -215,8 +215,11 @@ def test_job_import_reads_through_slurmrestd_and_a_failure_is_a_cluster_problem(
 
 
 def test_an_unfinished_job_not_answered_again_is_re_read_by_id_through_slurmrestd(site, restd):
-    running = _accounted(6)
-    running["state"]["current"], running["time"]["end"] = "RUNNING", 0
+    # the same job (one submission instant) running, then answered again by id completed: two
+    # calls of `_accounted` a second apart on the ticking clock were two jobs (a CI failure)
+    completed = _accounted(6)
+    running = {**completed, "state": {**completed["state"], "current": "RUNNING"},
+               "time": {**completed["time"], "end": 0}}
     restd.routes["/slurmdb/v0.0.38/jobs"] = (200, {"meta": META, "errors": [],
                                                   "jobs": [running]}, 0)
     backend_config_update(cluster=site.cluster, actor=site.admin, api_url=restd.url,
@@ -224,7 +227,7 @@ def test_an_unfinished_job_not_answered_again_is_re_read_by_id_through_slurmrest
     slurm_clusters_accounting_import()
     restd.routes["/slurmdb/v0.0.38/jobs"] = (200, {"meta": META, "errors": [], "jobs": []}, 0)
     restd.routes["/slurmdb/v0.0.38/job/6"] = (200, {"meta": META, "errors": [],
-                                                   "jobs": [_accounted(6)]}, 0)
+                                                   "jobs": [completed]}, 0)
     assert slurm_clusters_accounting_import() == {"dev": {"jobs": 1, "returns": 0}}
     assert SlurmJob.objects.get(job_id="6").state == "COMPLETED"
 
